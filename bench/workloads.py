@@ -1,0 +1,172 @@
+"""Synthetic workloads and the paper's four regimes (seed 004 §4.2).
+
+A *regime* is a mix crossed with a congestion level:
+
+=====================  ==========================================
+mix                    short / medium / long / xlong request share
+=====================  ==========================================
+``balanced``           50 / 25 / 15 / 10  (seed 004 §4.1)
+``heavy``              20 / 20 / 30 / 30  (seed 004 §4.1)
+``heavy70``            15 / 15 / 40 / 30  (§4.6: 70% long/xlong)
+=====================  ==========================================
+
+Congestion is *offered load*: the decode tokens requested per second divided
+by the provider's decode capacity at a full batch
+(:meth:`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.75 of
+capacity, ``high`` 1.1 (more than the provider can serve while the burst
+lasts, which is what overload control is for). Arrivals are Poisson at
+``rate = load * capacity / mean output tokens``.
+
+Within a bucket, output length is uniform over the bucket's range (xlong:
+1025–4096, matching the 2839-token mean of the paper's measured xlong
+calls). Prompts are uniform in 32–2048 tokens. Every request gets the
+deadline of its true bucket, relative to arrival: about twice the slowest
+service it could get from a full batch (18.7 ms/token lone, ~62 ms/token with
+32 slots busy): short 15 s, medium 45 s, long 150 s, xlong 360 s.
+
+Routing class: the interactive class takes requests whose *routing* bucket is
+short; everything else is batch (seed 004's short versus heavy lanes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from mockprovider.physics import PhysicsParams
+from predictors.base import PriorQuery, PriorSource
+from semisched.core.buckets import SIZED_BUCKETS, Bucket
+from semisched.core.request import Request
+from semisched.sim import SimJob
+
+__all__ = [
+    "CONGESTION",
+    "DEADLINES_S",
+    "MIXES",
+    "OUTPUT_RANGES",
+    "Regime",
+    "generate",
+    "klass_for",
+    "regime",
+]
+
+MIXES: dict[str, tuple[float, float, float, float]] = {
+    "balanced": (0.50, 0.25, 0.15, 0.10),
+    "heavy": (0.20, 0.20, 0.30, 0.30),
+    "heavy70": (0.15, 0.15, 0.40, 0.30),
+}
+
+CONGESTION: dict[str, float] = {"medium": 0.75, "high": 1.1}
+
+OUTPUT_RANGES: dict[Bucket, tuple[int, int]] = {
+    Bucket.SHORT: (8, 64),
+    Bucket.MEDIUM: (65, 256),
+    Bucket.LONG: (257, 1024),
+    Bucket.XLONG: (1025, 4096),
+}
+
+DEADLINES_S: dict[Bucket, float] = {
+    Bucket.SHORT: 15.0,
+    Bucket.MEDIUM: 45.0,
+    Bucket.LONG: 150.0,
+    Bucket.XLONG: 360.0,
+}
+
+PROMPT_RANGE = (32, 2048)
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """A workload mix at a congestion level."""
+
+    mix: str
+    congestion: str
+    requests: int = 600
+
+    @property
+    def name(self) -> str:
+        """``mix/congestion``."""
+        return f"{self.mix}/{self.congestion}"
+
+
+def regime(name: str, *, requests: int = 600) -> Regime:
+    """Parse ``"balanced/high"`` and friends.
+
+    Raises:
+        ValueError: For an unknown mix or congestion level.
+    """
+    mix, _, congestion = name.partition("/")
+    if mix not in MIXES:
+        raise ValueError(f"mix={mix!r} must be one of {sorted(MIXES)}")
+    if congestion not in CONGESTION:
+        raise ValueError(f"congestion={congestion!r} must be one of {sorted(CONGESTION)}")
+    if requests < 1:
+        raise ValueError(f"{requests=} must be >= 1")
+    return Regime(mix, congestion, requests)
+
+
+def klass_for(routing: Bucket) -> str:
+    """The scheduling class of a routing bucket."""
+    return "interactive" if routing is Bucket.SHORT else "batch"
+
+
+def mean_output_tokens(mix: str) -> float:
+    """Expected output length of one request of ``mix``."""
+    return sum(
+        share * (lo + hi) / 2.0
+        for share, (lo, hi) in zip(MIXES[mix], OUTPUT_RANGES.values(), strict=True)
+    )
+
+
+def generate(
+    reg: Regime,
+    seed: int,
+    source: PriorSource,
+    physics: PhysicsParams,
+    *,
+    lengths: Callable[[np.random.Generator, int], np.ndarray] | None = None,
+) -> list[SimJob]:
+    """Draw one seeded workload and attach priors from ``source``.
+
+    Args:
+        reg: The regime.
+        seed: Workload seed (arrivals, sizes, prompts).
+        source: Prior source; it sees the true length through
+            :class:`PriorQuery` the way the information ladder allows.
+        physics: Provider parameters; they set the arrival rate for the load.
+        lengths: Optional sampler of ``n`` true output lengths (a real trace);
+            defaults to the regime's bucket mix.
+    """
+    rng = np.random.default_rng(seed)
+    n = reg.requests
+    if lengths is None:
+        idx = rng.choice(len(SIZED_BUCKETS), size=n, p=MIXES[reg.mix])
+        lo = np.array([OUTPUT_RANGES[b][0] for b in SIZED_BUCKETS])[idx]
+        hi = np.array([OUTPUT_RANGES[b][1] for b in SIZED_BUCKETS])[idx]
+        outputs = rng.integers(lo, hi + 1)
+        mean_out = mean_output_tokens(reg.mix)
+    else:
+        outputs = np.asarray(lengths(rng, n), dtype=np.int64)
+        mean_out = float(np.mean(outputs))
+    rate = CONGESTION[reg.congestion] * physics.capacity_tokens_per_s() / mean_out
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    prompts = rng.integers(PROMPT_RANGE[0], PROMPT_RANGE[1] + 1, size=n)
+    jobs: list[SimJob] = []
+    for i in range(n):
+        out = int(outputs[i])
+        rid = f"r{i:05d}"
+        prior = source.prior(PriorQuery(request_id=rid, true_output_tokens=out))
+        true_bucket = PriorQuery(request_id=rid, true_output_tokens=out).true_bucket
+        arrival = float(arrivals[i])
+        request = Request(
+            id=rid,
+            klass=klass_for(prior.routing_bucket),
+            prior=prior,
+            input_tokens=float(prompts[i]),
+            arrival=arrival,
+            deadline=arrival + DEADLINES_S[true_bucket],
+        )
+        jobs.append(SimJob(request=request, output_tokens=out, input_tokens=int(prompts[i])))
+    return jobs

@@ -1,0 +1,500 @@
+"""Physics of a congestion-aware mock LLM provider: continuous batching in fluid lockstep.
+
+What it is: the pure state machine behind the mock provider. It decides when each request is
+admitted to a batch slot, when its first token and its completion are observed, and when it
+times out. The discrete-event simulator drives it in virtual time; the HTTP mock server drives
+it in (scaled) real time. The service model is seed 000 eq. 3-4 (``t_iter = W + H*n``; a
+request holds a slot for ``ceil(L_in / C_chunk) + L_out`` iterations); the per-token cost is
+calibrated to seed 004 §4.1 (``latency_ms = 3294 + 18.7 * output_tokens``).
+
+What it is not: no I/O, no clock reads, no randomness, no threads, no token contents and no
+KV-cache memory model. Every call takes an explicit ``now`` (seconds, float).
+
+Rules (invariants every caller may rely on):
+
+1. Time never goes backwards: each call that takes ``now`` raises ``ValueError`` when ``now``
+   is earlier than the last ``now`` seen.
+2. At most ``slots`` requests are admitted; ``active`` exceeds ``slots`` only after
+   ``set_slots`` lowered the capacity, and then nothing is admitted until ``active < slots``.
+3. Waiting requests sit in one FIFO, invisible to clients, and are admitted strictly in
+   submission order at the exact instant a slot frees (never at or after their deadline).
+4. Every submitted request gets exactly one terminal event, ``COMPLETED`` or ``TIMED_OUT``,
+   unless it is cancelled first; a cancelled request emits nothing after its cancellation.
+   ``FIRST_TOKEN`` (only for ``output_tokens >= 1``) comes before ``COMPLETED``.
+5. ``COMPLETED`` is observed at batch finish + ``overhead_ms`` and only if that is no later than
+   ``submit + timeout_s`` (exactly at the deadline counts as completed); otherwise
+   ``TIMED_OUT`` is observed at exactly ``submit + timeout_s``. The slot or queue place is
+   held until the batch finishes the work or the deadline passes, whichever is first.
+6. ``advance(now)`` returns every event with ``time <= now``, ordered by (time, submission
+   sequence, first token before terminal). Splitting the advance calls differently (many
+   small steps or one big one) yields the identical event list: state changes only at
+   event-determined instants, never at the instants ``advance`` happens to be called.
+7. ``next_event_time()`` is the time of the next event ``advance`` would return if nothing
+   else is submitted, cancelled or resized before it (``None`` when idle).
+
+Fluid lockstep. A real engine steps all active sequences in discrete iterations. Here a global
+iteration counter ``G`` advances continuously at ``1 / t_iter(n_active)`` iterations per second
+(piecewise constant between membership changes); a request admitted at counter value ``G0``
+finishes at ``G0 + work`` and shows its first token at ``G0 + prefill_iters + 1``. Event times
+follow in O(log n) per event, with no per-iteration or per-token loop. Relative to exact
+lockstep, each membership change takes effect mid-iteration instead of at the next iteration
+boundary, which moves times by less than one iteration per change.
+
+Prompt tokens: ``input_tokens = 0`` means zero prefill iterations; every request needs at least
+one iteration in total.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Final
+
+__all__ = [
+    "PROFILES",
+    "EventKind",
+    "PhysicsParams",
+    "PhysicsStats",
+    "ProviderEvent",
+    "ProviderPhysics",
+    "profile",
+]
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _check_number(name: str, value: object, *, positive: bool) -> None:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value > 0 if positive else value >= 0)
+    )
+    if not ok:
+        raise ValueError(f"{name}={value!r} must be a finite number {'>' if positive else '>='} 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhysicsParams:
+    """Constants of one simulated provider.
+
+    Attributes:
+        slots: Concurrent sequences in the batch. 32 is a modelling choice: enough for
+            batching to matter, small enough that a client can saturate it.
+        base_iter_ms: ``W``, the fixed cost of one batch iteration. Seed 000 gives W = 8 ms and
+            H = 0.65 ms/slot (Llama-3-70B, A100); both are scaled by 18.7 / 8.65 so that
+            W + H = 18.7 ms, the lone-request decode slope of seed 004's production fit.
+        per_slot_ms: ``H``, the extra iteration cost per active sequence (see above).
+        prefill_chunk: ``C_chunk``, prompt tokens processed per prefill iteration (seed 000 §3,
+            §6 setup: 512).
+        overhead_ms: Fixed per-request latency outside the batch (network, gateway), added to
+            the observed first-token and completion times. 0 by default; 3294 ms is the
+            intercept of seed 004's fit (profile ``"production-fit"``).
+        timeout_s: A request not completed within this many seconds of its submission times
+            out. 600 s is a modelling choice (a typical HTTP client read timeout).
+    """
+
+    slots: int = 32
+    base_iter_ms: float = 17.3
+    per_slot_ms: float = 1.4
+    prefill_chunk: int = 512
+    overhead_ms: float = 0.0
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _check_int("slots", self.slots, 1)
+        _check_number("base_iter_ms", self.base_iter_ms, positive=True)
+        _check_number("per_slot_ms", self.per_slot_ms, positive=False)
+        _check_int("prefill_chunk", self.prefill_chunk, 1)
+        _check_number("overhead_ms", self.overhead_ms, positive=False)
+        _check_number("timeout_s", self.timeout_s, positive=True)
+
+    def iteration_ms(self, n_active: int) -> float:
+        """Duration of one batch iteration with ``n_active`` sequences: ``W + H * n``."""
+        return self.base_iter_ms + self.per_slot_ms * n_active
+
+    def lone_decode_ms_per_token(self) -> float:
+        """Decode cost per token of a request alone in the batch: ``W + H``."""
+        return self.iteration_ms(1)
+
+    def capacity_tokens_per_s(self) -> float:
+        """Decode tokens per second with a full batch: ``slots / t_iter(slots) * 1000``."""
+        return self.slots / self.iteration_ms(self.slots) * 1000.0
+
+
+PROFILES: Mapping[str, PhysicsParams] = MappingProxyType(
+    {
+        "default": PhysicsParams(),
+        "production-fit": PhysicsParams(overhead_ms=3294.0),
+    }
+)
+
+
+def profile(name: str) -> PhysicsParams:
+    """Return the named parameter profile.
+
+    Raises:
+        ValueError: ``name`` is not in ``PROFILES``; the message lists the known names.
+    """
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(sorted(PROFILES))}")
+    return PROFILES[name]
+
+
+class EventKind(enum.Enum):
+    """What a client observes about one request."""
+
+    FIRST_TOKEN = "first_token"
+    COMPLETED = "completed"
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """One client-observable event.
+
+    Attributes:
+        kind: What happened.
+        request_id: The id given to ``submit``.
+        time: When the client observes it (includes ``overhead_ms`` except for timeouts).
+        submitted: Submission time.
+        started: Slot admission time; ``None`` if the request timed out in the queue.
+        input_tokens: Prompt tokens as submitted.
+        output_tokens: Tokens generated: 1 for ``FIRST_TOKEN``, all for ``COMPLETED``, and for
+            ``TIMED_OUT`` the whole decode iterations done in the batch by the end (floor).
+    """
+
+    kind: EventKind
+    request_id: str
+    time: float
+    submitted: float
+    started: float | None
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicsStats:
+    """Snapshot of the provider; event counters count events already returned by ``advance``."""
+
+    active: int
+    queued: int
+    slots: int
+    submitted: int
+    completed: int
+    timed_out: int
+    cancelled: int
+    iteration_ms: float
+
+
+# Transition ranks: order of internal state changes that fall on the same instant.
+_FIRST: Final = 0  # first token reached in the batch
+_FINISH: Final = 1  # batch work done, slot freed
+_DOOM: Final = 2  # at deadline - overhead, unfinished: the completion can no longer be in time
+_RELEASE: Final = 3  # at the deadline, a doomed request leaves its slot or queue place
+# Request states.
+_QUEUED: Final = 0
+_ACTIVE: Final = 1
+_DONE: Final = 2
+
+
+@dataclass(slots=True, eq=False)
+class _Req:
+    seq: int
+    request_id: str
+    submitted: float
+    deadline: float
+    input_tokens: int
+    output_tokens: int
+    prefill_iters: int
+    work: int
+    state: int = _QUEUED
+    doomed: bool = False
+    cancelled_at: float | None = None
+    started: float | None = None
+    started_g: float = 0.0
+    finish_g: float = 0.0
+    terminal_time: float | None = None
+    tokens_done: int = 0
+
+
+_Transition = tuple[float, int, int, _Req]  # (time, rank, seq, request)
+
+
+class ProviderPhysics:
+    """Event-driven continuous-batching provider (see the module docstring for the rules).
+
+    Args:
+        params: The provider constants; ``set_slots`` later replaces ``slots`` only.
+        start: The initial time; the first call's ``now`` must not be earlier.
+    """
+
+    def __init__(self, params: PhysicsParams, *, start: float = 0.0) -> None:
+        self._params = params
+        self._overhead_s = params.overhead_ms / 1000.0
+        self._now = float(start)
+        self._t_last = float(start)  # time at which _g was last brought up to date
+        self._g = 0.0  # global fluid iteration counter
+        self._n = 0  # active (slot-holding) requests
+        self._iter_s = params.iteration_ms(0) / 1000.0
+        self._queue: deque[_Req] = deque()
+        self._queued = 0
+        self._live: dict[str, _Req] = {}
+        self._first: list[tuple[float, int, _Req]] = []  # (G milestone, seq, request)
+        self._finish: list[tuple[float, int, _Req]] = []
+        self._timeouts: list[_Transition] = []  # (time, _DOOM or _RELEASE, seq, request)
+        self._notes: list[tuple[float, int, int, _Req]] = []  # (time, seq, 0 first/1 end, req)
+        self._seq = 0
+        self._completed = 0
+        self._timed_out = 0
+        self._cancelled = 0
+
+    @property
+    def params(self) -> PhysicsParams:
+        """The current constants (``slots`` reflects the last ``set_slots``)."""
+        return self._params
+
+    @property
+    def now(self) -> float:
+        """The last time seen by any call."""
+        return self._now
+
+    def submit(self, now: float, request_id: str, input_tokens: int, output_tokens: int) -> None:
+        """Submit a request; it is admitted at once if a slot is free, else queued FIFO.
+
+        Raises:
+            ValueError: Negative or non-integer token counts, ``now`` earlier than the last
+                time seen, or ``request_id`` still live (its terminal event lies after ``now``).
+        """
+        _check_int("input_tokens", input_tokens, 0)
+        _check_int("output_tokens", output_tokens, 0)
+        self._enter(now)
+        old = self._live.get(request_id)
+        if old is not None and (old.terminal_time is None or old.terminal_time > now):
+            raise ValueError(f"request_id={request_id!r} is already live")
+        prefill = -(-input_tokens // self._params.prefill_chunk)
+        req = _Req(
+            seq=self._seq,
+            request_id=request_id,
+            submitted=now,
+            deadline=now + self._params.timeout_s,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            prefill_iters=prefill,
+            work=max(1, prefill + output_tokens),
+        )
+        self._seq += 1
+        self._live[request_id] = req
+        heapq.heappush(self._timeouts, (req.deadline - self._overhead_s, _DOOM, req.seq, req))
+        self._queue.append(req)
+        self._queued += 1
+        self._admit(now)
+
+    def cancel(self, now: float, request_id: str) -> bool:
+        """Withdraw a queued or running request; it emits nothing after ``now``.
+
+        Returns:
+            ``False`` if the id is unknown or its terminal event is due at or before ``now``.
+        """
+        self._enter(now)
+        req = self._live.get(request_id)
+        if req is None or (req.terminal_time is not None and req.terminal_time <= now):
+            return False
+        del self._live[request_id]
+        req.cancelled_at = now
+        self._cancelled += 1
+        self._leave(now, req)
+        return True
+
+    def set_slots(self, now: float, slots: int) -> None:
+        """Change the capacity; running requests keep running, a raise admits at once."""
+        _check_int("slots", slots, 1)
+        self._enter(now)
+        self._params = replace(self._params, slots=slots)
+        self._admit(now)
+
+    def next_event_time(self) -> float | None:
+        """Time of the earliest pending event, or ``None`` when nothing is pending."""
+        notes = self._notes
+        while notes and self._note_stale(notes[0]):
+            heapq.heappop(notes)
+        best = notes[0][0] if notes else math.inf
+        nxt = self._peek()
+        if nxt is None:
+            return None if best == math.inf else best
+        t, rank, _, req = nxt
+        if rank == _DOOM:
+            produced = req.deadline
+        elif rank == _FIRST or (rank == _FINISH and not req.doomed):
+            produced = t + self._overhead_s
+        else:  # a doomed request leaving: its TIMED_OUT is already in `notes`
+            produced = math.inf
+        best = min(best, produced)
+        return t if best == math.inf else best
+
+    def advance(self, now: float) -> list[ProviderEvent]:
+        """Move to ``now`` and return all events with ``time <= now`` in order (rule 6)."""
+        self._enter(now)
+        notes = self._notes
+        events: list[ProviderEvent] = []
+        while notes and notes[0][0] <= now:
+            note = heapq.heappop(notes)
+            if not self._note_stale(note):
+                events.append(self._event(note[0], note[2], note[3]))
+        return events
+
+    def statistics(self) -> PhysicsStats:
+        """Current occupancy and event counters."""
+        return PhysicsStats(
+            active=self._n,
+            queued=self._queued,
+            slots=self._params.slots,
+            submitted=self._seq,
+            completed=self._completed,
+            timed_out=self._timed_out,
+            cancelled=self._cancelled,
+            iteration_ms=self._params.iteration_ms(self._n),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ProviderPhysics(now={self._now!r}, active={self._n}, queued={self._queued}, "
+            f"slots={self._params.slots}, G={self._g!r})"
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _enter(self, now: float) -> None:
+        """Check ``now``, then apply every internal transition up to it."""
+        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+            raise ValueError(f"now={now!r} must be a finite number")
+        if now < self._now:
+            raise ValueError(f"now={now!r} is earlier than the last time seen ({self._now!r})")
+        self._now = float(now)
+        overhead = self._overhead_s
+        while (nxt := self._peek()) is not None and nxt[0] <= now:
+            t, rank, seq, req = nxt
+            if rank == _FIRST:
+                heapq.heappop(self._first)
+                heapq.heappush(self._notes, (t + overhead, seq, 0, req))
+            elif rank == _FINISH:
+                heapq.heappop(self._finish)
+                self._g, self._t_last = req.finish_g, t
+                req.tokens_done = req.output_tokens
+                if not req.doomed:
+                    req.terminal_time = t + overhead
+                    heapq.heappush(self._notes, (t + overhead, seq, 1, req))
+                self._leave(t, req)
+            elif rank == _DOOM:
+                heapq.heappop(self._timeouts)
+                req.doomed = True
+                req.terminal_time = req.deadline
+                heapq.heappush(self._notes, (req.deadline, seq, 1, req))
+                heapq.heappush(self._timeouts, (req.deadline, _RELEASE, seq, req))
+            else:
+                heapq.heappop(self._timeouts)
+                if req.state == _ACTIVE:
+                    self._sync(t)
+                    done = math.floor(self._g - req.started_g - req.prefill_iters)
+                    req.tokens_done = min(max(done, 0), req.output_tokens)
+                self._leave(t, req)
+
+    def _peek(self) -> _Transition | None:
+        """The next internal transition in (time, rank, seq) order, dropping stale entries."""
+        best: _Transition | None = None
+        for heap, rank in ((self._first, _FIRST), (self._finish, _FINISH)):
+            while heap and (heap[0][2].state != _ACTIVE or (rank == _FIRST and heap[0][2].doomed)):
+                heapq.heappop(heap)
+            if heap:
+                g, seq, req = heap[0]
+                t = self._t_last + (g - self._g) * self._iter_s
+                if best is None or (t, rank, seq) < best[:3]:
+                    best = (t, rank, seq, req)
+        tmo = self._timeouts
+        while tmo and (tmo[0][3].state == _DONE or (tmo[0][1] == _DOOM and tmo[0][3].doomed)):
+            heapq.heappop(tmo)
+        if tmo and (best is None or tmo[0][:3] < best[:3]):
+            best = tmo[0]
+        return best
+
+    @staticmethod
+    def _note_stale(note: tuple[float, int, int, _Req]) -> bool:
+        cancelled_at = note[3].cancelled_at
+        return cancelled_at is not None and note[0] > cancelled_at
+
+    def _sync(self, t: float) -> None:
+        """Bring the iteration counter up to ``t`` at the current rate."""
+        if t > self._t_last:
+            self._g += (t - self._t_last) / self._iter_s
+            self._t_last = t
+
+    def _set_active(self, n: int) -> None:
+        self._n = n
+        self._iter_s = self._params.iteration_ms(n) / 1000.0
+
+    def _leave(self, t: float, req: _Req) -> None:
+        """Remove ``req`` from its slot or queue place at ``t`` (counter already synced)."""
+        if req.state == _ACTIVE:
+            self._sync(t)
+            req.state = _DONE
+            self._set_active(self._n - 1)
+            self._admit(t)
+        elif req.state == _QUEUED:
+            req.state = _DONE
+            self._queued -= 1
+            if self._queued == 0:
+                self._queue.clear()
+
+    def _admit(self, t: float) -> None:
+        """Admit FIFO heads while slots are free; requests at their deadline are skipped."""
+        if self._queued == 0 or self._n >= self._params.slots:
+            return
+        self._sync(t)
+        queue, expiring = self._queue, []
+        n = self._n
+        while queue and n < self._params.slots:
+            req = queue.popleft()
+            if req.state != _QUEUED:
+                continue
+            if req.deadline <= t:  # leaves at this very instant; admitting it would be noise
+                expiring.append(req)
+                continue
+            req.state, req.started, req.started_g = _ACTIVE, t, self._g
+            req.finish_g = self._g + req.work
+            if req.output_tokens > 0:
+                heapq.heappush(self._first, (self._g + req.prefill_iters + 1, req.seq, req))
+            heapq.heappush(self._finish, (req.finish_g, req.seq, req))
+            self._queued -= 1
+            n += 1
+        queue.extendleft(reversed(expiring))
+        self._set_active(n)
+
+    def _event(self, time: float, rank: int, req: _Req) -> ProviderEvent:
+        if rank == 0:
+            kind, tokens = EventKind.FIRST_TOKEN, 1
+        else:
+            if self._live.get(req.request_id) is req:
+                del self._live[req.request_id]
+            if req.doomed:
+                kind, tokens = EventKind.TIMED_OUT, req.tokens_done
+                self._timed_out += 1
+            else:
+                kind, tokens = EventKind.COMPLETED, req.output_tokens
+                self._completed += 1
+        return ProviderEvent(
+            kind=kind,
+            request_id=req.request_id,
+            time=time,
+            submitted=req.submitted,
+            started=req.started,
+            input_tokens=req.input_tokens,
+            output_tokens=tokens,
+        )

@@ -1,0 +1,520 @@
+"""The sans-I/O scheduling engine: events with an explicit ``now`` in, actions out.
+
+Like h11 for HTTP, the engine holds no socket, no clock and no task: a shell
+(the async runtime, the simulator) calls it and executes what it returns.
+
+Events (methods)          Actions (returned, in order)
+========================  =======================================
+``submit(request, now)``  :class:`Send`, :class:`Reject`,
+``completed(id, now)``    :class:`Defer`, :class:`Expire`,
+``failed(id, now)``       :class:`Wake`
+``cancel(id, now)``
+``poll(now)``
+========================  =======================================
+
+Rules:
+
+1. ``now`` never goes backwards across calls; a call that tries raises ``ValueError``.
+2. Every submitted request ends in exactly one terminal outcome, reported once:
+   rejected (:class:`Reject`), expired (:class:`Expire`), or, for a request the
+   shell was told to :class:`Send`, whatever the shell reports next
+   (``completed``; ``failed`` without retry; ``cancel``). Statistics count each.
+3. A request is in exactly one place: deferred, queued in its class, or in
+   flight. Only queued requests are sent; only :class:`Send` puts one in flight.
+4. At most ``max_inflight`` requests are in flight; with
+   ``max_inflight_tokens`` set, reserved tokens stay within it unless a
+   single request alone exceeds it (it is then sent when nothing else flies).
+5. A queued or deferred request whose deadline passes is expired at the first
+   call at or after the deadline, never sent. A deferral or retry that would
+   end at or after the deadline is answered at once (reject, expire) instead.
+6. The layers are consulted in a fixed order: overload control on arrival and
+   on each return from deferral; then, while a send opportunity is free,
+   allocation picks a class and ordering picks its request.
+7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
+   emitted when the earliest pending timer changes. Polling early is harmless.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from semisched.core.allocation import AllocationPolicy, make_allocation
+from semisched.core.config import SchedulerConfig
+from semisched.core.ordering import OrderingPolicy, is_feasible, make_ordering
+from semisched.core.overload import OverloadController, Verdict
+from semisched.core.queue import ClassQueue, Entry, EntryState
+from semisched.core.request import Request
+from semisched.core.signals import Signals, SignalSnapshot
+
+__all__ = ["Action", "Defer", "Engine", "EngineStats", "Expire", "Reject", "Send", "Wake"]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``request`` to the provider now (``attempt`` counts from 1)."""
+
+    request: Request
+    attempt: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Refuse ``request``; terminal. ``retry_after`` is a hint in seconds."""
+
+    request: Request
+    reason: str
+    severity: float
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """``request`` is held back by overload control until ``until``."""
+
+    request: Request
+    until: float
+    severity: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """``request`` can no longer be served in time; terminal."""
+
+    request: Request
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Call :meth:`Engine.poll` at ``at`` (or earlier)."""
+
+    at: float
+
+
+Action = Send | Reject | Defer | Expire | Wake
+
+_WAKE = 0
+_DEADLINE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A frozen snapshot of the engine's state and counters."""
+
+    now: float
+    queued: dict[str, int]
+    queued_tokens: float
+    deferred: int
+    inflight: int
+    inflight_by_class: dict[str, int]
+    inflight_tokens: float
+    signals: SignalSnapshot
+    s_per_token: float
+    counters: dict[str, int]
+    rejects_by_bucket: dict[str, int]
+    defers_by_bucket: dict[str, int]
+    allocation_state: dict[str, float]
+
+
+class Engine:
+    """Three-layer client-side scheduler core (see module rules)."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        cfg = config if config is not None else SchedulerConfig()
+        self.config = cfg
+        self._alloc: AllocationPolicy = make_allocation(cfg.allocation, cfg.classes)
+        self._order: OrderingPolicy = make_ordering(cfg.ordering)
+        self._overload = OverloadController(cfg.overload)
+        self._signals = Signals(cfg.signals)
+        self._class_names = tuple(c.name for c in cfg.classes)
+        self._queues = {n: ClassQueue(n, cfg.ordering.band_ratio) for n in self._class_names}
+        self._entries: dict[str, Entry] = {}
+        self._timers: list[tuple[float, int, int, Entry]] = []
+        self._seq = 0
+        self._now = float("-inf")
+        self._queued = 0
+        self._queued_tokens = 0.0
+        self._deferred = 0
+        self._inflight = 0
+        self._inflight_tokens = 0.0
+        self._inflight_by_class = dict.fromkeys(self._class_names, 0)
+        self._heads: dict[str, Entry] = {}
+        self._severity = 0.0
+        self._reported_wake: float | None = None
+        self._counters = dict.fromkeys(
+            (
+                "submitted", "admitted", "rejected", "deferrals", "expired", "sent",
+                "completed", "failed", "retries", "cancelled", "infeasible_sends",
+            ),
+            0,
+        )  # fmt: skip
+        self._rejects_by_bucket: dict[str, int] = {}
+        self._defers_by_bucket: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<Engine alloc={self._alloc.name} order={self._order.name} "
+            f"overload={self.config.overload.policy} queued={self._queued} "
+            f"deferred={self._deferred} inflight={self._inflight} now={self._now:.3f}>"
+        )
+
+    # -- AllocationView ------------------------------------------------------------
+
+    @property
+    def severity(self) -> float:
+        """Overload severity computed at the start of the current decision."""
+        return self._severity
+
+    @property
+    def max_inflight(self) -> int | None:
+        """The configured concurrency budget."""
+        return self.config.max_inflight
+
+    def backlogged(self) -> Sequence[str]:
+        """Classes with queued requests, in configured order."""
+        return [n for n in self._class_names if self._queues[n]]
+
+    def head(self, klass: str) -> Entry:
+        """The entry the ordering policy picks next in ``klass`` (cached per decision)."""
+        entry = self._heads.get(klass)
+        if entry is None:
+            entry = self._order.choose(self._queues[klass], self._now, self._estimate)
+            self._heads[klass] = entry
+        return entry
+
+    def oldest_seq(self, klass: str) -> int:
+        """Enqueue number of the longest-queued request in ``klass``."""
+        entry = self._queues[klass].oldest()
+        if entry is None:
+            raise ValueError(f"class {klass!r} has no queued request")
+        return entry.seq
+
+    def inflight(self, klass: str) -> int:
+        """Requests of ``klass`` in flight."""
+        return self._inflight_by_class[klass]
+
+    # -- events ------------------------------------------------------------------
+
+    def submit(self, request: Request, now: float) -> list[Action]:
+        """A new request arrives.
+
+        Raises:
+            ValueError: Unknown class, duplicate live id, or time going backwards.
+        """
+        self._advance(now)
+        if request.klass not in self._queues:
+            raise ValueError(f"klass={request.klass!r} must be one of {list(self._class_names)}")
+        if request.id in self._entries:
+            raise ValueError(f"id={request.id!r} is already pending")
+        cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
+        reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
+        entry = Entry(request=request, cost=cost, reserve=reserve, seq=self._next_seq())
+        self._counters["submitted"] += 1
+        actions: list[Action] = []
+        self._run_timers(now, actions)
+        self._entries[request.id] = entry
+        if request.deadline is not None:
+            self._push_timer(request.deadline, _DEADLINE, entry)
+        self._admit(entry, now, actions)
+        self._dispatch(now, actions)
+        return self._finish(now, actions)
+
+    def completed(self, request_id: str, now: float, *, output_tokens: int) -> list[Action]:
+        """The provider answered a sent request; frees its send opportunity.
+
+        Raises:
+            ValueError: If ``request_id`` is not in flight.
+        """
+        self._advance(now)
+        entry = self._take_inflight(request_id)
+        assert entry.sent_at is not None
+        self._signals.record_completion(now - entry.sent_at, output_tokens)
+        self._counters["completed"] += 1
+        return self._after_release(now, [])
+
+    def failed(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        retry_at: float | None = None,
+        throttled: bool = False,
+    ) -> list[Action]:
+        """A sent request failed. With ``retry_at`` it is sent again later.
+
+        Args:
+            request_id: The failed request.
+            now: Current time.
+            retry_at: When to retry (the shell's backoff), or ``None`` for a
+                terminal failure. A retry that would start at or after the
+                deadline becomes an :class:`Expire` at once (rule 5).
+            throttled: The failure was a 429 rate limit; it raises the tail signal.
+
+        Raises:
+            ValueError: If ``request_id`` is not in flight.
+        """
+        self._advance(now)
+        entry = self._take_inflight(request_id)
+        if throttled:
+            self._signals.record_throttle()
+        else:
+            self._signals.record_failure()
+        actions: list[Action] = []
+        if retry_at is None:
+            self._counters["failed"] += 1
+        else:
+            deadline = entry.request.deadline
+            if deadline is not None and retry_at >= deadline:
+                self._terminal(entry)
+                self._counters["expired"] += 1
+                actions.append(Expire(entry.request, "deadline: no time left to retry"))
+            else:
+                self._counters["retries"] += 1
+                self._entries[request_id] = entry
+                entry.skip_admission = True
+                self._defer(entry, max(retry_at, now))
+        return self._after_release(now, actions)
+
+    def cancel(self, request_id: str, now: float) -> list[Action]:
+        """The caller gave up on a request; a no-op for unknown or finished ids."""
+        self._advance(now)
+        entry = self._entries.get(request_id)
+        if entry is None:
+            return self._finish(now, [])
+        if entry.state == EntryState.INFLIGHT:
+            self._take_inflight(request_id)
+            self._counters["cancelled"] += 1
+            return self._after_release(now, [])
+        if entry.state == EntryState.QUEUED:
+            self._dequeue(entry)
+        elif entry.state == EntryState.DEFERRED:
+            self._deferred -= 1
+        self._terminal(entry)
+        self._counters["cancelled"] += 1
+        return self._finish(now, [])
+
+    def poll(self, now: float) -> list[Action]:
+        """Run due timers (deferral returns, deadlines) and dispatch."""
+        self._advance(now)
+        actions: list[Action] = []
+        self._run_timers(now, actions)
+        self._dispatch(now, actions)
+        return self._finish(now, actions)
+
+    # -- queries ------------------------------------------------------------------
+
+    def next_wakeup(self) -> float | None:
+        """Earliest pending timer, if any (may be stale; polling then is harmless)."""
+        timers = self._timers
+        while timers and not self._timer_live(timers[0]):
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    def estimate_latency(self, output_tokens: float) -> float:
+        """Expected send-to-completion seconds for ``output_tokens`` (observed)."""
+        return self._signals.estimate_latency(output_tokens)
+
+    def signals(self) -> SignalSnapshot:
+        """The current overload signals."""
+        return self._snapshot()
+
+    def statistics(self) -> EngineStats:
+        """A frozen snapshot of queues, flight, signals and counters."""
+        return EngineStats(
+            now=self._now,
+            queued={n: len(q) for n, q in self._queues.items()},
+            queued_tokens=self._queued_tokens,
+            deferred=self._deferred,
+            inflight=self._inflight,
+            inflight_by_class=dict(self._inflight_by_class),
+            inflight_tokens=self._inflight_tokens,
+            signals=self._snapshot(),
+            s_per_token=self._signals.s_per_token,
+            counters=dict(self._counters),
+            rejects_by_bucket=dict(self._rejects_by_bucket),
+            defers_by_bucket=dict(self._defers_by_bucket),
+            allocation_state=self._alloc.state(),
+        )
+
+    def __len__(self) -> int:
+        """Requests not yet terminal (deferred, queued or in flight)."""
+        return len(self._entries)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _estimate(self, output_tokens: float) -> float:
+        return self._signals.estimate_latency(output_tokens)
+
+    def _advance(self, now: float) -> None:
+        if not now >= self._now:
+            raise ValueError(f"now={now!r} must not be earlier than the last now={self._now!r}")
+        self._now = now
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _snapshot(self) -> SignalSnapshot:
+        return self._signals.snapshot(
+            inflight=self._inflight,
+            max_inflight=self.config.max_inflight,
+            queued_tokens=self._queued_tokens,
+            weights=self.config.overload,
+        )
+
+    def _push_timer(self, at: float, kind: int, entry: Entry) -> None:
+        heapq.heappush(self._timers, (at, self._next_seq(), kind, entry))
+
+    def _timer_live(self, timer: tuple[float, int, int, Entry]) -> bool:
+        at, _, kind, entry = timer
+        if kind == _WAKE:
+            return entry.state == EntryState.DEFERRED and entry.wake_at == at
+        return entry.state in (EntryState.QUEUED, EntryState.DEFERRED)
+
+    def _run_timers(self, now: float, actions: list[Action]) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            timer = heapq.heappop(timers)
+            if not self._timer_live(timer):
+                continue
+            _, _, kind, entry = timer
+            if kind == _DEADLINE:
+                if entry.state == EntryState.QUEUED:
+                    self._dequeue(entry)
+                else:
+                    self._deferred -= 1
+                self._terminal(entry)
+                self._counters["expired"] += 1
+                actions.append(Expire(entry.request, "deadline passed before it could be sent"))
+            else:
+                self._deferred -= 1
+                entry.wake_at = None
+                self._admit(entry, now, actions)
+
+    def _admit(self, entry: Entry, now: float, actions: list[Action]) -> None:
+        """Overload control for an arrival or a return from deferral (rule 6)."""
+        if entry.skip_admission:
+            entry.skip_admission = False
+            self._enqueue(entry)
+            return
+        snap = self._snapshot()
+        verdict = self._overload.decide(entry.request.bucket, snap.severity, now, entry.defers)
+        request = entry.request
+        bucket = str(request.bucket)
+        deadline = request.deadline
+        if verdict.verdict is Verdict.DEFER:
+            assert verdict.until is not None
+            if deadline is None or verdict.until < deadline:
+                entry.defers += 1
+                self._counters["deferrals"] += 1
+                self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
+                self._defer(entry, verdict.until)
+                actions.append(Defer(request, verdict.until, snap.severity, verdict.reason))
+                return
+            reason = verdict.reason + "; the deferral would outlast the deadline"
+            actions.append(Reject(request, reason, snap.severity, None))
+            self._reject(entry, bucket)
+            return
+        if verdict.verdict is Verdict.REJECT:
+            actions.append(Reject(request, verdict.reason, snap.severity, verdict.retry_after))
+            self._reject(entry, bucket)
+            return
+        if entry.defers == 0:
+            self._counters["admitted"] += 1
+        self._enqueue(entry)
+
+    def _reject(self, entry: Entry, bucket: str) -> None:
+        self._terminal(entry)
+        self._counters["rejected"] += 1
+        self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
+
+    def _defer(self, entry: Entry, until: float) -> None:
+        entry.state = EntryState.DEFERRED
+        entry.wake_at = until
+        self._deferred += 1
+        self._push_timer(until, _WAKE, entry)
+
+    def _enqueue(self, entry: Entry) -> None:
+        entry.state = EntryState.QUEUED
+        entry.seq = self._next_seq()
+        self._queues[entry.request.klass].add(entry)
+        self._queued += 1
+        self._queued_tokens += entry.cost
+        self._heads.pop(entry.request.klass, None)
+
+    def _dequeue(self, entry: Entry) -> None:
+        klass = entry.request.klass
+        queue = self._queues[klass]
+        queue.remove(entry)
+        self._queued -= 1
+        self._queued_tokens = max(0.0, self._queued_tokens - entry.cost)
+        self._heads.pop(klass, None)
+        if not queue:
+            self._alloc.on_idle(klass)
+
+    def _terminal(self, entry: Entry) -> None:
+        entry.state = EntryState.DONE
+        self._entries.pop(entry.request.id, None)
+
+    def _take_inflight(self, request_id: str) -> Entry:
+        entry = self._entries.get(request_id)
+        if entry is None or entry.state != EntryState.INFLIGHT:
+            raise ValueError(f"request_id={request_id!r} is not in flight")
+        self._inflight -= 1
+        self._inflight_by_class[entry.request.klass] -= 1
+        self._inflight_tokens = max(0.0, self._inflight_tokens - entry.reserve)
+        self._terminal(entry)
+        return entry
+
+    def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
+        self._run_timers(now, actions)
+        self._dispatch(now, actions)
+        return self._finish(now, actions)
+
+    def _has_capacity(self, entry_reserve: float) -> bool:
+        cfg = self.config
+        if cfg.max_inflight is not None and self._inflight >= cfg.max_inflight:
+            return False
+        limit = cfg.max_inflight_tokens
+        return (
+            limit is None or self._inflight == 0 or self._inflight_tokens + entry_reserve <= limit
+        )
+
+    def _dispatch(self, now: float, actions: list[Action]) -> None:
+        """Fill free send opportunities: allocation picks a class, ordering a request."""
+        if not self._queued or not self._has_capacity(0.0):
+            return
+        self._heads.clear()
+        self._severity = self._snapshot().severity
+        while self._queued and self._has_capacity(0.0):
+            klass = self._alloc.select(self)
+            if klass is None:
+                break
+            entry = self.head(klass)
+            if not self._has_capacity(entry.reserve):
+                break
+            if not is_feasible(entry, now, self._estimate):
+                self._counters["infeasible_sends"] += 1
+            self._dequeue(entry)
+            entry.state = EntryState.INFLIGHT
+            entry.attempts += 1
+            entry.sent_at = now
+            self._entries[entry.request.id] = entry
+            self._inflight += 1
+            self._inflight_by_class[klass] += 1
+            self._inflight_tokens += entry.reserve
+            self._alloc.on_send(klass, entry.cost)
+            self._counters["sent"] += 1
+            actions.append(Send(entry.request, entry.attempts, entry.cost))
+
+    def _finish(self, now: float, actions: list[Action]) -> list[Action]:
+        wake = self.next_wakeup()
+        last = self._reported_wake
+        if wake is not None and (last is None or wake < last or last <= now):
+            self._reported_wake = wake
+            actions.append(Wake(wake))
+        return actions

@@ -1,0 +1,134 @@
+"""Ordering layer: which waiting request of the chosen class goes next.
+
+Policies implement :class:`OrderingPolicy` and are chosen by name through
+:data:`ORDERING_POLICIES`. They only *read* a :class:`ClassQueue`; the engine
+removes the chosen entry.
+
+``fifo``
+    The entry enqueued first.
+``feasible_set``
+    Seed 004 §3.1's slowdown-aware score over a bounded candidate set::
+
+        score = w_wait * wait / (cost/ref) - w_size * cost/ref + w_urgency * urgency
+
+    Candidates are the longest-waiting entry of every cost band plus the
+    ``urgent_candidates`` earliest deadlines (see :mod:`semisched.core.queue`);
+    scoring them all would make one decision O(queue length). Inside a band
+    costs differ by less than ``band_ratio``, so the band head is the entry
+    the wait term favours up to that factor; this is the approximation we
+    accept for O(bands) decisions.
+
+Infeasible requests: an entry is *infeasible* when it has a deadline and
+``now + estimated_latency(cost) > deadline``. Infeasible candidates are never
+dropped here; they rank after every feasible candidate of the class, so they
+are sent only when nothing feasible waits in that class (the engine counts
+such sends). Once its deadline has actually passed, the engine expires a
+waiting request with an explicit ``Expire`` action (seed 004's "handled
+explicitly, never silently").
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+from semisched.core.config import OrderingConfig
+from semisched.core.queue import ClassQueue, Entry
+
+__all__ = [
+    "ORDERING_POLICIES",
+    "FeasibleSetOrdering",
+    "FifoOrdering",
+    "OrderingPolicy",
+    "make_ordering",
+]
+
+#: Estimated seconds from send to completion for a given token cost.
+LatencyEstimate = Callable[[float], float]
+
+
+def is_feasible(entry: Entry, now: float, estimate: LatencyEstimate) -> bool:
+    """Whether ``entry`` can still meet its deadline if sent at ``now``."""
+    deadline = entry.request.deadline
+    return deadline is None or now + estimate(entry.request.prior.p50) <= deadline
+
+
+class OrderingPolicy(ABC):
+    """Pick the next entry of one non-empty class queue."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: OrderingConfig) -> None:
+        self.cfg = cfg
+
+    @abstractmethod
+    def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
+        """Return the entry to send next; ``queue`` is non-empty."""
+
+
+class FifoOrdering(OrderingPolicy):
+    """First enqueued, first sent."""
+
+    name = "fifo"
+
+    def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
+        entry = queue.oldest()
+        if entry is None:
+            raise ValueError(f"queue {queue.name!r} is empty")
+        return entry
+
+
+class FeasibleSetOrdering(OrderingPolicy):
+    """Slowdown-aware feasible-set scoring (seed 004 §3.1)."""
+
+    name = "feasible_set"
+
+    def score(self, entry: Entry, now: float, estimate: LatencyEstimate) -> float:
+        """The score of ``entry`` at ``now`` (higher goes first)."""
+        cfg = self.cfg
+        rel = max(entry.cost, 1.0) / cfg.size_ref_tokens
+        wait = max(0.0, now - entry.request.arrival)
+        urgency = 0.0
+        deadline = entry.request.deadline
+        if deadline is not None:
+            slack = deadline - now - estimate(entry.request.prior.p50)
+            urgency = min(1.0, max(0.0, 1.0 - slack / cfg.urgency_horizon_s))
+        return cfg.w_wait * wait / rel - cfg.w_size * rel + cfg.w_urgency * urgency
+
+    def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
+        best: Entry | None = None
+        best_key: tuple[bool, float, int] | None = None
+        seen: set[int] = set()
+        candidates = list(queue.heads())
+        candidates.extend(queue.earliest_deadlines(self.cfg.urgent_candidates))
+        for entry in candidates:
+            if entry.seq in seen:
+                continue
+            seen.add(entry.seq)
+            key = (is_feasible(entry, now, estimate), self.score(entry, now, estimate), -entry.seq)
+            if best_key is None or key > best_key:
+                best, best_key = entry, key
+        if best is None:
+            raise ValueError(f"queue {queue.name!r} is empty")
+        return best
+
+
+#: Ordering policies by name.
+ORDERING_POLICIES: dict[str, type[OrderingPolicy]] = {
+    cls.name: cls for cls in (FifoOrdering, FeasibleSetOrdering)
+}
+
+
+def make_ordering(cfg: OrderingConfig) -> OrderingPolicy:
+    """Build the ordering policy ``cfg.policy`` names.
+
+    Raises:
+        ValueError: For an unknown policy name.
+    """
+    try:
+        return ORDERING_POLICIES[cfg.policy](cfg)
+    except KeyError:
+        raise ValueError(
+            f"policy={cfg.policy!r} must be one of {sorted(ORDERING_POLICIES)}"
+        ) from None

@@ -1,0 +1,125 @@
+"""Overload layer: admit, defer or reject a request at the admission boundary.
+
+Seed 004 §3.1: above progressive severity thresholds the controller maps a
+request's estimated cost to defer/reject through a *cost ladder* of bucket
+weights (medium 0, long 1, xlong 2); short requests are never rejected. We
+read the thresholds as rules on the ladder level:
+
+=========================  ==========  =====================
+severity at least           action      applies to levels
+=========================  ==========  =====================
+``reject_long_threshold``   reject      >= 1   (0.80)
+``reject_xlong_threshold``  reject      >= 2   (0.65)
+``defer_threshold``         defer       >= 1   (0.45)
+=========================  ==========  =====================
+
+The first row that matches wins (the table is :data:`RULES`). A bucket policy
+only chooses the level of each bucket (:data:`BUCKET_POLICIES`); the rules are
+the same for every policy, so the mechanism never asks which policy it runs:
+
+- ``ladder``: medium 0, long 1, xlong 2; unknown size 1.
+- ``uniform_mild``: every non-short bucket 1 (seed 004 "one shared mid-tier").
+- ``uniform_harsh``: every non-short bucket 2 (the harshest non-short tier).
+- ``reverse``: long 2, xlong 1 (stress contrast only).
+- ``none``: nothing is ever deferred or rejected.
+
+Short requests have no level under any policy: never deferred, never
+rejected. A request of unknown size (no-information priors, seed 004 §4.4)
+gets the policy's ``unknown`` level, a uniform admission severity.
+
+Deferral is bounded: the n-th deferral lasts ``backoff_s * 2**(n-1)`` capped
+at ``max_backoff_s``, and a request already deferred ``max_defers`` times is
+admitted instead of deferred again. Rejections carry a reason and a retry hint.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from semisched.core.buckets import Bucket
+from semisched.core.config import OverloadConfig
+
+__all__ = ["BUCKET_POLICIES", "RULES", "Admission", "OverloadController", "Verdict"]
+
+
+class Verdict(enum.Enum):
+    """What overload control says about one arrival."""
+
+    ADMIT = "admit"
+    DEFER = "defer"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admission decision with its explanation."""
+
+    verdict: Verdict
+    severity: float
+    level: int | None
+    reason: str
+    until: float | None = None
+    retry_after: float | None = None
+
+
+#: Ladder level per bucket and policy; a missing bucket is never shed.
+BUCKET_POLICIES: dict[str, dict[Bucket, int]] = {
+    "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
+    "uniform_mild": {Bucket.MEDIUM: 1, Bucket.LONG: 1, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+    "uniform_harsh": {Bucket.MEDIUM: 2, Bucket.LONG: 2, Bucket.XLONG: 2, Bucket.UNKNOWN: 2},
+    "reverse": {Bucket.MEDIUM: 0, Bucket.LONG: 2, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+    "none": {},
+}
+
+#: (threshold field, minimum level, verdict), checked in order; first match wins.
+RULES: tuple[tuple[str, int, Verdict], ...] = (
+    ("reject_long_threshold", 1, Verdict.REJECT),
+    ("reject_xlong_threshold", 2, Verdict.REJECT),
+    ("defer_threshold", 1, Verdict.DEFER),
+)
+
+
+class OverloadController:
+    """Applies :data:`RULES` to a request's bucket level at a given severity."""
+
+    __slots__ = ("cfg", "levels", "rules")
+
+    def __init__(self, cfg: OverloadConfig) -> None:
+        try:
+            self.levels = BUCKET_POLICIES[cfg.policy]
+        except KeyError:
+            raise ValueError(
+                f"policy={cfg.policy!r} must be one of {sorted(BUCKET_POLICIES)}"
+            ) from None
+        self.cfg = cfg
+        self.rules = tuple((float(getattr(cfg, f)), lvl, v) for f, lvl, v in RULES)
+
+    def decide(self, bucket: Bucket, severity: float, now: float, defers: int) -> Admission:
+        """Decide for a request of routing ``bucket`` deferred ``defers`` times so far."""
+        level = self.levels.get(bucket)
+        if level is None:
+            return Admission(Verdict.ADMIT, severity, None, "not sheddable")
+        for threshold, min_level, verdict in self.rules:
+            if level >= min_level and severity >= threshold:
+                if verdict is Verdict.REJECT:
+                    return Admission(
+                        verdict,
+                        severity,
+                        level,
+                        f"overload: severity {severity:.2f} >= {threshold:.2f} "
+                        f"rejects level-{level} ({bucket}) requests",
+                        retry_after=self.cfg.retry_after_s,
+                    )
+                if defers >= self.cfg.max_defers:
+                    return Admission(Verdict.ADMIT, severity, level, "deferral limit reached")
+                backoff = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2.0**defers)
+                return Admission(
+                    verdict,
+                    severity,
+                    level,
+                    f"overload: severity {severity:.2f} >= {threshold:.2f} "
+                    f"defers level-{level} ({bucket}) requests",
+                    until=now + backoff,
+                )
+        return Admission(Verdict.ADMIT, severity, level, "below thresholds")

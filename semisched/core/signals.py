@@ -1,0 +1,153 @@
+"""Client-observable congestion signals and the severity they add up to.
+
+The client cannot see the provider's batch or queue (seed 004 §1). What it can
+see is what comes back: how long completions took per generated token, how
+much work it has in flight, and how much it is holding in its own queue. This
+module turns those observations into three signals in [0, 1] and their
+weighted sum, the overload *severity* (seed 004 §3.1):
+
+``provider_load``
+    in-flight requests / the client's concurrency budget (0 when unlimited).
+``queue_pressure``
+    estimated time to drain the client's own queue at the observed service
+    rate, divided by ``queue_ref_s``, capped at 1. Drain rate is
+    ``max(in_flight, budget) / s_per_token`` tokens per second: every in-flight
+    request decodes one token per observed ``s_per_token``.
+``tail_latency_ratio``
+    ``quantile(recent per-token latency) / best per-token latency seen``,
+    mapped linearly from ``[1, tail_ratio_full]`` onto ``[0, 1]``. The best
+    seen is the client's estimate of the uncongested speed (like BBR's
+    min-RTT); the ratio says how much slower the tail is running now.
+
+Rate-limit answers (429) raise a separate throttle signal that the runtime
+feeds; it enters severity through ``tail_latency_ratio``'s slot as a floor
+(a 429 is the strongest tail signal there is). Nothing here reads a clock:
+callers pass ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from semisched.core.buckets import Bucket, bucket_for_tokens
+from semisched.core.config import OverloadConfig, SignalsConfig
+
+__all__ = ["SignalSnapshot", "Signals"]
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSnapshot:
+    """The three overload signals and their weighted severity, all in [0, 1]."""
+
+    provider_load: float
+    queue_pressure: float
+    tail_latency_ratio: float
+    severity: float
+
+
+class Signals:
+    """Running estimates built from completions; pure and deterministic."""
+
+    __slots__ = (
+        "_alpha",
+        "_best",
+        "_bucket_latency",
+        "_cfg",
+        "_s_per_token",
+        "_tail",
+        "_tail_cache",
+        "_throttle",
+        "completions",
+        "failures",
+        "throttles",
+    )
+
+    def __init__(self, cfg: SignalsConfig) -> None:
+        self._cfg = cfg
+        self._alpha = cfg.ewma_alpha
+        self._s_per_token = cfg.initial_s_per_token
+        self._best = math.inf
+        self._tail: deque[float] = deque(maxlen=cfg.tail_window)
+        self._tail_cache: float | None = 0.0
+        self._bucket_latency: dict[Bucket, float] = {}
+        self._throttle = 0.0
+        self.completions = 0
+        self.failures = 0
+        self.throttles = 0
+
+    # -- observations -------------------------------------------------------------
+
+    def record_completion(self, latency_s: float, output_tokens: int) -> None:
+        """Fold one completed call's end-to-end latency into the estimates."""
+        if not (math.isfinite(latency_s) and latency_s >= 0):
+            raise ValueError(f"{latency_s=} must be a finite number >= 0")
+        if output_tokens < 0:
+            raise ValueError(f"{output_tokens=} must be >= 0")
+        per_token = latency_s / max(1, output_tokens)
+        self._s_per_token += self._alpha * (per_token - self._s_per_token)
+        self._best = min(self._best, per_token)
+        self._tail.append(per_token)
+        self._tail_cache = None
+        bucket = bucket_for_tokens(output_tokens)
+        old = self._bucket_latency.get(bucket)
+        self._bucket_latency[bucket] = (
+            latency_s if old is None else old + self._alpha * (latency_s - old)
+        )
+        self._throttle *= 1.0 - self._alpha
+        self.completions += 1
+
+    def record_failure(self) -> None:
+        """Count a failed attempt (provider error or timeout)."""
+        self.failures += 1
+
+    def record_throttle(self) -> None:
+        """Count a 429 rate-limit answer; it pushes the tail signal to full."""
+        self.throttles += 1
+        self._throttle = 1.0
+
+    # -- estimates ----------------------------------------------------------------
+
+    @property
+    def s_per_token(self) -> float:
+        """EWMA of observed end-to-end seconds per generated token."""
+        return self._s_per_token
+
+    def bucket_latency(self, bucket: Bucket) -> float | None:
+        """EWMA completion latency for a true bucket, if any was observed."""
+        return self._bucket_latency.get(bucket)
+
+    def estimate_latency(self, output_tokens: float) -> float:
+        """Expected seconds from send to completion for ``output_tokens``."""
+        return self._s_per_token * max(1.0, output_tokens)
+
+    def tail_signal(self) -> float:
+        """The tail-latency ratio mapped onto [0, 1]."""
+        if self._tail_cache is None:
+            if not self._tail or not math.isfinite(self._best) or self._best <= 0:
+                self._tail_cache = 0.0
+            else:
+                ordered = sorted(self._tail)
+                idx = min(len(ordered) - 1, int(self._cfg.tail_quantile * len(ordered)))
+                ratio = ordered[idx] / self._best
+                full = self._cfg.tail_ratio_full
+                self._tail_cache = min(1.0, max(0.0, (ratio - 1.0) / (full - 1.0)))
+        return max(self._tail_cache, self._throttle)
+
+    def snapshot(
+        self,
+        *,
+        inflight: int,
+        max_inflight: int | None,
+        queued_tokens: float,
+        weights: OverloadConfig,
+    ) -> SignalSnapshot:
+        """Compute the signals and severity for the current client state."""
+        load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
+        lanes = max(1, inflight, max_inflight or 0)
+        drain_s = queued_tokens * self._s_per_token / lanes
+        queue = min(1.0, drain_s / self._cfg.queue_ref_s)
+        tail = self.tail_signal()
+        severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
+        return SignalSnapshot(load, queue, tail, min(1.0, severity))
