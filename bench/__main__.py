@@ -1,4 +1,10 @@
-"""``python -m bench``: the benchmark harness's command line."""
+"""``python -m bench``: the benchmark harness's command line.
+
+Subcommands:
+  quick           balanced/high, naive vs quota-tiered vs adaptive DRR vs full stack
+  decision-cost   one scheduling decision at 100 .. 100k queued (timing benchmark)
+  sim-speed       simulated requests per wall second at ~100 in flight
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,22 @@ import time
 from pathlib import Path
 
 from bench.experiments import quick
+from bench.report import write_csv
+
+
+def _perf_table(rows: list[dict[str, float]]) -> str:
+    keys = list(rows[0])
+    lines = ["  ".join(f"{k:>16}" for k in keys)]
+    lines += ["  ".join(f"{row[k]:>16.1f}" for k in keys) for row in rows]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser(
         "quick",
@@ -20,13 +38,36 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--out", type=Path, default=Path("results/quick"), help="output folder")
     q.add_argument("--seeds", type=int, default=5, help="seeds per strategy (default 5)")
     q.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    d = sub.add_parser("decision-cost", help="decision latency vs queue length (benchmark)")
+    d.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
+    d.add_argument("--samples", type=int, default=2000, help="decisions timed per size")
+    s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
+    s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
+    s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f"--seeds={args.seeds} must be >= 1")
     start = time.perf_counter()
     if args.command == "quick":
+        if args.seeds < 1:
+            parser.error(f"--seeds={args.seeds} must be >= 1")
         quick(args.out, seeds=args.seeds, workers=args.workers)
-    print(f"\nwrote {args.out}/summary.csv in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+        written = args.out / "summary.csv"
+    elif args.command == "decision-cost":
+        from bench.perf import decision_cost
+
+        rows = decision_cost(samples=args.samples)
+        print(_perf_table(rows))
+        ratio = rows[-1]["dispatch_p99_us"] / rows[1]["dispatch_p99_us"]
+        print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
+        written = args.out / "decision_cost.csv"
+        write_csv(written, rows)
+    else:
+        from bench.perf import sim_speed
+
+        row = sim_speed(requests=args.requests)
+        print(_perf_table([row]))
+        written = args.out / "sim_speed.csv"
+        write_csv(written, [row])
+    print(f"\nwrote {written} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
 
 

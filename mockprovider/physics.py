@@ -256,6 +256,9 @@ class ProviderPhysics:
         self._completed = 0
         self._timed_out = 0
         self._cancelled = 0
+        # next_event_time() is memoised until the next state change (all go through _enter).
+        self._next_valid = False
+        self._next_value: float | None = None
 
     @property
     def params(self) -> PhysicsParams:
@@ -323,6 +326,12 @@ class ProviderPhysics:
 
     def next_event_time(self) -> float | None:
         """Time of the earliest pending event, or ``None`` when nothing is pending."""
+        if not self._next_valid:
+            self._next_value = self._compute_next()
+            self._next_valid = True
+        return self._next_value
+
+    def _compute_next(self) -> float | None:
         notes = self._notes
         while notes and self._note_stale(notes[0]):
             heapq.heappop(notes)
@@ -374,6 +383,7 @@ class ProviderPhysics:
 
     def _enter(self, now: float) -> None:
         """Check ``now``, then apply every internal transition up to it."""
+        self._next_valid = False
         if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
             raise ValueError(f"now={now!r} must be a finite number")
         if now < self._now:
@@ -409,20 +419,27 @@ class ProviderPhysics:
 
     def _peek(self) -> _Transition | None:
         """The next internal transition in (time, rank, seq) order, dropping stale entries."""
-        best: _Transition | None = None
-        for heap, rank in ((self._first, _FIRST), (self._finish, _FINISH)):
-            while heap and (heap[0][2].state != _ACTIVE or (rank == _FIRST and heap[0][2].doomed)):
-                heapq.heappop(heap)
-            if heap:
-                g, seq, req = heap[0]
-                t = self._t_last + (g - self._g) * self._iter_s
-                if best is None or (t, rank, seq) < best[:3]:
-                    best = (t, rank, seq, req)
-        tmo = self._timeouts
+        pop = heapq.heappop
+        first, finish, tmo = self._first, self._finish, self._timeouts
+        while first and (first[0][2].state != _ACTIVE or first[0][2].doomed):
+            pop(first)
+        while finish and finish[0][2].state != _ACTIVE:
+            pop(finish)
         while tmo and (tmo[0][3].state == _DONE or (tmo[0][1] == _DOOM and tmo[0][3].doomed)):
-            heapq.heappop(tmo)
-        if tmo and (best is None or tmo[0][:3] < best[:3]):
-            best = tmo[0]
+            pop(tmo)
+        best: _Transition | None = None
+        if first:
+            g, seq, req = first[0]
+            best = (self._t_last + (g - self._g) * self._iter_s, _FIRST, seq, req)
+        if finish:
+            g, seq, req = finish[0]
+            t = self._t_last + (g - self._g) * self._iter_s
+            if best is None or t < best[0] or (t == best[0] and (_FINISH, seq) < best[1:3]):
+                best = (t, _FINISH, seq, req)
+        if tmo:
+            top = tmo[0]
+            if best is None or top[0] < best[0] or (top[0] == best[0] and top[1:3] < best[1:3]):
+                best = top
         return best
 
     @staticmethod

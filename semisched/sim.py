@@ -134,6 +134,9 @@ class Simulator:
         self._terminal = 0
         self._events = 0
         self._now = 0.0
+        # The provider's next event time only changes when the provider is touched.
+        self._provider_dirty = True
+        self._t_prov = float("inf")
 
     def __repr__(self) -> str:
         return (
@@ -171,13 +174,17 @@ class Simulator:
         inf = float("inf")
         while True:
             t_heap = heap[0][0] if heap else inf
-            nxt = provider.next_event_time()
-            t_prov = inf if nxt is None else nxt
+            if self._provider_dirty:
+                nxt = provider.next_event_time()
+                self._t_prov = inf if nxt is None else nxt
+                self._provider_dirty = False
+            t_prov = self._t_prov
             if t_heap == inf and t_prov == inf:
                 break
             self._events += 1
             if t_prov <= t_heap:
                 self._now = t_prov
+                self._provider_dirty = True
                 for ev in provider.advance(t_prov):
                     row = self._rows[ev.request_id]
                     if ev.kind is EventKind.FIRST_TOKEN:
@@ -226,6 +233,7 @@ class Simulator:
                     row.first_send = now
                 row.attempts += 1
                 self.provider.submit(now, rid, job.input_tokens, job.output_tokens)
+                self._provider_dirty = True
             elif isinstance(action, Wake):
                 self._push(action.at, _WAKE, None)
             elif isinstance(action, Defer):

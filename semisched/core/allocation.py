@@ -157,6 +157,7 @@ class AdaptiveDRR(AllocationPolicy):
         self.deficit = {c.name: 0.0 for c in self.classes}
         self.current: str | None = None
         self._spec = {c.name: c for c in self.classes}
+        self._names = tuple(c.name for c in self.classes)
 
     def quantum(self, klass: str, severity: float) -> float:
         """This turn's quantum for ``klass`` at the given severity."""
@@ -174,8 +175,10 @@ class AdaptiveDRR(AllocationPolicy):
         if cur is not None and cur in backlog and view.head(cur).cost <= self.deficit[cur]:
             return cur
         # Visiting order: the backlogged classes after the current one, cyclically.
+        names = self._names
+        n = len(names)
         start = self.order[cur] if cur is not None else -1
-        ring = sorted(backlog, key=lambda k: (self.order[k] - start - 1) % len(self.classes))
+        ring = [k for i in range(1, n + 1) if (k := names[(start + i) % n]) in backlog]
         m = len(ring)
         severity = view.severity
         best: tuple[int, str] | None = None

@@ -140,7 +140,7 @@ class OrderingConfig:
     size_ref_tokens: float = 1024.0
     urgency_horizon_s: float = 30.0
     band_ratio: float = 1.5
-    urgent_candidates: int = 4
+    urgent_candidates: int = 1
 
     def __post_init__(self) -> None:
         _positive("w_wait", self.w_wait, allow_zero=True)

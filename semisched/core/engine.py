@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.config import SchedulerConfig
 from semisched.core.ordering import OrderingPolicy, is_feasible, make_ordering
-from semisched.core.overload import OverloadController, Verdict
+from semisched.core.overload import Admission, OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.signals import Signals, SignalSnapshot
@@ -76,8 +76,17 @@ class Defer:
 
     request: Request
     until: float
-    severity: float
-    reason: str
+    admission: Admission
+
+    @property
+    def severity(self) -> float:
+        """Severity the deferral was decided at."""
+        return self.admission.severity
+
+    @property
+    def reason(self) -> str:
+        """Why it was deferred."""
+        return self.admission.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,7 @@ Action = Send | Reject | Defer | Expire | Wake
 
 _WAKE = 0
 _DEADLINE = 1
+_DEFER, _REJECT = Verdict.DEFER, Verdict.REJECT
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +376,14 @@ class Engine:
             weights=self.config.overload,
         )
 
+    def _current_severity(self) -> float:
+        return self._signals.severity(
+            inflight=self._inflight,
+            max_inflight=self.config.max_inflight,
+            queued_tokens=self._queued_tokens,
+            weights=self.config.overload,
+        )
+
     def _push_timer(self, at: float, kind: int, entry: Entry) -> None:
         heapq.heappush(self._timers, (at, self._next_seq(), kind, entry))
 
@@ -401,27 +419,28 @@ class Engine:
             entry.skip_admission = False
             self._enqueue(entry)
             return
-        snap = self._snapshot()
-        verdict = self._overload.decide(entry.request.bucket, snap.severity, now, entry.defers)
         request = entry.request
-        bucket = str(request.bucket)
-        deadline = request.deadline
-        if verdict.verdict is Verdict.DEFER:
+        severity = self._current_severity()
+        verdict = self._overload.decide(request.bucket, severity, now, entry.defers)
+        kind = verdict.verdict
+        if kind is _DEFER:
             assert verdict.until is not None
+            deadline = request.deadline
             if deadline is None or verdict.until < deadline:
+                bucket = request.bucket.value
                 entry.defers += 1
                 self._counters["deferrals"] += 1
                 self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
                 self._defer(entry, verdict.until)
-                actions.append(Defer(request, verdict.until, snap.severity, verdict.reason))
+                actions.append(Defer(request, verdict.until, verdict))
                 return
             reason = verdict.reason + "; the deferral would outlast the deadline"
-            actions.append(Reject(request, reason, snap.severity, None))
-            self._reject(entry, bucket)
+            actions.append(Reject(request, reason, severity, None))
+            self._reject(entry, request.bucket.value)
             return
-        if verdict.verdict is Verdict.REJECT:
-            actions.append(Reject(request, verdict.reason, snap.severity, verdict.retry_after))
-            self._reject(entry, bucket)
+        if kind is _REJECT:
+            actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
+            self._reject(entry, request.bucket.value)
             return
         if entry.defers == 0:
             self._counters["admitted"] += 1
@@ -489,7 +508,7 @@ class Engine:
         if not self._queued or not self._has_capacity(0.0):
             return
         self._heads.clear()
-        self._severity = self._snapshot().severity
+        self._severity = self._current_severity()
         while self._queued and self._has_capacity(0.0):
             klass = self._alloc.select(self)
             if klass is None:

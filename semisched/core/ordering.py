@@ -29,6 +29,7 @@ explicitly, never silently").
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
@@ -97,17 +98,29 @@ class FeasibleSetOrdering(OrderingPolicy):
         return cfg.w_wait * wait / rel - cfg.w_size * rel + cfg.w_urgency * urgency
 
     def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
+        cfg = self.cfg
+        ref, horizon = cfg.size_ref_tokens, cfg.urgency_horizon_s
+        w_wait, w_size, w_urg = cfg.w_wait, cfg.w_size, cfg.w_urgency
         best: Entry | None = None
-        best_key: tuple[bool, float, int] | None = None
-        seen: set[int] = set()
+        best_key = (False, -math.inf, 0)
         candidates = list(queue.heads())
-        candidates.extend(queue.earliest_deadlines(self.cfg.urgent_candidates))
+        if cfg.urgent_candidates:
+            candidates.extend(queue.earliest_deadlines(cfg.urgent_candidates))
         for entry in candidates:
-            if entry.seq in seen:
-                continue
-            seen.add(entry.seq)
-            key = (is_feasible(entry, now, estimate), self.score(entry, now, estimate), -entry.seq)
-            if best_key is None or key > best_key:
+            # Inlined :meth:`score` plus feasibility: this loop is the hot path.
+            request = entry.request
+            rel = (entry.cost if entry.cost > 1.0 else 1.0) / ref
+            wait = now - request.arrival
+            score = w_wait * (wait if wait > 0.0 else 0.0) / rel - w_size * rel
+            feasible = True
+            deadline = request.deadline
+            if deadline is not None:
+                slack = deadline - now - estimate(request.prior.p50)
+                feasible = slack >= 0.0
+                urgency = 1.0 - slack / horizon
+                score += w_urg * (0.0 if urgency < 0.0 else 1.0 if urgency > 1.0 else urgency)
+            key = (feasible, score, -entry.seq)
+            if key > best_key:
                 best, best_key = entry, key
         if best is None:
             raise ValueError(f"queue {queue.name!r} is empty")

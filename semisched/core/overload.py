@@ -53,15 +53,39 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """An admission decision with its explanation."""
+    """An admission decision with its explanation.
+
+    Attributes:
+        verdict: Admit, defer or reject.
+        severity: The severity it was decided at.
+        level: The request's ladder level (``None``: never shed).
+        threshold: The threshold that triggered a defer or reject.
+        bucket: The routing bucket decided on.
+        until: End of a deferral.
+        retry_after: Retry hint of a rejection, seconds.
+    """
 
     verdict: Verdict
     severity: float
     level: int | None
-    reason: str
+    threshold: float | None = None
+    bucket: Bucket | None = None
     until: float | None = None
     retry_after: float | None = None
 
+    @property
+    def reason(self) -> str:
+        """A one-line human explanation."""
+        if self.verdict is Verdict.ADMIT or self.threshold is None:
+            return "admitted" if self.level is None else "admitted: below thresholds"
+        action = "rejects" if self.verdict is Verdict.REJECT else "defers"
+        return (
+            f"overload: severity {self.severity:.2f} >= {self.threshold:.2f} "
+            f"{action} level-{self.level} ({self.bucket}) requests"
+        )
+
+
+_ADMIT, _REJECT = Verdict.ADMIT, Verdict.REJECT
 
 #: Ladder level per bucket and policy; a missing bucket is never shed.
 BUCKET_POLICIES: dict[str, dict[Bucket, int]] = {
@@ -99,27 +123,20 @@ class OverloadController:
         """Decide for a request of routing ``bucket`` deferred ``defers`` times so far."""
         level = self.levels.get(bucket)
         if level is None:
-            return Admission(Verdict.ADMIT, severity, None, "not sheddable")
+            return Admission(_ADMIT, severity, None)
         for threshold, min_level, verdict in self.rules:
             if level >= min_level and severity >= threshold:
-                if verdict is Verdict.REJECT:
+                if verdict is _REJECT:
                     return Admission(
                         verdict,
                         severity,
                         level,
-                        f"overload: severity {severity:.2f} >= {threshold:.2f} "
-                        f"rejects level-{level} ({bucket}) requests",
+                        threshold,
+                        bucket,
                         retry_after=self.cfg.retry_after_s,
                     )
                 if defers >= self.cfg.max_defers:
-                    return Admission(Verdict.ADMIT, severity, level, "deferral limit reached")
+                    return Admission(_ADMIT, severity, level)
                 backoff = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2.0**defers)
-                return Admission(
-                    verdict,
-                    severity,
-                    level,
-                    f"overload: severity {severity:.2f} >= {threshold:.2f} "
-                    f"defers level-{level} ({bucket}) requests",
-                    until=now + backoff,
-                )
-        return Admission(Verdict.ADMIT, severity, level, "below thresholds")
+                return Admission(verdict, severity, level, threshold, bucket, until=now + backoff)
+        return Admission(_ADMIT, severity, level)

@@ -28,6 +28,7 @@ callers pass ``now``.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ class Signals:
         "_s_per_token",
         "_tail",
         "_tail_cache",
+        "_tail_sorted",
         "_throttle",
         "completions",
         "failures",
@@ -69,7 +71,8 @@ class Signals:
         self._alpha = cfg.ewma_alpha
         self._s_per_token = cfg.initial_s_per_token
         self._best = math.inf
-        self._tail: deque[float] = deque(maxlen=cfg.tail_window)
+        self._tail: deque[float] = deque()
+        self._tail_sorted: list[float] = []
         self._tail_cache: float | None = 0.0
         self._bucket_latency: dict[Bucket, float] = {}
         self._throttle = 0.0
@@ -89,6 +92,10 @@ class Signals:
         self._s_per_token += self._alpha * (per_token - self._s_per_token)
         self._best = min(self._best, per_token)
         self._tail.append(per_token)
+        insort(self._tail_sorted, per_token)
+        if len(self._tail) > self._cfg.tail_window:
+            oldest = self._tail.popleft()
+            del self._tail_sorted[bisect_left(self._tail_sorted, oldest)]
         self._tail_cache = None
         bucket = bucket_for_tokens(output_tokens)
         old = self._bucket_latency.get(bucket)
@@ -128,12 +135,30 @@ class Signals:
             if not self._tail or not math.isfinite(self._best) or self._best <= 0:
                 self._tail_cache = 0.0
             else:
-                ordered = sorted(self._tail)
+                ordered = self._tail_sorted
                 idx = min(len(ordered) - 1, int(self._cfg.tail_quantile * len(ordered)))
                 ratio = ordered[idx] / self._best
                 full = self._cfg.tail_ratio_full
                 self._tail_cache = min(1.0, max(0.0, (ratio - 1.0) / (full - 1.0)))
         return max(self._tail_cache, self._throttle)
+
+    def severity(
+        self,
+        *,
+        inflight: int,
+        max_inflight: int | None,
+        queued_tokens: float,
+        weights: OverloadConfig,
+    ) -> float:
+        """Weighted severity only (the hot path of admission and allocation)."""
+        load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
+        lanes = max(1, inflight, max_inflight or 0)
+        queue = min(1.0, queued_tokens * self._s_per_token / lanes / self._cfg.queue_ref_s)
+        tail = self._tail_cache if self._tail_cache is not None else self.tail_signal()
+        if self._throttle > tail:
+            tail = self._throttle
+        severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
+        return severity if severity < 1.0 else 1.0
 
     def snapshot(
         self,
