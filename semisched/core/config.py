@@ -131,6 +131,8 @@ class OrderingConfig:
             spaced geometrically by this ratio, plus the ``urgent_candidates``
             earliest deadlines. Keeps a decision independent of queue length.
         urgent_candidates: How many earliest-deadline requests to score.
+        infeasible_lookahead: When a band head cannot meet its deadline, how
+            many entries behind it are searched for a feasible one.
     """
 
     policy: str = "feasible_set"
@@ -141,6 +143,7 @@ class OrderingConfig:
     urgency_horizon_s: float = 30.0
     band_ratio: float = 1.5
     urgent_candidates: int = 1
+    infeasible_lookahead: int = 16
 
     def __post_init__(self) -> None:
         _positive("w_wait", self.w_wait, allow_zero=True)
@@ -150,8 +153,10 @@ class OrderingConfig:
         _positive("urgency_horizon_s", self.urgency_horizon_s)
         if not (math.isfinite(self.band_ratio) and self.band_ratio > 1.0):
             raise ValueError(f"band_ratio={self.band_ratio!r} must be a finite number > 1")
-        if not (isinstance(self.urgent_candidates, int) and self.urgent_candidates >= 0):
-            raise ValueError(f"urgent_candidates={self.urgent_candidates!r} must be an int >= 0")
+        for name in ("urgent_candidates", "infeasible_lookahead"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+                raise ValueError(f"{name}={value!r} must be an int >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,8 +201,18 @@ class OverloadConfig:
             _positive(name, getattr(self, name), allow_zero=True)
         for name in ("defer_threshold", "reject_xlong_threshold", "reject_long_threshold"):
             _fraction(name, getattr(self, name))
+        if not (self.defer_threshold <= self.reject_xlong_threshold <= self.reject_long_threshold):
+            raise ValueError(
+                f"defer_threshold={self.defer_threshold!r} <= reject_xlong_threshold="
+                f"{self.reject_xlong_threshold!r} <= reject_long_threshold="
+                f"{self.reject_long_threshold!r} must hold (the ladder is progressive)"
+            )
         _positive("backoff_s", self.backoff_s)
         _positive("max_backoff_s", self.max_backoff_s)
+        if self.max_backoff_s < self.backoff_s:
+            raise ValueError(
+                f"max_backoff_s={self.max_backoff_s!r} must be >= backoff_s={self.backoff_s!r}"
+            )
         _positive("retry_after_s", self.retry_after_s, allow_zero=True)
         if not (isinstance(self.max_defers, int) and self.max_defers >= 0):
             raise ValueError(f"max_defers={self.max_defers!r} must be an int >= 0")
@@ -218,6 +233,8 @@ class SignalsConfig:
             pressure.
         initial_s_per_token: Per-token latency assumed before any completion
             (18.7 ms: seed 004 Table 1's production slope).
+        headroom_low: Rate-limit headroom (remaining/limit) below which the
+            provider's window counts as pressure (0 at this value, 1 at zero).
     """
 
     ewma_alpha: float = 0.2
@@ -226,6 +243,7 @@ class SignalsConfig:
     tail_ratio_full: float = 4.0
     queue_ref_s: float = 60.0
     initial_s_per_token: float = 0.0187
+    headroom_low: float = 0.2
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.ewma_alpha) and 0 < self.ewma_alpha <= 1):
@@ -237,6 +255,8 @@ class SignalsConfig:
             raise ValueError(f"tail_ratio_full={self.tail_ratio_full!r} must be > 1")
         _positive("queue_ref_s", self.queue_ref_s)
         _positive("initial_s_per_token", self.initial_s_per_token)
+        if not (math.isfinite(self.headroom_low) and 0 < self.headroom_low <= 1):
+            raise ValueError(f"headroom_low={self.headroom_low!r} must be in (0, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,7 +268,11 @@ class SchedulerConfig:
         max_inflight: Client-side concurrency budget (send opportunities);
             ``None`` = unlimited, i.e. send on arrival (direct dispatch).
         max_inflight_tokens: Optional budget on in-flight estimated tokens
-            (p90 output + input); one request is always allowed through.
+            (p90 output + input); one request is always allowed through. The
+            budget is checked against the request allocation and ordering
+            picked: when it does not fit, sending waits for capacity rather
+            than skipping to a smaller request of another class (no
+            starvation of large requests by small ones).
         input_token_weight: Cost of one prompt token relative to one output
             token. 1/512: a prefill chunk of 512 tokens costs one iteration,
             like one decoded token (seed 000 eq. 4).

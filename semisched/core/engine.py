@@ -31,12 +31,16 @@ Rules:
    on each return from deferral; then, while a send opportunity is free,
    allocation picks a class and ordering picks its request.
 7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
-   emitted when the earliest pending timer changes. Polling early is harmless.
+   emitted when the earliest pending timer moves earlier than the last one
+   reported, or the last one reported has passed. A shell keeps one timer;
+   polling early (a timer that was cancelled) is harmless.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -215,17 +219,22 @@ class Engine:
         Raises:
             ValueError: Unknown class, duplicate live id, or time going backwards.
         """
-        self._advance(now)
         if request.klass not in self._queues:
             raise ValueError(f"klass={request.klass!r} must be one of {list(self._class_names)}")
         if request.id in self._entries:
             raise ValueError(f"id={request.id!r} is already pending")
+        self._advance(now)
         cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
         entry = Entry(request=request, cost=cost, reserve=reserve, seq=self._next_seq())
         self._counters["submitted"] += 1
         actions: list[Action] = []
         self._run_timers(now, actions)
+        if request.deadline is not None and request.deadline <= now:
+            self._counters["expired"] += 1
+            actions.append(Expire(request, "deadline had passed when it was submitted"))
+            self._dispatch(now, actions)
+            return self._finish(now, actions)
         self._entries[request.id] = entry
         if request.deadline is not None:
             self._push_timer(request.deadline, _DEADLINE, entry)
@@ -239,10 +248,16 @@ class Engine:
         Raises:
             ValueError: If ``request_id`` is not in flight.
         """
+        try:
+            tokens = operator.index(output_tokens)
+        except TypeError:
+            tokens = -1
+        if isinstance(output_tokens, bool) or tokens < 0:
+            raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
         assert entry.sent_at is not None
-        self._signals.record_completion(now - entry.sent_at, output_tokens)
+        self._signals.record_completion(now - entry.sent_at, tokens)
         self._counters["completed"] += 1
         return self._after_release(now, [])
 
@@ -265,8 +280,10 @@ class Engine:
             throttled: The failure was a 429 rate limit; it raises the tail signal.
 
         Raises:
-            ValueError: If ``request_id`` is not in flight.
+            ValueError: If ``request_id`` is not in flight or ``retry_at`` is not finite.
         """
+        if retry_at is not None and not math.isfinite(retry_at):
+            raise ValueError(f"retry_at={retry_at!r} must be None or a finite time")
         self._advance(now)
         entry = self._take_inflight(request_id)
         if throttled:
@@ -287,25 +304,33 @@ class Engine:
                 self._entries[request_id] = entry
                 entry.skip_admission = True
                 self._defer(entry, max(retry_at, now))
+                if deadline is not None:  # its timer was dropped while in flight: re-arm it
+                    self._push_timer(deadline, _DEADLINE, entry)
         return self._after_release(now, actions)
+
+    def observe_headroom(self, fraction: float, now: float) -> None:
+        """The provider reported rate-limit headroom (smallest remaining/limit)."""
+        self._advance(now)
+        self._signals.record_headroom(fraction)
 
     def cancel(self, request_id: str, now: float) -> list[Action]:
         """The caller gave up on a request; a no-op for unknown or finished ids."""
         self._advance(now)
+        actions: list[Action] = []
+        # Deadlines already passed are reported first: they happened before this call.
+        self._run_timers(now, actions)
         entry = self._entries.get(request_id)
-        if entry is None:
-            return self._finish(now, [])
-        if entry.state == EntryState.INFLIGHT:
-            self._take_inflight(request_id)
+        if entry is not None:
+            if entry.state == EntryState.INFLIGHT:
+                self._take_inflight(request_id)
+            else:
+                if entry.state == EntryState.QUEUED:
+                    self._dequeue(entry)
+                elif entry.state == EntryState.DEFERRED:
+                    self._deferred -= 1
+                self._terminal(entry)
             self._counters["cancelled"] += 1
-            return self._after_release(now, [])
-        if entry.state == EntryState.QUEUED:
-            self._dequeue(entry)
-        elif entry.state == EntryState.DEFERRED:
-            self._deferred -= 1
-        self._terminal(entry)
-        self._counters["cancelled"] += 1
-        return self._finish(now, [])
+        return self._after_release(now, actions)
 
     def poll(self, now: float) -> list[Action]:
         """Run due timers (deferral returns, deadlines) and dispatch."""
@@ -400,7 +425,8 @@ class Engine:
             if not self._timer_live(timer):
                 continue
             _, _, kind, entry = timer
-            if kind == _DEADLINE:
+            deadline = entry.request.deadline
+            if kind == _DEADLINE or (deadline is not None and deadline <= now):
                 if entry.state == EntryState.QUEUED:
                     self._dequeue(entry)
                 else:
@@ -442,8 +468,7 @@ class Engine:
             actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
             self._reject(entry, request.bucket.value)
             return
-        if entry.defers == 0:
-            self._counters["admitted"] += 1
+        self._counters["admitted"] += 1
         self._enqueue(entry)
 
     def _reject(self, entry: Entry, bucket: str) -> None:
@@ -518,6 +543,9 @@ class Engine:
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters["infeasible_sends"] += 1
+            # Charge before dequeuing: a class emptied by this send then forfeits
+            # its remaining deficit (on_idle) instead of carrying the charge.
+            self._alloc.on_send(klass, entry.cost)
             self._dequeue(entry)
             entry.state = EntryState.INFLIGHT
             entry.attempts += 1
@@ -526,7 +554,6 @@ class Engine:
             self._inflight += 1
             self._inflight_by_class[klass] += 1
             self._inflight_tokens += entry.reserve
-            self._alloc.on_send(klass, entry.cost)
             self._counters["sent"] += 1
             actions.append(Send(entry.request, entry.attempts, entry.cost))
 

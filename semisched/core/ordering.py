@@ -19,12 +19,15 @@ removes the chosen entry.
     accept for O(bands) decisions.
 
 Infeasible requests: an entry is *infeasible* when it has a deadline and
-``now + estimated_latency(cost) > deadline``. Infeasible candidates are never
-dropped here; they rank after every feasible candidate of the class, so they
-are sent only when nothing feasible waits in that class (the engine counts
-such sends). Once its deadline has actually passed, the engine expires a
-waiting request with an explicit ``Expire`` action (seed 004's "handled
-explicitly, never silently").
+``now + estimated_latency(p50) > deadline``. Infeasible candidates are never
+dropped here; they rank after every feasible candidate, so they are sent only
+when nothing feasible is found (the engine counts such sends). So that an
+infeasible band head does not hide a feasible request queued behind it, the
+first feasible entry among the next ``infeasible_lookahead`` of that band is
+also a candidate; beyond that look-ahead (many infeasible requests of one
+size waiting at once) an infeasible request can still go first. Once its
+deadline has actually passed, the engine expires a waiting request with an
+explicit ``Expire`` action (seed 004's "handled explicitly, never silently").
 """
 
 from __future__ import annotations
@@ -106,6 +109,20 @@ class FeasibleSetOrdering(OrderingPolicy):
         candidates = list(queue.heads())
         if cfg.urgent_candidates:
             candidates.extend(queue.earliest_deadlines(cfg.urgent_candidates))
+        for entry in candidates:
+            request = entry.request
+            if (
+                request.deadline is not None
+                and request.deadline - now < estimate(request.prior.p50)
+                and cfg.infeasible_lookahead
+            ):
+                # An infeasible band head must not hide a feasible peer queued behind it.
+                for peer in queue.band_front(entry, cfg.infeasible_lookahead + 1):
+                    if peer.request.deadline is None or (
+                        peer.request.deadline - now >= estimate(peer.request.prior.p50)
+                    ):
+                        candidates.append(peer)
+                        break
         for entry in candidates:
             # Inlined :meth:`score` plus feasibility: this loop is the hot path.
             request = entry.request

@@ -147,6 +147,19 @@ class ClassQueue:
         for band in empty:
             del self._bands[band]
 
+    def band_front(self, head: Entry, depth: int) -> Iterator[Entry]:
+        """Up to ``depth`` live entries of ``head``'s band, from its head on (FIFO order)."""
+        dq = self._bands.get(self._band(head.cost))
+        if dq is None:
+            return
+        n = 0
+        for item in dq:
+            if _live(item):
+                yield item[1]
+                n += 1
+                if n >= depth:
+                    return
+
     def oldest(self) -> Entry | None:
         """The live entry enqueued first (smallest ``seq``), or None."""
         best: Entry | None = None

@@ -19,9 +19,11 @@ weighted sum, the overload *severity* (seed 004 §3.1):
     seen is the client's estimate of the uncongested speed (like BBR's
     min-RTT); the ratio says how much slower the tail is running now.
 
-Rate-limit answers (429) raise a separate throttle signal that the runtime
-feeds; it enters severity through ``tail_latency_ratio``'s slot as a floor
-(a 429 is the strongest tail signal there is). Nothing here reads a clock:
+Rate-limit answers (429) raise a throttle signal, and ``x-ratelimit-remaining-*``
+headers a headroom signal, that the runtime feeds; both enter severity through
+``tail_latency_ratio``'s slot as floors (a 429 is the strongest tail signal there
+is, and an almost empty rate window is the next one). The throttle decays with
+each completion. Nothing here reads a clock:
 callers pass ``now``.
 """
 
@@ -56,6 +58,7 @@ class Signals:
         "_best",
         "_bucket_latency",
         "_cfg",
+        "_headroom_pressure",
         "_s_per_token",
         "_tail",
         "_tail_cache",
@@ -76,6 +79,7 @@ class Signals:
         self._tail_cache: float | None = 0.0
         self._bucket_latency: dict[Bucket, float] = {}
         self._throttle = 0.0
+        self._headroom_pressure = 0.0
         self.completions = 0
         self.failures = 0
         self.throttles = 0
@@ -104,6 +108,15 @@ class Signals:
         )
         self._throttle *= 1.0 - self._alpha
         self.completions += 1
+
+    def record_headroom(self, fraction: float) -> None:
+        """Fold the provider's rate-limit headroom (remaining/limit, smallest of
+        requests and tokens) into the tail signal: below ``headroom_low`` of the
+        window left, pressure rises linearly to 1 at zero headroom."""
+        if not math.isfinite(fraction):
+            raise ValueError(f"{fraction=} must be finite")
+        low = self._cfg.headroom_low
+        self._headroom_pressure = min(1.0, max(0.0, (low - fraction) / low))
 
     def record_failure(self) -> None:
         """Count a failed attempt (provider error or timeout)."""
@@ -140,7 +153,7 @@ class Signals:
                 ratio = ordered[idx] / self._best
                 full = self._cfg.tail_ratio_full
                 self._tail_cache = min(1.0, max(0.0, (ratio - 1.0) / (full - 1.0)))
-        return max(self._tail_cache, self._throttle)
+        return max(self._tail_cache, self._throttle, self._headroom_pressure)
 
     def severity(
         self,
@@ -154,9 +167,7 @@ class Signals:
         load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
         lanes = max(1, inflight, max_inflight or 0)
         queue = min(1.0, queued_tokens * self._s_per_token / lanes / self._cfg.queue_ref_s)
-        tail = self._tail_cache if self._tail_cache is not None else self.tail_signal()
-        if self._throttle > tail:
-            tail = self._throttle
+        tail = self.tail_signal()
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
         return severity if severity < 1.0 else 1.0
 
