@@ -4,6 +4,7 @@ Subcommands:
   quick           balanced/high, naive vs quota-tiered vs adaptive DRR vs full stack
   decision-cost   one scheduling decision at 100 .. 100k queued (timing benchmark)
   sim-speed       simulated requests per wall second at ~100 in flight
+  sdk-overhead    latency and throughput the async SDK adds over the bare openai client
 """
 
 from __future__ import annotations
@@ -38,18 +39,36 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--out", type=Path, default=Path("results/quick"), help="output folder")
     q.add_argument("--seeds", type=int, default=5, help="seeds per strategy (default 5)")
     q.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    q.add_argument(
+        "--live",
+        action="store_true",
+        help="also run through the real SDK and the HTTP mock on loopback (compressed time)",
+    )
+    q.add_argument(
+        "--time-scale", type=float, default=100.0, help="live time compression (default 100)"
+    )
     d = sub.add_parser("decision-cost", help="decision latency vs queue length (benchmark)")
     d.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     d.add_argument("--samples", type=int, default=2000, help="decisions timed per size")
     s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
     s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
+    o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
+    o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.command == "quick":
         if args.seeds < 1:
             parser.error(f"--seeds={args.seeds} must be >= 1")
-        quick(args.out, seeds=args.seeds, workers=args.workers)
+        if not args.time_scale > 0:
+            parser.error(f"--time-scale={args.time_scale} must be > 0")
+        quick(
+            args.out,
+            seeds=args.seeds,
+            workers=args.workers,
+            live=args.live,
+            time_scale=args.time_scale,
+        )
         written = args.out / "summary.csv"
     elif args.command == "decision-cost":
         from bench.perf import decision_cost
@@ -60,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
         written = args.out / "decision_cost.csv"
         write_csv(written, rows)
+    elif args.command == "sdk-overhead":
+        from bench.sdk_perf import sdk_overhead
+
+        row = sdk_overhead()
+        for key, value in row.items():
+            print(f"{key:>24}  {value:10.3f}")
+        written = args.out / "sdk_overhead.csv"
+        write_csv(written, [row])
     else:
         from bench.perf import sim_speed
 

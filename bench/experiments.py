@@ -116,8 +116,20 @@ QUICK_STRATEGIES: tuple[str, ...] = (
 )
 
 
-def quick(out: Path, *, seeds: int = 5, workers: int | None = None) -> list[dict[str, object]]:
-    """balanced/high, four strategies, ``seeds`` seeds: print and write ``summary.csv``."""
+def quick(
+    out: Path,
+    *,
+    seeds: int = 5,
+    workers: int | None = None,
+    live: bool = False,
+    time_scale: float = 100.0,
+) -> list[dict[str, object]]:
+    """balanced/high, four strategies, ``seeds`` seeds: print and write ``summary.csv``.
+
+    With ``live``, the same runs also go through the real SDK and the HTTP mock
+    (see :mod:`bench.live`); ``summary.csv`` then holds the live results and
+    ``live_vs_sim.csv`` / ``live_vs_sim.md`` compare them with the simulator.
+    """
     specs = [
         RunSpec(regime="balanced/high", strategy=s, seed=seed)
         for s in QUICK_STRATEGIES
@@ -125,7 +137,79 @@ def quick(out: Path, *, seeds: int = 5, workers: int | None = None) -> list[dict
     ]
     runs = run_many(specs, workers=workers, progress=print_progress)
     summary = aggregate(runs, ("regime", "strategy"))
-    write_csv(out / "runs.csv", runs)
-    write_csv(out / "summary.csv", summary)
-    print(format_table(summary, ("regime", "strategy")))
-    return summary
+    if not live:
+        write_csv(out / "runs.csv", runs)
+        write_csv(out / "summary.csv", summary)
+        print(format_table(summary, ("regime", "strategy")))
+        return summary
+    from bench.live import live_run
+
+    print(
+        f"live: {len(specs)} runs through the SDK and the HTTP mock at {time_scale:g}x",
+        file=sys.stderr,
+    )
+    live_runs: list[dict[str, object]] = []
+    start = time.perf_counter()
+    for i, spec in enumerate(specs, 1):  # one at a time: both processes need a core
+        live_runs.append(live_run(spec, time_scale=time_scale))
+        print_progress(i, len(specs), time.perf_counter() - start)
+    live_summary = aggregate(live_runs, ("regime", "strategy"))
+    write_csv(out / "runs.csv", live_runs)
+    write_csv(out / "summary.csv", live_summary)
+    write_csv(out / "sim_summary.csv", summary)
+    comparison = compare_live(summary, live_summary)
+    write_csv(out / "live_vs_sim.csv", comparison)
+    text = format_comparison(comparison)
+    (out / "live_vs_sim.md").write_text(text + "\n")
+    print(format_table(live_summary, ("regime", "strategy")))
+    print()
+    print(text)
+    return live_summary
+
+
+#: Metrics compared between simulated and live runs.
+COMPARED = ("short_p95_ms", "completion_rate", "goodput_rps", "global_p95_ms")
+
+
+def compare_live(
+    sim: list[dict[str, object]], live: list[dict[str, object]]
+) -> list[dict[str, object]]:
+    """Per strategy: simulator mean, live mean, and live/sim ratio of each compared metric."""
+    live_by = {row["strategy"]: row for row in live}
+    rows: list[dict[str, object]] = []
+    for row in sim:
+        other = live_by[row["strategy"]]
+        out: dict[str, object] = {"regime": row["regime"], "strategy": row["strategy"]}
+        for metric in COMPARED:
+            a, b = row[f"{metric}_mean"], other[f"{metric}_mean"]
+            assert isinstance(a, float) and isinstance(b, float)
+            out[f"{metric}_sim"] = a
+            out[f"{metric}_live"] = b
+            out[f"{metric}_ratio"] = b / a if a else float("nan")
+        rows.append(out)
+    return rows
+
+
+def format_comparison(rows: list[dict[str, object]]) -> str:
+    """Markdown table of :func:`compare_live` plus the two checks of the cross-check."""
+    head = "| strategy | " + " | ".join(f"{m} sim / live (ratio)" for m in COMPARED) + " |"
+    lines = [head, "|" + "---|" * (len(COMPARED) + 1)]
+    for row in rows:
+        cells = [
+            f"{row[f'{m}_sim']:.3g} / {row[f'{m}_live']:.3g} ({row[f'{m}_ratio']:.2f})"
+            for m in COMPARED
+        ]
+        lines.append(f"| {row['strategy']} | " + " | ".join(cells) + " |")
+    order_sim = [r["strategy"] for r in sorted(rows, key=lambda r: float(r["short_p95_ms_sim"]))]  # type: ignore[arg-type]
+    order_live = [r["strategy"] for r in sorted(rows, key=lambda r: float(r["short_p95_ms_live"]))]  # type: ignore[arg-type]
+    within = all(
+        abs(float(r[f"{m}_ratio"]) - 1.0) <= 0.15  # type: ignore[arg-type]
+        for r in rows
+        for m in ("completion_rate", "goodput_rps")
+    )
+    lines.append("")
+    lines.append(f"- short-P95 order, simulator: {' < '.join(map(str, order_sim))}")
+    lines.append(f"- short-P95 order, live:      {' < '.join(map(str, order_live))}")
+    lines.append(f"- same order: {'yes' if order_sim == order_live else 'no'}")
+    lines.append(f"- completion and goodput within 15%: {'yes' if within else 'no'}")
+    return "\n".join(lines)

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.request import Prior
 
-__all__ = ["Prior", "PriorQuery", "PriorSource"]
+__all__ = ["BatchPriorSource", "Prior", "PriorQuery", "PriorSource"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,4 +62,18 @@ class PriorSource(Protocol):
 
     def prior(self, query: PriorQuery) -> Prior:
         """Return the prior for ``query``."""
+        ...
+
+
+@runtime_checkable
+class BatchPriorSource(PriorSource, Protocol):
+    """A model-backed source: blocking, better called on many queries at once.
+
+    The async runtime never calls it on the event loop: it micro-batches
+    queries and runs :meth:`prior_batch` in a worker thread with a bounded wait,
+    falling back to a cheap prior on timeout or error.
+    """
+
+    def prior_batch(self, queries: list[PriorQuery]) -> list[Prior]:
+        """Return one prior per query, in order."""
         ...

@@ -40,6 +40,7 @@ __all__ = [
     "NEUTRAL_P90",
     "ClassOnly",
     "Coarse",
+    "Heuristic",
     "NoInformation",
     "Noisy",
     "Oracle",
@@ -165,3 +166,24 @@ def information_source(
     except KeyError:
         raise ValueError(f"name={name!r} must be one of {list(sources)}") from None
     return Noisy(source, noise, seed) if noise else source
+
+
+@dataclass(frozen=True, slots=True)
+class Heuristic:
+    """What a client knows without a model: the caller's ``max_tokens`` cap.
+
+    With a cap, p50/p90 are the neutral values clipped to the cap (a request
+    capped at 32 tokens is short whatever it says). Without one the size is
+    unknown: neutral p50/p90 and routing bucket ``unknown`` (uniform shedding).
+    This is the SDK's default and the fallback when a learned source is slow.
+    """
+
+    p50: float = NEUTRAL_P50
+    p90: float = NEUTRAL_P90
+    name: str = "heuristic"
+
+    def prior(self, query: PriorQuery) -> Prior:
+        cap = query.max_tokens
+        if cap is None or cap <= 0:
+            return Prior(p50=self.p50, p90=self.p90, bucket=Bucket.UNKNOWN)
+        return Prior(p50=min(self.p50, float(cap)), p90=min(self.p90, float(cap)))

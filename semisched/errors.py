@@ -1,0 +1,136 @@
+"""The outcomes a caller of :meth:`semisched.Scheduler.submit` can get instead of a response.
+
+Exception tree (outcomes, all carry the request id and class)::
+
+    SemischedError
+    ├── RequestRejected        overload control refused it (reason, bucket, severity, retry_after)
+    ├── QueueFull              the scheduler's own queue limit was reached (retry_after)
+    ├── DeadlineExceeded       the deadline passed: queued, deferred, in flight, before a retry
+    ├── SchedulerClosed        submitted to, or still pending in, a closed scheduler
+    └── ProviderError          the provider failed and the scheduler's retries are spent
+        ├── RateLimited        429 rate_limit_exceeded, no retry fits before the deadline
+        └── QuotaExceeded      429 insufficient_quota: never retried
+
+Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
+queued; those are not outcomes. Provider exceptions (``openai.*``) are mapped to
+this tree in exactly one place, :func:`semisched.runtime.classify_failure`, and
+always chained (``raise ... from exc``), so ``err.__cause__`` is the original.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DeadlineExceeded",
+    "ProviderError",
+    "QueueFull",
+    "QuotaExceeded",
+    "RateLimited",
+    "RequestRejected",
+    "SchedulerClosed",
+    "SemischedError",
+]
+
+
+class SemischedError(Exception):
+    """Base of every scheduling outcome that is not a response.
+
+    Attributes:
+        request_id: The scheduler's id for the request.
+        klass: The request's scheduling class.
+    """
+
+    def __init__(self, message: str, *, request_id: str, klass: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.klass = klass
+
+
+class RequestRejected(SemischedError):
+    """Overload control refused the request (seed 004 §3.1 cost ladder).
+
+    Attributes:
+        reason: Human explanation (severity, threshold, bucket).
+        bucket: Routing bucket the decision used.
+        severity: Severity at decision time, in [0, 1].
+        retry_after: Seconds after which a retry may be admitted (a hint).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: str,
+        klass: str,
+        reason: str,
+        bucket: str,
+        severity: float,
+        retry_after: float | None,
+    ) -> None:
+        super().__init__(message, request_id=request_id, klass=klass)
+        self.reason = reason
+        self.bucket = bucket
+        self.severity = severity
+        self.retry_after = retry_after
+
+
+class QueueFull(SemischedError):
+    """The scheduler already holds ``limit`` pending requests."""
+
+    def __init__(self, message: str, *, request_id: str, klass: str, limit: int) -> None:
+        super().__init__(message, request_id=request_id, klass=klass)
+        self.limit = limit
+        self.retry_after: float | None = None
+
+
+class DeadlineExceeded(SemischedError):
+    """The request's deadline passed before it could complete.
+
+    Attributes:
+        phase: ``"queued"`` (never sent), ``"in_flight"`` (the call was
+            aborted), or ``"retry"`` (no retry fitted before the deadline).
+        deadline: The absolute deadline on the scheduler's clock.
+    """
+
+    def __init__(
+        self, message: str, *, request_id: str, klass: str, phase: str, deadline: float | None
+    ) -> None:
+        super().__init__(message, request_id=request_id, klass=klass)
+        self.phase = phase
+        self.deadline = deadline
+
+
+class SchedulerClosed(SemischedError):
+    """The scheduler was closed before the request could be served."""
+
+
+class ProviderError(SemischedError):
+    """The provider failed and the scheduler's retries are spent (or it is not retryable).
+
+    Attributes:
+        status_code: HTTP status, ``None`` for connection errors and timeouts.
+        attempts: How many times the request was sent.
+        retry_after: The provider's retry hint in seconds, if it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: str,
+        klass: str,
+        status_code: int | None,
+        attempts: int,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, request_id=request_id, klass=klass)
+        self.status_code = status_code
+        self.attempts = attempts
+        self.retry_after = retry_after
+
+
+class RateLimited(ProviderError):
+    """429 ``rate_limit_exceeded`` and no retry fits before the deadline or the retry limit."""
+
+
+class QuotaExceeded(ProviderError):
+    """429 ``insufficient_quota``: the account is out of quota; retrying cannot help."""
