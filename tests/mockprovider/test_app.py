@@ -448,7 +448,8 @@ async def test_error_rate_one_answers_500_and_503() -> None:
 async def test_dropped_connection_is_an_api_connection_error(stream: bool) -> None:
     async with serve(MockConfig(time_scale=1000, drop_rate=1.0)) as mock:
         with pytest.raises(openai.APIConnectionError):
-            await (mock.stream_all(50) if stream else mock.chat(50))
+            # A long stream, so it cannot finish in the physics before the drop cancels it.
+            await (mock.stream_all(20_000) if stream else mock.chat(50))
         stats = await mock.stats()
     assert stats["counters"]["faults_drop"] == 1
     assert stats["physics"]["active"] == 0
