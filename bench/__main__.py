@@ -5,6 +5,10 @@ Subcommands:
   decision-cost   one scheduling decision at 100 .. 100k queued (timing benchmark)
   sim-speed       simulated requests per wall second at ~100 in flight
   sdk-overhead    latency and throughput the async SDK adds over the bare openai client
+  all             every experiment of the paper's evaluation + REPRODUCTION.md
+  NAME            one experiment: information-ladder, main-comparison,
+                  overload-policies, fair-queuing, layerwise, sensitivity,
+                  predictor-noise, sharegpt-trace
 """
 
 from __future__ import annotations
@@ -53,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
     s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
+    from bench.suite import EXPERIMENTS
+
+    for name in ("all", *(e.name for e in EXPERIMENTS)):
+        e = sub.add_parser(name, help="the whole evaluation" if name == "all" else "one experiment")
+        e.add_argument("--out", type=Path, default=Path("results"), help="output folder")
+        e.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
+        e.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+        e.add_argument("--live", action="store_true", help="through the real SDK + HTTP mock")
+        e.add_argument("--time-scale", type=float, default=100.0, help="live time compression")
+        e.add_argument("--traces", action="store_true", help="also write per-request traces")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     args = parser.parse_args(argv)
@@ -79,6 +93,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
         written = args.out / "decision_cost.csv"
         write_csv(written, rows)
+    elif args.command == "all" or args.command in {e.name for e in EXPERIMENTS}:
+        from bench.runner import experiments_named, run_suite
+
+        if args.seeds < 1:
+            parser.error(f"--seeds={args.seeds} must be >= 1")
+        chosen = experiments_named([args.command])
+        summaries = run_suite(
+            chosen,
+            args.out,
+            seeds=args.seeds,
+            workers=args.workers,
+            live=args.live,
+            time_scale=args.time_scale,
+            traces=args.traces,
+        )
+        written = args.out
+        if args.command == "all":
+            from bench.claims import write_reproduction
+
+            written = write_reproduction(summaries, args.out, live=args.live)
+            print((written).read_text())
     elif args.command == "sdk-overhead":
         from bench.sdk_perf import sdk_overhead
 

