@@ -157,7 +157,11 @@ class AdaptiveDRR(AllocationPolicy):
         self.deficit = {c.name: 0.0 for c in self.classes}
         self.current: str | None = None
         self._spec = {c.name: c for c in self.classes}
-        self._names = tuple(c.name for c in self.classes)
+        names = tuple(c.name for c in self.classes)
+        # Visiting order after each class (and from the start, key None): the others cyclically.
+        self._after: dict[str | None, tuple[str, ...]] = {None: names}
+        for i, name in enumerate(names):
+            self._after[name] = names[i + 1 :] + names[: i + 1]
 
     def quantum(self, klass: str, severity: float) -> float:
         """This turn's quantum for ``klass`` at the given severity."""
@@ -175,10 +179,7 @@ class AdaptiveDRR(AllocationPolicy):
         if cur is not None and cur in backlog and view.head(cur).cost <= self.deficit[cur]:
             return cur
         # Visiting order: the backlogged classes after the current one, cyclically.
-        names = self._names
-        n = len(names)
-        start = self.order[cur] if cur is not None else -1
-        ring = [k for i in range(1, n + 1) if (k := names[(start + i) % n]) in backlog]
+        ring = [k for k in self._after[cur] if k in backlog]
         m = len(ring)
         severity = view.severity
         best: tuple[int, str] | None = None
@@ -186,7 +187,9 @@ class AdaptiveDRR(AllocationPolicy):
         for pos, k in enumerate(ring, start=1):
             q = quanta[k] = self.quantum(k, severity)
             need = view.head(k).cost - self.deficit[k]
-            rounds = max(1, math.ceil(need / q)) if need > 0 else 1
+            rounds = math.ceil(need / q) if need > 0 else 1
+            if rounds < 1:  # need / q underflowed to 0 (max() without the builtin's overhead)
+                rounds = 1
             visit = pos + (rounds - 1) * m
             if best is None or visit < best[0]:
                 best = (visit, k)

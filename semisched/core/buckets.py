@@ -17,6 +17,7 @@ This module holds data and two pure functions; it decides nothing.
 from __future__ import annotations
 
 import enum
+import math
 
 __all__ = ["BUCKET_BOUNDS", "SIZED_BUCKETS", "Bucket", "bucket_for_tokens"]
 
@@ -30,8 +31,12 @@ class Bucket(enum.Enum):
     XLONG = "xlong"
     UNKNOWN = "unknown"
 
+    # Members are singletons compared by identity, so identity hashing agrees with equality;
+    # Enum's default hashes the name in Python code, on every dict lookup (a hot path here).
+    __hash__ = object.__hash__
+
     def __str__(self) -> str:
-        return self.value
+        return self._value_  # what .value returns, without Enum's property (hot in traces)
 
 
 #: Inclusive (low, high) output-token bounds per sized bucket; ``None`` = unbounded.
@@ -55,12 +60,13 @@ def bucket_for_tokens(output_tokens: float) -> Bucket:
     Raises:
         ValueError: If ``output_tokens`` is negative or not finite.
     """
-    if not output_tokens >= 0 or output_tokens == float("inf"):
+    if not output_tokens >= 0 or output_tokens == math.inf:
         raise ValueError(f"{output_tokens=} must be a finite number >= 0")
+    short, medium, long, xlong = SIZED_BUCKETS  # a tuple: Enum member lookups are slow
     if output_tokens <= 64:
-        return Bucket.SHORT
+        return short
     if output_tokens <= 256:
-        return Bucket.MEDIUM
+        return medium
     if output_tokens <= 1024:
-        return Bucket.LONG
-    return Bucket.XLONG
+        return long
+    return xlong

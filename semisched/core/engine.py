@@ -45,8 +45,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from semisched.core.allocation import AllocationPolicy, make_allocation
+from semisched.core.buckets import Bucket
 from semisched.core.config import SchedulerConfig
-from semisched.core.ordering import OrderingPolicy, is_feasible, make_ordering
+from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
 from semisched.core.overload import Admission, OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.request import Request
@@ -112,7 +113,9 @@ Action = Send | Reject | Defer | Expire | Wake
 
 _WAKE = 0
 _DEADLINE = 1
-_DEFER, _REJECT = Verdict.DEFER, Verdict.REJECT
+_DEFER = Verdict.DEFER
+_QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
+_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +147,12 @@ class Engine:
         self._order: OrderingPolicy = make_ordering(cfg.ordering)
         self._overload = OverloadController(cfg.overload)
         self._signals = Signals(cfg.signals)
+        # Bound once: the ordering layer calls it for every candidate it scores.
+        self._estimate: LatencyEstimate = self._signals.estimate_latency
+        self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
         self._queues = {n: ClassQueue(n, cfg.ordering.band_ratio) for n in self._class_names}
+        self._backlog: tuple[str, ...] = ()  # non-empty queues; renewed when one empties or fills
         self._entries: dict[str, Entry] = {}
         self._timers: list[tuple[float, int, int, Entry]] = []
         self._seq = 0
@@ -166,8 +173,9 @@ class Engine:
             ),
             0,
         )  # fmt: skip
-        self._rejects_by_bucket: dict[str, int] = {}
-        self._defers_by_bucket: dict[str, int] = {}
+        # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
+        self._rejects_by_bucket: dict[Bucket, int] = {}
+        self._defers_by_bucket: dict[Bucket, int] = {}
 
     def __repr__(self) -> str:
         return (
@@ -190,7 +198,7 @@ class Engine:
 
     def backlogged(self) -> Sequence[str]:
         """Classes with queued requests, in configured order."""
-        return [n for n in self._class_names if self._queues[n]]
+        return self._backlog
 
     def head(self, klass: str) -> Entry:
         """The entry the ordering policy picks next in ``klass`` (cached per decision)."""
@@ -226,7 +234,7 @@ class Engine:
         self._advance(now)
         cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
-        entry = Entry(request=request, cost=cost, reserve=reserve, seq=self._next_seq())
+        entry = Entry(request, cost, reserve, self._next_seq())
         self._counters["submitted"] += 1
         actions: list[Action] = []
         self._run_timers(now, actions)
@@ -248,11 +256,8 @@ class Engine:
         Raises:
             ValueError: If ``request_id`` is not in flight.
         """
-        try:
-            tokens = operator.index(output_tokens)
-        except TypeError:
-            tokens = -1
-        if isinstance(output_tokens, bool) or tokens < 0:
+        tokens = output_tokens if type(output_tokens) is int else _token_count(output_tokens)
+        if tokens < 0:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
@@ -321,12 +326,12 @@ class Engine:
         self._run_timers(now, actions)
         entry = self._entries.get(request_id)
         if entry is not None:
-            if entry.state == EntryState.INFLIGHT:
+            if entry.state == _INFLIGHT:
                 self._take_inflight(request_id)
             else:
-                if entry.state == EntryState.QUEUED:
+                if entry.state == _QUEUED:
                     self._dequeue(entry)
-                elif entry.state == EntryState.DEFERRED:
+                elif entry.state == _DEFERRED:
                     self._deferred -= 1
                 self._terminal(entry)
             self._counters["cancelled"] += 1
@@ -370,8 +375,8 @@ class Engine:
             signals=self._snapshot(),
             s_per_token=self._signals.s_per_token,
             counters=dict(self._counters),
-            rejects_by_bucket=dict(self._rejects_by_bucket),
-            defers_by_bucket=dict(self._defers_by_bucket),
+            rejects_by_bucket={b.value: n for b, n in self._rejects_by_bucket.items()},
+            defers_by_bucket={b.value: n for b, n in self._defers_by_bucket.items()},
             allocation_state=self._alloc.state(),
         )
 
@@ -380,9 +385,6 @@ class Engine:
         return len(self._entries)
 
     # -- internals ----------------------------------------------------------------
-
-    def _estimate(self, output_tokens: float) -> float:
-        return self._signals.estimate_latency(output_tokens)
 
     def _advance(self, now: float) -> None:
         if not now >= self._now:
@@ -410,13 +412,14 @@ class Engine:
         )
 
     def _push_timer(self, at: float, kind: int, entry: Entry) -> None:
-        heapq.heappush(self._timers, (at, self._next_seq(), kind, entry))
+        self._seq += 1  # _next_seq(), inlined: one timer per arrival and per deferral
+        heapq.heappush(self._timers, (at, self._seq, kind, entry))
 
     def _timer_live(self, timer: tuple[float, int, int, Entry]) -> bool:
         at, _, kind, entry = timer
         if kind == _WAKE:
-            return entry.state == EntryState.DEFERRED and entry.wake_at == at
-        return entry.state in (EntryState.QUEUED, EntryState.DEFERRED)
+            return entry.state == _DEFERRED and entry.wake_at == at
+        return entry.state == _QUEUED or entry.state == _DEFERRED
 
     def _run_timers(self, now: float, actions: list[Action]) -> None:
         timers = self._timers
@@ -427,7 +430,7 @@ class Engine:
             _, _, kind, entry = timer
             deadline = entry.request.deadline
             if kind == _DEADLINE or (deadline is not None and deadline <= now):
-                if entry.state == EntryState.QUEUED:
+                if entry.state == _QUEUED:
                     self._dequeue(entry)
                 else:
                     self._deferred -= 1
@@ -447,13 +450,16 @@ class Engine:
             return
         request = entry.request
         severity = self._current_severity()
-        verdict = self._overload.decide(request.bucket, severity, now, entry.defers)
-        kind = verdict.verdict
-        if kind is _DEFER:
+        verdict = self._overload.shed(request.bucket, severity, now, entry.defers)
+        if verdict is None:
+            self._counters["admitted"] += 1
+            self._enqueue(entry)
+            return
+        if verdict.verdict is _DEFER:
             assert verdict.until is not None
             deadline = request.deadline
             if deadline is None or verdict.until < deadline:
-                bucket = request.bucket.value
+                bucket = request.bucket
                 entry.defers += 1
                 self._counters["deferrals"] += 1
                 self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
@@ -462,55 +468,62 @@ class Engine:
                 return
             reason = verdict.reason + "; the deferral would outlast the deadline"
             actions.append(Reject(request, reason, severity, None))
-            self._reject(entry, request.bucket.value)
+            self._reject(entry, request.bucket)
             return
-        if kind is _REJECT:
-            actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
-            self._reject(entry, request.bucket.value)
-            return
-        self._counters["admitted"] += 1
-        self._enqueue(entry)
+        # shed() only defers or rejects: this is a rejection.
+        actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
+        self._reject(entry, request.bucket)
 
-    def _reject(self, entry: Entry, bucket: str) -> None:
+    def _reject(self, entry: Entry, bucket: Bucket) -> None:
         self._terminal(entry)
         self._counters["rejected"] += 1
         self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
 
     def _defer(self, entry: Entry, until: float) -> None:
-        entry.state = EntryState.DEFERRED
+        entry.state = _DEFERRED
         entry.wake_at = until
         self._deferred += 1
         self._push_timer(until, _WAKE, entry)
 
     def _enqueue(self, entry: Entry) -> None:
-        entry.state = EntryState.QUEUED
+        klass = entry.request.klass
+        queue = self._queues[klass]
+        entry.state = _QUEUED
         entry.seq = self._next_seq()
-        self._queues[entry.request.klass].add(entry)
+        queue.add(entry)
         self._queued += 1
         self._queued_tokens += entry.cost
-        self._heads.pop(entry.request.klass, None)
+        self._heads.pop(klass, None)
+        if len(queue) == 1:
+            self._renew_backlog()
 
     def _dequeue(self, entry: Entry) -> None:
         klass = entry.request.klass
         queue = self._queues[klass]
         queue.remove(entry)
         self._queued -= 1
-        self._queued_tokens = max(0.0, self._queued_tokens - entry.cost)
+        tokens = self._queued_tokens - entry.cost
+        self._queued_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
         self._heads.pop(klass, None)
         if not queue:
+            self._renew_backlog()
             self._alloc.on_idle(klass)
 
+    def _renew_backlog(self) -> None:
+        self._backlog = tuple([name for name, queue in self._queues.items() if queue])
+
     def _terminal(self, entry: Entry) -> None:
-        entry.state = EntryState.DONE
+        entry.state = _DONE
         self._entries.pop(entry.request.id, None)
 
     def _take_inflight(self, request_id: str) -> Entry:
         entry = self._entries.get(request_id)
-        if entry is None or entry.state != EntryState.INFLIGHT:
+        if entry is None or entry.state != _INFLIGHT:
             raise ValueError(f"request_id={request_id!r} is not in flight")
         self._inflight -= 1
         self._inflight_by_class[entry.request.klass] -= 1
-        self._inflight_tokens = max(0.0, self._inflight_tokens - entry.reserve)
+        tokens = self._inflight_tokens - entry.reserve
+        self._inflight_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
         self._terminal(entry)
         return entry
 
@@ -520,10 +533,9 @@ class Engine:
         return self._finish(now, actions)
 
     def _has_capacity(self, entry_reserve: float) -> bool:
-        cfg = self.config
-        if cfg.max_inflight is not None and self._inflight >= cfg.max_inflight:
+        if self._inflight >= self._inflight_cap:
             return False
-        limit = cfg.max_inflight_tokens
+        limit = self.config.max_inflight_tokens
         return (
             limit is None or self._inflight == 0 or self._inflight_tokens + entry_reserve <= limit
         )
@@ -534,7 +546,7 @@ class Engine:
             return
         self._heads.clear()
         self._severity = self._current_severity()
-        while self._queued and self._has_capacity(0.0):
+        while True:  # checked above, and again after each send
             klass = self._alloc.select(self)
             if klass is None:
                 break
@@ -547,7 +559,7 @@ class Engine:
             # its remaining deficit (on_idle) instead of carrying the charge.
             self._alloc.on_send(klass, entry.cost)
             self._dequeue(entry)
-            entry.state = EntryState.INFLIGHT
+            entry.state = _INFLIGHT
             entry.attempts += 1
             entry.sent_at = now
             self._entries[entry.request.id] = entry
@@ -556,6 +568,8 @@ class Engine:
             self._inflight_tokens += entry.reserve
             self._counters["sent"] += 1
             actions.append(Send(entry.request, entry.attempts, entry.cost))
+            if not self._queued or not self._has_capacity(0.0):
+                break
 
     def _finish(self, now: float, actions: list[Action]) -> list[Action]:
         wake = self.next_wakeup()
@@ -564,3 +578,13 @@ class Engine:
             self._reported_wake = wake
             actions.append(Wake(wake))
         return actions
+
+
+def _token_count(value: int) -> int:
+    """``value`` as an int token count, or -1 when it is not one (bools are not)."""
+    if isinstance(value, bool):
+        return -1
+    try:
+        return operator.index(value)
+    except TypeError:
+        return -1

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from semisched.core.config import OrderingConfig
@@ -103,26 +103,19 @@ class FeasibleSetOrdering(OrderingPolicy):
     def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
         cfg = self.cfg
         ref, horizon = cfg.size_ref_tokens, cfg.urgency_horizon_s
+        lookahead = cfg.infeasible_lookahead
         w_wait, w_size, w_urg = cfg.w_wait, cfg.w_size, cfg.w_urgency
         best: Entry | None = None
         best_key = (False, -math.inf, 0)
-        candidates = list(queue.heads())
+        candidates = queue.heads()
+        if len(queue) == 1:  # a lone entry is the choice, feasible or not
+            return candidates[0]
         if cfg.urgent_candidates:
-            candidates.extend(queue.earliest_deadlines(cfg.urgent_candidates))
-        for entry in candidates:
-            request = entry.request
-            if (
-                request.deadline is not None
-                and request.deadline - now < estimate(request.prior.p50)
-                and cfg.infeasible_lookahead
-            ):
-                # An infeasible band head must not hide a feasible peer queued behind it.
-                for peer in queue.band_front(entry, cfg.infeasible_lookahead + 1):
-                    if peer.request.deadline is None or (
-                        peer.request.deadline - now >= estimate(peer.request.prior.p50)
-                    ):
-                        candidates.append(peer)
-                        break
+            # The earliest deadline is often a band head too; scoring it twice changes nothing.
+            urgent = queue.earliest_deadlines(cfg.urgent_candidates)
+            candidates += [entry for entry in urgent if entry not in candidates]
+        # One pass; an infeasible candidate appends its band's first feasible peer, which
+        # this same loop then scores (a list iterated while it grows).
         for entry in candidates:
             # Inlined :meth:`score` plus feasibility: this loop is the hot path.
             request = entry.request
@@ -136,12 +129,28 @@ class FeasibleSetOrdering(OrderingPolicy):
                 feasible = slack >= 0.0
                 urgency = 1.0 - slack / horizon
                 score += w_urg * (0.0 if urgency < 0.0 else 1.0 if urgency > 1.0 else urgency)
+                if not feasible and lookahead:
+                    # An infeasible band head must not hide a feasible peer queued behind it.
+                    peer = _first_feasible(queue.band_front(entry, lookahead + 1), now, estimate)
+                    if peer is not None:
+                        candidates.append(peer)
             key = (feasible, score, -entry.seq)
             if key > best_key:
                 best, best_key = entry, key
         if best is None:
             raise ValueError(f"queue {queue.name!r} is empty")
         return best
+
+
+def _first_feasible(
+    entries: Iterable[Entry], now: float, estimate: LatencyEstimate
+) -> Entry | None:
+    """The first of ``entries`` that can still meet its deadline (see :func:`is_feasible`)."""
+    for entry in entries:
+        deadline = entry.request.deadline
+        if deadline is None or deadline - now >= estimate(entry.request.prior.p50):
+            return entry
+    return None
 
 
 #: Ordering policies by name.

@@ -121,9 +121,17 @@ class OverloadController:
 
     def decide(self, bucket: Bucket, severity: float, now: float, defers: int) -> Admission:
         """Decide for a request of routing ``bucket`` deferred ``defers`` times so far."""
+        shed = self.shed(bucket, severity, now, defers)
+        return shed if shed is not None else Admission(_ADMIT, severity, self.levels.get(bucket))
+
+    def shed(self, bucket: Bucket, severity: float, now: float, defers: int) -> Admission | None:
+        """:meth:`decide`'s defer or reject decision, or ``None`` when it admits.
+
+        The engine's hot path: an admitted request needs no explanation object.
+        """
         level = self.levels.get(bucket)
         if level is None:
-            return Admission(_ADMIT, severity, None)
+            return None
         for threshold, min_level, verdict in self.rules:
             if level >= min_level and severity >= threshold:
                 if verdict is _REJECT:
@@ -136,7 +144,10 @@ class OverloadController:
                         retry_after=self.cfg.retry_after_s,
                     )
                 if defers >= self.cfg.max_defers:
-                    return Admission(_ADMIT, severity, level)
-                backoff = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2.0**defers)
-                return Admission(verdict, severity, level, threshold, bucket, until=now + backoff)
-        return Admission(_ADMIT, severity, level)
+                    return None
+                backoff = self.cfg.backoff_s * 2.0**defers
+                if backoff > self.cfg.max_backoff_s:
+                    backoff = self.cfg.max_backoff_s
+                until = now + backoff  # positional below: keywords cost more on this hot path
+                return Admission(verdict, severity, level, threshold, bucket, until)
+        return None

@@ -105,7 +105,7 @@ class ClassQueue:
         )
 
     def _band(self, cost: float) -> int:
-        return int(math.log(max(cost, 1.0)) / self._log_ratio)
+        return int(math.log(cost if cost > 1.0 else 1.0) / self._log_ratio)
 
     def add(self, entry: Entry) -> None:
         """Append ``entry`` (rule 1: it must not already be queued)."""
@@ -134,18 +134,22 @@ class ClassQueue:
             self._deadlines.clear()
             self.tokens = 0.0
 
-    def heads(self) -> Iterator[Entry]:
-        """Yield the longest-queued live entry of every non-empty band."""
+    def heads(self) -> list[Entry]:
+        """The longest-queued live entry of every non-empty band (a new list)."""
+        heads: list[Entry] = []
         empty: list[int] = []
         for band, dq in self._bands.items():
-            while dq and not _live(dq[0]):
+            while dq:
+                seq, entry = dq[0]
+                if entry.queued and entry.seq == seq:  # _live, inlined: once per band per decision
+                    heads.append(entry)
+                    break
                 dq.popleft()
-            if dq:
-                yield dq[0][1]
             else:
                 empty.append(band)
         for band in empty:
             del self._bands[band]
+        return heads
 
     def band_front(self, head: Entry, depth: int) -> Iterator[Entry]:
         """Up to ``depth`` live entries of ``head``'s band, from its head on (FIFO order)."""
@@ -171,7 +175,7 @@ class ClassQueue:
     def earliest_deadlines(self, k: int) -> list[Entry]:
         """Up to ``k`` live entries with the earliest deadlines, earliest first."""
         heap = self._deadlines
-        while heap and not _live(heap[0][1:]):
+        while heap and not (heap[0][2].queued and heap[0][2].seq == heap[0][1]):  # _live, inlined
             heapq.heappop(heap)
         if k <= 0 or not heap:
             return []

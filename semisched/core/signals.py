@@ -92,9 +92,10 @@ class Signals:
             raise ValueError(f"{latency_s=} must be a finite number >= 0")
         if output_tokens < 0:
             raise ValueError(f"{output_tokens=} must be >= 0")
-        per_token = latency_s / max(1, output_tokens)
+        per_token = latency_s / (output_tokens if output_tokens > 1 else 1)
         self._s_per_token += self._alpha * (per_token - self._s_per_token)
-        self._best = min(self._best, per_token)
+        if per_token < self._best:
+            self._best = per_token
         self._tail.append(per_token)
         insort(self._tail_sorted, per_token)
         if len(self._tail) > self._cfg.tail_window:
@@ -140,20 +141,29 @@ class Signals:
 
     def estimate_latency(self, output_tokens: float) -> float:
         """Expected seconds from send to completion for ``output_tokens``."""
-        return self._s_per_token * max(1.0, output_tokens)
+        return self._s_per_token * (output_tokens if output_tokens > 1.0 else 1.0)
 
     def tail_signal(self) -> float:
         """The tail-latency ratio mapped onto [0, 1]."""
-        if self._tail_cache is None:
-            if not self._tail or not math.isfinite(self._best) or self._best <= 0:
-                self._tail_cache = 0.0
-            else:
-                ordered = self._tail_sorted
-                idx = min(len(ordered) - 1, int(self._cfg.tail_quantile * len(ordered)))
-                ratio = ordered[idx] / self._best
-                full = self._cfg.tail_ratio_full
-                self._tail_cache = min(1.0, max(0.0, (ratio - 1.0) / (full - 1.0)))
-        return max(self._tail_cache, self._throttle, self._headroom_pressure)
+        tail = self._tail_cache
+        if tail is None:
+            tail = self._tail_cache = self._tail_ratio_signal()
+        # max(tail, throttle, headroom) without the builtin's call overhead (hot path)
+        if self._throttle > tail:
+            tail = self._throttle
+        return self._headroom_pressure if self._headroom_pressure > tail else tail
+
+    def _tail_ratio_signal(self) -> float:
+        if not self._tail or not math.isfinite(self._best) or self._best <= 0:
+            return 0.0
+        ordered = self._tail_sorted
+        last = len(ordered) - 1
+        idx = int(self._cfg.tail_quantile * len(ordered))
+        ratio = ordered[idx if idx < last else last] / self._best
+        full = self._cfg.tail_ratio_full
+        signal = (ratio - 1.0) / (full - 1.0)
+        # clamp to [0, 1] (min/max are slow builtins; this runs after every completion)
+        return 0.0 if not signal > 0.0 else signal if signal < 1.0 else 1.0
 
     def severity(
         self,
@@ -164,10 +174,21 @@ class Signals:
         weights: OverloadConfig,
     ) -> float:
         """Weighted severity only (the hot path of admission and allocation)."""
-        load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
-        lanes = max(1, inflight, max_inflight or 0)
-        queue = min(1.0, queued_tokens * self._s_per_token / lanes / self._cfg.queue_ref_s)
-        tail = self.tail_signal()
+        # Same arithmetic as :meth:`snapshot`, with conditionals for min/max (hot path).
+        load = 0.0
+        if max_inflight is not None:
+            load = inflight / max_inflight
+            if load > 1.0:
+                load = 1.0
+        lanes = inflight if inflight > 1 else 1
+        if max_inflight is not None and max_inflight > lanes:
+            lanes = max_inflight
+        queue = queued_tokens * self._s_per_token / lanes / self._cfg.queue_ref_s
+        if queue > 1.0:
+            queue = 1.0
+        tail = self._tail_cache
+        if tail is None or self._throttle > tail or self._headroom_pressure > tail:
+            tail = self.tail_signal()  # the cached ratio alone is the common case
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
         return severity if severity < 1.0 else 1.0
 
