@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run through the real SDK and the HTTP mock on loopback (compressed time)",
     )
     q.add_argument(
-        "--time-scale", type=float, default=100.0, help="live time compression (default 100)"
+        "--time-scale", type=float, default=25.0, help="live time compression (default 25)"
     )
     d = sub.add_parser("decision-cost", help="decision latency vs queue length (benchmark)")
     d.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         e.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
         e.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
         e.add_argument("--live", action="store_true", help="through the real SDK + HTTP mock")
-        e.add_argument("--time-scale", type=float, default=100.0, help="live time compression")
+        e.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
         e.add_argument("--traces", action="store_true", help="also write per-request traces")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")

@@ -167,7 +167,7 @@ def quick(
     seeds: int = 5,
     workers: int | None = None,
     live: bool = False,
-    time_scale: float = 100.0,
+    time_scale: float = 25.0,
 ) -> list[dict[str, object]]:
     """balanced/high, four strategies, ``seeds`` seeds: print and write ``summary.csv``.
 

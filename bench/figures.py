@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 __all__ = ["draw"]
 
@@ -107,6 +108,7 @@ def _scatter(
         ax.set_xlabel(_LABELS.get(x, x))
         if logx:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(_LABELS.get(y, y))
     axes[-1].legend(fontsize=7)

@@ -50,7 +50,7 @@ def run_suite(
     seeds: int = 5,
     workers: int | None = None,
     live: bool = False,
-    time_scale: float = 100.0,
+    time_scale: float = 25.0,
     traces: bool = False,
 ) -> dict[str, list[dict[str, object]]]:
     """Run ``experiments`` and write their outputs; returns summaries by experiment name."""
