@@ -75,9 +75,7 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, float]:
     done = [r for r in rows if r.outcome == "completed" and r.end is not None]
     lat = [r.end - r.arrival for r in done if r.end is not None]
     short = [r.end - r.arrival for r in done if r.bucket == "short" and r.end is not None]
-    heavy = [
-        r.end - r.arrival for r in done if r.bucket in ("long", "xlong") and r.end is not None
-    ]
+    heavy = [r.end - r.arrival for r in done if r.bucket in ("long", "xlong") and r.end is not None]
     service = [r.end - r.first_send for r in done if r.end is not None and r.first_send is not None]
     ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
     tpot = [
