@@ -91,7 +91,7 @@ def _c1(s: Summaries) -> Claim:
         "No-information short P95 is several times coarse's in balanced/high; "
         "coarse is within 15% of oracle on short P95.",
         "5.8x (2067 vs 355 ms); coarse 355 vs oracle 346 ms",
-        f"{ratio:.1f}x ({blind:.0f} vs {coarse:.0f} ms); |coarse/oracle − 1|: {gap_text}",
+        f"{ratio:.1f}x ({blind:.0f} vs {coarse:.0f} ms); coarse vs oracle gap: {gap_text}",
         holds,
         "ratio >= 3 and coarse within 15% of oracle in balanced/high",
         why,
@@ -238,7 +238,7 @@ def _c6(s: Summaries) -> Claim:
         "CR 0.99 for all variants; short P95 within 5.9%",
         f"lowest CR {worst_cr:.3f}; largest short-P95 move {worst * 100:.1f}% ({where})",
         holds,
-        "min CR >= 0.99 and max |Δ short P95| <= 10%",
+        "min CR >= 0.99 and largest short-P95 change <= 10%",
         "; ".join(why),
     )
 

@@ -38,7 +38,6 @@ from anyio.abc import TaskGroup
 from predictors.base import BatchPriorSource, PriorQuery, PriorSource
 from predictors.priors import Heuristic
 from semisched.clock import Clock, MonotonicClock
-from semisched.core.buckets import Bucket
 from semisched.core.config import SchedulerConfig, preset
 from semisched.core.engine import Action, Defer, Engine, EngineStats, Expire, Reject, Send, Wake
 from semisched.core.request import Prior, Request
@@ -402,10 +401,6 @@ class Scheduler:
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._cancel_late = cancel_late
-        self._interactive = next((c.name for c in self.config.classes if c.interactive), None)
-        self._default_class = next(
-            (c.name for c in self.config.classes if not c.interactive), self.config.classes[0].name
-        )
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
@@ -521,7 +516,7 @@ class Scheduler:
                 limit=self._max_pending,
             )
         resolved_prior = call.prior or await self._resolve_prior(rid, call)
-        klass_name = call.klass or self._class_for(resolved_prior)
+        klass_name = call.klass or self.config.class_for(resolved_prior.routing_bucket)
         now = self._clock.now()
         request = Request(
             id=rid,
@@ -621,11 +616,6 @@ class Scheduler:
                 added_usage = True
         nbytes, kind = prompt_bytes(messages=messages, prompt=prompt)
         return _Call(endpoint, sent, klass, deadline, prior, added_usage, nbytes, kind)
-
-    def _class_for(self, prior: Prior) -> str:
-        if prior.routing_bucket is Bucket.SHORT and self._interactive is not None:
-            return self._interactive
-        return self._default_class
 
     async def _resolve_prior(self, rid: str, call: _Call) -> Prior:
         max_tokens = call.params.get("max_tokens", call.params.get("max_completion_tokens"))

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from semisched.core.buckets import Bucket
+
 __all__ = [
     "PRESETS",
     "AllocationConfig",
@@ -301,6 +303,19 @@ class SchedulerConfig:
         if self.max_inflight_tokens is not None:
             _positive("max_inflight_tokens", self.max_inflight_tokens)
         _positive("input_token_weight", self.input_token_weight, allow_zero=True)
+
+    def class_for(self, bucket: Bucket) -> str:
+        """Default class of a request routed by ``bucket`` when the caller names none:
+        the first interactive class for short requests, else the first other class
+        (seed 004's short versus heavy lanes)."""
+        if bucket is Bucket.SHORT:
+            for spec in self.classes:
+                if spec.interactive:
+                    return spec.name
+        for spec in self.classes:
+            if not spec.interactive:
+                return spec.name
+        return self.classes[0].name
 
     def with_(self, **changes: Any) -> SchedulerConfig:
         """Return a copy with fields replaced (validated again)."""

@@ -10,6 +10,7 @@ import pytest
 from semisched.core import (
     PRESETS,
     AllocationConfig,
+    Bucket,
     ClassSpec,
     Engine,
     OrderingConfig,
@@ -140,3 +141,21 @@ def test_preset_with_changes_and_unknown_name() -> None:
     with pytest.raises(ValueError, match=r"^name='nope' must be one of") as info:
         preset("nope")
     assert "final_adrr_olc" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("classes", "bucket", "expected"),
+    [
+        (None, Bucket.SHORT, "interactive"),
+        (None, Bucket.LONG, "batch"),
+        (None, Bucket.UNKNOWN, "batch"),
+        (("a", "b"), Bucket.SHORT, "a"),  # no interactive class: the first non-interactive one
+    ],
+)
+def test_default_class_follows_the_routing_bucket(
+    classes: tuple[str, ...] | None, bucket: Bucket, expected: str
+) -> None:
+    config = SchedulerConfig()
+    if classes is not None:
+        config = config.with_(classes=tuple(ClassSpec(name=n) for n in classes))
+    assert config.class_for(bucket) == expected
