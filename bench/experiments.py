@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import aggregate, format_table, write_csv
-from bench.workloads import Regime, generate, regime
+from bench.workloads import Regime, generate, learned_source, regime
 from mockprovider.physics import profile
+from predictors.base import PriorSource
 from predictors.priors import information_source
 from semisched.core.config import preset
 from semisched.metrics import summarize
@@ -56,7 +57,11 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
     """
     reg: Regime = regime(spec.regime, requests=spec.requests)
     phys = profile(spec.physics)
-    source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
+    source: PriorSource
+    if spec.information == "learned":
+        source = learned_source()
+    else:
+        source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
     config = preset(spec.strategy, **dict(spec.overrides))
     jobs = generate(reg, spec.seed, source, phys)
     result = simulate(jobs, config, phys)

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.experiments import ProgressReporter, RunSpec, run_many, run_one
 from bench.report import aggregate, format_table, write_csv
 from bench.suite import EXPERIMENTS, Experiment
-from bench.workloads import TRACES, trace_lengths
+from bench.workloads import TRACES, learned_source, trace_lengths
 
 __all__ = ["run_suite"]
 
@@ -58,6 +58,8 @@ def run_suite(
     unique = list(dict.fromkeys(s for specs in specs_by_exp.values() for s in specs))
     for trace in {s.regime.partition("/")[0] for s in unique} & set(TRACES):
         trace_lengths(trace)  # load (and cache on disk) once, before the workers start
+    if any(s.information == "learned" for s in unique):
+        learned_source()  # predict the held-out prompts once (cached on disk)
     start = time.perf_counter()
     print(f"{len(unique)} runs for {len(experiments)} experiment(s)", file=sys.stderr)
     if live:

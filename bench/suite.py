@@ -167,6 +167,11 @@ def _sharegpt(seeds: int) -> list[RunSpec]:
         for strategy in ("direct_naive", "quota_tiered", "final_adrr_olc")
         for s in range(seeds)
     ]
+    from bench.workloads import learned_available
+
+    # The fifth rung (beyond the paper): priors from the shipped length model on
+    # held-out prompts; present when the ml extra is installed.
+    levels = (*INFORMATION_LEVELS, "learned") if learned_available() else INFORMATION_LEVELS
     ladder = [
         RunSpec(
             regime="sharegpt/high",
@@ -175,7 +180,7 @@ def _sharegpt(seeds: int) -> list[RunSpec]:
             information=info,
             label=f"final_adrr_olc/{info}",
         )
-        for info in INFORMATION_LEVELS
+        for info in levels
         for s in range(seeds)
     ]
     return strategies + ladder

@@ -46,7 +46,7 @@ import numpy as np
 from mockprovider.physics import PhysicsParams
 from predictors.base import PriorQuery, PriorSource
 from semisched.core.buckets import SIZED_BUCKETS, Bucket
-from semisched.core.request import Request
+from semisched.core.request import Prior, Request
 from semisched.sim import SimJob
 
 __all__ = [
@@ -85,6 +85,38 @@ def trace_lengths(name: str) -> np.ndarray:
     if name not in _TRACE_CACHE:
         _TRACE_CACHE[name] = TRACES[name]()
     return _TRACE_CACHE[name]
+
+
+@dataclass(frozen=True)
+class TracePopulation:
+    """Held-out requests a trace run draws from: prompt, previous answer, true length."""
+
+    lengths: np.ndarray
+    prompts: tuple[str, ...]
+    previous: tuple[int | None, ...]
+
+
+_POPULATIONS: dict[str, TracePopulation] = {}
+
+
+def trace_population(name: str) -> TracePopulation:
+    """The held-out (test-split) pairs of trace ``name``, loaded once per process.
+
+    Trace runs draw requests from the test split so that the ``learned`` rung
+    sees prompts its model was not trained on; every rung uses the same draws.
+    """
+    if name != "sharegpt":
+        raise ValueError(f"{name=} must be 'sharegpt'")
+    if name not in _POPULATIONS:
+        from predictors.data import load_pairs, split_by_conversation
+
+        test = split_by_conversation(load_pairs(), seed=0).test
+        _POPULATIONS[name] = TracePopulation(
+            lengths=np.array([p.response_tokens for p in test], dtype=np.int64),
+            prompts=tuple(p.prompt for p in test),
+            previous=tuple(p.previous_response_tokens for p in test),
+        )
+    return _POPULATIONS[name]
 
 
 OUTPUT_RANGES: dict[Bucket, tuple[int, int]] = {
@@ -168,11 +200,15 @@ def generate(
     """
     rng = np.random.default_rng(seed)
     n = reg.requests
+    population: TracePopulation | None = None
+    picks = np.zeros(0, dtype=np.int64)
     if lengths is None and reg.mix in TRACES:
-        population = trace_lengths(reg.mix)
+        population = trace_population(reg.mix)
+        picks = rng.integers(0, len(population.lengths), size=n)
+        pool = population.lengths
 
         def lengths(rng: np.random.Generator, n: int) -> np.ndarray:
-            return np.asarray(np.maximum(1, rng.choice(population, size=n)), dtype=np.int64)
+            return np.asarray(np.maximum(1, pool[picks]), dtype=np.int64)
 
     if lengths is None:
         idx = rng.choice(len(SIZED_BUCKETS), size=n, p=MIXES[reg.mix])
@@ -190,7 +226,17 @@ def generate(
     for i in range(n):
         out = int(outputs[i])
         rid = f"r{i:05d}"
-        prior = source.prior(PriorQuery(request_id=rid, true_output_tokens=out))
+        if population is not None:
+            k = int(picks[i])
+            query = PriorQuery(
+                request_id=rid,
+                prompt=population.prompts[k],
+                previous_output_tokens=population.previous[k],
+                true_output_tokens=out,
+            )
+        else:
+            query = PriorQuery(request_id=rid, true_output_tokens=out)
+        prior = source.prior(query)
         true_bucket = PriorQuery(request_id=rid, true_output_tokens=out).true_bucket
         arrival = float(arrivals[i])
         request = Request(
@@ -203,3 +249,55 @@ def generate(
         )
         jobs.append(SimJob(request=request, output_tokens=out, input_tokens=int(prompts[i])))
     return jobs
+
+
+class _LearnedTable:
+    """The shipped model's priors for the held-out trace, precomputed once."""
+
+    name = "learned"
+
+    def __init__(self, table: dict[tuple[str, int | None], tuple[float, float]]) -> None:
+        self.table = table
+
+    def prior(self, query: PriorQuery) -> Prior:
+        p50, p90 = self.table[(query.prompt or "", query.previous_output_tokens)]
+        return Prior(p50=p50, p90=max(p50, p90))
+
+
+def learned_available() -> bool:
+    """Whether the ``learned`` rung can run: ml extra installed and weights shipped."""
+    import importlib.util
+
+    from predictors.learned import DEFAULT_WEIGHTS
+
+    return (
+        all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+        and (DEFAULT_WEIGHTS / "trainable.safetensors").exists()
+    )
+
+
+def learned_source() -> _LearnedTable:
+    """Priors of the shipped model for every held-out ShareGPT pair.
+
+    Predicting the 6k held-out prompts takes a minute or two on a 2-core CPU,
+    so the predictions are cached on disk, keyed by the weights' hash.
+    """
+    import hashlib
+
+    from predictors.data import cache_dir
+    from predictors.learned import DEFAULT_WEIGHTS, load_default
+
+    pop = trace_population("sharegpt")
+    digest = hashlib.sha256((DEFAULT_WEIGHTS / "trainable.safetensors").read_bytes()).hexdigest()
+    file = cache_dir() / f"learned-{digest[:16]}-{len(pop.lengths)}.npy"
+    if file.exists():
+        preds = np.load(file)
+    else:
+        preds = load_default().predictor.predict(list(pop.prompts), list(pop.previous))
+        file.parent.mkdir(parents=True, exist_ok=True)
+        np.save(file, preds)
+    table = {
+        (prompt, prev): (float(p[0]), float(p[1]))
+        for prompt, prev, p in zip(pop.prompts, pop.previous, preds, strict=True)
+    }
+    return _LearnedTable(table)

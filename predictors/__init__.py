@@ -4,7 +4,8 @@ The learned transformer predictor lives in :mod:`predictors.length_model` and
 needs the ``ml`` extra; nothing here imports torch.
 """
 
-from predictors.base import Prior, PriorQuery, PriorSource
+from predictors.base import BatchPriorSource, Prior, PriorQuery, PriorSource
+from predictors.learned import LearnedPrior
 from predictors.priors import (
     ClassOnly,
     Coarse,
@@ -14,9 +15,19 @@ from predictors.priors import (
     information_source,
 )
 
+
+def load_default() -> LearnedPrior:
+    """The shipped learned prior source (needs the ``ml`` extra; see :mod:`predictors.learned`)."""
+    from predictors.learned import load_default as _load
+
+    return _load()
+
+
 __all__ = [
+    "BatchPriorSource",
     "ClassOnly",
     "Coarse",
+    "LearnedPrior",
     "NoInformation",
     "Noisy",
     "Oracle",
@@ -24,4 +35,5 @@ __all__ = [
     "PriorQuery",
     "PriorSource",
     "information_source",
+    "load_default",
 ]

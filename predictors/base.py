@@ -29,6 +29,9 @@ class PriorQuery:
         max_tokens: The caller's output cap, if any.
         true_output_tokens: The realised length. Only simulators and
             benchmarks know it; class-only and oracle sources need it.
+        previous_output_tokens: Length of the previous assistant answer in the
+            same conversation, when the caller knows it (its
+            ``usage.completion_tokens``); the learned predictor uses it.
     """
 
     request_id: str
@@ -36,6 +39,7 @@ class PriorQuery:
     prompt: str | None = None
     max_tokens: int | None = None
     true_output_tokens: int | None = None
+    previous_output_tokens: int | None = None
 
     @property
     def true_bucket(self) -> Bucket:
