@@ -34,7 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.data import Pair, count_tokens, load_pairs, split_by_conversation
+from predictors.data import (
+    Pair,
+    count_tokens,
+    dataset_stats,
+    load_pairs,
+    split_by_conversation,
+)
 from semisched.core.buckets import bucket_for_tokens
 
 __all__ = ["Baseline", "evaluate", "fit_baselines", "metrics"]
@@ -147,7 +153,9 @@ def evaluate(model_dir: Path, *, limit: int | None = None, out: Path = RESULTS) 
     from predictors.length_model import LengthPredictor
 
     torch.set_num_threads(2)
-    split = split_by_conversation(load_pairs(), seed=0)
+    pairs = load_pairs()
+    stats = dataset_stats(pairs)
+    split = split_by_conversation(pairs, seed=0)
     train, test = list(split.train), list(split.test)
     if limit is not None:
         test = test[:limit]
@@ -187,10 +195,23 @@ def evaluate(model_dir: Path, *, limit: int | None = None, out: Path = RESULTS) 
     for name, m in rows:
         cells = [f"{m[k]:.1f}" if k == "MAE" else f"{m[k]:.3f}" for k in names]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    pct = stats["response_tokens"]
+    shares = stats["bucket_shares"]
     lines += [
         "",
-        f"- MAE against the best deployable baseline ({best:.1f}): "
-        f"{(1 - ours / best) * 100:+.1f}% (target: at least 25% lower).",
+        f"Dataset: {stats['pairs']} human→assistant pairs from {stats['conversations']} "
+        f"records; split {len(split.train)} / {len(split.validation)} / {len(split.test)}. "
+        "Response tokens p5/p25/p50/p75/p90/p95/p99: "
+        + "/".join(f"{pct[f'p{q}']:.0f}" for q in (5, 25, 50, 75, 90, 95, 99))
+        + "; buckets short/medium/long/xlong: "
+        + " / ".join(f"{shares[b] * 100:.2f}%" for b in ("short", "medium", "long", "xlong"))
+        + f"; {stats['previous_response_share'] * 100:.1f}% follow an assistant answer.",
+    ]
+    lines += [
+        "",
+        f"- MAE {ours:.1f} against the best deployable baseline's {best:.1f}: "
+        f"{abs(1 - ours / best) * 100:.1f}% {'lower' if ours < best else 'higher'} "
+        "(target: at least 25% lower).",
         f"- p90 coverage {rows[-1][1]['p90 coverage']:.3f} (target 0.85-0.95).",
         "- PreServe reports MAE 78.25, Acc-50 68.79%, Acc-100 77.95% on its own ShareGPT split "
         "with another tokenizer and a random 8:2 split by pair; not comparable one to one.",
