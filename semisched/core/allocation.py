@@ -94,6 +94,10 @@ class AllocationPolicy(ABC):
         self.classes = tuple(classes)
         self.order = {c.name: i for i, c in enumerate(self.classes)}
 
+    def __repr__(self) -> str:
+        state = ", ".join(f"{k}={v:.0f}" for k, v in self.state().items())
+        return f"<{type(self).__name__} {self.name!r}{' ' + state if state else ''}>"
+
     @abstractmethod
     def select(self, view: AllocationView) -> str | None:
         """Return the class to serve, or ``None`` if no class may send now."""

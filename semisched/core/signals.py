@@ -84,6 +84,14 @@ class Signals:
         self.failures = 0
         self.throttles = 0
 
+    def __repr__(self) -> str:
+        best = "n/a" if math.isinf(self._best) else f"{self._best * 1000:.1f}ms"
+        return (
+            f"<Signals s_per_token={self._s_per_token * 1000:.1f}ms best={best} "
+            f"tail={self.tail_signal():.2f} completions={self.completions} "
+            f"failures={self.failures} throttles={self.throttles}>"
+        )
+
     # -- observations -------------------------------------------------------------
 
     def record_completion(self, latency_s: float, output_tokens: int) -> None:
