@@ -233,7 +233,6 @@ def draw(
     summary: Sequence[Row],
     runs: Sequence[Row],
     out: Path,
-    summaries: Mapping[str, Sequence[Row]] | None = None,
 ) -> None:
     """Draw the figures of experiment ``name`` into ``out``."""
     _DRAW[name](summary, runs, out)

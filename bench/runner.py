@@ -85,7 +85,7 @@ def run_suite(
         (folder / "tables.md").write_text(_tables(exp, summary, runs, live=live))
         from bench.figures import draw
 
-        draw(exp.name, summary, runs, folder, summaries)
+        draw(exp.name, summary, runs, folder)
         if traces and not live:
             trace_dir = folder / "traces"
             trace_dir.mkdir(exist_ok=True)

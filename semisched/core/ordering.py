@@ -88,18 +88,6 @@ class FeasibleSetOrdering(OrderingPolicy):
 
     name = "feasible_set"
 
-    def score(self, entry: Entry, now: float, estimate: LatencyEstimate) -> float:
-        """The score of ``entry`` at ``now`` (higher goes first)."""
-        cfg = self.cfg
-        rel = max(entry.cost, 1.0) / cfg.size_ref_tokens
-        wait = max(0.0, now - entry.request.arrival)
-        urgency = 0.0
-        deadline = entry.request.deadline
-        if deadline is not None:
-            slack = deadline - now - estimate(entry.request.prior.p50)
-            urgency = min(1.0, max(0.0, 1.0 - slack / cfg.urgency_horizon_s))
-        return cfg.w_wait * wait / rel - cfg.w_size * rel + cfg.w_urgency * urgency
-
     def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
         cfg = self.cfg
         ref, horizon = cfg.size_ref_tokens, cfg.urgency_horizon_s
@@ -117,7 +105,7 @@ class FeasibleSetOrdering(OrderingPolicy):
         # One pass; an infeasible candidate appends its band's first feasible peer, which
         # this same loop then scores (a list iterated while it grows).
         for entry in candidates:
-            # Inlined :meth:`score` plus feasibility: this loop is the hot path.
+            # The module docstring's score and feasibility, in one pass (the hot path).
             request = entry.request
             rel = (entry.cost if entry.cost > 1.0 else 1.0) / ref
             wait = now - request.arrival
@@ -146,11 +134,7 @@ def _first_feasible(
     entries: Iterable[Entry], now: float, estimate: LatencyEstimate
 ) -> Entry | None:
     """The first of ``entries`` that can still meet its deadline (see :func:`is_feasible`)."""
-    for entry in entries:
-        deadline = entry.request.deadline
-        if deadline is None or deadline - now >= estimate(entry.request.prior.p50):
-            return entry
-    return None
+    return next((entry for entry in entries if is_feasible(entry, now, estimate)), None)
 
 
 #: Ordering policies by name.
