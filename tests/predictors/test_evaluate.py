@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 pytest.importorskip("scipy")
 
 from predictors.data import Pair
-from predictors.evaluate import fit_baselines, metrics
+from predictors.evaluate import fit_baselines, metrics, repeated_prompt_floor
 
 
 def test_metrics_on_known_predictions() -> None:
@@ -53,3 +55,17 @@ def test_the_previous_answer_baseline_uses_the_previous_answer() -> None:
         maes[name] = float(np.abs(p50 - truth).mean())
     assert maes["prompt + previous answer"] < 0.5 * maes["global median"]
     assert maes["prompt-length regression"] == pytest.approx(maes["global median"], rel=0.2)
+
+
+def test_repeated_prompt_floor_is_the_spread_around_each_repeated_prompts_median() -> None:
+    pairs = [_pair(i, 2, None, r) for i, r in enumerate([10, 20, 90, 100, 110])]  # "w w" x5
+    pairs.append(_pair(9, 3, None, 500))  # a one-off prompt: not counted
+    floor = repeated_prompt_floor(pairs, min_count=5)
+    assert floor["groups"] == 1
+    assert floor["pairs"] == 5
+    assert floor["share"] == pytest.approx(5 / 6)
+    assert floor["floor_mae"] == pytest.approx((80 + 70 + 0 + 10 + 20) / 5)
+    # case and whitespace are folded: "W  w" is the same prompt
+    folded = [*pairs[:4], _pair(5, 0, None, 110)]
+    folded[-1] = dataclasses.replace(folded[-1], prompt="W  w")
+    assert repeated_prompt_floor(folded, min_count=5)["groups"] == 1
