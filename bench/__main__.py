@@ -67,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         e.add_argument("--live", action="store_true", help="through the real SDK + HTTP mock")
         e.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
         e.add_argument("--traces", action="store_true", help="also write per-request traces")
+    b = sub.add_parser("batch", help="semisched batch vs the fixed-rate recipe (benchmark)")
+    b.add_argument("--out", type=Path, default=Path("results/batch"), help="output folder")
+    b.add_argument("--requests", type=int, default=600, help="prompts in the batch (600)")
+    b.add_argument("--rpm", type=int, default=300, help="provider limit = budgets (300)")
+    b.add_argument("--tpm", type=int, default=150_000, help="provider limit = budgets (150000)")
+    b.add_argument("--repeats", type=int, default=2, help="runs per contender (2)")
+    b.add_argument("--time-scale", type=float, default=20.0, help="time compression (20)")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     args = parser.parse_args(argv)
@@ -114,6 +121,22 @@ def main(argv: list[str] | None = None) -> int:
 
             written = write_reproduction(summaries, args.out, live=args.live)
             print((written).read_text())
+    elif args.command == "batch":
+        from bench.batch_bench import batch_benchmark
+
+        if args.repeats < 1 or args.requests < 1:
+            parser.error("--repeats and --requests must be >= 1")
+        print(
+            batch_benchmark(
+                args.out,
+                requests=args.requests,
+                rpm=args.rpm,
+                tpm=args.tpm,
+                time_scale=args.time_scale,
+                repeats=args.repeats,
+            )
+        )
+        written = args.out / "table.md"
     elif args.command == "sdk-overhead":
         from bench.sdk_perf import sdk_overhead
 

@@ -22,7 +22,9 @@ needs the API key too when one is configured.
 
 Per-request hints (headers, for benchmarks and tests): ``x-mock-output-tokens`` (output length),
 ``x-mock-input-tokens`` (prompt length) and ``x-mock-fault`` (``none|error|hang|drop``: force
-that fault for this request; the seeded fault draw is consumed anyway).
+that fault for this request; the seeded fault draw is consumed anyway). Requests that cannot set
+headers (a Batch API file) may hint the output length in the body instead:
+``"metadata": {"mock_output_tokens": "250"}`` (the header wins when both are given).
 
 Output length: the ``x-mock-output-tokens`` hint, else ``max_completion_tokens``/``max_tokens``,
 else ``default_output_tokens``; always capped by the max tokens when given. ``finish_reason`` is
@@ -382,6 +384,24 @@ def _header_int(request: Request, name: str) -> int | None:
     return value
 
 
+def _metadata_int(body: Mapping[str, Any], name: str) -> int | None:
+    """An output-length hint in ``body.metadata`` (strings, as OpenAI's ``metadata`` is):
+    batch files carry no headers, so they hint the mock this way."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict) or name not in metadata:
+        return None
+    raw = metadata[name]
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise _BadRequest(
+            f"Invalid 'metadata.{name}': expected an integer string.", "metadata"
+        ) from None
+    if value < 0:
+        raise _BadRequest(f"Invalid 'metadata.{name}': must be >= 0.", "metadata")
+    return value
+
+
 def _opt_int(body: Mapping[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
@@ -512,6 +532,8 @@ def _parse_job(request: Request, raw: bytes, *, chat: bool, default_output: int)
     else:
         input_tokens = (_estimate_tokens(text) if text else 0) + extra or 1
     hinted_out = _header_int(request, "x-mock-output-tokens")
+    if hinted_out is None:
+        hinted_out = _metadata_int(body, "mock_output_tokens")
     if hinted_out is not None:
         wanted = hinted_out
     elif max_tokens is not None:

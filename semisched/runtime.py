@@ -38,6 +38,7 @@ from anyio.abc import TaskGroup
 from predictors.base import BatchPriorSource, PriorQuery, PriorSource
 from predictors.priors import Heuristic
 from semisched.clock import Clock, MonotonicClock
+from semisched.core.budget import ProviderLimits
 from semisched.core.config import SchedulerConfig, preset
 from semisched.core.engine import Action, Defer, Engine, EngineStats, Expire, Reject, Send, Wake
 from semisched.core.request import Prior, Request
@@ -518,6 +519,7 @@ class Scheduler:
         resolved_prior = call.prior or await self._resolve_prior(rid, call)
         klass_name = call.klass or self.config.class_for(resolved_prior.routing_bucket)
         now = self._clock.now()
+        max_tokens = call.params.get("max_completion_tokens", call.params.get("max_tokens"))
         request = Request(
             id=rid,
             klass=klass_name,
@@ -527,6 +529,9 @@ class Scheduler:
             ),
             arrival=now,
             deadline=None if call.deadline_s is None else now + call.deadline_s,
+            max_output_tokens=max_tokens
+            if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 0
+            else None,
         )
         pending = _Pending(id=rid, call=call, request=request)
         self._pending[rid] = pending
@@ -541,6 +546,39 @@ class Scheduler:
         if pending.error is not None:
             raise pending.error
         return pending.value
+
+    def check(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        prompt: Any = None,
+        klass: str | None = None,
+        deadline: float | None = None,
+        prior: Prior | tuple[float, float] | None = None,
+        **params: Any,
+    ) -> str:
+        """Validate a call exactly as :meth:`submit` would, without scheduling it.
+
+        Returns:
+            The endpoint it would use: ``"chat"`` or ``"completions"``.
+
+        Raises:
+            ValueError, TypeError: What :meth:`submit` would raise for it.
+        """
+        return self._prepare(model, messages, prompt, klass, deadline, prior, params).endpoint
+
+    def pause(self) -> None:
+        """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
+
+        In-flight calls continue. A batch job uses this on Ctrl-C: stop
+        dispatching, let what is in flight finish, then leave.
+        """
+        self._execute(self._engine.hold(self._clock.now()))
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`."""
+        self._execute(self._engine.release(self._clock.now()))
 
     def statistics(self) -> SchedulerStats:
         """A frozen snapshot: queue depth per class, in flight, severity, counters, EMAs."""
@@ -710,6 +748,12 @@ class Scheduler:
             if self._wake_at is not None and now >= self._wake_at:
                 self._wake_at = None
                 self._execute(self._engine.poll(now))
+                # The engine reports a timer once; one it reported while this
+                # shell still held an earlier, now-served timer was dropped by
+                # _execute. Re-arm from the engine's own next timer.
+                upcoming = self._engine.next_wakeup()
+                if upcoming is not None and (self._wake_at is None or upcoming < self._wake_at):
+                    self._wake_at = upcoming
 
     async def _send(self, pending: _Pending) -> None:
         call = pending.call
@@ -750,7 +794,7 @@ class Scheduler:
                     ),
                 )
             return
-        self._observe_headers(headers)
+        self._observe_headers(headers, pending)
         if call.params.get("stream"):
             self._open_streams += 1
             stream = ScheduledStream(
@@ -765,8 +809,14 @@ class Scheduler:
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         self._estimator.observe(call.params["model"], call.kind, call.nbytes, prompt_tokens)
+        charged = None
+        if usage is not None:
+            reserved = pending.request.max_output_tokens
+            charged = prompt_tokens + (reserved if reserved is not None else output_tokens)
         self._execute(
-            self._engine.completed(pending.id, self._clock.now(), output_tokens=output_tokens)
+            self._engine.completed(
+                pending.id, self._clock.now(), output_tokens=output_tokens, charged_tokens=charged
+            )
         )
         self._counters["succeeded"] += 1
         self._resolve(pending, value=response)
@@ -780,17 +830,35 @@ class Scheduler:
             self._execute(self._engine.cancel(pending.id, now))
         self._check_idle()
 
-    def _observe_headers(self, headers: Mapping[str, str]) -> None:
+    def _observe_headers(self, headers: Mapping[str, str], pending: _Pending) -> None:
         info = parse_rate_limits(headers) if headers else None
         if info is not None:
             self._rate_limits = info
+            now = self._clock.now()
             headroom = info.headroom
             if headroom is not None:
-                self._engine.observe_headroom(headroom, self._clock.now())
+                self._engine.observe_headroom(headroom, now)
+            per_wall = self._clock.to_wall(1.0)  # header times are wall seconds
+            self._engine.observe_limits(
+                pending.id,
+                now,
+                ProviderLimits(
+                    limit_requests=info.limit_requests,
+                    remaining_requests=info.remaining_requests,
+                    reset_requests_s=None
+                    if info.reset_requests_s is None
+                    else info.reset_requests_s / per_wall,
+                    limit_tokens=info.limit_tokens,
+                    remaining_tokens=info.remaining_tokens,
+                    reset_tokens_s=None
+                    if info.reset_tokens_s is None
+                    else info.reset_tokens_s / per_wall,
+                ),
+            )
 
     def _on_failure(self, pending: _Pending, exc: Exception) -> None:
         failure = classify_failure(exc)
-        self._observe_headers(failure.headers)
+        self._observe_headers(failure.headers, pending)
         now = self._clock.now()
         throttled = failure.kind == "rate_limited"
         if throttled:

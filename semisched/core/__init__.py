@@ -7,9 +7,11 @@ checks it).
 """
 
 from semisched.core.buckets import BUCKET_BOUNDS, SIZED_BUCKETS, Bucket, bucket_for_tokens
+from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import (
     PRESETS,
     AllocationConfig,
+    BudgetConfig,
     ClassSpec,
     OrderingConfig,
     OverloadConfig,
@@ -28,6 +30,8 @@ __all__ = [
     "Action",
     "AllocationConfig",
     "Bucket",
+    "BudgetConfig",
+    "BudgetSnapshot",
     "ClassSpec",
     "Defer",
     "Engine",
@@ -36,6 +40,8 @@ __all__ = [
     "OrderingConfig",
     "OverloadConfig",
     "Prior",
+    "ProviderLimits",
+    "RateBudget",
     "Reject",
     "Request",
     "SchedulerConfig",

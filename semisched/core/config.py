@@ -23,6 +23,7 @@ from semisched.core.buckets import Bucket
 __all__ = [
     "PRESETS",
     "AllocationConfig",
+    "BudgetConfig",
     "ClassSpec",
     "OrderingConfig",
     "OverloadConfig",
@@ -262,6 +263,39 @@ class SignalsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """Rate budget settings.
+
+    Attributes:
+        rpm: Requests per window, or ``None`` (then only a provider-advertised
+            limit applies, once seen).
+        tpm: Tokens per window, or ``None`` (likewise).
+        window_s: Window length in the engine's seconds (60: "per minute").
+        margin_s: How much longer than the window a charge is kept (network
+            transit; see the module docstring). 1 s costs 1/61 of throughput.
+        adapt: Follow the provider's rate-limit headers (limits, remaining).
+    """
+
+    rpm: int | None = None
+    tpm: int | None = None
+    window_s: float = 60.0
+    margin_s: float = 1.0
+    adapt: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("rpm", "tpm"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"{name}={value!r} must be None or an int >= 1")
+        if not (math.isfinite(self.window_s) and self.window_s > 0):
+            raise ValueError(f"window_s={self.window_s!r} must be a finite number > 0")
+        if not (math.isfinite(self.margin_s) and self.margin_s >= 0):
+            raise ValueError(f"margin_s={self.margin_s!r} must be a finite number >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """Everything the engine needs.
 
@@ -278,6 +312,8 @@ class SchedulerConfig:
         input_token_weight: Cost of one prompt token relative to one output
             token. 1/512: a prefill chunk of 512 tokens costs one iteration,
             like one decoded token (seed 000 eq. 4).
+        budget: Optional requests/tokens-per-window budget
+            (:mod:`semisched.core.budget`); sends wait until it can pay.
         allocation, ordering, overload, signals: Layer configs.
     """
 
@@ -285,6 +321,7 @@ class SchedulerConfig:
     max_inflight: int | None = 32
     max_inflight_tokens: float | None = None
     input_token_weight: float = 1.0 / 512.0
+    budget: BudgetConfig | None = None
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)

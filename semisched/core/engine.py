@@ -24,6 +24,10 @@ Rules:
 4. At most ``max_inflight`` requests are in flight; with
    ``max_inflight_tokens`` set, reserved tokens stay within it unless a
    single request alone exceeds it (it is then sent when nothing else flies).
+   With a rate ``budget`` (:mod:`semisched.core.budget`) nothing is sent the
+   budget cannot pay for: the chosen request waits (a :class:`Wake` at the
+   time it fits), and one that can never fit is rejected. After
+   :meth:`Engine.hold` nothing is sent at all until :meth:`Engine.release`.
 5. A queued or deferred request whose deadline passes is expired at the first
    call at or after the deadline, never sent. A deferral or retry that would
    end at or after the deadline is answered at once (reject, expire) instead.
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
+from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
 from semisched.core.overload import Admission, OverloadController, Verdict
@@ -135,6 +140,8 @@ class EngineStats:
     rejects_by_bucket: dict[str, int]
     defers_by_bucket: dict[str, int]
     allocation_state: dict[str, float]
+    budget: BudgetSnapshot | None = None
+    held: bool = False
 
 
 class Engine:
@@ -166,10 +173,14 @@ class Engine:
         self._heads: dict[str, Entry] = {}
         self._severity = 0.0
         self._reported_wake: float | None = None
+        self._budget = RateBudget(cfg.budget) if cfg.budget is not None else None
+        self._budget_wake: float | None = None
+        self._held = False
         self._counters = dict.fromkeys(
             (
                 "submitted", "admitted", "rejected", "deferrals", "expired", "sent",
                 "completed", "failed", "retries", "cancelled", "infeasible_sends",
+                "budget_waits", "budget_rejects",
             ),
             0,
         )  # fmt: skip
@@ -250,8 +261,23 @@ class Engine:
         self._dispatch(now, actions)
         return self._finish(now, actions)
 
-    def completed(self, request_id: str, now: float, *, output_tokens: int) -> list[Action]:
+    def completed(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        output_tokens: int,
+        charged_tokens: float | None = None,
+    ) -> list[Action]:
         """The provider answered a sent request; frees its send opportunity.
+
+        Args:
+            request_id: The request.
+            now: Current time.
+            output_tokens: Tokens the response generated.
+            charged_tokens: The provider's own count of what this call costs
+                against its token limit (prompt ``usage`` plus ``max_tokens``
+                or the generated tokens); settles the rate budget's estimate.
 
         Raises:
             ValueError: If ``request_id`` is not in flight.
@@ -261,6 +287,8 @@ class Engine:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
+        if self._budget is not None and charged_tokens is not None:
+            self._budget.settle(request_id, charged_tokens, now)
         assert entry.sent_at is not None
         self._signals.record_completion(now - entry.sent_at, tokens)
         self._counters["completed"] += 1
@@ -282,7 +310,9 @@ class Engine:
             retry_at: When to retry (the shell's backoff), or ``None`` for a
                 terminal failure. A retry that would start at or after the
                 deadline becomes an :class:`Expire` at once (rule 5).
-            throttled: The failure was a 429 rate limit; it raises the tail signal.
+            throttled: The failure was a 429 rate limit; it raises the tail
+                signal, and with ``retry_at`` a rate budget sends nothing
+                before ``retry_at`` (the provider's window is full for everyone).
 
         Raises:
             ValueError: If ``request_id`` is not in flight or ``retry_at`` is not finite.
@@ -293,6 +323,8 @@ class Engine:
         entry = self._take_inflight(request_id)
         if throttled:
             self._signals.record_throttle()
+            if self._budget is not None and retry_at is not None:
+                self._budget.pause_until(retry_at)
         else:
             self._signals.record_failure()
         actions: list[Action] = []
@@ -318,6 +350,29 @@ class Engine:
         self._advance(now)
         self._signals.record_headroom(fraction)
 
+    def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
+        """The provider's rate-limit headers on the response to ``request_id``.
+
+        With a rate budget, tighter advertised limits are adopted and traffic
+        the provider counts beyond this client's own is reserved until its
+        reset (:meth:`RateBudget.observe`); without one this is a no-op.
+        """
+        self._advance(now)
+        if self._budget is not None:
+            self._budget.observe(request_id, now, limits)
+
+    def hold(self, now: float) -> list[Action]:
+        """Stop sending: queued requests stay queued (deadlines still expire them)."""
+        self._advance(now)
+        self._held = True
+        return self._finish(now, [])
+
+    def release(self, now: float) -> list[Action]:
+        """Undo :meth:`hold` and dispatch."""
+        self._advance(now)
+        self._held = False
+        return self._after_release(now, [])
+
     def cancel(self, request_id: str, now: float) -> list[Action]:
         """The caller gave up on a request; a no-op for unknown or finished ids."""
         self._advance(now)
@@ -338,8 +393,10 @@ class Engine:
         return self._after_release(now, actions)
 
     def poll(self, now: float) -> list[Action]:
-        """Run due timers (deferral returns, deadlines) and dispatch."""
+        """Run due timers (deferral returns, deadlines, rate budget) and dispatch."""
         self._advance(now)
+        if self._budget_wake is not None and self._budget_wake <= now:
+            self._budget_wake = None
         actions: list[Action] = []
         self._run_timers(now, actions)
         self._dispatch(now, actions)
@@ -352,7 +409,11 @@ class Engine:
         timers = self._timers
         while timers and not self._timer_live(timers[0]):
             heapq.heappop(timers)
-        return timers[0][0] if timers else None
+        first = timers[0][0] if timers else None
+        budget = self._budget_wake
+        if budget is not None and (first is None or budget < first):
+            return budget
+        return first
 
     def estimate_latency(self, output_tokens: float) -> float:
         """Expected send-to-completion seconds for ``output_tokens`` (observed)."""
@@ -378,6 +439,8 @@ class Engine:
             rejects_by_bucket={b.value: n for b, n in self._rejects_by_bucket.items()},
             defers_by_bucket={b.value: n for b, n in self._defers_by_bucket.items()},
             allocation_state=self._alloc.state(),
+            budget=None if self._budget is None else self._budget.snapshot(self._now),
+            held=self._held,
         )
 
     def __len__(self) -> int:
@@ -542,7 +605,7 @@ class Engine:
 
     def _dispatch(self, now: float, actions: list[Action]) -> None:
         """Fill free send opportunities: allocation picks a class, ordering a request."""
-        if not self._queued or not self._has_capacity(0.0):
+        if not self._queued or self._held or not self._has_capacity(0.0):
             return
         self._heads.clear()
         self._severity = self._current_severity()
@@ -552,6 +615,11 @@ class Engine:
                 break
             entry = self.head(klass)
             if not self._has_capacity(entry.reserve):
+                break
+            budget = self._budget
+            if budget is not None and not self._budget_pays(budget, entry, now, actions):
+                if self._queued and self._budget_wake is None:
+                    continue  # the entry was rejected: pick again
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters["infeasible_sends"] += 1
@@ -567,9 +635,39 @@ class Engine:
             self._inflight_by_class[klass] += 1
             self._inflight_tokens += entry.reserve
             self._counters["sent"] += 1
+            if budget is not None:
+                budget.charge(now, entry.request.id, _rate_tokens(entry.request))
             actions.append(Send(entry.request, entry.attempts, entry.cost))
             if not self._queued or not self._has_capacity(0.0):
                 break
+
+    def _budget_pays(
+        self, budget: RateBudget, entry: Entry, now: float, actions: list[Action]
+    ) -> bool:
+        """Whether the rate budget can pay for ``entry`` now; else arm a wake or reject it."""
+        tokens = _rate_tokens(entry.request)
+        wait = budget.wait(now, tokens)
+        if wait is None:
+            self._dequeue(entry)
+            limit = budget.snapshot(now).limit_tokens
+            actions.append(
+                Reject(
+                    entry.request,
+                    f"its token charge ({tokens:.0f}) exceeds the token budget ({limit} per "
+                    f"{budget.config.window_s:g} s): it can never be sent",
+                    self._severity,
+                    None,
+                )
+            )
+            self._reject(entry, entry.request.bucket)
+            self._counters["budget_rejects"] += 1
+            self._budget_wake = None
+            return False
+        if wait > 0.0:
+            self._counters["budget_waits"] += 1
+            self._budget_wake = now + wait
+            return False
+        return True
 
     def _finish(self, now: float, actions: list[Action]) -> list[Action]:
         wake = self.next_wakeup()
@@ -578,6 +676,14 @@ class Engine:
             self._reported_wake = wake
             actions.append(Wake(wake))
         return actions
+
+
+def _rate_tokens(request: Request) -> float:
+    """What a provider counts against its token limit on arrival (module docs, rule 4)."""
+    out = request.max_output_tokens
+    return math.ceil(request.input_tokens) + (
+        out if out is not None else math.ceil(request.prior.p90)
+    )
 
 
 def _token_count(value: int) -> int:

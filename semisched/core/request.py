@@ -73,6 +73,8 @@ class Request:
         input_tokens: Estimated prompt tokens.
         arrival: Time the request was submitted (the caller's clock).
         deadline: Absolute time after which the answer is useless, or ``None``.
+        max_output_tokens: The call's ``max_tokens``, if it sets one: what a
+            provider reserves against its token limit (a rate budget charges it).
     """
 
     id: str
@@ -81,6 +83,7 @@ class Request:
     input_tokens: float = 0.0
     arrival: float = 0.0
     deadline: float | None = None
+    max_output_tokens: int | None = None
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,5 +103,13 @@ class Request:
             raise ValueError(
                 f"deadline={self.deadline!r} must be None or a finite time"
                 f" >= arrival={self.arrival!r}"
+            )
+        if self.max_output_tokens is not None and (
+            isinstance(self.max_output_tokens, bool)
+            or not isinstance(self.max_output_tokens, int)
+            or self.max_output_tokens < 0
+        ):
+            raise ValueError(
+                f"max_output_tokens={self.max_output_tokens!r} must be None or an int >= 0"
             )
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

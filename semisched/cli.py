@@ -1,0 +1,295 @@
+"""The ``semisched`` command line.
+
+``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
+Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
+exceeded, results appended as they complete, resumable after any crash.
+
+Exit status: 0 every request answered successfully; 1 some requests ended in
+an error (recorded in the output); 2 the job could not start (bad arguments,
+invalid input, unreadable or unwritable files, no API key); 130 interrupted
+(rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from semisched.batch import BatchError, BatchOptions, BatchRun, BatchSummary
+from semisched.core.config import PRESETS
+
+__all__ = ["main"]
+
+
+class _Plain:
+    """A progress line every ``every_s`` wall seconds (for logs and pipes)."""
+
+    def __init__(self, stream: TextIO, every_s: float) -> None:
+        self.stream = stream
+        self.every_s = every_s
+        self._last = -math.inf
+
+    def start(self, summary: BatchSummary) -> None:
+        print(_status(summary), file=self.stream, flush=True)
+        self._last = time.monotonic()
+
+    def update(self, summary: BatchSummary) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            print(_status(summary), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class _Rich:
+    """A live progress bar on a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]batch"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=Console(file=stream),
+            transient=False,
+        )
+        self._task: Any = None
+
+    def start(self, summary: BatchSummary) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task(
+            "batch", total=summary.to_send, status=_status(summary, short=True)
+        )
+
+    def update(self, summary: BatchSummary) -> None:
+        self._progress.update(
+            self._task, completed=summary.finished, status=_status(summary, short=True)
+        )
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def _status(summary: BatchSummary, *, short: bool = False) -> str:
+    elapsed = summary.elapsed_s
+    done = summary.finished
+    failed = sum(summary.failed.values())
+    tokens = summary.prompt_tokens + summary.completion_tokens
+    rate = tokens / elapsed if elapsed > 0 else 0.0
+    per_min = summary.rate_limited / elapsed * 60 if elapsed > 0 else 0.0
+    left = summary.to_send - done
+    eta = f"{left / (done / elapsed):.0f}s" if done and elapsed > 0 else "?"
+    core = f"failed {failed} | {rate:.0f} tok/s | 429s {summary.rate_limited} ({per_min:.1f}/min)"
+    if short:
+        return f"{core} | ETA {eta}"
+    return f"{done}/{summary.to_send} done | {core} | ETA {eta}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="semisched", description="Client-side scheduling for OpenAI-compatible LLM APIs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    batch = sub.add_parser(
+        "batch",
+        help="run an OpenAI Batch API JSONL file through the scheduler",
+        description=(
+            "Send every request of an OpenAI Batch API input file through the scheduler and "
+            "append each result to OUTPUT as it completes. Rerunning with the same OUTPUT "
+            "skips what is already answered. The API key is read from the environment only."
+        ),
+    )
+    batch.add_argument("input", type=Path, help="Batch API input file (JSONL)")
+    batch.add_argument("-o", "--output", type=Path, required=True, help="results file (JSONL)")
+    batch.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (…/v1)")
+    batch.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the API key (default OPENAI_API_KEY)",
+    )
+    batch.add_argument("--model", help="model for lines whose body names none")
+    batch.add_argument(
+        "--max-concurrency", type=int, default=32, metavar="N", help="calls in flight (32)"
+    )
+    batch.add_argument("--rpm", type=int, help="requests per minute budget")
+    batch.add_argument(
+        "--tpm", type=int, help="tokens per minute budget (prompt estimate + max_tokens)"
+    )
+    batch.add_argument(
+        "--budget-margin",
+        type=float,
+        metavar="SECONDS",
+        help="how much longer than its minute a budget charge counts: the allowance for "
+        "network transit (default 1)",
+    )
+    batch.add_argument(
+        "--deadline", type=float, metavar="SECONDS", help="finish the job within this time"
+    )
+    batch.add_argument(
+        "--policy",
+        default="adaptive_drr",
+        choices=sorted(PRESETS),
+        help="scheduling preset (adaptive_drr: no shedding, so a batch loses nothing)",
+    )
+    batch.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="record invalid lines as errors in the output and send the rest",
+    )
+    batch.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="drop the error records of an earlier run from OUTPUT and send those again",
+    )
+    batch.add_argument(
+        "--priors",
+        default="auto",
+        choices=("auto", "learned", "heuristic"),
+        help="output-length priors: the learned model if installed (auto), or max_tokens",
+    )
+    batch.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on Ctrl-C, wait this long for calls in flight (10)",
+    )
+    batch.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines when not on a terminal (10)",
+    )
+    batch.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help=argparse.SUPPRESS,  # only for the mock provider's compressed time
+    )
+    return parser
+
+
+async def _run_batch(run: BatchRun, progress: _Plain | _Rich) -> BatchSummary:
+    interrupted_twice = False
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            nonlocal interrupted_twice
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    if not run.stopping:
+                        print(
+                            f"\nstopping: no new requests; waiting up to {run.options.grace_s:g}"
+                            " s for calls in flight (Ctrl-C again to stop now)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        run.stop()
+                    else:
+                        interrupted_twice = True
+                        tg.cancel_scope.cancel()
+
+        tg.start_soon(on_signals)
+        failure: BatchError | None = None
+        try:
+            summary = await run.run()
+        except BatchError as exc:  # raised here, not wrapped in the task group's ExceptionGroup
+            failure = exc
+        finally:
+            progress.close()
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if interrupted_twice or run.summary is None:  # pragma: no cover - needs a second signal
+        assert run.summary is not None
+        run.summary.interrupted = True
+        return run.summary
+    return summary
+
+
+def _batch(args: argparse.Namespace) -> int:
+    try:
+        options = BatchOptions(
+            input=args.input,
+            output=args.output,
+            base_url=args.base_url,
+            api_key_env=args.api_key_env,
+            model=args.model,
+            max_concurrency=args.max_concurrency,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            deadline_s=args.deadline,
+            policy=args.policy,
+            skip_invalid=args.skip_invalid,
+            retry_failed=args.retry_failed,
+            priors=args.priors,
+            time_scale=args.time_scale,
+            grace_s=args.grace,
+            budget_margin_s=args.budget_margin,
+        )
+    except ValueError as exc:
+        print(f"semisched batch: {exc}", file=sys.stderr)
+        return 2
+    stream = sys.stderr
+    progress: _Plain | _Rich
+    try:
+        progress = _Rich(stream) if stream.isatty() else _Plain(stream, args.progress_every)
+    except ImportError:
+        progress = _Plain(stream, args.progress_every)
+    started = False
+
+    def on_result(summary: BatchSummary) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            progress.start(summary)
+        progress.update(summary)
+
+    run = BatchRun(options, on_result=on_result)
+    try:
+        summary = anyio.run(_run_batch, run, progress)
+    except BatchError as exc:
+        print(f"semisched batch: {exc}", file=sys.stderr)
+        return 2
+    for line in summary.lines():
+        print(line, file=sys.stderr)
+    if summary.cut_bytes:
+        print(
+            f"  (cut a torn last line of {summary.cut_bytes} bytes from the output first)",
+            file=sys.stderr,
+        )
+    if summary.interrupted:
+        print(
+            f"interrupted: {summary.to_send - summary.finished} requests not answered; "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    return 1 if summary.failed or summary.invalid else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``semisched`` command."""
+    args = _parser().parse_args(argv)
+    if args.command == "batch":
+        return _batch(args)
+    return 2  # pragma: no cover - argparse requires a command
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
