@@ -153,7 +153,7 @@ def test_hold_stops_sending_and_release_resumes() -> None:
 
 def test_bad_budget_settings_are_refused() -> None:
     for bad in ({"rpm": 0}, {"tpm": 1.5}, {"window_s": 0}, {"margin_s": -1}, {"rpm": True}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
             BudgetConfig(**bad)  # type: ignore[arg-type]
 
 
