@@ -70,6 +70,7 @@ __all__ = [
     "InvalidInput",
     "InvalidLine",
     "ResultWriter",
+    "load_body",
     "read_answered",
     "read_input",
     "run_batch",
@@ -89,12 +90,17 @@ class BatchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class BatchLine:
-    """One valid input line."""
+    """One valid input line: where it is, not its body.
+
+    Bodies are read again when the line is sent (:func:`load_body`), so a job
+    of 100,000 prompts holds a few numbers per line in memory, not the prompts.
+    """
 
     line: int
     custom_id: str
     url: str
-    body: dict[str, Any]
+    offset: int
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +134,8 @@ class InvalidInput(BatchError):
 
 def _check_line(
     number: int,
-    text: str,
+    offset: int,
+    text: bytes,
     first_seen: dict[str, int],
     check_body: Callable[[str, dict[str, Any]], None] | None,
     default_model: str | None,
@@ -174,7 +181,7 @@ def _check_line(
             check_body(SUPPORTED_URLS[url], body)
         except (TypeError, ValueError) as exc:
             return InvalidLine(number, custom_id, f"'body' is not a valid request: {exc}")
-    return BatchLine(number, custom_id, url, body)
+    return BatchLine(number, custom_id, url, offset, len(text))
 
 
 def read_input(
@@ -185,24 +192,51 @@ def read_input(
 ) -> tuple[list[BatchLine], list[InvalidLine]]:
     """Parse and validate a Batch API input file (blank lines are ignored).
 
+    A line that is not UTF-8 is an invalid line like any other.
+
     Raises:
-        BatchError: The file cannot be read or is not UTF-8.
+        BatchError: The file cannot be read.
     """
     lines: list[BatchLine] = []
     invalid: list[InvalidLine] = []
     first_seen: dict[str, int] = {}
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
+            offset = 0
             for number, text in enumerate(handle, start=1):
+                start, offset = offset, offset + len(text)
                 if not text.strip():
                     continue
-                checked = _check_line(number, text, first_seen, check_body, default_model)
-                (lines if isinstance(checked, BatchLine) else invalid).append(checked)  # type: ignore[arg-type]
+                checked = _check_line(number, start, text, first_seen, check_body, default_model)
+                if isinstance(checked, BatchLine):
+                    lines.append(checked)
+                else:
+                    invalid.append(checked)
     except OSError as exc:
         raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise BatchError(f"input {os.fspath(path)!r} is not UTF-8 text ({exc.reason})") from None
     return lines, invalid
+
+
+def load_body(handle: Any, line: BatchLine, default_model: str | None) -> dict[str, Any]:
+    """Read ``line``'s body again from the open (binary) input file.
+
+    Raises:
+        BatchError: The input changed since it was validated.
+    """
+    handle.seek(line.offset)
+    raw = handle.read(line.size)
+    try:
+        obj = json.loads(raw)
+        body = dict(obj["body"])
+        if obj["custom_id"] != line.custom_id:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise BatchError(
+            f"input line {line.line} changed since it was validated; start the run again"
+        ) from None
+    if default_model is not None:
+        body.setdefault("model", default_model)
+    return body
 
 
 # -- output -----------------------------------------------------------------------------
@@ -627,7 +661,14 @@ class BatchRun:
                 )
             if client is not None:
                 timed = TimedClient(client, self.clock, latencies)
-                await self._send_all(todo, timed, priors, writer, summary)
+                try:
+                    source = open(opts.input, "rb")  # noqa: SIM115 - closed below
+                except OSError as exc:
+                    raise BatchError(
+                        f"cannot read input {os.fspath(opts.input)!r}: {exc}"
+                    ) from None
+                with source:
+                    await self._send_all(todo, source, timed, priors, writer, summary)
         finally:
             writer.close()
         return summary
@@ -635,6 +676,7 @@ class BatchRun:
     async def _send_all(
         self,
         todo: list[BatchLine],
+        source: Any,
         client: Any,
         priors: Any,
         writer: ResultWriter,
@@ -677,7 +719,13 @@ class BatchRun:
                         record(error_record(line.custom_id, "deadline_exceeded", note))
                         return
                 try:
-                    response = await scheduler.submit(deadline=deadline, **line.body)
+                    body = load_body(source, line, opts.model)
+                except BatchError as exc:
+                    summary.failed["input_changed"] += 1
+                    record(error_record(line.custom_id, "input_changed", str(exc)))
+                    return
+                try:
+                    response = await scheduler.submit(deadline=deadline, **body)
                 except SemischedError as exc:
                     code, status = _outcome(exc)
                     summary.failed[code] += 1

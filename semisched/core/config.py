@@ -124,7 +124,8 @@ class OrderingConfig:
     dimensionless apart from ``w_wait`` (per second).
 
     Attributes:
-        policy: ``fifo`` or ``feasible_set``.
+        policy: ``fifo``, ``feasible_set`` or ``longest_first`` (LPT, for a
+            batch job's makespan).
         w_wait: Weight of wait per unit of relative size (1/s).
         w_size: Weight of relative size.
         w_urgency: Weight of deadline urgency.
@@ -384,6 +385,14 @@ def _presets() -> dict[str, SchedulerConfig]:
         # Allocation swapped, ordering and overload unchanged (seed 004 §4.6).
         "fair_queuing": full.with_(allocation=AllocationConfig(policy="fair_queuing")),
         "short_priority": full.with_(allocation=AllocationConfig(policy="short_priority")),
+        # Beyond the paper: a batch job's makespan. One class, longest predicted
+        # work first, nothing shed (every request of a batch is wanted).
+        "batch_makespan": SchedulerConfig(
+            classes=(ClassSpec(name="batch"),),
+            allocation=AllocationConfig(policy="fifo"),
+            ordering=OrderingConfig(policy="longest_first"),
+            overload=no_olc,
+        ),
     }
 
 

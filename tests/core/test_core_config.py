@@ -113,8 +113,10 @@ def test_unknown_policy_name_raises_listing_the_choices(
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_builds_an_engine_that_serves_a_request(name: str) -> None:
-    engine = Engine(preset(name))
-    request = Request(id="r", klass="interactive", prior=Prior(p50=20, p90=40))
+    cfg = preset(name)
+    engine = Engine(cfg)
+    prior = Prior(p50=20, p90=40)
+    request = Request(id="r", klass=cfg.class_for(prior.routing_bucket), prior=prior)
     assert [type(a) for a in engine.submit(request, 0.0)] == [Send]
     engine.completed("r", 1.0, output_tokens=20)
     assert len(engine) == 0

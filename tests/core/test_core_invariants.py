@@ -138,6 +138,8 @@ def test_every_request_gets_exactly_one_outcome(
         now += step
         if kind == "submit":
             klass, p50, offset = args
+            names = [c.name for c in cfg.classes]
+            klass = klass if klass in names else names[0]  # single-class presets
             rid = f"r{len(ledger.submitted)}"
             deadline = None if offset is None else now + offset
             request = Request(

@@ -156,3 +156,17 @@ def test_feasible_set_does_not_reorder_within_a_band_without_a_reason() -> None:
     for i in range(6):
         e.submit(req(f"r{i}", 300, arrival=float(i)), float(i))
     assert drain(e, "blocker", 10.0) == [f"r{i}" for i in range(6)]
+
+
+def test_longest_first_sends_the_longest_predicted_work_first_then_fifo_within_a_size() -> None:
+    e = engine("longest_first")
+    for rid, cost in (("s1", 20), ("l1", 900), ("m1", 200), ("l2", 900), ("s2", 20)):
+        e.submit(req(rid, cost, arrival=1.0), 1.0)
+    assert drain(e, "blocker", 2.0) == ["l1", "l2", "m1", "s1", "s2"]
+
+
+def test_longest_first_sends_what_can_meet_its_deadline_before_what_cannot() -> None:
+    e = engine("longest_first")
+    e.submit(req("long_late", 900, arrival=1.0, deadline=2.0), 1.0)  # 900 x 18.7 ms > 1 s
+    e.submit(req("short_ok", 20, arrival=1.0, deadline=100.0), 1.0)
+    assert next_sent(e, "blocker", 1.0) == "short_ok"

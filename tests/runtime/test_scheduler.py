@@ -479,3 +479,32 @@ async def test_against_a_loopback_server(clock: ScaledClock) -> None:
     assert stats.engine.counters["completed"] == 21
     assert stats.rate_limits is not None
     assert stats.rate_limits.limit_requests == 600
+
+
+async def test_check_validates_like_submit_without_scheduling(clock: ScaledClock) -> None:
+    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+        assert scheduler.check(**chat(max_tokens=5)) == "chat"
+        assert scheduler.check(model="mock-1", prompt="hi") == "completions"
+        with pytest.raises(TypeError, match="unknown keyword"):
+            scheduler.check(**chat(), colour="red")
+        with pytest.raises(ValueError, match="exactly one of"):
+            scheduler.check(model="mock-1")
+        assert scheduler.statistics().counters["submitted"] == 0
+
+
+async def test_pause_holds_queued_requests_until_resume(clock: ScaledClock) -> None:
+    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+        scheduler.pause()
+        results: list[Any] = []
+
+        async def one() -> None:
+            results.append(await scheduler.submit(**chat(max_tokens=5)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            await anyio.wait_all_tasks_blocked()
+            stats = scheduler.statistics()
+            assert stats.engine.held and stats.engine.counters["sent"] == 0
+            assert stats.queued == {"interactive": 1, "batch": 0}
+            scheduler.resume()
+    assert len(results) == 1 and scheduler.statistics().engine.counters["sent"] == 1
