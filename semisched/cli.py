@@ -143,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
         "--policy",
         default="adaptive_drr",
         choices=sorted(PRESETS),
-        help="scheduling preset (adaptive_drr: no shedding, so a batch loses nothing)",
+        help="scheduling preset (adaptive_drr: no shedding, so a batch loses nothing; "
+        "batch_makespan: longest predicted work first)",
     )
     batch.add_argument(
         "--skip-invalid",
