@@ -22,6 +22,7 @@ finished twice.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import io
 from collections import deque
@@ -156,10 +157,19 @@ class Simulator:
             ValueError: On duplicate job ids.
             RuntimeError: If a job ended in no terminal outcome or in several.
         """
+        config = self.engine.config
+        names = {spec.name for spec in config.classes}
         for job in sorted(jobs, key=lambda j: (j.request.arrival, j.request.id)):
             rid = job.request.id
             if rid in self._rows:
                 raise ValueError(f"duplicate job id {rid!r}")
+            if job.request.klass not in names:
+                # A two-lane workload against a config with other classes (the one-class
+                # batch preset): route it as a caller naming no class would be routed.
+                klass = config.class_for(job.request.bucket)
+                job = dataclasses.replace(
+                    job, request=dataclasses.replace(job.request, klass=klass)
+                )
             self._jobs[rid] = job
             request = job.request
             # Positional, in field order: keywords make this dataclass call ~40% dearer.
