@@ -598,17 +598,21 @@ class BatchRun:
             MonotonicClock() if options.time_scale == 1.0 else ScaledClock(options.time_scale)
         )
         self._on_result = on_result
-        self._stop = anyio.Event()
+        self._stopping = False
+        self._stop: anyio.Event | None = None  # made in the run's event loop
         self.scheduler: Scheduler | None = None
         self.summary: BatchSummary | None = None
 
     def stop(self) -> None:
         """Stop dispatching, let in-flight calls finish (up to ``grace_s``), then return."""
-        self._stop.set()
+        self._stopping = True
+        if self._stop is not None:
+            self._stop.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        """Whether :meth:`stop` was called."""
+        return self._stopping
 
     def prepare(self) -> tuple[list[BatchLine], list[InvalidLine], set[str], set[str], int]:
         """Read the input and the output so far; raises on invalid input (nothing sent)."""
@@ -757,7 +761,7 @@ class BatchRun:
                 nonlocal outstanding, fed_all
                 for line in todo:
                     await window.acquire()
-                    if self._stop.is_set():
+                    if self._stopping:
                         window.release()
                         return
                     outstanding += 1
@@ -766,8 +770,12 @@ class BatchRun:
                 if outstanding == 0:
                     all_done.set()
 
+            stop = self._stop = anyio.Event()
+            if self._stopping:
+                stop.set()
+
             async def watch_stop() -> None:
-                await self._stop.wait()
+                await stop.wait()
                 summary.interrupted = True
                 scheduler.pause()
                 # Calls in flight may finish and be recorded; nothing new is sent.
