@@ -430,10 +430,6 @@ class BatchOptions:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name}={value!r} must be an int >= 1")
-        for name in ("rpm", "tpm"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
         for name in ("deadline_s",):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -444,9 +440,7 @@ class BatchOptions:
                 raise ValueError(f"{name}={value!r} must be a finite number > 0")
         if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
             raise ValueError(f"grace_s={self.grace_s!r} must be a number of seconds >= 0")
-        margin = self.budget_margin_s
-        if margin is not None and not (math.isfinite(margin) and margin >= 0):
-            raise ValueError(f"budget_margin_s={margin!r} must be a number of seconds >= 0")
+        self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
 
     @property
     def margin_s(self) -> float:
@@ -480,7 +474,6 @@ class BatchSummary:
     completion_tokens: int = 0
     rate_limited: int = 0
     retries: int = 0
-    started_at: float = 0.0
     elapsed_s: float = 0.0
     latencies_s: list[float] = field(default_factory=list)
     interrupted: bool = False
@@ -700,15 +693,17 @@ class BatchRun:
         self.scheduler = scheduler
         window = anyio.Semaphore(opts.window)
         start = clock.now()
-        summary.started_at = start
         job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
 
-        def record(entry: dict[str, Any]) -> None:
-            writer.write(entry)
+        def sync() -> None:
             stats = scheduler.statistics().counters
             summary.rate_limited = stats["throttles"]
             summary.retries = stats["retries"]
             summary.elapsed_s = clock.now() - start
+
+        def record(entry: dict[str, Any]) -> None:
+            writer.write(entry)
+            sync()
             if self._on_result is not None:
                 self._on_result(summary)
 
@@ -788,10 +783,7 @@ class BatchRun:
             tg.start_soon(feed)
             await all_done.wait()
             tg.cancel_scope.cancel()
-        summary.elapsed_s = clock.now() - start
-        stats = scheduler.statistics().counters
-        summary.rate_limited = stats["throttles"]
-        summary.retries = stats["retries"]
+        sync()
 
 
 def _check_endpoint(probe: Scheduler, endpoint: str, body: dict[str, Any]) -> None:

@@ -163,11 +163,6 @@ class RateBudget:
             f"paused_until={self._paused_until}>"
         )
 
-    @property
-    def limited(self) -> bool:
-        """Whether any limit is known (configured or advertised)."""
-        return self._requests.limit is not None or self._tokens.limit is not None
-
     def _expire(self, now: float) -> None:
         charges = self._charges
         while charges and charges[0].expires <= now:
@@ -188,19 +183,21 @@ class RateBudget:
             return None
         wait = 0.0 if self._paused_until is None else self._paused_until - now
         if req_limit is not None:
-            wait = max(wait, self._wait_axis(now, "requests", 1.0, req_limit, self._requests))
+            wait = max(wait, self._wait_axis(now, True, 1.0, req_limit, self._requests))
         if tok_limit is not None:
-            wait = max(wait, self._wait_axis(now, "tokens", tokens, tok_limit, self._tokens))
+            wait = max(wait, self._wait_axis(now, False, tokens, tok_limit, self._tokens))
         return wait
 
-    def _wait_axis(self, now: float, name: str, amount: float, limit: int, axis: _Axis) -> float:
+    def _wait_axis(
+        self, now: float, requests: bool, amount: float, limit: int, axis: _Axis
+    ) -> float:
+        """Seconds until ``amount`` fits under ``limit`` on one axis (requests or tokens)."""
         extra = axis.extra_at(now)
-        used = (self._used_requests if name == "requests" else self._used_tokens) + extra
+        used = (self._used_requests if requests else self._used_tokens) + extra
         if used + amount <= limit:
             return 0.0
         # Walk charges in expiry order, stopping at the first that frees enough;
         # the extra charge lapses at its own time.
-        requests = name == "requests"
         pending_extra = extra
         for charge in self._charges:
             if pending_extra and axis.extra_until <= charge.expires:
