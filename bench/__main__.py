@@ -8,7 +8,8 @@ Subcommands:
   all             every experiment of the paper's evaluation + REPRODUCTION.md
   NAME            one experiment: information-ladder, main-comparison,
                   overload-policies, fair-queuing, layerwise, sensitivity,
-                  predictor-noise, sharegpt-trace
+                  predictor-noise, sharegpt-trace; beyond the paper:
+                  rate-limits (client budgets vs the provider's 429s)
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
     s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
-    from bench.suite import EXPERIMENTS
+    from bench.suite import BEYOND, EXPERIMENTS
 
-    for name in ("all", *(e.name for e in EXPERIMENTS)):
+    for name in ("all", *(e.name for e in (*EXPERIMENTS, *BEYOND))):
         e = sub.add_parser(name, help="the whole evaluation" if name == "all" else "one experiment")
         e.add_argument("--out", type=Path, default=Path("results"), help="output folder")
         e.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
         written = args.out / "decision_cost.csv"
         write_csv(written, rows)
-    elif args.command == "all" or args.command in {e.name for e in EXPERIMENTS}:
+    elif args.command == "all" or args.command in {e.name for e in (*EXPERIMENTS, *BEYOND)}:
         from bench.runner import experiments_named, run_suite
 
         if args.seeds < 1:

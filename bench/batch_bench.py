@@ -51,6 +51,7 @@ import openai
 
 from bench.batch_baseline import run_fixed_rate
 from mockprovider.launch import running_server
+from mockprovider.stats import MockCounters, MockStats
 from semisched.batch import BatchOptions, BatchRun
 from semisched.clock import ScaledClock
 
@@ -79,9 +80,9 @@ def workload(requests: int, *, seed: int = 0) -> list[dict[str, Any]]:
     return lines
 
 
-def _stats(url: str) -> dict[str, Any]:
+def _stats(url: str) -> MockCounters:
     with urllib.request.urlopen(f"{url}/mock/stats") as response:
-        return dict(json.load(response)["counters"])
+        return MockStats.from_json(json.load(response)).counters
 
 
 def _latency(values: list[float] | tuple[float, ...], q: float) -> float:
@@ -170,7 +171,7 @@ def batch_benchmark(
 ) -> str:
     """Run every scenario x contender ``repeats`` times; write ``runs.csv`` and ``table.md``."""
     from bench.workloads import learned_available
-    from predictors.data import encoding
+    from predictors.tokens import encoding
 
     lines = workload(requests)
     enc = encoding("o200k_base")
@@ -231,8 +232,8 @@ def _one(
         "contender": name,
         "repeat": repeat,
         **measured,
-        "provider_429s": counters["rate_limited_requests"] + counters["rate_limited_tokens"],
-        "provider_requests": counters["requests"],
+        "provider_429s": counters.rate_limited,
+        "provider_requests": counters.requests,
         "wall_s": wall,
     }
     print(

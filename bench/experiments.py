@@ -20,19 +20,34 @@ from typing import Any
 
 from bench.report import aggregate, format_table, write_csv
 from bench.workloads import Regime, generate, learned_source, regime
+from mockprovider.gate import GateConfig
 from mockprovider.physics import profile
 from predictors.base import PriorSource
 from predictors.priors import information_source
 from semisched.core.config import preset
 from semisched.metrics import summarize
-from semisched.sim import simulate
+from semisched.sim import ProviderModel, simulate
 
-__all__ = ["QUICK_STRATEGIES", "ProgressReporter", "RunSpec", "quick", "run_many", "run_one"]
+__all__ = [
+    "QUICK_STRATEGIES",
+    "ProgressReporter",
+    "RunSpec",
+    "provider_model",
+    "quick",
+    "run_many",
+    "run_one",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """Everything that identifies one simulated run."""
+    """Everything that identifies one simulated run.
+
+    ``overrides`` replace fields of the strategy's preset; ``provider`` sets
+    the provider's :class:`~mockprovider.gate.GateConfig` fields (RPM/TPM
+    limits, fault rates; the fault seed is the run's seed) and
+    ``other_traffic`` the share of those limits other clients use.
+    """
 
     regime: str
     strategy: str
@@ -43,6 +58,8 @@ class RunSpec:
     physics: str = "default"
     overrides: tuple[tuple[str, Any], ...] = field(default=())
     label: str = ""
+    provider: tuple[tuple[str, Any], ...] = field(default=())
+    other_traffic: float = 0.0
 
     @property
     def condition(self) -> str:
@@ -64,7 +81,7 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
         source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
     config = preset(spec.strategy, **dict(spec.overrides))
     jobs = generate(reg, spec.seed, source, phys)
-    result = simulate(jobs, config, phys)
+    result = simulate(jobs, config, phys, provider_model(spec))
     if trace is not None:
         trace.write_text(result.trace_csv())
     row: dict[str, object] = {
@@ -76,8 +93,14 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
         "seed": spec.seed,
     }
     row.update(summarize(result.rows))
-    row["infeasible_sends"] = result.engine.counters["infeasible_sends"]
+    row["infeasible_sends"] = result.engine.counters.infeasible_sends
     return row
+
+
+def provider_model(spec: RunSpec) -> ProviderModel:
+    """The simulated provider of ``spec``: its gate settings, seeded by the run's seed."""
+    gate = GateConfig(**{"seed": spec.seed, **dict(spec.provider)})
+    return ProviderModel(gate=gate, other_traffic=spec.other_traffic, seed=spec.seed)
 
 
 def run_many(

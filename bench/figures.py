@@ -31,6 +31,7 @@ _LABELS = {
     "goodput_rps": "Useful goodput (req/s)",
     "short_p90_ms": "Short P90 (s)",
     "long_p90_ms": "Long P90 (s)",
+    "throttled": "429 answers per run",
 }
 
 
@@ -216,6 +217,23 @@ def _sharegpt(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
     _save(fig, out / "sharegpt_trace.png")
 
 
+def _rate_limits(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
+    """One row per regime: 429s, completion and goodput by client budget, bars by strategy."""
+    regimes = _ordered([r["regime"] for r in summary])
+    metrics = ("throttled", "completion_rate", "goodput_rps")
+    fig, axes = plt.subplots(len(regimes), len(metrics), figsize=(15, 3.6 * len(regimes)),
+                             squeeze=False)  # fmt: skip
+    for row_axes, reg in zip(axes, regimes, strict=True):
+        rows = [r for r in summary if r["regime"] == reg]
+        for ax, metric in zip(row_axes, metrics, strict=True):
+            _grouped_bars(ax, rows, metric, group="condition", series="strategy")
+            ax.set_title(f"{reg}: {_LABELS.get(metric, metric)}", fontsize=9)
+            plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Provider rate limits: no budget, budget at / above the limit, shared key")
+    _save(fig, out / "rate_limits.png")
+
+
 _DRAW: dict[str, Callable[[Sequence[Row], Sequence[Row], Path], None]] = {
     "information-ladder": _information_ladder,
     "main-comparison": _main_comparison,
@@ -225,6 +243,7 @@ _DRAW: dict[str, Callable[[Sequence[Row], Sequence[Row], Path], None]] = {
     "sensitivity": _sensitivity,
     "predictor-noise": _noise,
     "sharegpt-trace": _sharegpt,
+    "rate-limits": _rate_limits,
 }
 
 

@@ -35,7 +35,7 @@ from mockprovider.physics import profile
 from predictors.priors import information_source
 from semisched import DeadlineExceeded, RequestRejected, Scheduler, SemischedError
 from semisched.clock import ScaledClock
-from semisched.core.buckets import bucket_for_tokens
+from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
 from semisched.metrics import summarize
 from semisched.runtime import RetryPolicy
@@ -56,6 +56,8 @@ class LiveRecord:
     first_token: float | None = None
     end: float | None = None
     defers: int = 0
+    attempts: int = 0
+    throttled: int = 0
 
 
 async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, object]:
@@ -127,10 +129,12 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
     }
     row.update(summarize(records))
     # Deferrals are not visible per call; take them from the core's counters.
-    row["defers"] = float(stats.engine.counters["deferrals"])
-    for bucket, count in stats.engine.defers_by_bucket.items():
-        row[f"defers_{bucket}"] = float(count)
-    row["infeasible_sends"] = stats.engine.counters["infeasible_sends"]
+    row["defers"] = float(stats.engine.counters.deferrals)
+    for bucket in Bucket:
+        count = stats.engine.defers_by_bucket.of(bucket)
+        if count:
+            row[f"defers_{bucket}"] = float(count)
+    row["infeasible_sends"] = stats.engine.counters.infeasible_sends
     return row
 
 

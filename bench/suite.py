@@ -16,6 +16,7 @@ experiment             paper   what varies (the rest fixed)
 ``sensitivity``        §4.9    thresholds / backoff ±20 %, 4 regimes
 ``predictor-noise``    §4.10   multiplicative prior error L, 4 regimes
 ``sharegpt-trace``     §4.1    strategy and information, ShareGPT lengths
+``rate-limits``        beyond  client budget vs the provider's RPM/TPM 429s
 =====================  ======  ===========================================
 """
 
@@ -27,9 +28,9 @@ from dataclasses import dataclass, replace
 from bench.experiments import RunSpec
 from bench.report import format_table
 from predictors.priors import INFORMATION_LEVELS
-from semisched.core.config import OverloadConfig, preset
+from semisched.core.config import BudgetConfig, OverloadConfig, preset
 
-__all__ = ["EXPERIMENTS", "REGIMES", "Experiment", "experiment"]
+__all__ = ["BEYOND", "EXPERIMENTS", "REGIMES", "Experiment", "experiment"]
 
 REGIMES: tuple[str, ...] = ("balanced/medium", "balanced/high", "heavy/medium", "heavy/high")
 HIGH: tuple[str, ...] = ("balanced/high", "heavy/high")
@@ -186,6 +187,54 @@ def _sharegpt(seeds: int) -> list[RunSpec]:
     return strategies + ladder
 
 
+#: The provider's limits in ``rate-limits``: below what balanced/high offers
+#: (83 requests and ~120k tokens a minute), about what heavy/high offers at
+#: its bursts (34 requests, ~72k tokens a minute on average).
+PROVIDER_RPM = 60
+PROVIDER_TPM = 100_000
+#: ``rate-limits`` strategies: the quick four, and ``semisched batch``'s presets
+#: (its default, ``adaptive_drr``, is among the four; ``batch_makespan`` is its
+#: makespan preset).
+RATE_LIMIT_STRATEGIES: tuple[str, ...] = (*MAIN, "batch_makespan")
+
+
+def _budget(factor: float, *, adapt: bool = True) -> BudgetConfig:
+    rpm, tpm = round(PROVIDER_RPM * factor), round(PROVIDER_TPM * factor)
+    return BudgetConfig(rpm=rpm, tpm=tpm, adapt=adapt)
+
+
+#: label -> (client budget or None, share of the provider's limits others use).
+#: "1.5x limit" follows the provider's x-ratelimit-* headers (the default), so
+#: its first answer corrects the budget; "headers ignored" shows what that saves.
+#: "limit grants 2/3": other clients on the same key use a third of the limit.
+LIMIT_REGIMES: dict[str, tuple[BudgetConfig | None, float]] = {
+    "no budget": (None, 0.0),
+    "budget = limit": (_budget(1.0), 0.0),
+    "budget = 1.5x limit": (_budget(1.5), 0.0),
+    "1.5x, headers ignored": (_budget(1.5, adapt=False), 0.0),
+    "limit grants 2/3": (_budget(1.0), 1.0 / 3.0),
+}
+
+
+def _rate_limits(seeds: int) -> list[RunSpec]:
+    provider = (("rpm", PROVIDER_RPM), ("tpm", PROVIDER_TPM))
+    return [
+        RunSpec(
+            regime=reg,
+            strategy=strategy,
+            seed=s,
+            overrides=(("budget", budget),),
+            label=label,
+            provider=provider,
+            other_traffic=others,
+        )
+        for reg in HIGH
+        for label, (budget, others) in LIMIT_REGIMES.items()
+        for strategy in RATE_LIMIT_STRATEGIES
+        for s in range(seeds)
+    ]
+
+
 _MAIN_COLUMNS = (
     ("Short P95 (ms)", "short_p95_ms", 0),
     ("Global P95 (ms)", "global_p95_ms", 0),
@@ -281,13 +330,36 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 )
 
 
+#: Experiments beyond the paper's evaluation (not part of ``all``).
+BEYOND: tuple[Experiment, ...] = (
+    Experiment(
+        "rate-limits",
+        f"Provider rate limits ({PROVIDER_RPM} RPM, {PROVIDER_TPM:,} TPM) vs the client's budget",
+        "beyond the paper (issue 10)",
+        _rate_limits,
+        keys=("regime", "condition", "strategy"),
+        columns=(
+            ("429s", "throttled", 1),
+            ("Retries", "retries", 1),
+            ("Short P95 (ms)", "short_p95_ms", 0),
+            ("Global P95 (ms)", "global_p95_ms", 0),
+            ("CR", "completion_rate", 3),
+            ("Satisfaction", "satisfaction", 3),
+            ("Goodput (rps)", "goodput_rps", 3),
+            ("Failed", "failed", 1),
+        ),
+    ),
+)
+
+
 def experiment(name: str) -> Experiment:
     """Look an experiment up by name.
 
     Raises:
         ValueError: For an unknown name.
     """
-    for exp in EXPERIMENTS:
+    for exp in (*EXPERIMENTS, *BEYOND):
         if exp.name == name:
             return exp
-    raise ValueError(f"experiment={name!r} must be one of {[e.name for e in EXPERIMENTS]}")
+    names = [e.name for e in (*EXPERIMENTS, *BEYOND)]
+    raise ValueError(f"experiment={name!r} must be one of {names}")

@@ -284,8 +284,8 @@ def learned_source() -> _LearnedTable:
     """
     import hashlib
 
-    from predictors.data import cache_dir
     from predictors.learned import DEFAULT_WEIGHTS, load_default
+    from predictors.tokens import cache_dir
 
     pop = trace_population("sharegpt")
     digest = hashlib.sha256((DEFAULT_WEIGHTS / "trainable.safetensors").read_bytes()).hexdigest()

@@ -40,7 +40,7 @@ async def main(base_url: str) -> None:
                 await llm.chat.completions.create(
                     model="mock-1",
                     messages=[{"role": "user", "content": f"{kind} request {i}"}],
-                    max_tokens=tokens,
+                    max_completion_tokens=tokens,
                     deadline=30 if kind == "interactive" else 600,
                 )
                 outcomes[kind]["completed"] += 1
@@ -58,7 +58,12 @@ async def main(base_url: str) -> None:
         lat = sorted(latencies[kind])
         p95 = lat[int(0.95 * (len(lat) - 1))] if lat else float("nan")
         print(f"{kind:12s} {dict(outcomes[kind])}  p95 latency {p95:6.1f} s (virtual)")
-    print(f"severity now {stats.severity:.2f}; decisions {stats.engine.counters}")
+    engine, runtime = stats.engine.counters, stats.counters
+    print(
+        f"severity now {stats.severity:.2f}; sent {engine.sent} (retries {runtime.retries}, "
+        f"429s {runtime.throttled}), deferrals {engine.deferrals}, rejected {runtime.rejected}, "
+        f"deadline exceeded {runtime.deadline_exceeded}, succeeded {runtime.succeeded}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """A congestion-aware, OpenAI-compatible mock LLM provider.
 
 ``mockprovider.physics`` is the pure service model (used by the simulator and by the HTTP app);
-``mockprovider.faults`` holds the pure rate-limit, quota and fault bookkeeping. The HTTP app
-(``create_app``, ``MockConfig``) needs the ``mock`` extra (starlette; uvicorn to serve it with
-``python -m mockprovider``) and is imported lazily, so importing this package for the physics
-alone does not load starlette.
+``mockprovider.faults`` holds the pure rate-limit, quota and fault bookkeeping and
+``mockprovider.gate`` the decisions made from it; ``mockprovider.stats`` names what the mock
+reports (``MockStats``, also for HTTP clients via ``MockStats.from_json``). The HTTP app
+(``create_app``, ``MockConfig``; ``mockprovider.wire``, ``driver`` and ``responses`` behind it)
+needs the ``mock`` extra (starlette; uvicorn to serve it with ``python -m mockprovider``) and is
+imported lazily, so importing this package for the physics alone does not load starlette.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from mockprovider.physics import (
     ProviderPhysics,
     profile,
 )
+from mockprovider.stats import MockCounters, MockStats
 
 if TYPE_CHECKING:
     from mockprovider.app import ConnectionDropped, MockConfig, create_app
@@ -29,6 +32,8 @@ __all__ = [
     "ConnectionDropped",
     "EventKind",
     "MockConfig",
+    "MockCounters",
+    "MockStats",
     "PhysicsParams",
     "PhysicsStats",
     "ProviderEvent",

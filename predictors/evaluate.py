@@ -34,13 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.data import (
-    Pair,
-    count_tokens,
-    dataset_stats,
-    load_pairs,
-    split_by_conversation,
-)
+from predictors.data import Pair, dataset_stats, load_pairs, split_by_conversation
+from predictors.tokens import count_tokens
 from semisched.core.buckets import bucket_for_tokens
 
 __all__ = ["Baseline", "evaluate", "fit_baselines", "metrics", "repeated_prompt_floor"]

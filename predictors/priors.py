@@ -29,9 +29,9 @@ import math
 import struct
 from dataclasses import dataclass
 
-from predictors.base import PriorQuery
 from semisched.core.buckets import Bucket
 from semisched.core.request import Prior
+from semisched.priors import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery
 
 __all__ = [
     "COARSE_PRIORS",
@@ -47,8 +47,6 @@ __all__ = [
     "information_source",
 ]
 
-NEUTRAL_P50 = 250.0
-NEUTRAL_P90 = 550.0
 
 COARSE_PRIORS: dict[Bucket, tuple[float, float]] = {
     Bucket.SHORT: (32.0, 64.0),
@@ -166,24 +164,3 @@ def information_source(
     except KeyError:
         raise ValueError(f"name={name!r} must be one of {list(sources)}") from None
     return Noisy(source, noise, seed) if noise else source
-
-
-@dataclass(frozen=True, slots=True)
-class Heuristic:
-    """What a client knows without a model: the caller's ``max_tokens`` cap.
-
-    With a cap, p50/p90 are the neutral values clipped to the cap (a request
-    capped at 32 tokens is short whatever it says). Without one the size is
-    unknown: neutral p50/p90 and routing bucket ``unknown`` (uniform shedding).
-    This is the SDK's default and the fallback when a learned source is slow.
-    """
-
-    p50: float = NEUTRAL_P50
-    p90: float = NEUTRAL_P90
-    name: str = "heuristic"
-
-    def prior(self, query: PriorQuery) -> Prior:
-        cap = query.max_tokens
-        if cap is None or cap <= 0:
-            return Prior(p50=self.p50, p90=self.p90, bucket=Bucket.UNKNOWN)
-        return Prior(p50=min(self.p50, float(cap)), p90=min(self.p90, float(cap)))

@@ -1,9 +1,16 @@
 """semisched: client-side semi-clairvoyant scheduling for OpenAI-compatible LLM APIs.
 
-``Scheduler`` (the async SDK, :mod:`semisched.runtime`) and the outcome
-exceptions (:mod:`semisched.errors`) are importable from here. They are loaded
-lazily, so ``import semisched.core`` (the pure scheduling core) loads neither
-anyio nor openai.
+What ``Scheduler(...)`` and its arguments need is importable from here: the
+scheduler and its client, the outcome exceptions (:mod:`semisched.errors`),
+the config and its presets (:mod:`semisched.core`), the retry policy, the
+clocks (:mod:`semisched.clock`), the prior interface (:mod:`semisched.priors`)
+and the prompt-token estimator (:mod:`semisched.estimate`).
+The README's "API at a glance" lists each name; a test keeps the two in step.
+
+Names are loaded lazily on first use, so ``import semisched`` (and
+``import semisched.core``, the pure scheduling core) loads neither anyio nor
+openai. Everything else (the simulator, the batch runner, the policy classes)
+is imported from its own module.
 """
 
 from __future__ import annotations
@@ -12,6 +19,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from semisched.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
+    from semisched.core.config import SchedulerConfig, preset
+    from semisched.core.lifecycle import FailureKind, RetryPolicy
+    from semisched.core.request import Prior
     from semisched.errors import (
         DeadlineExceeded,
         ProviderError,
@@ -22,15 +33,39 @@ if TYPE_CHECKING:
         SchedulerClosed,
         SemischedError,
     )
-    from semisched.runtime import (
-        RetryPolicy,
-        ScheduledClient,
-        ScheduledStream,
-        Scheduler,
-        SchedulerStats,
-    )
+    from semisched.estimate import TokenEstimator
+    from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorSource
+    from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
+
+#: The package version, kept equal to ``[project] version`` in pyproject.toml
+#: (a test compares them). A literal: no metadata lookup at import time, and it
+#: is right in a source checkout that was never installed.
+__version__ = "0.1.0"
 
 _WHERE = {
+    # the SDK
+    "ScheduledClient": "semisched.runtime",
+    "ScheduledStream": "semisched.runtime",
+    "Scheduler": "semisched.runtime",
+    "SchedulerStats": "semisched.runtime",
+    # configuration (pure core)
+    "FailureKind": "semisched.core.lifecycle",
+    "Prior": "semisched.core.request",
+    "RetryPolicy": "semisched.core.lifecycle",
+    "SchedulerConfig": "semisched.core.config",
+    "preset": "semisched.core.config",
+    "TokenEstimator": "semisched.estimate",
+    # clocks
+    "AnyioClock": "semisched.clock",
+    "Clock": "semisched.clock",
+    "MonotonicClock": "semisched.clock",
+    "ScaledClock": "semisched.clock",
+    # priors
+    "BatchPriorSource": "semisched.priors",
+    "Heuristic": "semisched.priors",
+    "PriorQuery": "semisched.priors",
+    "PriorSource": "semisched.priors",
+    # outcomes
     "DeadlineExceeded": "semisched.errors",
     "ProviderError": "semisched.errors",
     "QueueFull": "semisched.errors",
@@ -39,27 +74,35 @@ _WHERE = {
     "RequestRejected": "semisched.errors",
     "SchedulerClosed": "semisched.errors",
     "SemischedError": "semisched.errors",
-    "RetryPolicy": "semisched.runtime",
-    "ScheduledClient": "semisched.runtime",
-    "ScheduledStream": "semisched.runtime",
-    "Scheduler": "semisched.runtime",
-    "SchedulerStats": "semisched.runtime",
 }
 
 __all__ = [
+    "AnyioClock",
+    "BatchPriorSource",
+    "Clock",
     "DeadlineExceeded",
+    "FailureKind",
+    "Heuristic",
+    "MonotonicClock",
+    "Prior",
+    "PriorQuery",
+    "PriorSource",
     "ProviderError",
     "QueueFull",
     "QuotaExceeded",
     "RateLimited",
     "RequestRejected",
     "RetryPolicy",
+    "ScaledClock",
     "ScheduledClient",
     "ScheduledStream",
     "Scheduler",
     "SchedulerClosed",
+    "SchedulerConfig",
     "SchedulerStats",
     "SemischedError",
+    "TokenEstimator",
+    "preset",
 ]
 
 
@@ -67,4 +110,11 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'semisched' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    dunders = (k for k in globals() if k.startswith("__") and k.endswith("__"))
+    return sorted({*__all__, *dunders})

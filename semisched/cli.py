@@ -2,7 +2,11 @@
 
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
 Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
-exceeded, results appended as they complete, resumable after any crash.
+exceeded, results appended as they complete, resumable after any crash. This
+module parses arguments, shows progress and handles signals; the job itself
+is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
+:func:`main_async` is the same command inside a running one (tests await it
+in virtual time with an in-process provider and clock).
 
 Exit status: 0 every request answered successfully; 1 some requests ended in
 an error (recorded in the output); 2 the job could not start (bad arguments,
@@ -18,15 +22,18 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 
-from semisched.batch import BatchError, BatchOptions, BatchRun, BatchSummary
+from semisched.batch import BatchError, BatchOptions, BatchProgress, BatchRun, BatchSummary
+from semisched.clock import Clock
 from semisched.core.config import PRESETS
 
-__all__ = ["main"]
+__all__ = ["main", "main_async"]
 
 
 class _Plain:
@@ -37,15 +44,15 @@ class _Plain:
         self.every_s = every_s
         self._last = -math.inf
 
-    def start(self, summary: BatchSummary) -> None:
-        print(_status(summary), file=self.stream, flush=True)
+    def start(self, progress: BatchProgress) -> None:
+        print(_status(progress), file=self.stream, flush=True)
         self._last = time.monotonic()
 
-    def update(self, summary: BatchSummary) -> None:
+    def update(self, progress: BatchProgress) -> None:
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
-            print(_status(summary), file=self.stream, flush=True)
+            print(_status(progress), file=self.stream, flush=True)
 
     def close(self) -> None:
         pass
@@ -68,34 +75,38 @@ class _Rich:
         )
         self._task: Any = None
 
-    def start(self, summary: BatchSummary) -> None:
+    def start(self, progress: BatchProgress) -> None:
         self._progress.start()
         self._task = self._progress.add_task(
-            "batch", total=summary.to_send, status=_status(summary, short=True)
+            "batch",
+            total=progress.to_send,
+            completed=progress.finished,
+            status=_status(progress, short=True),
         )
 
-    def update(self, summary: BatchSummary) -> None:
+    def update(self, progress: BatchProgress) -> None:
         self._progress.update(
-            self._task, completed=summary.finished, status=_status(summary, short=True)
+            self._task, completed=progress.finished, status=_status(progress, short=True)
         )
 
     def close(self) -> None:
         self._progress.stop()
 
 
-def _status(summary: BatchSummary, *, short: bool = False) -> str:
-    elapsed = summary.elapsed_s
-    done = summary.finished
-    failed = sum(summary.failed.values())
-    tokens = summary.prompt_tokens + summary.completion_tokens
-    rate = tokens / elapsed if elapsed > 0 else 0.0
-    per_min = summary.rate_limited / elapsed * 60 if elapsed > 0 else 0.0
-    left = summary.to_send - done
+def _status(progress: BatchProgress, *, short: bool = False) -> str:
+    elapsed = progress.elapsed_s
+    done = progress.finished
+    limited = progress.rate_limited
+    per_min = limited / elapsed * 60 if elapsed > 0 else 0.0
+    left = progress.to_send - done
     eta = f"{left / (done / elapsed):.0f}s" if done and elapsed > 0 else "?"
-    core = f"failed {failed} | {rate:.0f} tok/s | 429s {summary.rate_limited} ({per_min:.1f}/min)"
+    core = (
+        f"failed {progress.failed.total} | {progress.tokens_per_s:.0f} tok/s | "
+        f"429s {limited} ({per_min:.1f}/min)"
+    )
     if short:
         return f"{core} | ETA {eta}"
-    return f"{done}/{summary.to_send} done | {core} | ETA {eta}"
+    return f"{done}/{progress.to_send} done | {core} | ETA {eta}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,6 +123,14 @@ def _parser() -> argparse.ArgumentParser:
             "skips what is already answered. The API key is read from the environment only."
         ),
     )
+    _add_files(batch)
+    _add_budgets(batch)
+    _add_run_control(batch)
+    return parser
+
+
+def _add_files(batch: argparse.ArgumentParser) -> None:
+    """Where requests come from, where results go, and the endpoint."""
     batch.add_argument("input", type=Path, help="Batch API input file (JSONL)")
     batch.add_argument("-o", "--output", type=Path, required=True, help="results file (JSONL)")
     batch.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (…/v1)")
@@ -122,6 +141,10 @@ def _parser() -> argparse.ArgumentParser:
         help="environment variable holding the API key (default OPENAI_API_KEY)",
     )
     batch.add_argument("--model", help="model for lines whose body names none")
+
+
+def _add_budgets(batch: argparse.ArgumentParser) -> None:
+    """Concurrency, rate budgets, the deadline and the scheduling preset."""
     batch.add_argument(
         "--max-concurrency", type=int, default=32, metavar="N", help="calls in flight (32)"
     )
@@ -146,6 +169,10 @@ def _parser() -> argparse.ArgumentParser:
         help="scheduling preset (adaptive_drr: no shedding, so a batch loses nothing; "
         "batch_makespan: longest predicted work first)",
     )
+
+
+def _add_run_control(batch: argparse.ArgumentParser) -> None:
+    """Invalid lines, retries of failures, priors, stopping and progress."""
     batch.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -182,11 +209,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help=argparse.SUPPRESS,  # only for the mock provider's compressed time
     )
-    return parser
 
 
-async def _run_batch(run: BatchRun, progress: _Plain | _Rich) -> BatchSummary:
+async def _run_batch(run: BatchRun, display: _Plain | _Rich) -> BatchSummary:
+    """Run ``run``; the first SIGINT/SIGTERM stops it gracefully, the second at once."""
     interrupted_twice = False
+    summary: BatchSummary | None = None
     async with anyio.create_task_group() as tg:
 
         async def on_signals() -> None:
@@ -212,84 +240,117 @@ async def _run_batch(run: BatchRun, progress: _Plain | _Rich) -> BatchSummary:
         except BatchError as exc:  # raised here, not wrapped in the task group's ExceptionGroup
             failure = exc
         finally:
-            progress.close()
+            display.close()
         tg.cancel_scope.cancel()
     if failure is not None:
         raise failure
-    if interrupted_twice or run.summary is None:  # pragma: no cover - needs a second signal
-        assert run.summary is not None
-        run.summary.interrupted = True
-        return run.summary
+    if interrupted_twice or summary is None:  # pragma: no cover - needs a second signal
+        so_far = run.summary()
+        assert so_far is not None
+        return replace(so_far, interrupted=True)
     return summary
 
 
-def _batch(args: argparse.Namespace) -> int:
+def _options(args: argparse.Namespace) -> BatchOptions:
+    """The job the arguments ask for (raises ``ValueError`` naming a bad one)."""
+    return BatchOptions(
+        input=args.input,
+        output=args.output,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        model=args.model,
+        max_concurrency=args.max_concurrency,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        deadline_s=args.deadline,
+        policy=args.policy,
+        skip_invalid=args.skip_invalid,
+        retry_failed=args.retry_failed,
+        priors=args.priors,
+        time_scale=args.time_scale,
+        grace_s=args.grace,
+        budget_margin_s=args.budget_margin,
+    )
+
+
+def _display(stream: TextIO, every_s: float) -> _Plain | _Rich:
+    """A progress bar on a terminal, else plain lines every ``every_s`` seconds."""
     try:
-        options = BatchOptions(
-            input=args.input,
-            output=args.output,
-            base_url=args.base_url,
-            api_key_env=args.api_key_env,
-            model=args.model,
-            max_concurrency=args.max_concurrency,
-            rpm=args.rpm,
-            tpm=args.tpm,
-            deadline_s=args.deadline,
-            policy=args.policy,
-            skip_invalid=args.skip_invalid,
-            retry_failed=args.retry_failed,
-            priors=args.priors,
-            time_scale=args.time_scale,
-            grace_s=args.grace,
-            budget_margin_s=args.budget_margin,
-        )
-    except ValueError as exc:
-        print(f"semisched batch: {exc}", file=sys.stderr)
-        return 2
-    stream = sys.stderr
-    progress: _Plain | _Rich
-    try:
-        progress = _Rich(stream) if stream.isatty() else _Plain(stream, args.progress_every)
+        return _Rich(stream) if stream.isatty() else _Plain(stream, every_s)
     except ImportError:
-        progress = _Plain(stream, args.progress_every)
-    started = False
+        return _Plain(stream, every_s)
 
-    def on_result(summary: BatchSummary) -> None:
-        nonlocal started
-        if not started:
-            started = True
-            progress.start(summary)
-        progress.update(summary)
 
-    run = BatchRun(options, on_result=on_result)
-    try:
-        summary = anyio.run(_run_batch, run, progress)
-    except BatchError as exc:
-        print(f"semisched batch: {exc}", file=sys.stderr)
-        return 2
+def _report(summary: BatchSummary, stream: TextIO) -> int:
+    """Print the summary; return the exit status."""
     for line in summary.lines():
-        print(line, file=sys.stderr)
+        print(line, file=stream)
     if summary.cut_bytes:
         print(
             f"  (cut a torn last line of {summary.cut_bytes} bytes from the output first)",
-            file=sys.stderr,
+            file=stream,
         )
     if summary.interrupted:
         print(
             f"interrupted: {summary.to_send - summary.finished} requests not answered; "
             "rerun the same command to resume",
-            file=sys.stderr,
+            file=stream,
         )
         return 130
-    return 1 if summary.failed or summary.invalid else 0
+    return 1 if summary.failed.total or summary.invalid else 0
+
+
+async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> int:
+    stream = sys.stderr
+    try:
+        options = _options(args)
+    except ValueError as exc:
+        print(f"semisched batch: {exc}", file=stream)
+        return 2
+    display = _display(stream, args.progress_every)
+    started = False
+
+    def on_result(progress: BatchProgress) -> None:
+        nonlocal started
+        if started:
+            display.update(progress)
+        else:
+            started = True
+            display.start(progress)
+
+    run = BatchRun(options, client=client, clock=clock, on_result=on_result)
+    try:
+        summary = await _run_batch(run, display)
+    except BatchError as exc:
+        print(f"semisched batch: {exc}", file=stream)
+        return 2
+    return _report(summary, stream)
+
+
+async def main_async(
+    argv: Sequence[str] | None = None, *, client: Any = None, clock: Clock | None = None
+) -> int:
+    """The ``semisched`` command in a running event loop.
+
+    Args:
+        argv: The arguments (default ``sys.argv[1:]``).
+        client: An ``AsyncOpenAI``-compatible client to use instead of one made
+            from ``--base-url`` and the API key variable (tests: an in-process
+            provider).
+        clock: The scheduler's clock instead of real (or ``--time-scale``) time.
+
+    Returns:
+        The exit status (see the module docstring).
+    """
+    args = _parser().parse_args(argv)
+    if args.command == "batch":
+        return await _batch(args, client, clock)
+    return 2  # pragma: no cover - argparse requires a command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``semisched`` command."""
-    args = _parser().parse_args(argv)
-    if args.command == "batch":
-        return _batch(args)
-    return 2  # pragma: no cover - argparse requires a command
+    return anyio.run(partial(main_async, argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,9 +1,21 @@
-"""Clocks for the async runtime: real time, or compressed time for tests and live benchmarks.
+"""Clocks for the async runtime: the event loop's time, real time, or compressed time.
 
 The core never reads a clock; the runtime asks one of these for ``now`` and
-sleeps through it. A :class:`ScaledClock` runs ``scale`` times faster than the
-wall: deadlines, backoffs and the mock provider's physics are all expressed in
-its (virtual) seconds, so a 10-minute scenario can run in a few wall seconds.
+sleeps through it.
+
+- :class:`AnyioClock` (the scheduler's default) reads the running event
+  loop's clock (:func:`anyio.current_time`). On asyncio that is
+  :func:`time.monotonic`; under trio's ``MockClock`` it is virtual time, so a
+  test sleeps minutes in microseconds (``autojump_threshold=0``) and every
+  timer fires exactly on time. ``scale`` compresses it like :class:`ScaledClock`.
+- :class:`MonotonicClock` reads :func:`time.monotonic` directly.
+- :class:`ScaledClock` runs ``scale`` times faster than the wall: deadlines,
+  backoffs and the mock provider's physics are all expressed in its (virtual)
+  seconds, so a 10-minute scenario runs in a few wall seconds against a real
+  server (live benchmarks).
+
+What this module is not: no scheduling, and no clock of its own making
+(sleeps go through :func:`anyio.sleep`, so cancellation works as usual).
 """
 
 from __future__ import annotations
@@ -14,7 +26,7 @@ from typing import Protocol
 
 import anyio
 
-__all__ = ["Clock", "MonotonicClock", "ScaledClock"]
+__all__ = ["AnyioClock", "Clock", "MonotonicClock", "ScaledClock"]
 
 
 class Clock(Protocol):
@@ -31,6 +43,32 @@ class Clock(Protocol):
     def to_wall(self, seconds: float) -> float:
         """Convert a duration in this clock's seconds to wall seconds."""
         ...
+
+
+class AnyioClock:
+    """The running event loop's clock (:func:`anyio.current_time`), times ``scale``.
+
+    ``now()`` and ``sleep()`` must be called from inside the event loop. With
+    ``scale=1`` (the default) a clock second is a loop second; with trio's
+    ``MockClock`` both are virtual.
+    """
+
+    def __init__(self, scale: float = 1.0) -> None:
+        if isinstance(scale, bool) or not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"{scale=} must be a finite number > 0")
+        self.scale = float(scale)
+
+    def now(self) -> float:
+        return anyio.current_time() * self.scale
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds) / self.scale)
+
+    def to_wall(self, seconds: float) -> float:
+        return seconds / self.scale
+
+    def __repr__(self) -> str:
+        return f"AnyioClock(scale={self.scale!r})"
 
 
 class MonotonicClock:

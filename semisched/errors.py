@@ -7,17 +7,24 @@ Exception tree (outcomes, all carry the request id and class)::
     ├── QueueFull              the scheduler's own queue limit was reached (retry_after)
     ├── DeadlineExceeded       the deadline passed: queued, deferred, in flight, before a retry
     ├── SchedulerClosed        submitted to, or still pending in, a closed scheduler
-    └── ProviderError          the provider failed and the scheduler's retries are spent
-        ├── RateLimited        429 rate_limit_exceeded, no retry fits before the deadline
+    └── ProviderError          the provider failed: not retryable, or the retries are spent
+        ├── RateLimited        429 rate_limit_exceeded and no retry is left
         └── QuotaExceeded      429 insufficient_quota: never retried
+
+A retryable failure whose next retry would not start before the deadline ends
+as :class:`DeadlineExceeded` with ``phase="retry"``, not as a provider error.
 
 Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
 queued; those are not outcomes. Provider exceptions (``openai.*``) are mapped to
-this tree in exactly one place, :func:`semisched.runtime.classify_failure`, and
-always chained (``raise ... from exc``), so ``err.__cause__`` is the original.
+this tree in exactly one place, :mod:`semisched.failures`, and always chained,
+so ``err.__cause__`` is the original.
+
+What this module is not: it raises nothing itself and reads no exception.
 """
 
 from __future__ import annotations
+
+from semisched.core.lifecycle import FailureKind
 
 __all__ = [
     "DeadlineExceeded",
@@ -87,7 +94,9 @@ class DeadlineExceeded(SemischedError):
 
     Attributes:
         phase: ``"queued"`` (never sent), ``"in_flight"`` (the call was
-            aborted), or ``"retry"`` (no retry fitted before the deadline).
+            aborted), or ``"retry"`` (it had been sent and failed, and no
+            retry could be sent before the deadline; ``__cause__`` is the
+            last attempt's exception when the expiry followed it directly).
         deadline: The absolute deadline on the scheduler's clock.
     """
 
@@ -109,7 +118,10 @@ class ProviderError(SemischedError):
     Attributes:
         status_code: HTTP status, ``None`` for connection errors and timeouts.
         attempts: How many times the request was sent.
-        retry_after: The provider's retry hint in seconds, if it gave one.
+        retry_after: The provider's last retry hint in the scheduler's clock
+            seconds, if it gave one (``None`` for an exhausted quota).
+        kind: How the last attempt failed, as the core saw it.
+        reason: Why it was not retried (not retryable, attempts spent).
     """
 
     def __init__(
@@ -121,15 +133,19 @@ class ProviderError(SemischedError):
         status_code: int | None,
         attempts: int,
         retry_after: float | None = None,
+        kind: FailureKind = FailureKind.UNKNOWN,
+        reason: str = "",
     ) -> None:
         super().__init__(message, request_id=request_id, klass=klass)
         self.status_code = status_code
         self.attempts = attempts
         self.retry_after = retry_after
+        self.kind = kind
+        self.reason = reason
 
 
 class RateLimited(ProviderError):
-    """429 ``rate_limit_exceeded`` and no retry fits before the deadline or the retry limit."""
+    """429 ``rate_limit_exceeded`` on the last attempt, and the retry policy allows no more."""
 
 
 class QuotaExceeded(ProviderError):

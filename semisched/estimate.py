@@ -36,7 +36,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CategoryRatio", "TokenEstimator", "content_kind", "prompt_bytes"]
+__all__ = [
+    "CategoryRatio",
+    "CategoryStats",
+    "EstimatorStats",
+    "TokenEstimator",
+    "content_kind",
+    "prompt_bytes",
+]
 
 _CODE_MARKERS = ("```", "def ", "class ", "import ", "function ", "{\n", "};", "#include")
 
@@ -96,6 +103,47 @@ class CategoryRatio:
     mean: float
     deviation: float = 0.0
     observations: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CategoryStats:
+    """One category's calibration, frozen.
+
+    Attributes:
+        model: The provider model name.
+        kind: The content kind (``prose``, ``code``, ``cjk``).
+        mean: EMA of the observed bytes per token (``c_k``).
+        deviation: EMA of the absolute deviation (``s_k``).
+        observations: Responses folded in.
+        ratio: The conservative ratio estimates use (``c_k - gamma * s_k``, floored).
+    """
+
+    model: str
+    kind: str
+    mean: float
+    deviation: float
+    observations: int
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatorStats:
+    """A frozen snapshot of a :class:`TokenEstimator`: its calibrated categories.
+
+    Attributes:
+        categories: One entry per ``(model, kind)`` seen, sorted.
+        initial_ratio: The ratio used for a category not seen yet.
+    """
+
+    categories: tuple[CategoryStats, ...]
+    initial_ratio: float
+
+    def get(self, model: str, kind: str) -> CategoryStats | None:
+        """The category of ``model`` and ``kind``, if it was calibrated."""
+        for category in self.categories:
+            if category.model == model and category.kind == kind:
+                return category
+        return None
 
 
 class TokenEstimator:
@@ -158,8 +206,19 @@ class TokenEstimator:
         state.mean = beta * state.mean + (1.0 - beta) * observed
         state.observations += 1
 
-    def snapshot(self) -> dict[str, tuple[float, float, int]]:
-        """``"model/kind" -> (mean, deviation, observations)`` for statistics."""
-        return {
-            f"{m}/{k}": (s.mean, s.deviation, s.observations) for (m, k), s in self._state.items()
-        }
+    def statistics(self) -> EstimatorStats:
+        """A frozen snapshot of every calibrated category."""
+        return EstimatorStats(
+            categories=tuple(
+                CategoryStats(
+                    model=model,
+                    kind=kind,
+                    mean=state.mean,
+                    deviation=state.deviation,
+                    observations=state.observations,
+                    ratio=self.ratio(model, kind),
+                )
+                for (model, kind), state in sorted(self._state.items())
+            ),
+            initial_ratio=self.initial_ratio,
+        )

@@ -2,7 +2,10 @@
 
 OpenAI answers with ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
 on every response and ``retry-after`` / ``retry-after-ms`` on 429s. Reset values
-are durations like ``1s``, ``6m0s``, ``59ms`` or ``1h2m3.5s``.
+are durations like ``1s``, ``6m0s``, ``59ms`` or ``1h2m3.5s``. All durations
+are wall seconds; :meth:`RateLimitInfo.limits` converts them to a clock's.
+
+What this module is not: it reads no clock and no exception, and decides nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+
+from semisched.core.budget import ProviderLimits
 
 __all__ = ["RateLimitInfo", "parse_duration", "parse_rate_limits", "retry_after_seconds"]
 
@@ -102,6 +107,25 @@ class RateLimitInfo:
             if rem is not None and lim
         ]
         return min(fractions) if fractions else None
+
+    def limits(self, clock_per_wall_s: float = 1.0) -> ProviderLimits:
+        """These headers as the core's :class:`~semisched.core.ProviderLimits`.
+
+        Args:
+            clock_per_wall_s: Clock seconds per wall second (a compressed clock
+                runs faster); reset durations are converted with it.
+        """
+        scale = clock_per_wall_s
+        return ProviderLimits(
+            limit_requests=self.limit_requests,
+            remaining_requests=self.remaining_requests,
+            reset_requests_s=None
+            if self.reset_requests_s is None
+            else self.reset_requests_s * scale,
+            limit_tokens=self.limit_tokens,
+            remaining_tokens=self.remaining_tokens,
+            reset_tokens_s=None if self.reset_tokens_s is None else self.reset_tokens_s * scale,
+        )
 
 
 def _int(headers: Mapping[str, str], name: str) -> int | None:

@@ -4,8 +4,18 @@ Everything that decides lives here; the async runtime and the simulator only
 execute the actions the :class:`Engine` returns. Importing this package loads
 none of ``asyncio``, ``time``, ``httpx``, ``httpx2`` or ``openai`` (a test
 checks it).
+
+Writing a policy needs only the names exported here: an allocation policy
+subclasses :class:`AllocationPolicy` and reads the engine through
+:class:`AllocationView`; an ordering policy subclasses :class:`OrderingPolicy`
+and picks an :class:`Entry` of a :class:`ClassQueue`, with a
+:data:`LatencyEstimate` for deadlines. The built-in policies are the read-only
+registries :data:`ALLOCATION_POLICIES`, :data:`ORDERING_POLICIES` and
+:data:`OVERLOAD_POLICIES`; a config names one of them.
 """
 
+from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.allocation import ALLOCATION_POLICIES, AllocationPolicy, AllocationView
 from semisched.core.buckets import BUCKET_BOUNDS, SIZED_BUCKETS, Bucket, bucket_for_tokens
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import (
@@ -19,35 +29,60 @@ from semisched.core.config import (
     SignalsConfig,
     preset,
 )
-from semisched.core.engine import Action, Defer, Engine, EngineStats, Expire, Reject, Send, Wake
+from semisched.core.engine import Engine
+from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
+from semisched.core.ordering import ORDERING_POLICIES, LatencyEstimate, OrderingPolicy
+from semisched.core.overload import OVERLOAD_POLICIES, Admission, OverloadController, Verdict
+from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
 from semisched.core.signals import SignalSnapshot
+from semisched.core.stats import BucketCounts, EngineCounters, EngineStats, FailureCounts
 
 __all__ = [
+    "ALLOCATION_POLICIES",
     "BUCKET_BOUNDS",
+    "DEFAULT_RETRY_ON",
+    "ORDERING_POLICIES",
+    "OVERLOAD_POLICIES",
     "PRESETS",
     "SIZED_BUCKETS",
     "Action",
+    "Admission",
     "AllocationConfig",
+    "AllocationPolicy",
+    "AllocationView",
     "Bucket",
+    "BucketCounts",
     "BudgetConfig",
     "BudgetSnapshot",
+    "ClassQueue",
     "ClassSpec",
     "Defer",
     "Engine",
+    "EngineCounters",
     "EngineStats",
+    "Entry",
     "Expire",
+    "Fail",
+    "FailureCounts",
+    "FailureKind",
+    "LatencyEstimate",
     "OrderingConfig",
+    "OrderingPolicy",
     "OverloadConfig",
+    "OverloadController",
     "Prior",
     "ProviderLimits",
     "RateBudget",
     "Reject",
     "Request",
+    "Retry",
+    "RetryPolicy",
     "SchedulerConfig",
     "Send",
     "SignalSnapshot",
     "SignalsConfig",
+    "Verdict",
     "Wake",
     "bucket_for_tokens",
     "preset",

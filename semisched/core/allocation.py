@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import ClassVar, Protocol
 
+from semisched.core.checks import check_choice
 from semisched.core.config import AllocationConfig, ClassSpec
 from semisched.core.queue import Entry
 
@@ -250,22 +252,22 @@ class ShortPriority(AllocationPolicy):
         return backlog[0]
 
 
-#: Allocation policies by name.
-ALLOCATION_POLICIES: dict[str, type[AllocationPolicy]] = {
-    cls.name: cls for cls in (FifoAllocation, QuotaTiered, AdaptiveDRR, FairQueuing, ShortPriority)
-}
+#: Allocation policies by name (read-only; the names are
+#: :data:`semisched.core.config.ALLOCATION_POLICY_NAMES`, checked when a config is built).
+ALLOCATION_POLICIES: Mapping[str, type[AllocationPolicy]] = MappingProxyType(
+    {
+        cls.name: cls
+        for cls in (FifoAllocation, QuotaTiered, AdaptiveDRR, FairQueuing, ShortPriority)
+    }
+)
 
 
 def make_allocation(cfg: AllocationConfig, classes: Sequence[ClassSpec]) -> AllocationPolicy:
     """Build the allocation policy ``cfg.policy`` names.
 
     Raises:
-        ValueError: For an unknown policy name.
+        ValueError: For an unknown policy name (only reachable by bypassing the
+            config's own check, which runs when the config is built).
     """
-    try:
-        cls = ALLOCATION_POLICIES[cfg.policy]
-    except KeyError:
-        raise ValueError(
-            f"policy={cfg.policy!r} must be one of {sorted(ALLOCATION_POLICIES)}"
-        ) from None
-    return cls(cfg, classes)
+    check_choice("policy", cfg.policy, ALLOCATION_POLICIES)
+    return ALLOCATION_POLICIES[cfg.policy](cfg, classes)

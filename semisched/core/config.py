@@ -1,10 +1,13 @@
 """Configuration: frozen, keyword-only, validated dataclasses and the named presets.
 
 Every knob of the three policy layers lives here with its default and where the
-default comes from. Construction validates: a bad value raises ``ValueError``
-naming the field (``f"{field}=... must be ..."``). Policies are chosen by *name*
-(``AllocationConfig.policy`` and friends); the engine resolves names through the
-registries in :mod:`semisched.core.allocation`, :mod:`semisched.core.ordering` and
+default comes from. Construction validates through :mod:`semisched.core.checks`:
+a bad value raises ``ValueError`` naming the field (``f"{field}=... must be ..."``),
+a nested config of the wrong class ``TypeError``. Policies are chosen by *name*
+(``AllocationConfig.policy`` and friends), checked here against
+:data:`ALLOCATION_POLICY_NAMES` and friends when the config is built; the engine
+resolves names through the read-only registries in
+:mod:`semisched.core.allocation`, :mod:`semisched.core.ordering` and
 :mod:`semisched.core.overload` and never branches on which one it runs.
 
 Presets (seed 004 §4.5–4.6 strategy names) are built by :func:`preset`.
@@ -14,13 +17,27 @@ This module holds values only; it decides nothing and does no I/O.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from semisched.core.buckets import Bucket
+from semisched.core.checks import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_instance,
+    check_int,
+    check_number,
+    check_str,
+)
+from semisched.core.lifecycle import RetryPolicy
 
 __all__ = [
+    "ALLOCATION_POLICY_NAMES",
+    "ORDERING_POLICY_NAMES",
+    "OVERLOAD_POLICY_NAMES",
     "PRESETS",
     "AllocationConfig",
     "BudgetConfig",
@@ -33,16 +50,33 @@ __all__ = [
 ]
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name}={value!r} must be a finite number {bound}")
+#: Valid ``AllocationConfig.policy`` names, checked when a config is built.
+#: :data:`semisched.core.allocation.ALLOCATION_POLICIES` maps each to its class
+#: (names live here, classes there: the policy modules import this one).
+ALLOCATION_POLICY_NAMES: tuple[str, ...] = (
+    "fifo",
+    "quota_tiered",
+    "adaptive_drr",
+    "fair_queuing",
+    "short_priority",
+)
+#: Valid ``OrderingConfig.policy`` names (classes: ``ORDERING_POLICIES``).
+ORDERING_POLICY_NAMES: tuple[str, ...] = ("fifo", "feasible_set", "longest_first")
+#: Valid ``OverloadConfig.policy`` names (level tables: ``OVERLOAD_POLICIES``).
+OVERLOAD_POLICY_NAMES: tuple[str, ...] = (
+    "ladder",
+    "uniform_mild",
+    "uniform_harsh",
+    "reverse",
+    "none",
+)
 
 
-def _fraction(name: str, value: float) -> None:
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name}={value!r} must be in [0, 1]")
+def _positive(
+    name: str, value: object, *, allow_zero: bool = False, optional: bool = False
+) -> None:
+    """A finite number > 0 (``>= 0`` with ``allow_zero``): most of this module's knobs."""
+    check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,11 +102,10 @@ class ClassSpec:
     quota: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"name={self.name!r} must be a non-empty string")
+        check_str("name", self.name)
         _positive("weight", self.weight)
-        if self.quota is not None and not (math.isfinite(self.quota) and 0 < self.quota <= 1):
-            raise ValueError(f"quota={self.quota!r} must be None or in (0, 1]")
+        check_bool("interactive", self.interactive)
+        check_fraction("quota", self.quota, strict_min=True, optional=True)
 
 
 #: The paper's two lanes: interactive (short work) and batch (everything heavier).
@@ -104,6 +137,7 @@ class AllocationConfig:
     congestion_gain: float = 2.0
 
     def __post_init__(self) -> None:
+        check_choice("policy", self.policy, ALLOCATION_POLICY_NAMES)
         _positive("quantum_tokens", self.quantum_tokens)
         _positive("congestion_gain", self.congestion_gain, allow_zero=True)
 
@@ -150,17 +184,15 @@ class OrderingConfig:
     infeasible_lookahead: int = 16
 
     def __post_init__(self) -> None:
+        check_choice("policy", self.policy, ORDERING_POLICY_NAMES)
         _positive("w_wait", self.w_wait, allow_zero=True)
         _positive("w_size", self.w_size, allow_zero=True)
         _positive("w_urgency", self.w_urgency, allow_zero=True)
         _positive("size_ref_tokens", self.size_ref_tokens)
         _positive("urgency_horizon_s", self.urgency_horizon_s)
-        if not (math.isfinite(self.band_ratio) and self.band_ratio > 1.0):
-            raise ValueError(f"band_ratio={self.band_ratio!r} must be a finite number > 1")
-        for name in ("urgent_candidates", "infeasible_lookahead"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-                raise ValueError(f"{name}={value!r} must be an int >= 0")
+        check_number("band_ratio", self.band_ratio, minimum=1, strict_min=True)
+        check_int("urgent_candidates", self.urgent_candidates, minimum=0)
+        check_int("infeasible_lookahead", self.infeasible_lookahead, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,10 +233,11 @@ class OverloadConfig:
     retry_after_s: float = 30.0
 
     def __post_init__(self) -> None:
+        check_choice("policy", self.policy, OVERLOAD_POLICY_NAMES)
         for name in ("w_load", "w_queue", "w_tail"):
             _positive(name, getattr(self, name), allow_zero=True)
         for name in ("defer_threshold", "reject_xlong_threshold", "reject_long_threshold"):
-            _fraction(name, getattr(self, name))
+            check_fraction(name, getattr(self, name))
         if not (self.defer_threshold <= self.reject_xlong_threshold <= self.reject_long_threshold):
             raise ValueError(
                 f"defer_threshold={self.defer_threshold!r} <= reject_xlong_threshold="
@@ -218,8 +251,7 @@ class OverloadConfig:
                 f"max_backoff_s={self.max_backoff_s!r} must be >= backoff_s={self.backoff_s!r}"
             )
         _positive("retry_after_s", self.retry_after_s, allow_zero=True)
-        if not (isinstance(self.max_defers, int) and self.max_defers >= 0):
-            raise ValueError(f"max_defers={self.max_defers!r} must be an int >= 0")
+        check_int("max_defers", self.max_defers, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,17 +282,13 @@ class SignalsConfig:
     headroom_low: float = 0.2
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.ewma_alpha) and 0 < self.ewma_alpha <= 1):
-            raise ValueError(f"ewma_alpha={self.ewma_alpha!r} must be in (0, 1]")
-        if not (isinstance(self.tail_window, int) and self.tail_window >= 1):
-            raise ValueError(f"tail_window={self.tail_window!r} must be an int >= 1")
-        _fraction("tail_quantile", self.tail_quantile)
-        if not (math.isfinite(self.tail_ratio_full) and self.tail_ratio_full > 1):
-            raise ValueError(f"tail_ratio_full={self.tail_ratio_full!r} must be > 1")
+        check_fraction("ewma_alpha", self.ewma_alpha, strict_min=True)
+        check_int("tail_window", self.tail_window, minimum=1)
+        check_fraction("tail_quantile", self.tail_quantile)
+        check_number("tail_ratio_full", self.tail_ratio_full, minimum=1, strict_min=True)
         _positive("queue_ref_s", self.queue_ref_s)
         _positive("initial_s_per_token", self.initial_s_per_token)
-        if not (math.isfinite(self.headroom_low) and 0 < self.headroom_low <= 1):
-            raise ValueError(f"headroom_low={self.headroom_low!r} must be in (0, 1]")
+        check_fraction("headroom_low", self.headroom_low, strict_min=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,16 +312,11 @@ class BudgetConfig:
     adapt: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("rpm", "tpm"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name}={value!r} must be None or an int >= 1")
-        if not (math.isfinite(self.window_s) and self.window_s > 0):
-            raise ValueError(f"window_s={self.window_s!r} must be a finite number > 0")
-        if not (math.isfinite(self.margin_s) and self.margin_s >= 0):
-            raise ValueError(f"margin_s={self.margin_s!r} must be a finite number >= 0")
+        check_int("rpm", self.rpm, minimum=1, optional=True)
+        check_int("tpm", self.tpm, minimum=1, optional=True)
+        _positive("window_s", self.window_s)
+        _positive("margin_s", self.margin_s, allow_zero=True)
+        check_bool("adapt", self.adapt)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,6 +338,9 @@ class SchedulerConfig:
             like one decoded token (seed 000 eq. 4).
         budget: Optional requests/tokens-per-window budget
             (:mod:`semisched.core.budget`); sends wait until it can pay.
+        retry: What happens after a failed attempt
+            (:mod:`semisched.core.lifecycle`): which failures are retried,
+            how often, after what back-off; never past the deadline.
         allocation, ordering, overload, signals: Layer configs.
     """
 
@@ -323,24 +349,30 @@ class SchedulerConfig:
     max_inflight_tokens: float | None = None
     input_token_weight: float = 1.0 / 512.0
     budget: BudgetConfig | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)
 
     def __post_init__(self) -> None:
+        check_instance("classes", self.classes, tuple)
         if not self.classes:
             raise ValueError("classes=() must name at least one class")
+        for i, spec in enumerate(self.classes):
+            check_instance(f"classes[{i}]", spec, ClassSpec)
         names = [c.name for c in self.classes]
         if len(set(names)) != len(names):
             raise ValueError(f"classes={names!r} must have unique names")
-        if self.max_inflight is not None and not (
-            isinstance(self.max_inflight, int) and self.max_inflight >= 1
-        ):
-            raise ValueError(f"max_inflight={self.max_inflight!r} must be None or an int >= 1")
-        if self.max_inflight_tokens is not None:
-            _positive("max_inflight_tokens", self.max_inflight_tokens)
+        check_int("max_inflight", self.max_inflight, minimum=1, optional=True)
+        _positive("max_inflight_tokens", self.max_inflight_tokens, optional=True)
         _positive("input_token_weight", self.input_token_weight, allow_zero=True)
+        check_instance("budget", self.budget, BudgetConfig, optional=True)
+        check_instance("retry", self.retry, RetryPolicy)
+        check_instance("allocation", self.allocation, AllocationConfig)
+        check_instance("ordering", self.ordering, OrderingConfig)
+        check_instance("overload", self.overload, OverloadConfig)
+        check_instance("signals", self.signals, SignalsConfig)
 
     def class_for(self, bucket: Bucket) -> str:
         """Default class of a request routed by ``bucket`` when the caller names none:
@@ -396,8 +428,8 @@ def _presets() -> dict[str, SchedulerConfig]:
     }
 
 
-#: Named strategies from seed 004.
-PRESETS: dict[str, SchedulerConfig] = _presets()
+#: Named strategies from seed 004 (read-only: :func:`preset` returns changed copies).
+PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(_presets())
 
 
 def preset(name: str, **changes: Any) -> SchedulerConfig:
@@ -406,8 +438,6 @@ def preset(name: str, **changes: Any) -> SchedulerConfig:
     Raises:
         ValueError: If ``name`` is not a preset.
     """
-    try:
-        base = PRESETS[name]
-    except KeyError:
-        raise ValueError(f"name={name!r} must be one of {sorted(PRESETS)}") from None
+    check_choice("name", name, PRESETS)
+    base = PRESETS[name]
     return base.with_(**changes) if changes else base

@@ -3,22 +3,28 @@
 Like h11 for HTTP, the engine holds no socket, no clock and no task: a shell
 (the async runtime, the simulator) calls it and executes what it returns.
 
-Events (methods)          Actions (returned, in order)
-========================  =======================================
-``submit(request, now)``  :class:`Send`, :class:`Reject`,
-``completed(id, now)``    :class:`Defer`, :class:`Expire`,
-``failed(id, now)``       :class:`Wake`
-``cancel(id, now)``
-``poll(now)``
-========================  =======================================
+Events (methods)                  Actions (returned, in order)
+================================  ======================================
+``submit(request, now)``          :class:`Send`, :class:`Wake`;
+``completed(id, now, ...)``       :class:`Defer`, :class:`Retry` (held
+``failed(id, now, kind, ...)``    back until a time); :class:`Reject`,
+``cancel(id, now)``               :class:`Expire`, :class:`Fail`
+``poll(now)``                     (terminal outcomes)
+================================  ======================================
+
+The actions are defined in :mod:`semisched.core.actions`, the statistics in
+:mod:`semisched.core.stats`, the retry rules in :mod:`semisched.core.lifecycle`.
 
 Rules:
 
 1. ``now`` never goes backwards across calls; a call that tries raises ``ValueError``.
 2. Every submitted request ends in exactly one terminal outcome, reported once:
-   rejected (:class:`Reject`), expired (:class:`Expire`), or, for a request the
-   shell was told to :class:`Send`, whatever the shell reports next
-   (``completed``; ``failed`` without retry; ``cancel``). Statistics count each.
+   rejected (:class:`Reject`), expired (:class:`Expire`), failed
+   (:class:`Fail`), or, for a request the shell was told to :class:`Send`,
+   ``completed`` or ``cancel`` as the shell reports. A failed attempt that is
+   retried (:class:`Retry`) is not an outcome: the request is deferred until
+   its retry time, then queued again without a second admission check.
+   Statistics count each.
 3. A request is in exactly one place: deferred, queued in its class, or in
    flight. Only queued requests are sent; only :class:`Send` puts one in flight.
 4. At most ``max_inflight`` requests are in flight; with
@@ -31,6 +37,7 @@ Rules:
 5. A queued or deferred request whose deadline passes is expired at the first
    call at or after the deadline, never sent. A deferral or retry that would
    end at or after the deadline is answered at once (reject, expire) instead.
+   Retries follow ``config.retry`` (:mod:`semisched.core.lifecycle`).
 6. The layers are consulted in a fixed order: overload control on arrival and
    on each return from deferral; then, while a send opportunity is free,
    allocation picks a class and ordering picks its request.
@@ -46,75 +53,33 @@ import heapq
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
-from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
+from semisched.core.budget import ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
+from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
-from semisched.core.overload import Admission, OverloadController, Verdict
+from semisched.core.overload import OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.signals import Signals, SignalSnapshot
+from semisched.core.stats import BucketCounts, EngineCounters, EngineStats, FailureCounts
 
-__all__ = ["Action", "Defer", "Engine", "EngineStats", "Expire", "Reject", "Send", "Wake"]
+__all__ = [
+    "Action",
+    "Defer",
+    "Engine",
+    "EngineStats",
+    "Expire",
+    "Fail",
+    "Reject",
+    "Retry",
+    "Send",
+    "Wake",
+]
 
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``request`` to the provider now (``attempt`` counts from 1)."""
-
-    request: Request
-    attempt: int
-    cost: float
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """Refuse ``request``; terminal. ``retry_after`` is a hint in seconds."""
-
-    request: Request
-    reason: str
-    severity: float
-    retry_after: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Defer:
-    """``request`` is held back by overload control until ``until``."""
-
-    request: Request
-    until: float
-    admission: Admission
-
-    @property
-    def severity(self) -> float:
-        """Severity the deferral was decided at."""
-        return self.admission.severity
-
-    @property
-    def reason(self) -> str:
-        """Why it was deferred."""
-        return self.admission.reason
-
-
-@dataclass(frozen=True, slots=True)
-class Expire:
-    """``request`` can no longer be served in time; terminal."""
-
-    request: Request
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """Call :meth:`Engine.poll` at ``at`` (or earlier)."""
-
-    at: float
-
-
-Action = Send | Reject | Defer | Expire | Wake
 
 _WAKE = 0
 _DEADLINE = 1
@@ -123,33 +88,67 @@ _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
 
 
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """A frozen snapshot of the engine's state and counters."""
+class _Counters:
+    """The engine's mutable tallies; :meth:`Engine.statistics` freezes them."""
 
-    now: float
-    queued: dict[str, int]
-    queued_tokens: float
-    deferred: int
-    inflight: int
-    inflight_by_class: dict[str, int]
-    inflight_tokens: float
-    signals: SignalSnapshot
-    s_per_token: float
-    counters: dict[str, int]
-    rejects_by_bucket: dict[str, int]
-    defers_by_bucket: dict[str, int]
-    allocation_state: dict[str, float]
-    budget: BudgetSnapshot | None = None
-    held: bool = False
+    __slots__ = (
+        "admitted",
+        "budget_rejects",
+        "budget_waits",
+        "cancelled",
+        "completed",
+        "deferrals",
+        "expired",
+        "failed",
+        "infeasible_sends",
+        "rejected",
+        "retries",
+        "sent",
+        "submitted",
+        "throttled",
+    )
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.admitted = 0
+        self.rejected = 0
+        self.deferrals = 0
+        self.expired = 0
+        self.sent = 0
+        self.completed = 0
+        self.failed = 0
+        self.retries = 0
+        self.cancelled = 0
+        self.throttled = 0
+        self.infeasible_sends = 0
+        self.budget_waits = 0
+        self.budget_rejects = 0
+
+    def freeze(self) -> EngineCounters:
+        return EngineCounters(**{name: getattr(self, name) for name in self.__slots__})
+
+
+def _bucket_counts(counts: dict[Bucket, int]) -> BucketCounts:
+    return BucketCounts(**{bucket.value: n for bucket, n in counts.items()})
 
 
 class Engine:
     """Three-layer client-side scheduler core (see module rules)."""
 
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, config: SchedulerConfig | None = None, *, jitter: JitterSource | None = None
+    ) -> None:
+        """Build an engine.
+
+        Args:
+            config: Policies and budgets (default :class:`SchedulerConfig`).
+            jitter: Uniform ``[0, 1)`` draws for the retry back-off's jitter,
+                e.g. ``random.Random(seed).random``; the shell seeds it.
+                ``None``: back-offs are exact (no jitter).
+        """
         cfg = config if config is not None else SchedulerConfig()
         self.config = cfg
+        self._jitter = jitter
         self._alloc: AllocationPolicy = make_allocation(cfg.allocation, cfg.classes)
         self._order: OrderingPolicy = make_ordering(cfg.ordering)
         self._overload = OverloadController(cfg.overload)
@@ -176,14 +175,8 @@ class Engine:
         self._budget = RateBudget(cfg.budget) if cfg.budget is not None else None
         self._budget_wake: float | None = None
         self._held = False
-        self._counters = dict.fromkeys(
-            (
-                "submitted", "admitted", "rejected", "deferrals", "expired", "sent",
-                "completed", "failed", "retries", "cancelled", "infeasible_sends",
-                "budget_waits", "budget_rejects",
-            ),
-            0,
-        )  # fmt: skip
+        self._counters = _Counters()
+        self._failures: dict[FailureKind, int] = {}
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self._rejects_by_bucket: dict[Bucket, int] = {}
         self._defers_by_bucket: dict[Bucket, int] = {}
@@ -246,11 +239,11 @@ class Engine:
         cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
         entry = Entry(request, cost, reserve, self._next_seq())
-        self._counters["submitted"] += 1
+        self._counters.submitted += 1
         actions: list[Action] = []
         self._run_timers(now, actions)
         if request.deadline is not None and request.deadline <= now:
-            self._counters["expired"] += 1
+            self._counters.expired += 1
             actions.append(Expire(request, "deadline had passed when it was submitted"))
             self._dispatch(now, actions)
             return self._finish(now, actions)
@@ -291,58 +284,80 @@ class Engine:
             self._budget.settle(request_id, charged_tokens, now)
         assert entry.sent_at is not None
         self._signals.record_completion(now - entry.sent_at, tokens)
-        self._counters["completed"] += 1
+        self._counters.completed += 1
         return self._after_release(now, [])
 
     def failed(
         self,
         request_id: str,
         now: float,
-        *,
-        retry_at: float | None = None,
-        throttled: bool = False,
+        kind: FailureKind,
+        retry_after: float | None = None,
     ) -> list[Action]:
-        """A sent request failed. With ``retry_at`` it is sent again later.
+        """A sent request's attempt failed; the retry policy decides what next.
+
+        The request leaves flight. Then, by the rules of
+        :mod:`semisched.core.lifecycle` and ``config.retry``, exactly one of:
+        :class:`Retry` (it rejoins its class queue at the retry time, skipping
+        overload control, and is sent again by the usual layers),
+        :class:`Expire` (a retry would not start before the deadline) or
+        :class:`Fail` (not retryable, or its attempts are spent).
 
         Args:
             request_id: The failed request.
             now: Current time.
-            retry_at: When to retry (the shell's backoff), or ``None`` for a
-                terminal failure. A retry that would start at or after the
-                deadline becomes an :class:`Expire` at once (rule 5).
-            throttled: The failure was a 429 rate limit; it raises the tail
-                signal, and with ``retry_at`` a rate budget sends nothing
-                before ``retry_at`` (the provider's window is full for everyone).
+            kind: How the attempt failed (the shell classifies).
+            retry_after: The provider's ``retry-after`` in engine seconds. For
+                :attr:`FailureKind.RATE_LIMITED` a rate budget also sends
+                nothing else before it (the window is full for everyone).
 
         Raises:
-            ValueError: If ``request_id`` is not in flight or ``retry_at`` is not finite.
+            ValueError: If ``request_id`` is not in flight, ``kind`` is not a
+                :class:`FailureKind` or ``retry_after`` is not a finite number >= 0.
         """
-        if retry_at is not None and not math.isfinite(retry_at):
-            raise ValueError(f"retry_at={retry_at!r} must be None or a finite time")
+        if not isinstance(kind, FailureKind):
+            raise ValueError(f"kind={kind!r} must be a FailureKind")
+        if retry_after is not None and (
+            isinstance(retry_after, bool) or not math.isfinite(retry_after) or retry_after < 0
+        ):
+            raise ValueError(f"retry_after={retry_after!r} must be None or a finite number >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
-        if throttled:
+        self._failures[kind] = self._failures.get(kind, 0) + 1
+        if kind is FailureKind.RATE_LIMITED:
+            self._counters.throttled += 1
             self._signals.record_throttle()
-            if self._budget is not None and retry_at is not None:
-                self._budget.pause_until(retry_at)
         else:
             self._signals.record_failure()
+        request = entry.request
+        decision = decide_retry(
+            self.config.retry,
+            kind,
+            now=now,
+            attempts=entry.attempts,
+            deadline=request.deadline,
+            retry_after=retry_after,
+            draw=self._jitter,
+        )
+        if kind is FailureKind.RATE_LIMITED and self._budget is not None:
+            pause = decision.retry_at if retry_after is None else now + retry_after
+            if pause is not None:
+                self._budget.pause_until(pause)
         actions: list[Action] = []
-        if retry_at is None:
-            self._counters["failed"] += 1
+        if decision.retry_at is not None:
+            self._counters.retries += 1
+            self._entries[request_id] = entry
+            entry.skip_admission = True
+            self._defer(entry, decision.retry_at)
+            if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
+                self._push_timer(request.deadline, _DEADLINE, entry)
+            actions.append(Retry(request, decision.retry_at, kind, entry.attempts))
+        elif decision.expired:
+            self._counters.expired += 1
+            actions.append(Expire(request, decision.reason))
         else:
-            deadline = entry.request.deadline
-            if deadline is not None and retry_at >= deadline:
-                self._terminal(entry)
-                self._counters["expired"] += 1
-                actions.append(Expire(entry.request, "deadline: no time left to retry"))
-            else:
-                self._counters["retries"] += 1
-                self._entries[request_id] = entry
-                entry.skip_admission = True
-                self._defer(entry, max(retry_at, now))
-                if deadline is not None:  # its timer was dropped while in flight: re-arm it
-                    self._push_timer(deadline, _DEADLINE, entry)
+            self._counters.failed += 1
+            actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after))
         return self._after_release(now, actions)
 
     def observe_headroom(self, fraction: float, now: float) -> None:
@@ -389,7 +404,7 @@ class Engine:
                 elif entry.state == _DEFERRED:
                     self._deferred -= 1
                 self._terminal(entry)
-            self._counters["cancelled"] += 1
+            self._counters.cancelled += 1
         return self._after_release(now, actions)
 
     def poll(self, now: float) -> list[Action]:
@@ -435,9 +450,10 @@ class Engine:
             inflight_tokens=self._inflight_tokens,
             signals=self._snapshot(),
             s_per_token=self._signals.s_per_token,
-            counters=dict(self._counters),
-            rejects_by_bucket={b.value: n for b, n in self._rejects_by_bucket.items()},
-            defers_by_bucket={b.value: n for b, n in self._defers_by_bucket.items()},
+            counters=self._counters.freeze(),
+            failures=FailureCounts(**{k.value: n for k, n in self._failures.items()}),
+            rejects_by_bucket=_bucket_counts(self._rejects_by_bucket),
+            defers_by_bucket=_bucket_counts(self._defers_by_bucket),
             allocation_state=self._alloc.state(),
             budget=None if self._budget is None else self._budget.snapshot(self._now),
             held=self._held,
@@ -498,7 +514,7 @@ class Engine:
                 else:
                     self._deferred -= 1
                 self._terminal(entry)
-                self._counters["expired"] += 1
+                self._counters.expired += 1
                 actions.append(Expire(entry.request, "deadline passed before it could be sent"))
             else:
                 self._deferred -= 1
@@ -515,7 +531,7 @@ class Engine:
         severity = self._current_severity()
         verdict = self._overload.shed(request.bucket, severity, now, entry.defers)
         if verdict is None:
-            self._counters["admitted"] += 1
+            self._counters.admitted += 1
             self._enqueue(entry)
             return
         if verdict.verdict is _DEFER:
@@ -524,7 +540,7 @@ class Engine:
             if deadline is None or verdict.until < deadline:
                 bucket = request.bucket
                 entry.defers += 1
-                self._counters["deferrals"] += 1
+                self._counters.deferrals += 1
                 self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
                 self._defer(entry, verdict.until)
                 actions.append(Defer(request, verdict.until, verdict))
@@ -539,7 +555,7 @@ class Engine:
 
     def _reject(self, entry: Entry, bucket: Bucket) -> None:
         self._terminal(entry)
-        self._counters["rejected"] += 1
+        self._counters.rejected += 1
         self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
 
     def _defer(self, entry: Entry, until: float) -> None:
@@ -622,7 +638,7 @@ class Engine:
                     continue  # the entry was rejected: pick again
                 break
             if not is_feasible(entry, now, self._estimate):
-                self._counters["infeasible_sends"] += 1
+                self._counters.infeasible_sends += 1
             # Charge before dequeuing: a class emptied by this send then forfeits
             # its remaining deficit (on_idle) instead of carrying the charge.
             self._alloc.on_send(klass, entry.cost)
@@ -634,7 +650,7 @@ class Engine:
             self._inflight += 1
             self._inflight_by_class[klass] += 1
             self._inflight_tokens += entry.reserve
-            self._counters["sent"] += 1
+            self._counters.sent += 1
             if budget is not None:
                 budget.charge(now, entry.request.id, _rate_tokens(entry.request))
             actions.append(Send(entry.request, entry.attempts, entry.cost))
@@ -660,11 +676,11 @@ class Engine:
                 )
             )
             self._reject(entry, entry.request.bucket)
-            self._counters["budget_rejects"] += 1
+            self._counters.budget_rejects += 1
             self._budget_wake = None
             return False
         if wait > 0.0:
-            self._counters["budget_waits"] += 1
+            self._counters.budget_waits += 1
             self._budget_wake = now + wait
             return False
         return True

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
+from semisched.core.checks import check_choice
 from semisched.core.config import OrderingConfig
 from semisched.core.queue import ClassQueue, Entry
 
@@ -166,21 +168,19 @@ def _first_feasible(
     return next((entry for entry in entries if is_feasible(entry, now, estimate)), None)
 
 
-#: Ordering policies by name.
-ORDERING_POLICIES: dict[str, type[OrderingPolicy]] = {
-    cls.name: cls for cls in (FifoOrdering, FeasibleSetOrdering, LongestFirstOrdering)
-}
+#: Ordering policies by name (read-only; the names are
+#: :data:`semisched.core.config.ORDERING_POLICY_NAMES`, checked when a config is built).
+ORDERING_POLICIES: Mapping[str, type[OrderingPolicy]] = MappingProxyType(
+    {cls.name: cls for cls in (FifoOrdering, FeasibleSetOrdering, LongestFirstOrdering)}
+)
 
 
 def make_ordering(cfg: OrderingConfig) -> OrderingPolicy:
     """Build the ordering policy ``cfg.policy`` names.
 
     Raises:
-        ValueError: For an unknown policy name.
+        ValueError: For an unknown policy name (only reachable by bypassing the
+            config's own check, which runs when the config is built).
     """
-    try:
-        return ORDERING_POLICIES[cfg.policy](cfg)
-    except KeyError:
-        raise ValueError(
-            f"policy={cfg.policy!r} must be one of {sorted(ORDERING_POLICIES)}"
-        ) from None
+    check_choice("policy", cfg.policy, ORDERING_POLICIES)
+    return ORDERING_POLICIES[cfg.policy](cfg)

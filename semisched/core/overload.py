@@ -14,7 +14,7 @@ severity at least           action      applies to levels
 =========================  ==========  =====================
 
 The first row that matches wins (the table is :data:`RULES`). A bucket policy
-only chooses the level of each bucket (:data:`BUCKET_POLICIES`); the rules are
+only chooses the level of each bucket (:data:`OVERLOAD_POLICIES`); the rules are
 the same for every policy, so the mechanism never asks which policy it runs:
 
 - ``ladder``: medium 0, long 1, xlong 2; unknown size 1.
@@ -35,12 +35,14 @@ admitted instead of deferred again. Rejections carry a reason and a retry hint.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from semisched.core.buckets import Bucket
 from semisched.core.config import OverloadConfig
 
-__all__ = ["BUCKET_POLICIES", "RULES", "Admission", "OverloadController", "Verdict"]
+__all__ = ["OVERLOAD_POLICIES", "RULES", "Admission", "OverloadController", "Verdict"]
 
 
 class Verdict(enum.Enum):
@@ -87,14 +89,23 @@ class Admission:
 
 _ADMIT, _REJECT = Verdict.ADMIT, Verdict.REJECT
 
-#: Ladder level per bucket and policy; a missing bucket is never shed.
-BUCKET_POLICIES: dict[str, dict[Bucket, int]] = {
-    "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
-    "uniform_mild": {Bucket.MEDIUM: 1, Bucket.LONG: 1, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
-    "uniform_harsh": {Bucket.MEDIUM: 2, Bucket.LONG: 2, Bucket.XLONG: 2, Bucket.UNKNOWN: 2},
-    "reverse": {Bucket.MEDIUM: 0, Bucket.LONG: 2, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
-    "none": {},
-}
+
+def _read_only(tables: dict[str, dict[Bucket, int]]) -> Mapping[str, Mapping[Bucket, int]]:
+    return MappingProxyType({name: MappingProxyType(levels) for name, levels in tables.items()})
+
+
+#: Ladder level per bucket, by bucket policy name; a missing bucket is never shed.
+#: Read-only, tables included; the names are
+#: :data:`semisched.core.config.OVERLOAD_POLICY_NAMES`, checked when a config is built.
+OVERLOAD_POLICIES: Mapping[str, Mapping[Bucket, int]] = _read_only(
+    {
+        "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
+        "uniform_mild": {Bucket.MEDIUM: 1, Bucket.LONG: 1, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+        "uniform_harsh": {Bucket.MEDIUM: 2, Bucket.LONG: 2, Bucket.XLONG: 2, Bucket.UNKNOWN: 2},
+        "reverse": {Bucket.MEDIUM: 0, Bucket.LONG: 2, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+        "none": {},
+    }
+)
 
 #: (threshold field, minimum level, verdict), checked in order; first match wins.
 RULES: tuple[tuple[str, int, Verdict], ...] = (
@@ -111,10 +122,11 @@ class OverloadController:
 
     def __init__(self, cfg: OverloadConfig) -> None:
         try:
-            self.levels = BUCKET_POLICIES[cfg.policy]
+            # A private plain copy: ``shed`` reads it on the engine's hot path.
+            self.levels = dict(OVERLOAD_POLICIES[cfg.policy])
         except KeyError:
             raise ValueError(
-                f"policy={cfg.policy!r} must be one of {sorted(BUCKET_POLICIES)}"
+                f"policy={cfg.policy!r} must be one of {sorted(OVERLOAD_POLICIES)}"
             ) from None
         self.cfg = cfg
         self.rules = tuple((float(getattr(cfg, f)), lvl, v) for f, lvl, v in RULES)

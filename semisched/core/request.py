@@ -7,20 +7,22 @@ request before submission"). A :class:`Request` is what the core queues: who
 (arrival, optional absolute deadline). Both are immutable values; the engine
 keeps every piece of mutable state itself.
 
-Rules enforced here (misuse raises ``ValueError`` naming the field):
+Rules enforced here (through :mod:`semisched.core.checks`: misuse raises
+``ValueError`` naming the field, an object of the wrong class ``TypeError``):
 
-1. ``p50`` and ``p90`` are finite, ``0 <= p50 <= p90``.
+1. ``p50`` and ``p90`` are finite numbers (not bools), ``0 <= p50 <= p90``.
 2. ``input_tokens`` is a finite number ``>= 0``; ``arrival`` is finite.
 3. ``deadline`` is ``None`` (no deadline) or a finite absolute time ``>= arrival``.
-4. ``id`` and ``klass`` are non-empty strings.
+4. ``id`` and ``klass`` are non-empty strings; ``max_output_tokens`` is
+   ``None`` or an int ``>= 0``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from semisched.core.buckets import Bucket, bucket_for_tokens
+from semisched.core.checks import check_instance, check_int, check_number, check_str
 
 __all__ = ["Prior", "Request"]
 
@@ -43,12 +45,11 @@ class Prior:
     bucket: Bucket | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.p50) and self.p50 >= 0):
-            raise ValueError(f"p50={self.p50!r} must be a finite number >= 0")
-        if not (math.isfinite(self.p90) and self.p90 >= self.p50):
-            raise ValueError(f"p90={self.p90!r} must be finite and >= p50={self.p50!r}")
-        if self.bucket is not None and not isinstance(self.bucket, Bucket):
-            raise TypeError(f"bucket={self.bucket!r} must be a Bucket or None")
+        check_number("p50", self.p50, minimum=0)
+        check_number("p90", self.p90, minimum=0)
+        if self.p90 < self.p50:
+            raise ValueError(f"p90={self.p90!r} must be >= p50={self.p50!r}")
+        check_instance("bucket", self.bucket, Bucket, optional=True)
 
     @property
     def routing_bucket(self) -> Bucket:
@@ -57,8 +58,7 @@ class Prior:
 
     def scaled(self, factor: float) -> Prior:
         """Return this prior with p50 and p90 multiplied by ``factor`` (bucket kept)."""
-        if not (math.isfinite(factor) and factor >= 0):
-            raise ValueError(f"{factor=} must be a finite number >= 0")
+        check_number("factor", factor, minimum=0)
         return Prior(p50=self.p50 * factor, p90=self.p90 * factor, bucket=self.bucket)
 
 
@@ -87,29 +87,13 @@ class Request:
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"id={self.id!r} must be a non-empty string")
-        if not isinstance(self.klass, str) or not self.klass:
-            raise ValueError(f"klass={self.klass!r} must be a non-empty string")
-        if not isinstance(self.prior, Prior):
-            raise TypeError(f"prior={self.prior!r} must be a Prior")
-        if not (math.isfinite(self.input_tokens) and self.input_tokens >= 0):
-            raise ValueError(f"input_tokens={self.input_tokens!r} must be a finite number >= 0")
-        if not math.isfinite(self.arrival):
-            raise ValueError(f"arrival={self.arrival!r} must be finite")
-        if self.deadline is not None and not (
-            math.isfinite(self.deadline) and self.deadline >= self.arrival
-        ):
-            raise ValueError(
-                f"deadline={self.deadline!r} must be None or a finite time"
-                f" >= arrival={self.arrival!r}"
-            )
-        if self.max_output_tokens is not None and (
-            isinstance(self.max_output_tokens, bool)
-            or not isinstance(self.max_output_tokens, int)
-            or self.max_output_tokens < 0
-        ):
-            raise ValueError(
-                f"max_output_tokens={self.max_output_tokens!r} must be None or an int >= 0"
-            )
+        check_str("id", self.id)
+        check_str("klass", self.klass)
+        check_instance("prior", self.prior, Prior)
+        check_number("input_tokens", self.input_tokens, minimum=0)
+        check_number("arrival", self.arrival)
+        check_number("deadline", self.deadline, optional=True)
+        if self.deadline is not None and self.deadline < self.arrival:
+            raise ValueError(f"deadline={self.deadline!r} must be >= arrival={self.arrival!r}")
+        check_int("max_output_tokens", self.max_output_tokens, minimum=0, optional=True)
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

@@ -20,6 +20,9 @@ from typing import Any
 import pytest
 
 from mockprovider.launch import running_server
+from mockprovider.stats import MockStats
+
+pytestmark = pytest.mark.wallclock  # a real process, a real server, real signals
 
 SCALE = 50.0
 N = 40
@@ -69,7 +72,7 @@ def _read_until_done(proc: subprocess.Popen[str], done: int) -> list[str]:
 
 def _requests_seen(url: str) -> int:
     with urllib.request.urlopen(f"{url}/mock/stats") as response:
-        return int(json.load(response)["counters"]["requests"])
+        return MockStats.from_json(json.load(response)).counters.requests
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

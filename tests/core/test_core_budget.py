@@ -15,6 +15,7 @@ from semisched.core import (
     BudgetConfig,
     ClassSpec,
     Engine,
+    FailureKind,
     OrderingConfig,
     OverloadConfig,
     Prior,
@@ -70,7 +71,7 @@ def test_requests_per_window_wait_for_the_oldest_send_to_lapse() -> None:
     assert sent(eng.poll(61.0)) == ["r3"]
     assert sent(eng.poll(62.0)) == ["r4"]
     stats = eng.statistics()
-    assert stats.counters["budget_waits"] >= 1
+    assert stats.counters.budget_waits >= 1
     assert stats.budget is not None and stats.budget.used_requests == 3
 
 
@@ -105,14 +106,16 @@ def test_a_request_larger_than_the_whole_token_budget_is_rejected_not_stuck() ->
     assert [r.request.id for r in rejects] == ["big"]
     assert "exceeds the token budget" in rejects[0].reason
     assert sent(out) == ["small"]
-    assert eng.statistics().counters["budget_rejects"] == 1
+    assert eng.statistics().counters.budget_rejects == 1
     assert len(eng) == 1  # only "small" is still live
 
 
 def test_a_429_pauses_every_send_until_the_providers_retry_time() -> None:
     eng = engine(BudgetConfig(rpm=100), max_inflight=None)
     assert sent(eng.submit(req("a"), now=0.0)) == ["a"]
-    eng.failed("a", 1.0, retry_at=5.0, throttled=True)  # a retries at 5, nobody sends before
+    eng.failed(
+        "a", 1.0, FailureKind.RATE_LIMITED, retry_after=4.0
+    )  # retry at 5; nobody sends before
     out = eng.submit(req("b"), now=2.0)
     assert sent(out) == [] and eng.next_wakeup() == pytest.approx(5.0)
     assert sorted(sent(eng.poll(5.0))) == ["a", "b"]
@@ -215,5 +218,5 @@ def test_a_provider_with_the_same_limits_never_refuses_while_transit_is_within_m
     assert refused == 0
     counters = eng.statistics().counters
     rejected = sum(1 for c in charges.values() if c > tpm)
-    assert counters["completed"] + counters["rejected"] == 60
-    assert counters["rejected"] == rejected
+    assert counters.completed + counters.rejected == 60
+    assert counters.rejected == rejected

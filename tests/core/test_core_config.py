@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
 from semisched.core import (
+    ALLOCATION_POLICIES,
+    ORDERING_POLICIES,
+    OVERLOAD_POLICIES,
     PRESETS,
     AllocationConfig,
     Bucket,
@@ -22,9 +26,11 @@ from semisched.core import (
     SignalsConfig,
     preset,
 )
-from semisched.core.allocation import ALLOCATION_POLICIES
-from semisched.core.ordering import ORDERING_POLICIES
-from semisched.core.overload import BUCKET_POLICIES
+from semisched.core.config import (
+    ALLOCATION_POLICY_NAMES,
+    ORDERING_POLICY_NAMES,
+    OVERLOAD_POLICY_NAMES,
+)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +82,18 @@ from semisched.core.overload import BUCKET_POLICIES
         (SchedulerConfig, {"max_inflight": 2.5}, "max_inflight"),
         (SchedulerConfig, {"max_inflight_tokens": 0.0}, "max_inflight_tokens"),
         (SchedulerConfig, {"input_token_weight": -1.0}, "input_token_weight"),
+        # A bool is not an int, nor a number.
+        (SchedulerConfig, {"max_inflight": True}, "max_inflight"),
+        (OrderingConfig, {"urgent_candidates": False}, "urgent_candidates"),
+        (OverloadConfig, {"max_defers": True}, "max_defers"),
+        (SignalsConfig, {"tail_window": True}, "tail_window"),
+        (AllocationConfig, {"quantum_tokens": True}, "quantum_tokens"),
+        (ClassSpec, {"name": "a", "interactive": 1}, "interactive"),
+        # Policy names are checked when the config is built.
+        (AllocationConfig, {"policy": "drr"}, "policy"),
+        (OrderingConfig, {"policy": "sjf"}, "policy"),
+        (OverloadConfig, {"policy": "panic"}, "policy"),
+        (AllocationConfig, {"policy": None}, "policy"),
     ],
 )
 def test_bad_value_raises_naming_the_field(cls: type, kwargs: dict[str, Any], field: str) -> None:
@@ -94,21 +112,76 @@ def test_configs_are_frozen_and_with_revalidates() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "registry"),
+    ("build", "registry"),
     [
-        (SchedulerConfig(allocation=AllocationConfig(policy="drr")), ALLOCATION_POLICIES),
-        (SchedulerConfig(ordering=OrderingConfig(policy="sjf")), ORDERING_POLICIES),
-        (SchedulerConfig(overload=OverloadConfig(policy="panic")), BUCKET_POLICIES),
+        (lambda: AllocationConfig(policy="drr"), ALLOCATION_POLICIES),
+        (lambda: OrderingConfig(policy="sjf"), ORDERING_POLICIES),
+        (lambda: OverloadConfig(policy="panic"), OVERLOAD_POLICIES),
     ],
     ids=["allocation", "ordering", "overload"],
 )
-def test_unknown_policy_name_raises_listing_the_choices(
-    config: SchedulerConfig, registry: dict[str, Any]
+def test_unknown_policy_name_is_refused_when_the_config_is_built(
+    build: Callable[[], object], registry: Mapping[str, Any]
 ) -> None:
     with pytest.raises(ValueError, match=r"^policy=") as info:
-        Engine(config)
+        build()
     for choice in registry:
         assert repr(choice) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("layer", "names", "registry", "config_class"),
+    [
+        ("allocation", ALLOCATION_POLICY_NAMES, ALLOCATION_POLICIES, AllocationConfig),
+        ("ordering", ORDERING_POLICY_NAMES, ORDERING_POLICIES, OrderingConfig),
+        ("overload", OVERLOAD_POLICY_NAMES, OVERLOAD_POLICIES, OverloadConfig),
+    ],
+    ids=["allocation", "ordering", "overload"],
+)
+def test_the_names_a_config_accepts_are_the_registry_names(
+    layer: str, names: tuple[str, ...], registry: Mapping[str, Any], config_class: type
+) -> None:
+    assert tuple(registry) == names
+    for name in names:  # and every accepted name builds an engine
+        Engine(SchedulerConfig(**{layer: config_class(policy=name)}))
+
+
+@pytest.mark.parametrize(
+    "registry",
+    [ALLOCATION_POLICIES, ORDERING_POLICIES, OVERLOAD_POLICIES, PRESETS],
+    ids=["allocation", "ordering", "overload", "presets"],
+)
+def test_registries_are_read_only(registry: Mapping[str, Any]) -> None:
+    name = next(iter(registry))
+    with pytest.raises(TypeError):
+        registry["mine"] = registry[name]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del registry[name]  # type: ignore[attr-defined]
+    assert "mine" not in registry
+
+
+def test_overload_level_tables_are_read_only_too() -> None:
+    with pytest.raises(TypeError):
+        OVERLOAD_POLICIES["ladder"][Bucket.SHORT] = 2  # type: ignore[index]
+    assert Bucket.SHORT not in OVERLOAD_POLICIES["ladder"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"allocation": "fifo"}, "allocation"),
+        ({"ordering": {"policy": "fifo"}}, "ordering"),
+        ({"overload": None}, "overload"),
+        ({"budget": {"rpm": 10}}, "budget"),
+        ({"classes": [ClassSpec(name="a")]}, "classes"),
+        ({"classes": ("a",)}, r"classes\[0\]"),
+    ],
+)
+def test_a_nested_config_of_the_wrong_class_is_a_type_error(
+    kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(TypeError, match=rf"^{field}="):
+        SchedulerConfig(**kwargs)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -10,10 +10,12 @@ import pytest
 from semisched.core import (
     Action,
     AllocationConfig,
+    BucketCounts,
     ClassSpec,
     Defer,
     Engine,
     Expire,
+    FailureKind,
     OrderingConfig,
     OverloadConfig,
     Prior,
@@ -23,6 +25,9 @@ from semisched.core import (
     Send,
     Wake,
 )
+
+BAD = FailureKind.BAD_REQUEST  # never retried: a terminal failure
+SERVER = FailureKind.SERVER_ERROR  # retried
 
 CLASSES = (ClassSpec(name="interactive", interactive=True), ClassSpec(name="batch"))
 
@@ -87,8 +92,9 @@ def fill(e: Engine, n: int, now: float = 0.0, prefix: str = "s") -> None:
 
 def assert_counters_add_up(e: Engine) -> None:
     c = e.statistics().counters
-    terminal = c["completed"] + c["rejected"] + c["expired"] + c["failed"] + c["cancelled"]
-    assert c["submitted"] == terminal + len(e)
+    terminal = c.completed + c.rejected + c.expired + c.failed + c.cancelled
+    assert terminal == c.terminal
+    assert c.submitted == terminal + len(e)
 
 
 # -- sending and capacity -----------------------------------------------------------------------
@@ -119,7 +125,7 @@ def test_max_inflight_is_respected_and_completion_dispatches_the_next(max_inflig
         out += sent(e.completed(out.pop(0), now, output_tokens=100))
         assert e.statistics().inflight == min(max_inflight, len(e))
     assert len(e) == 0
-    assert e.statistics().counters["completed"] == 10
+    assert e.statistics().counters.completed == 10
 
 
 def test_unlimited_inflight_sends_everything_on_arrival() -> None:
@@ -157,7 +163,7 @@ def test_queued_request_expires_at_its_deadline_via_the_wake() -> None:
     assert expire.reason
     # It is gone: the freed slot does not send it.
     assert sent(e.completed("s0", 6.0, output_tokens=10)) == []
-    assert e.statistics().counters["expired"] == 1
+    assert e.statistics().counters.expired == 1
     assert len(e) == 0
 
 
@@ -193,7 +199,7 @@ def test_deferred_request_polled_late_under_stress_expires_rather_than_rejects()
     actions = e.poll(3.5)  # still severity 0.5
     assert of(Reject, actions) == []
     assert of(Expire, actions) == ["long"]
-    assert e.statistics().counters["rejected"] == 0
+    assert e.statistics().counters.rejected == 0
 
 
 @pytest.mark.parametrize("now", [5.0, 10.0], ids=["at-deadline", "after-deadline"])
@@ -226,7 +232,7 @@ def test_cancel_of_a_request_whose_deadline_passed_reports_the_expiry() -> None:
     e.submit(req("late", deadline=5.0), 0.0)
     assert of(Expire, e.cancel("late", 6.0)) == ["late"]  # it ended before the cancel
     c = e.statistics().counters
-    assert (c["expired"], c["cancelled"]) == (1, 0)
+    assert (c.expired, c.cancelled) == (1, 0)
 
 
 # -- overload: defer, wake, re-admit ------------------------------------------------------------
@@ -242,10 +248,10 @@ def test_defer_then_wake_then_readmission() -> None:
     assert "long" in defer.reason
     assert wakes(actions) == [3.0]
     stats = e.statistics()
-    assert (stats.deferred, stats.counters["deferrals"], stats.defers_by_bucket) == (
+    assert (stats.deferred, stats.counters.deferrals, stats.defers_by_bucket) == (
         1,
         1,
-        {"long": 1},
+        BucketCounts(long=1),
     )
     e.completed("s0", 2.0, output_tokens=10)
     e.completed("s1", 2.0, output_tokens=10)
@@ -276,7 +282,7 @@ def test_deferral_that_would_outlast_the_deadline_is_a_reject() -> None:
     (reject,) = [a for a in actions if isinstance(a, Reject)]
     assert reject.request.id == "long"
     assert "deadline" in reject.reason
-    assert e.statistics().counters["rejected"] == 1
+    assert e.statistics().counters.rejected == 1
     assert e.statistics().deferred == 0
     assert len(e) == 2
 
@@ -291,7 +297,7 @@ def test_cancel_queued_request_is_never_sent() -> None:
     e.cancel("q", 1.0)
     assert e.statistics().queued["batch"] == 0
     assert sent(e.completed("s0", 2.0, output_tokens=10)) == []
-    assert e.statistics().counters["cancelled"] == 1
+    assert e.statistics().counters.cancelled == 1
     assert len(e) == 0
 
 
@@ -303,7 +309,7 @@ def test_cancel_deferred_request_is_never_readmitted() -> None:
     assert e.statistics().deferred == 0
     e.completed("s0", 1.5, output_tokens=10)
     assert sent(e.poll(2.0)) == []
-    assert e.statistics().counters["cancelled"] == 1
+    assert e.statistics().counters.cancelled == 1
     assert len(e) == 1
 
 
@@ -314,7 +320,7 @@ def test_cancel_inflight_request_frees_its_slot() -> None:
     assert sent(e.cancel("s0", 1.0)) == ["next"]
     with pytest.raises(ValueError, match="not in flight"):
         e.completed("s0", 2.0, output_tokens=10)  # a late answer for it is misuse
-    assert e.statistics().counters["cancelled"] == 1
+    assert e.statistics().counters.cancelled == 1
 
 
 def test_cancel_unknown_or_finished_is_a_noop() -> None:
@@ -334,8 +340,8 @@ def test_terminal_failure_frees_the_slot() -> None:
     e = engine(max_inflight=1)
     fill(e, 1)
     e.submit(req("next"), 0.0)
-    assert sent(e.failed("s0", 1.0)) == ["next"]
-    assert e.statistics().counters["failed"] == 1
+    assert sent(e.failed("s0", 1.0, BAD)) == ["next"]
+    assert e.statistics().counters.failed == 1
     assert_counters_add_up(e)
 
 
@@ -343,7 +349,7 @@ def test_retry_is_resent_later_without_an_overload_check() -> None:
     e = load_engine()
     assert sent(e.submit(req("long", 500), 0.0)) == ["long"]  # calm: sent at once
     fill(e, 3)  # now 4 in flight
-    actions = e.failed("long", 1.0, retry_at=4.0)
+    actions = e.failed("long", 1.0, SERVER, retry_after=3.0)
     assert sent(actions) == []
     assert wakes(actions) == [4.0]
     # Severity is 0.75 now: a fresh long request is deferred ...
@@ -353,19 +359,19 @@ def test_retry_is_resent_later_without_an_overload_check() -> None:
     (send,) = [a for a in actions if isinstance(a, Send)]
     assert (send.request.id, send.attempt) == ("long", 2)
     stats = e.statistics()
-    assert (stats.counters["retries"], stats.counters["failed"]) == (1, 0)
+    assert (stats.counters.retries, stats.counters.failed) == (1, 0)
     e.completed("long", 5.0, output_tokens=500)
-    assert e.statistics().counters["completed"] == 1
+    assert e.statistics().counters.completed == 1
     assert_counters_add_up(e)
 
 
-@pytest.mark.parametrize("retry_at", [10.0, 12.0], ids=["at-deadline", "after-deadline"])
-def test_retry_that_cannot_start_before_the_deadline_expires_at_once(retry_at: float) -> None:
+@pytest.mark.parametrize("retry_after", [9.0, 11.0], ids=["at-deadline", "after-deadline"])
+def test_retry_that_cannot_start_before_the_deadline_expires_at_once(retry_after: float) -> None:
     e = engine(max_inflight=1)
     e.submit(req("a", deadline=10.0), 0.0)
-    actions = e.failed("a", 1.0, retry_at=retry_at)
+    actions = e.failed("a", 1.0, SERVER, retry_after=retry_after)
     assert of(Expire, actions) == ["a"]
-    assert e.statistics().counters["expired"] == 1
+    assert e.statistics().counters.expired == 1
     assert len(e) == 0
 
 
@@ -375,27 +381,29 @@ def test_retried_request_still_expires_at_its_deadline() -> None:
     e = engine(max_inflight=1)
     e.submit(req("a", deadline=10.0), 0.0)
     e.submit(req("b"), 0.0)
-    assert sent(e.failed("a", 1.0, retry_at=2.0)) == ["b"]
+    assert sent(e.failed("a", 1.0, SERVER, retry_after=1.0)) == ["b"]
     e.poll(2.0)  # "a" is back in the queue behind "b"
     assert of(Expire, e.poll(11.0)) == ["a"]
     assert sent(e.completed("b", 12.0, output_tokens=100)) == []
 
 
-@pytest.mark.parametrize("retry_at", [float("nan"), float("inf")])
-def test_non_finite_retry_time_is_misuse(retry_at: float) -> None:
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), -1.0])
+def test_non_finite_or_negative_retry_after_is_misuse(retry_after: float) -> None:
     e = engine(max_inflight=1)
     fill(e, 1)
-    with pytest.raises(ValueError, match=r"retry_at="):
-        e.failed("s0", 1.0, retry_at=retry_at)
+    with pytest.raises(ValueError, match=r"retry_after="):
+        e.failed("s0", 1.0, SERVER, retry_after=retry_after)
+    with pytest.raises(ValueError, match=r"kind="):
+        e.failed("s0", 1.0, "server_error")  # type: ignore[arg-type]
     assert e.statistics().inflight == 1  # nothing happened
 
 
 def test_throttled_failure_raises_the_tail_signal() -> None:
     e = engine(max_inflight=2)
     fill(e, 2)
-    e.failed("s0", 1.0)  # an ordinary failure says nothing about congestion
+    e.failed("s0", 1.0, BAD)  # an ordinary failure says nothing about congestion
     assert e.signals().tail_latency_ratio == 0.0
-    e.failed("s1", 1.0, throttled=True)
+    e.failed("s1", 1.0, FailureKind.RATE_LIMITED)
     assert e.signals().tail_latency_ratio == 1.0
     assert e.statistics().signals.severity >= OverloadConfig().w_tail
 
@@ -416,7 +424,7 @@ def test_exhausted_rate_limit_window_raises_severity() -> None:
 BACKWARDS: list[tuple[str, Callable[[Engine, float], object]]] = [
     ("submit", lambda e, t: e.submit(req("new"), t)),
     ("completed", lambda e, t: e.completed("s0", t, output_tokens=10)),
-    ("failed", lambda e, t: e.failed("s0", t)),
+    ("failed", lambda e, t: e.failed("s0", t, BAD)),
     ("cancel", lambda e, t: e.cancel("s0", t)),
     ("poll", lambda e, t: e.poll(t)),
 ]
@@ -444,7 +452,7 @@ def test_duplicate_live_id_raises_but_a_finished_id_may_be_reused() -> None:
         e.submit(req("s0"), 1.0)
     e.cancel("dup", 1.0)
     e.submit(req("dup"), 1.0)  # no longer pending
-    assert e.statistics().counters["submitted"] == 3
+    assert e.statistics().counters.submitted == 3
 
 
 def test_unknown_class_raises_listing_the_classes() -> None:
@@ -465,7 +473,7 @@ def test_completing_or_failing_a_request_not_in_flight_raises(rid: str) -> None:
     with pytest.raises(ValueError, match="not in flight"):
         e.completed(rid, 2.0, output_tokens=10)
     with pytest.raises(ValueError, match="not in flight"):
-        e.failed(rid, 2.0)
+        e.failed(rid, 2.0, BAD)
     assert_counters_add_up(e)
     assert len(e) == 2
 
@@ -493,10 +501,11 @@ def test_statistics_is_a_frozen_snapshot() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         snap.inflight = 0  # type: ignore[misc]
     e.completed("s0", 1.0, output_tokens=10)
-    assert (snap.inflight, snap.queued["batch"], snap.counters["completed"]) == (1, 1, 0)
-    assert e.statistics().counters["completed"] == 1
-    snap.counters["completed"] = 99  # mutating a copy does not reach the engine
-    assert e.statistics().counters["completed"] == 1
+    assert (snap.inflight, snap.queued["batch"], snap.counters.completed) == (1, 1, 0)
+    assert e.statistics().counters.completed == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.counters.completed = 99  # type: ignore[misc]
+    assert e.statistics().counters.completed == 1
 
 
 def test_counters_add_up_through_every_outcome() -> None:
@@ -509,13 +518,13 @@ def test_counters_add_up_through_every_outcome() -> None:
     e.submit(req("queued", 10, deadline=3.0), 0.0)
     e.submit(req("cancelled", 10), 0.0)
     e.completed("s0", 1.0, output_tokens=10)
-    e.failed("s1", 1.0)
+    e.failed("s1", 1.0, BAD)
     e.cancel("cancelled", 1.0)
-    e.failed("t0", 1.0, retry_at=2.0)
+    e.failed("t0", 1.0, SERVER, retry_after=1.0)
     e.poll(2.5)
     c = e.statistics().counters
-    assert (c["submitted"], c["completed"], c["failed"], c["cancelled"]) == (9, 1, 1, 1)
-    assert c["rejected"] == 2
+    assert (c.submitted, c.completed, c.failed, c.cancelled) == (9, 1, 1, 1)
+    assert c.rejected == 2
     assert_counters_add_up(e)
     assert len(e) == 4  # deferred, queued, t0 (retried), t1
 
@@ -539,4 +548,4 @@ def test_a_request_admitted_after_a_deferral_counts_as_admitted() -> None:
     e.submit(req("long", 500), 0.0)
     e.completed("s0", 1.0, output_tokens=10)
     assert sent(e.poll(2.0)) == ["long"]
-    assert e.statistics().counters["admitted"] == 3
+    assert e.statistics().counters.admitted == 3

@@ -22,9 +22,12 @@ from semisched.core import (
     Defer,
     Engine,
     Expire,
+    Fail,
+    FailureKind,
     Prior,
     Reject,
     Request,
+    Retry,
     Send,
     Wake,
     preset,
@@ -47,8 +50,8 @@ ops = st.lists(
         st.tuples(
             st.just("fail"),
             st.integers(0, 63),
-            st.one_of(st.none(), st.floats(0.0, 40.0)),  # retry delay
-            st.booleans(),  # throttled
+            st.one_of(st.none(), st.floats(0.0, 40.0)),  # the provider's retry-after
+            st.sampled_from(list(FailureKind)),
             dt,
         ),
         st.tuples(st.just("cancel"), st.integers(0, 63), dt),
@@ -88,9 +91,11 @@ class Ledger:
                 self.sends[rid] += 1
                 assert action.attempt == self.sends[rid]
                 self.inflight.add(rid)
-            elif isinstance(action, Reject | Expire):
+            elif isinstance(action, Reject | Expire | Fail):
                 assert rid not in self.inflight, f"{rid} ended while in flight"
                 self.terminal(rid)
+            elif isinstance(action, Retry):
+                assert rid not in self.inflight, f"{rid} retried while in flight"
             else:
                 assert isinstance(action, Defer)
                 assert rid not in self.inflight
@@ -104,8 +109,8 @@ class Ledger:
             assert stats.inflight <= self.limit
         assert 0.0 <= stats.signals.severity <= 1.0
         c = stats.counters
-        ended = c["completed"] + c["rejected"] + c["expired"] + c["failed"] + c["cancelled"]
-        assert c["submitted"] == len(self.submitted) == ended + len(e)
+        ended = c.completed + c.rejected + c.expired + c.failed + c.cancelled
+        assert c.submitted == len(self.submitted) == ended + len(e)
 
 
 def pick(items: set[str], index: int) -> str | None:
@@ -160,15 +165,12 @@ def test_every_request_gets_exactly_one_outcome(
                 ledger.terminal(rid)
                 ledger.take(engine.completed(rid, now, output_tokens=tokens))
         elif kind == "fail":
-            index, retry, throttled = args
+            index, retry_after, failure = args
             rid = pick(ledger.inflight, index)
             if rid is not None:
-                if retry is None:
-                    ledger.terminal(rid)
-                else:
-                    ledger.inflight.discard(rid)  # back to pending, or Expire says otherwise
-                retry_at = None if retry is None else now + retry
-                ledger.take(engine.failed(rid, now, retry_at=retry_at, throttled=bool(throttled)))
+                # Out of flight; the engine says what next: Retry, Expire or Fail.
+                ledger.inflight.discard(rid)
+                ledger.take(engine.failed(rid, now, failure, retry_after=retry_after))
         elif kind == "cancel":
             everyone = set(ledger.submitted) | {"never-submitted"}
             rid = pick(everyone, args[0])
@@ -203,6 +205,7 @@ def test_every_request_gets_exactly_one_outcome(
     assert len(engine) == 0
     assert set(ledger.outcomes) == set(ledger.submitted)
     assert set(ledger.outcomes.values()) <= {1}
-    for counter, value in engine.statistics().counters.items():
-        if value:
-            event(f"saw {counter}")
+    counters = engine.statistics().counters
+    for field in dataclasses.fields(counters):
+        if getattr(counters, field.name):
+            event(f"saw {field.name}")

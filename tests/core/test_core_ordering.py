@@ -125,10 +125,10 @@ def test_infeasible_request_ranks_last_but_is_still_sent_alone() -> None:
     e.submit(req("doomed", 1024, arrival=0.0, deadline=10.0), 0.0)
     e.submit(req("ok", 500, arrival=0.5), 0.5)
     assert next_sent(e, "blocker", 1.0) == "ok"
-    assert e.statistics().counters["infeasible_sends"] == 0
+    assert e.statistics().counters.infeasible_sends == 0
     # Nothing feasible is left in its class: it is sent (not dropped), and counted.
     assert next_sent(e, "ok", 2.0) == "doomed"
-    assert e.statistics().counters["infeasible_sends"] == 1
+    assert e.statistics().counters.infeasible_sends == 1
 
 
 @pytest.mark.parametrize(

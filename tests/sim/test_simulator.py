@@ -14,6 +14,7 @@ from mockprovider.physics import PhysicsParams, profile
 from predictors.base import PriorQuery
 from predictors.priors import Coarse, information_source
 from semisched.core.config import PRESETS, preset
+from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
 from semisched.metrics import summarize
 from semisched.sim import Outcome, SimJob, simulate
@@ -76,13 +77,15 @@ def test_requests_whose_deadline_passes_in_the_queue_are_expired_not_sent() -> N
     assert all(r.first_send is None and r.end == 5.0 for r in expired)
 
 
-def test_provider_timeouts_end_as_failures() -> None:
+def test_provider_timeouts_end_as_failures_when_retries_are_off() -> None:
     tight = replace(PHYS, slots=1, timeout_s=2.0)
     jobs = _jobs(2, requests=30)
-    result = simulate(jobs, preset("direct_naive"), tight)
+    once = preset("direct_naive", retry=RetryPolicy(max_attempts=1))
+    result = simulate(jobs, once, tight)
     failed = [r for r in result.rows if r.outcome == Outcome.FAILED]
     assert failed
     assert all(r.end is not None and r.end == pytest.approx(r.first_send + 2.0) for r in failed)
+    assert all(r.attempts == 1 for r in result.rows)
 
 
 _job = st.tuples(
@@ -136,13 +139,14 @@ def test_every_job_ends_in_exactly_one_terminal_outcome(
         for o in outcomes
     )
     counters = result.engine.counters
-    terminal = sum(counters[k] for k in ("completed", "rejected", "expired", "failed"))
+    terminal = counters.completed + counters.rejected + counters.expired + counters.failed
     assert terminal == len(jobs)
-    assert counters["completed"] == outcomes.count(Outcome.COMPLETED)
-    assert counters["rejected"] == outcomes.count(Outcome.REJECTED)
-    # Nothing rejected or expired was ever sent; requests routed short are never rejected.
+    assert counters.completed == outcomes.count(Outcome.COMPLETED)
+    assert counters.rejected == outcomes.count(Outcome.REJECTED)
+    # Nothing rejected was ever sent, nor expired unless an attempt failed (a retry did
+    # not fit); requests routed short are never rejected.
     for row in result.rows:
-        if row.outcome in (Outcome.REJECTED, Outcome.EXPIRED):
+        if row.outcome == Outcome.REJECTED or (row.outcome == Outcome.EXPIRED and not row.failures):
             assert row.first_send is None
         if row.outcome == Outcome.REJECTED:
             assert row.routing_bucket != "short"

@@ -1,0 +1,165 @@
+"""Named statistics of the mock provider: what ``GET /v1/mock/stats`` reports.
+
+What it is: frozen dataclasses with one documented field per number the HTTP app keeps, and
+the mutable tally the app counts into. ``app.state.mock_stats()`` returns a :class:`MockStats`;
+the endpoint serves ``dataclasses.asdict`` of it as JSON, and :meth:`MockStats.from_json`
+turns that JSON back into the same dataclass for HTTP clients (the benchmarks, tests that run
+the server in a subprocess). Nothing here serves HTTP or reads a clock. Pure and dependency
+free beyond ``mockprovider.physics`` and ``mockprovider.faults``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar, get_args
+
+from mockprovider.faults import WindowState
+from mockprovider.physics import PhysicsStats
+
+__all__ = ["CounterName", "MockCounters", "MockStats", "Tally"]
+
+CounterName = Literal[
+    "requests",
+    "completed",
+    "bad_requests",
+    "unauthorized",
+    "rate_limited_requests",
+    "rate_limited_tokens",
+    "insufficient_quota",
+    "faults_error",
+    "faults_hang",
+    "faults_drop",
+    "timeouts",
+    "client_cancelled",
+]
+"""The name of one :class:`MockCounters` field (what ``Tally.add`` takes)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MockCounters:
+    """What the app has answered so far (each a count of requests).
+
+    Attributes:
+        requests: Completion requests received (``/v1/chat/completions`` and
+            ``/v1/completions``), whatever became of them.
+        completed: Requests answered in full (JSON body sent or stream completed).
+        bad_requests: 400 ``invalid_request_error`` (body, parameters or hint headers).
+        unauthorized: 401 (missing or wrong API key), on any route.
+        rate_limited_requests: 429 ``rate_limit_exceeded`` by the requests window.
+        rate_limited_tokens: 429 by the tokens window (including "Request too large").
+        insufficient_quota: 429 ``insufficient_quota``.
+        faults_error: Injected 500/503 answers.
+        faults_hang: Injected hangs (never answered).
+        faults_drop: Injected dropped connections.
+        timeouts: Physics timeouts (504, or the SSE error event mid-stream).
+        client_cancelled: Requests withdrawn from the physics because the client gave up
+            (cancelled its call or disconnected) before their end.
+    """
+
+    requests: int = 0
+    completed: int = 0
+    bad_requests: int = 0
+    unauthorized: int = 0
+    rate_limited_requests: int = 0
+    rate_limited_tokens: int = 0
+    insufficient_quota: int = 0
+    faults_error: int = 0
+    faults_hang: int = 0
+    faults_drop: int = 0
+    timeouts: int = 0
+    client_cancelled: int = 0
+
+    @property
+    def rate_limited(self) -> int:
+        """All 429 ``rate_limit_exceeded`` answers (requests and tokens windows)."""
+        return self.rate_limited_requests + self.rate_limited_tokens
+
+
+class Tally:
+    """The app's mutable counters; :meth:`snapshot` freezes them into :class:`MockCounters`."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[CounterName, int] = dict.fromkeys(get_args(CounterName), 0)
+
+    def __repr__(self) -> str:
+        live = ", ".join(f"{k}={v}" for k, v in self._counts.items() if v)
+        return f"<Tally {live or 'empty'}>"
+
+    def add(self, name: CounterName) -> None:
+        """Count one more ``name``."""
+        self._counts[name] += 1
+
+    def snapshot(self) -> MockCounters:
+        """The counts now, frozen."""
+        return MockCounters(**self._counts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MockStats:
+    """The mock provider at one virtual instant (``GET /v1/mock/stats``).
+
+    Attributes:
+        virtual_time: Virtual seconds since the app's first request.
+        time_scale: Virtual seconds per wall second.
+        physics: Occupancy and event counters of the physics (slots reflect a capacity loss).
+        counters: What the app has answered (see :class:`MockCounters`).
+        requests_window: The requests-per-minute window now, or ``None`` without an RPM limit.
+        tokens_window: The tokens-per-minute window now, or ``None`` without a TPM limit.
+        quota_limit: The billing quota in tokens, or ``None`` without one.
+        quota_used: Tokens billed so far (prompt + completion of completed requests).
+        capacity_loss_applied_at: Virtual time the configured capacity loss took effect, or
+            ``None`` (not configured, or not reached yet).
+    """
+
+    virtual_time: float
+    time_scale: float
+    physics: PhysicsStats
+    counters: MockCounters
+    requests_window: WindowState | None
+    tokens_window: WindowState | None
+    quota_limit: int | None
+    quota_used: int
+    capacity_loss_applied_at: float | None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> MockStats:
+        """Rebuild the stats from their JSON form (``dataclasses.asdict`` of one).
+
+        Raises:
+            ValueError: ``obj`` lacks a field or has one this version does not know.
+        """
+        flat = _fields_of(cls, obj, "stats")
+        nested = {
+            "physics": _build(PhysicsStats, flat["physics"], "physics"),
+            "counters": _build(MockCounters, flat["counters"], "counters"),
+            "requests_window": _window(flat["requests_window"], "requests_window"),
+            "tokens_window": _window(flat["tokens_window"], "tokens_window"),
+        }
+        return cls(**{**flat, **nested})
+
+
+_T = TypeVar("_T")
+
+
+def _fields_of(cls: type[Any], obj: object, where: str) -> dict[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}={obj!r} must be a JSON object")
+    names = {f.name for f in fields(cls)}
+    missing, unknown = names - obj.keys(), obj.keys() - names
+    if missing or unknown:
+        raise ValueError(
+            f"{where} does not match {cls.__name__}: "
+            f"missing {sorted(missing)}, unknown {sorted(map(str, unknown))}"
+        )
+    return dict(obj)
+
+
+def _build(cls: type[_T], obj: object, where: str) -> _T:
+    return cls(**_fields_of(cls, obj, where))
+
+
+def _window(obj: object, where: str) -> WindowState | None:
+    return None if obj is None else _build(WindowState, obj, where)

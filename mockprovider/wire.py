@@ -1,0 +1,489 @@
+"""The mock provider's wire format: OpenAI request parsing and response bodies (pure).
+
+What it is: everything the mock says or reads on the wire, as plain functions over bytes,
+header mappings and dictionaries: request validation into a :class:`Job`, completion and
+chunk bodies, OpenAI error bodies and 429 messages, SSE encoding. Nothing here touches
+Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
+``mockprovider.responses`` send what these functions build.
+
+Per-request hints (headers, for benchmarks and tests): ``x-mock-output-tokens`` (output
+length), ``x-mock-input-tokens`` (prompt length) and ``x-mock-fault``
+(``none|error|hang|drop``: force that fault for this request; the seeded fault draw is consumed
+anyway). Requests that cannot set headers (a Batch API file) may hint the output length in the
+body instead: ``"metadata": {"mock_output_tokens": "250"}`` (the header wins when both are
+given).
+
+Output length: the ``x-mock-output-tokens`` hint, else ``max_completion_tokens``/``max_tokens``,
+else the default output length; always capped by the max tokens when given. ``finish_reason``
+is ``"length"`` when that cap cut the wanted length, else ``"stop"``. Prompt tokens: the hint,
+else UTF-8 bytes of the prompt text / 4 (rounded up, at least 1). The content is filler words,
+one word per token. ``n`` other than 1 is refused; a list ``prompt`` counts as one prompt. A
+request's token charge (for the TPM window) is its prompt tokens plus its max tokens (or its
+output length without one).
+
+A streamed answer is the first word with the role, then up to four content chunks, the finish
+chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from mockprovider.faults import Fault, WindowState
+
+__all__ = [
+    "BadRequest",
+    "Job",
+    "completion_body",
+    "error_body",
+    "parse_job",
+    "quota_message",
+    "rate_limit_message",
+    "raw_headers",
+    "sse",
+    "stream_head",
+    "stream_tail",
+    "timeout_body",
+    "too_large_message",
+]
+
+_WORDS: Final = (
+    *("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed"),
+    *("do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua"),
+)
+_STREAM_CONTENT_CHUNKS: Final = 4  # content chunks after the first one
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class BadRequest(Exception):
+    """A request the mock refuses with 400 ``invalid_request_error``.
+
+    Attributes:
+        message: The OpenAI-style message.
+        param: The offending parameter (or header), or ``None``.
+        code: The OpenAI error code, or ``None``.
+    """
+
+    def __init__(self, message: str, param: str | None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One valid completion request, as the mock will answer it.
+
+    Attributes:
+        chat: ``/v1/chat/completions`` (else legacy ``/v1/completions``).
+        model: The model the request named (echoed back).
+        stream: Answer as SSE.
+        include_usage: Send the usage chunk at the end of a stream.
+        input_tokens: Prompt tokens (hint or estimate).
+        output_tokens: Completion tokens the answer will have.
+        finish_reason: ``"stop"`` or ``"length"``.
+        charge: Token charge for the TPM window.
+        forced_fault: The ``x-mock-fault`` header, or ``None``.
+    """
+
+    chat: bool
+    model: str
+    stream: bool
+    include_usage: bool
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str
+    charge: int
+    forced_fault: Fault | None
+
+
+# -- request parsing -----------------------------------------------------------------------
+
+
+def _header_int(headers: Mapping[str, str], name: str) -> int | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise BadRequest(f"Header {name} must be an integer >= 0.", name) from None
+    if value < 0:
+        raise BadRequest(f"Header {name} must be an integer >= 0.", name)
+    return value
+
+
+def _metadata_int(body: Mapping[str, Any], name: str) -> int | None:
+    """An output-length hint in ``body.metadata`` (strings, as OpenAI's ``metadata`` is):
+    batch files carry no headers, so they hint the mock this way."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict) or name not in metadata:
+        return None
+    raw = metadata[name]
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise BadRequest(
+            f"Invalid 'metadata.{name}': expected an integer string.", "metadata"
+        ) from None
+    if value < 0:
+        raise BadRequest(f"Invalid 'metadata.{name}': must be >= 0.", "metadata")
+    return value
+
+
+def _opt_int(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise BadRequest(f"Invalid '{name}': expected an integer >= 1.", name, "invalid_type")
+    return int(value)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
+
+
+def _message_text(message: object, param: str, parts: list[str]) -> None:
+    if not isinstance(message, dict):
+        raise BadRequest(f"Invalid '{param}': expected an object.", param, "invalid_type")
+    if not isinstance(message.get("role"), str):
+        raise BadRequest(f"Invalid '{param}.role': expected a string.", f"{param}.role")
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if not isinstance(part, dict):
+                raise BadRequest(
+                    f"Invalid '{param}.content': expected an array of objects.",
+                    f"{param}.content",
+                    "invalid_type",
+                )
+            text = part.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    elif content is not None:
+        raise BadRequest(
+            f"Invalid '{param}.content': expected a string, an array or null.",
+            f"{param}.content",
+            "invalid_type",
+        )
+
+
+def _chat_prompt(body: Mapping[str, Any]) -> str:
+    messages = body.get("messages")
+    if messages is None:
+        raise BadRequest("Missing required parameter: 'messages'.", "messages", "missing")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("Invalid 'messages': expected a non-empty array.", "messages")
+    parts: list[str] = []
+    for i, message in enumerate(messages):
+        _message_text(message, f"messages[{i}]", parts)
+    return "\n".join(parts)
+
+
+def _completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
+    """(text, extra tokens given as token ids)."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing")
+    if isinstance(prompt, str):
+        return prompt, 0
+    bad = BadRequest(
+        "Invalid 'prompt': expected a string, an array of strings or an array of token arrays.",
+        "prompt",
+        "invalid_type",
+    )
+    if not isinstance(prompt, list) or not prompt:
+        raise bad
+    if all(isinstance(p, str) for p in prompt):
+        return "".join(prompt), 0
+    if all(_is_int(p) for p in prompt):
+        return "", len(prompt)
+    if all(isinstance(p, list) and all(_is_int(x) for x in p) for p in prompt):
+        return "", sum(len(p) for p in prompt)
+    raise bad
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest(
+            "We could not parse the JSON body of your request. (The body must be valid JSON.)",
+            None,
+            "invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.", None, "invalid_type")
+    return body
+
+
+def _include_usage(body: Mapping[str, Any]) -> bool:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("Invalid 'stream': expected a boolean.", "stream", "invalid_type")
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise BadRequest(
+            "Invalid 'stream_options': expected an object.", "stream_options", "invalid_type"
+        )
+    if not stream:
+        raise BadRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+        )
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise BadRequest(
+            "Invalid 'stream_options.include_usage': expected a boolean.",
+            "stream_options.include_usage",
+            "invalid_type",
+        )
+    return bool(usage)
+
+
+def _forced_fault(headers: Mapping[str, str]) -> Fault | None:
+    raw = headers.get("x-mock-fault")
+    if raw is None:
+        return None
+    try:
+        return Fault(raw.strip().lower())
+    except ValueError:
+        raise BadRequest(
+            "Header x-mock-fault must be one of none, error, hang, drop.", "x-mock-fault"
+        ) from None
+
+
+def parse_job(headers: Mapping[str, str], raw: bytes, *, chat: bool, default_output: int) -> Job:
+    """Validate one completion request (see the module docstring for the length rules).
+
+    Args:
+        headers: The request headers, looked up by lower-case name (a case-insensitive
+            mapping such as Starlette's ``Headers``, or a dict with lower-case keys).
+        raw: The raw request body.
+        chat: ``/v1/chat/completions`` (else ``/v1/completions``).
+        default_output: Output length when neither a hint nor max tokens is given.
+
+    Raises:
+        BadRequest: The request is not one the mock (or OpenAI) accepts.
+    """
+    body = _json_object(raw)
+    model = body.get("model")
+    if model is None:
+        raise BadRequest("Missing required parameter: 'model'.", "model", "missing")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("Invalid 'model': expected a non-empty string.", "model", "invalid_type")
+    include_usage = _include_usage(body)
+    n = body.get("n")
+    if n is not None and (not _is_int(n) or n != 1):
+        raise BadRequest("Invalid 'n': the mock provider supports only n=1.", "n")
+    extra = 0
+    if chat:
+        text = _chat_prompt(body)
+        max_tokens = _opt_int(body, "max_completion_tokens")
+        legacy_max = _opt_int(body, "max_tokens")
+        if max_tokens is None:
+            max_tokens = legacy_max
+    else:
+        text, extra = _completion_prompt(body)
+        max_tokens = _opt_int(body, "max_tokens")
+    hinted_in = _header_int(headers, "x-mock-input-tokens")
+    if hinted_in is not None:
+        input_tokens = hinted_in
+    else:
+        input_tokens = (_estimate_tokens(text) if text else 0) + extra or 1
+    hinted_out = _header_int(headers, "x-mock-output-tokens")
+    if hinted_out is None:
+        hinted_out = _metadata_int(body, "mock_output_tokens")
+    if hinted_out is not None:
+        wanted = hinted_out
+    elif max_tokens is not None:
+        wanted = max_tokens
+    else:
+        wanted = default_output
+    output_tokens = wanted if max_tokens is None else min(wanted, max_tokens)
+    return Job(
+        chat=chat,
+        model=model,
+        stream=bool(body.get("stream")),
+        include_usage=include_usage,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reason="length" if max_tokens is not None and wanted > max_tokens else "stop",
+        charge=input_tokens + (max_tokens if max_tokens is not None else output_tokens),
+        forced_fault=_forced_fault(headers),
+    )
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
+    """An OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def timeout_body() -> dict[str, Any]:
+    """The body of a physics timeout (504, or an SSE error event mid-stream)."""
+    return error_body(
+        "The server had an error processing your request: the request timed out.",
+        "server_error",
+        None,
+        "timeout",
+    )
+
+
+def quota_message() -> str:
+    """The message of 429 ``insufficient_quota``."""
+    return "You exceeded your current quota, please check your plan and billing details."
+
+
+def too_large_message(model: str, limit: int, charge: int) -> str:
+    """The message of a 429 for a token charge above the whole token window's ``limit``."""
+    return (
+        f"Request too large for {model}: Limit {limit}, "
+        f"Requested {charge}. The input or output tokens must be reduced."
+    )
+
+
+def rate_limit_message(
+    model: str,
+    kind: Literal["requests", "tokens"],
+    window: WindowState | None,
+    charge: int,
+    retry_after_ms: str,
+) -> str:
+    """The message of 429 ``rate_limit_exceeded`` (OpenAI's wording).
+
+    Args:
+        model: The model the request named.
+        kind: The window that refused it.
+        window: That window's state after the refusal.
+        charge: The request's token charge.
+        retry_after_ms: The ``retry-after-ms`` header.
+    """
+    limit = window.limit if window else 0
+    used = (window.limit - window.remaining) if window else 0
+    return (
+        f"Rate limit reached for {model} on {kind} per min: "
+        f"Limit {limit}, Used {used}, "
+        f"Requested {1 if kind == 'requests' else charge}. "
+        f"Please try again in {retry_after_ms}ms."
+    )
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def _words(n: int) -> list[str]:
+    return [_WORDS[i % len(_WORDS)] for i in range(n)]
+
+
+def _usage(job: Job) -> dict[str, int]:
+    return {
+        "prompt_tokens": job.input_tokens,
+        "completion_tokens": job.output_tokens,
+        "total_tokens": job.input_tokens + job.output_tokens,
+    }
+
+
+def completion_body(job: Job, rid: str, created: int) -> dict[str, Any]:
+    """The JSON answer (``chat.completion`` or ``text_completion``) with id ``rid``."""
+    content = " ".join(_words(job.output_tokens))
+    if job.chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": content, "refusal": None},
+            "logprobs": None,
+            "finish_reason": job.finish_reason,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {"text": content, "index": 0, "logprobs": None, "finish_reason": job.finish_reason}
+        obj = "text_completion"
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": job.model,
+        "system_fingerprint": "mock",
+        "choices": [choice],
+        "usage": _usage(job),
+    }
+
+
+def _chunk(
+    job: Job, rid: str, created: int, text: str | None, finish: str | None, *, role: bool = False
+) -> dict[str, Any]:
+    if job.chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+    else:
+        choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}
+    chunk: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk" if job.chat else "text_completion",
+        "created": created,
+        "model": job.model,
+        "system_fingerprint": "mock",
+        "choices": [choice],
+    }
+    if job.include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def sse(data: Mapping[str, Any] | str) -> bytes:
+    """One SSE event: ``data: <compact JSON or text>`` and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+def stream_head(job: Job, rid: str, created: int) -> bytes:
+    """The first SSE event of a stream (sent at the first token): role and first word."""
+    words = _words(min(job.output_tokens, 1))
+    return sse(_chunk(job, rid, created, words[0] if words else "", None, role=True))
+
+
+def stream_tail(job: Job, rid: str, created: int) -> list[bytes]:
+    """The SSE events after the first (sent at completion), ending with ``data: [DONE]``."""
+    rest = _words(job.output_tokens)[1:]
+    pieces = min(_STREAM_CONTENT_CHUNKS, len(rest))
+    out: list[bytes] = []
+    for i in range(pieces):
+        group = rest[i * len(rest) // pieces : (i + 1) * len(rest) // pieces]
+        out.append(sse(_chunk(job, rid, created, "".join(" " + w for w in group), None)))
+    out.append(sse(_chunk(job, rid, created, None, job.finish_reason)))
+    if job.include_usage:
+        usage_chunk = _chunk(job, rid, created, None, None)
+        usage_chunk["choices"] = []
+        usage_chunk["usage"] = _usage(job)
+        out.append(sse(usage_chunk))
+    out.append(sse("[DONE]"))
+    return out
+
+
+def raw_headers(headers: Mapping[str, str], content_type: str) -> list[tuple[bytes, bytes]]:
+    """ASGI response headers: ``content-type`` first, then ``headers`` (latin-1)."""
+    out = [(b"content-type", content_type.encode("latin-1"))]
+    out.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
+    return out

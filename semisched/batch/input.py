@@ -1,0 +1,258 @@
+"""Reading and validating an OpenAI Batch API input file (the ``semisched batch`` input).
+
+Every line must be a Batch API input object: a non-empty, unique
+``custom_id``, ``method: POST``, a supported ``url`` and a ``body`` that the
+SDK would accept for that endpoint. :func:`read_input` checks all of them
+before anything is sent and returns where each valid line is (offset and
+size, not its body); :func:`load_body` reads a body again when its line is
+sent, so a job of 100,000 prompts holds a few numbers per line in memory.
+Problems carry their line number (:class:`InvalidLine`).
+
+This module is not the output (:mod:`semisched.batch.output`) and sends
+nothing (:mod:`semisched.batch.run`). It holds :class:`BatchError`, the one
+exception a batch job raises when it cannot start.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from semisched.calls import SCHEDULER_ARGS, accepted_params, prepare_call
+
+__all__ = [
+    "SUPPORTED_URLS",
+    "BatchError",
+    "BatchLine",
+    "InvalidInput",
+    "InvalidLine",
+    "load_body",
+    "read_input",
+]
+
+#: Batch ``url`` -> endpoint of the scheduler.
+SUPPORTED_URLS: Mapping[str, str] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+}
+
+
+class BatchError(Exception):
+    """A batch job cannot start (unreadable input, unwritable output, no API key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """One valid input line: where it is, not its body.
+
+    Attributes:
+        line: Line number in the input file (from 1).
+        custom_id: The line's ``custom_id``.
+        url: The line's ``url`` (a key of :data:`SUPPORTED_URLS`).
+        offset: Byte offset of the line in the file.
+        size: Length of the line in bytes, newline included.
+    """
+
+    line: int
+    custom_id: str
+    url: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidLine:
+    """One input line that cannot be sent, and why.
+
+    Attributes:
+        line: Line number in the input file (from 1).
+        custom_id: The line's ``custom_id`` when it has a usable one.
+        message: What is wrong with it.
+    """
+
+    line: int
+    custom_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+class InvalidInput(BatchError):
+    """The input has invalid lines (listed in ``problems``); nothing was sent."""
+
+    def __init__(self, problems: Sequence[InvalidLine]) -> None:
+        self.problems = list(problems)
+        shown = "\n".join(f"  {p}" for p in self.problems[:20])
+        more = len(self.problems) - 20
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(
+            f"{len(self.problems)} invalid line(s) in the input; nothing was sent "
+            f"(--skip-invalid records them as errors and sends the rest):\n{shown}{tail}"
+        )
+
+
+def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
+    """Validate ``body`` for ``endpoint`` exactly as the scheduler's ``submit`` would.
+
+    The check is :func:`semisched.calls.prepare_call` (pure: no scheduler, no
+    client, no event loop) against the argument names of the ``openai``
+    package's own ``create`` methods. The scheduler's own arguments
+    (``klass``, ``deadline``, ``prior``) are not API parameters and are refused.
+
+    Raises:
+        TypeError, ValueError: The body is not a valid request for ``endpoint``.
+    """
+    params = dict(body)
+    own = sorted(SCHEDULER_ARGS & params.keys())
+    if own:
+        raise TypeError(f"{own} are scheduler arguments, not API parameters")
+    call = prepare_call(
+        model=params.pop("model", None),
+        messages=params.pop("messages", None),
+        prompt=params.pop("prompt", None),
+        params=params,
+        allowed_params=_openai_params(),
+    )
+    if call.endpoint != endpoint:
+        need = "messages" if endpoint == "chat" else "prompt"
+        raise ValueError(f"this url needs '{need}' in the body")
+
+
+@functools.cache
+def _openai_params() -> Mapping[str, frozenset[str] | None]:
+    """Argument names of ``openai``'s ``create`` per endpoint (read off an unused client)."""
+    import openai
+
+    signatures = openai.AsyncOpenAI(api_key="signatures-only", base_url="http://127.0.0.1:9")
+    return {
+        "chat": accepted_params(signatures.chat.completions),
+        "completions": accepted_params(signatures.completions),
+    }
+
+
+def _check_envelope(number: int, obj: Any, first_seen: dict[str, int]) -> InvalidLine | None:
+    """The Batch API fields around the body: ``custom_id``, ``method``, ``url``."""
+    if not isinstance(obj, dict):
+        return InvalidLine(number, None, "must be a JSON object")
+    custom_id = obj.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        return InvalidLine(number, None, "'custom_id' must be a non-empty string")
+    if custom_id in first_seen:
+        return InvalidLine(
+            number,
+            custom_id,
+            f"duplicate custom_id {custom_id!r} (first on line {first_seen[custom_id]})",
+        )
+    first_seen[custom_id] = number
+    method = obj.get("method", "POST")
+    if method != "POST":
+        return InvalidLine(number, custom_id, f"'method' must be 'POST', got {method!r}")
+    url = obj.get("url")
+    if not isinstance(url, str) or url not in SUPPORTED_URLS:
+        return InvalidLine(
+            number,
+            custom_id,
+            f"'url' {url!r} is not supported (supported: {', '.join(SUPPORTED_URLS)})",
+        )
+    return None
+
+
+def _check_line_body(
+    number: int, custom_id: str, url: str, body: Any, default_model: str | None
+) -> InvalidLine | None:
+    """The ``body``: a JSON object the SDK accepts for the line's endpoint."""
+    if not isinstance(body, dict):
+        return InvalidLine(number, custom_id, "'body' must be a JSON object")
+    body = dict(body)
+    if default_model is not None:
+        body.setdefault("model", default_model)
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return InvalidLine(number, custom_id, "'body.model' is missing (or pass --model)")
+    if body.get("stream"):
+        return InvalidLine(number, custom_id, "'body.stream' is not supported in batch files")
+    try:
+        check_body(SUPPORTED_URLS[url], body)
+    except (TypeError, ValueError) as exc:
+        return InvalidLine(number, custom_id, f"'body' is not a valid request: {exc}")
+    return None
+
+
+def _check_line(
+    number: int, offset: int, text: bytes, first_seen: dict[str, int], default_model: str | None
+) -> BatchLine | InvalidLine:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        return InvalidLine(number, None, f"not valid JSON ({exc})")
+    problem = _check_envelope(number, obj, first_seen)
+    if problem is None:
+        problem = _check_line_body(
+            number, obj["custom_id"], obj["url"], obj.get("body"), default_model
+        )
+    if problem is not None:
+        return problem
+    return BatchLine(number, obj["custom_id"], obj["url"], offset, len(text))
+
+
+def read_input(
+    path: str | os.PathLike[str], *, default_model: str | None = None
+) -> tuple[list[BatchLine], list[InvalidLine]]:
+    """Parse and validate a Batch API input file (blank lines are ignored).
+
+    A line that is not UTF-8 is an invalid line like any other.
+
+    Args:
+        path: The input file.
+        default_model: The ``model`` of bodies that name none (``--model``).
+
+    Returns:
+        The valid lines and the invalid ones, each in file order.
+
+    Raises:
+        BatchError: The file cannot be read.
+    """
+    lines: list[BatchLine] = []
+    invalid: list[InvalidLine] = []
+    first_seen: dict[str, int] = {}
+    try:
+        with open(path, "rb") as handle:
+            offset = 0
+            for number, text in enumerate(handle, start=1):
+                start, offset = offset, offset + len(text)
+                if not text.strip():
+                    continue
+                checked = _check_line(number, start, text, first_seen, default_model)
+                if isinstance(checked, BatchLine):
+                    lines.append(checked)
+                else:
+                    invalid.append(checked)
+    except OSError as exc:
+        raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc.strerror or exc}") from None
+    return lines, invalid
+
+
+def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> dict[str, Any]:
+    """Read ``line``'s body again from the open (binary) input file.
+
+    Raises:
+        BatchError: The input changed since it was validated.
+    """
+    handle.seek(line.offset)
+    raw = handle.read(line.size)
+    try:
+        obj = json.loads(raw)
+        body = dict(obj["body"])
+        if obj["custom_id"] != line.custom_id:
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise BatchError(
+            f"input line {line.line} changed since it was validated; start the run again"
+        ) from None
+    if default_model is not None:
+        body.setdefault("model", default_model)
+    return body

@@ -1,0 +1,484 @@
+"""One ``semisched batch`` run: the scheduler, the budgets, progress and stopping.
+
+:class:`BatchRun` reads the input and the output so far
+(:mod:`semisched.batch.input`, :mod:`semisched.batch.output`), then sends
+every request that has no result through one :class:`semisched.Scheduler`:
+allocation and ordering on the predicted cost (learned priors when the ml
+extra is installed, else the ``max_tokens`` heuristic), the concurrency cap,
+and a rate budget (:mod:`semisched.core.budget`) that keeps requests and
+tokens per minute within ``rpm`` / ``tpm`` and follows the provider's
+``x-ratelimit-*`` headers and 429s. Retries belong to the scheduler. Each
+result is appended as it completes; :meth:`BatchRun.stop` (Ctrl-C in the CLI)
+pauses dispatching, waits up to ``grace_s`` for calls in flight and returns
+with ``interrupted`` set.
+
+This module decides nothing about scheduling (the scheduler and its core do)
+and draws nothing (the CLI shows :class:`~semisched.batch.summary.BatchProgress`).
+The API key is read from the environment variable named by ``api_key_env``
+and is never written to the output, logs or progress.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio
+
+from semisched.batch.input import (
+    BatchError,
+    BatchLine,
+    InvalidInput,
+    InvalidLine,
+    load_body,
+    read_input,
+)
+from semisched.batch.output import (
+    Answered,
+    ErrorCode,
+    ResultWriter,
+    drop_errors,
+    error_code,
+    error_record,
+    invalid_line_record,
+    read_answered,
+    success_record,
+)
+from semisched.batch.summary import BatchProgress, BatchSummary
+from semisched.clock import AnyioClock, Clock
+from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
+from semisched.errors import SemischedError
+from semisched.runtime import RetryPolicy, Scheduler
+
+__all__ = ["BatchOptions", "BatchPlan", "BatchRun", "make_client", "run_batch"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    """What ``semisched batch`` was asked to do (see the CLI's ``--help``)."""
+
+    input: Path
+    output: Path
+    base_url: str
+    api_key_env: str = "OPENAI_API_KEY"
+    model: str | None = None
+    max_concurrency: int = 32
+    rpm: int | None = None
+    tpm: int | None = None
+    deadline_s: float | None = None
+    policy: str = "adaptive_drr"
+    skip_invalid: bool = False
+    retry_failed: bool = False
+    priors: str = "auto"
+    time_scale: float = 1.0
+    grace_s: float = 10.0
+    budget_margin_s: float | None = None
+    max_attempts: int = 6
+    window: int = 2000
+    request_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in PRESETS:
+            raise ValueError(f"policy={self.policy!r} must be one of {sorted(PRESETS)}")
+        if self.priors not in ("auto", "learned", "heuristic"):
+            raise ValueError(f"priors={self.priors!r} must be auto, learned or heuristic")
+        for name in ("max_concurrency", "window", "max_attempts"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name}={value!r} must be an int >= 1")
+        for name in ("deadline_s",):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
+        for name in ("time_scale", "request_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0")
+        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
+            raise ValueError(f"grace_s={self.grace_s!r} must be a number of seconds >= 0")
+        self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
+
+    @property
+    def margin_s(self) -> float:
+        """The rate budget's transit margin: 1 s, and never under 100 ms of wall time
+        (compressed time against the mock shrinks real transit jitter's allowance)."""
+        if self.budget_margin_s is not None:
+            return self.budget_margin_s
+        return max(1.0, 0.1 * self.time_scale)
+
+    def scheduler_config(self) -> SchedulerConfig:
+        """The policy preset with this job's concurrency and rate budget."""
+        base = preset(self.policy)
+        return replace(
+            base,
+            max_inflight=self.max_concurrency,
+            budget=BudgetConfig(rpm=self.rpm, tpm=self.tpm, margin_s=self.margin_s),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPlan:
+    """What a run will do, read before anything is sent.
+
+    Attributes:
+        lines: The valid input lines, in file order.
+        invalid: The invalid input lines (only with ``skip_invalid``).
+        answered: What the output already holds.
+    """
+
+    lines: tuple[BatchLine, ...]
+    invalid: tuple[InvalidLine, ...]
+    answered: Answered
+
+    @property
+    def todo(self) -> list[BatchLine]:
+        """Valid lines without a result."""
+        return [line for line in self.lines if line.custom_id not in self.answered.custom_ids]
+
+    @property
+    def new_invalid(self) -> list[InvalidLine]:
+        """Invalid lines without their error record."""
+        return [p for p in self.invalid if not self.answered.has_invalid_line(p.line)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """What every send of one run shares."""
+
+    scheduler: Scheduler
+    source: BinaryIO
+    writer: ResultWriter
+    window: anyio.Semaphore
+    job_deadline: float | None
+
+
+def make_client(options: BatchOptions) -> Any:
+    """An ``AsyncOpenAI`` for the job; the key comes from the environment only.
+
+    Raises:
+        BatchError: The API key variable is not set.
+    """
+    import openai
+
+    key = os.environ.get(options.api_key_env)
+    if not key:
+        raise BatchError(
+            f"the API key variable {options.api_key_env} is not set (set it, or name another "
+            "variable with --api-key-env)"
+        )
+    return openai.AsyncOpenAI(
+        base_url=options.base_url,
+        api_key=key,
+        max_retries=0,
+        timeout=options.request_timeout_s / options.time_scale,
+    )
+
+
+def _priors(options: BatchOptions) -> tuple[Any, str]:
+    if options.priors == "heuristic":
+        return None, "heuristic"
+    try:
+        from predictors.learned import load_default
+
+        return load_default(), "learned"
+    except (ImportError, FileNotFoundError) as exc:
+        if options.priors == "learned":
+            raise BatchError(f"--priors learned: {exc}") from None
+        return None, "heuristic (learned model unavailable)"
+
+
+def _open_input(path: Path) -> BinaryIO:
+    """The input, unbuffered: each body is read from the file as it is now, so a line
+    changed since validation is seen (a buffer could serve the old bytes)."""
+    try:
+        return open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc}") from None
+
+
+class BatchRun:
+    """One run of a batch job; :meth:`run` does it, :meth:`stop` asks it to stop.
+
+    Args:
+        options: The job.
+        client: An ``AsyncOpenAI`` (or compatible) client; by default one is
+            made from ``options`` (:func:`make_client`) when there is work.
+        clock: The scheduler's clock; by default the event loop's, compressed
+            ``options.time_scale`` times (the mock provider's compressed time).
+        on_result: Called with the progress after each recorded result.
+    """
+
+    def __init__(
+        self,
+        options: BatchOptions,
+        *,
+        client: Any | None = None,
+        clock: Clock | None = None,
+        on_result: Callable[[BatchProgress], None] | None = None,
+    ) -> None:
+        self.options = options
+        self._client = client
+        self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
+        self._on_result = on_result
+        self._stopping = False
+        self._stop: anyio.Event | None = None  # made in the run's event loop
+        self.scheduler: Scheduler | None = None
+        self._progress: BatchProgress | None = None
+        self._latencies: list[float] = []
+        self._priors_name = "heuristic"
+        self._cut_bytes = 0
+        self._started: float | None = None
+
+    def __repr__(self) -> str:
+        progress = self._progress
+        state = "stopping" if self._stopping else "not started" if progress is None else "running"
+        done = "" if progress is None else f" {progress.finished}/{progress.to_send}"
+        return f"<BatchRun {os.fspath(self.options.input)!r} {state}{done}>"
+
+    def stop(self) -> None:
+        """Stop dispatching, let in-flight calls finish (up to ``grace_s``), then return."""
+        self._stopping = True
+        if self._stop is not None:
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping
+
+    def progress(self) -> BatchProgress | None:
+        """Where the run stands (``None`` before it has read its input)."""
+        return self._progress
+
+    def summary(self) -> BatchSummary | None:
+        """What the run did so far (``None`` before it has read its input)."""
+        if self._progress is None:
+            return None
+        return BatchSummary.from_progress(
+            self._progress,
+            latencies_s=tuple(self._latencies),
+            priors=self._priors_name,
+            cut_bytes=self._cut_bytes,
+        )
+
+    def prepare(self) -> BatchPlan:
+        """Read the input and the output so far.
+
+        Raises:
+            InvalidInput: The input has invalid lines (and not ``skip_invalid``).
+            BatchError: A file cannot be read, or the output is the input.
+        """
+        opts = self.options
+        lines, invalid = read_input(opts.input, default_model=opts.model)
+        if invalid and not opts.skip_invalid:
+            raise InvalidInput(invalid)
+        if opts.output.resolve() == opts.input.resolve():
+            raise BatchError("the output file must not be the input file")
+        if opts.retry_failed:
+            drop_errors(opts.output)
+        return BatchPlan(
+            lines=tuple(lines), invalid=tuple(invalid), answered=read_answered(opts.output)
+        )
+
+    async def run(self) -> BatchSummary:
+        """Send what has no result and record each answer.
+
+        Raises:
+            BatchError: The job cannot start (see :meth:`prepare`, :func:`make_client`).
+        """
+        opts = self.options
+        plan = self.prepare()
+        todo = plan.todo
+        client = None
+        if todo:
+            client = self._client if self._client is not None else make_client(opts)
+        priors, self._priors_name = _priors(opts) if todo else (None, "heuristic")
+        writer = ResultWriter(opts.output)
+        self._cut_bytes = plan.answered.cut_bytes
+        self._progress = BatchProgress(
+            total=len(plan.lines) + len(plan.invalid),
+            already_done=len(plan.lines) - len(todo),
+            invalid=len(plan.invalid),
+            to_send=len(todo),
+        )
+        try:
+            for problem in plan.new_invalid:
+                writer.write(invalid_line_record(problem))
+            if client is not None:
+                with _open_input(opts.input) as source:
+                    await self._send_all(todo, source, client, priors, writer)
+        finally:
+            writer.close()
+        summary = self.summary()
+        assert summary is not None
+        return summary
+
+    def _scheduler(self, client: Any, priors: Any) -> Scheduler:
+        opts = self.options
+        return Scheduler(
+            _TimedClient(client, self.clock, self._latencies),
+            config=opts.scheduler_config(),
+            priors=priors,
+            prior_timeout_s=30.0,
+            clock=self.clock,
+            retry=RetryPolicy(max_attempts=opts.max_attempts),
+            max_pending=None,
+        )
+
+    async def _send_all(
+        self,
+        todo: list[BatchLine],
+        source: BinaryIO,
+        client: Any,
+        priors: Any,
+        writer: ResultWriter,
+    ) -> None:
+        opts = self.options
+        scheduler = self.scheduler = self._scheduler(client, priors)
+        self._started = start = self.clock.now()
+        job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
+        window = anyio.Semaphore(opts.window)
+        sending = _Sending(scheduler, source, writer, window, job_deadline)
+        stop = self._stop = anyio.Event()
+        if self._stopping:
+            stop.set()
+        async with scheduler, anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
+            async with anyio.create_task_group() as sends:
+                for line in todo:
+                    await window.acquire()
+                    if self._stopping:
+                        window.release()
+                        break
+                    sends.start_soon(self._send_one, line, sending)
+            tg.cancel_scope.cancel()
+        self._sync(scheduler)
+        assert self._progress is not None
+        if self._stopping and self._progress.finished < self._progress.to_send:
+            self._progress = replace(self._progress, interrupted=True)
+
+    async def _watch_stop(self, scheduler: Scheduler, scope: anyio.CancelScope) -> None:
+        assert self._stop is not None
+        await self._stop.wait()
+        scheduler.pause()
+        # Calls in flight may finish and be recorded; nothing new is sent.
+        with anyio.move_on_after(self.clock.to_wall(self.options.grace_s)):
+            while scheduler.statistics().inflight:
+                await anyio.sleep(0.05)
+        scope.cancel()
+
+    async def _send_one(self, line: BatchLine, sending: _Sending) -> None:
+        try:
+            record = await self._answer(line, sending)
+            sending.writer.write(record)
+            self._sync(sending.scheduler)
+            if self._on_result is not None:
+                assert self._progress is not None
+                self._on_result(self._progress)
+        finally:
+            sending.window.release()
+
+    async def _answer(self, line: BatchLine, sending: _Sending) -> dict[str, Any]:
+        """Send ``line`` and return its record (counted in the progress)."""
+        deadline = None
+        if sending.job_deadline is not None:
+            deadline = sending.job_deadline - self.clock.now()
+            if deadline <= 0:
+                note = "the job deadline passed before it was sent"
+                return self._failure(line, ErrorCode.DEADLINE_EXCEEDED, note)
+        try:
+            body = load_body(sending.source, line, self.options.model)
+        except BatchError as exc:
+            return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc))
+        try:
+            response = await sending.scheduler.submit(deadline=deadline, **body)
+        except SemischedError as exc:
+            code, status = error_code(exc)
+            return self._failure(line, code, str(exc), status)
+        usage = getattr(response, "usage", None)
+        assert self._progress is not None
+        self._progress = replace(
+            self._progress,
+            succeeded=self._progress.succeeded + 1,
+            prompt_tokens=self._progress.prompt_tokens
+            + int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=self._progress.completion_tokens
+            + int(getattr(usage, "completion_tokens", 0) or 0),
+        )
+        return success_record(line.custom_id, response)
+
+    def _failure(
+        self, line: BatchLine, code: ErrorCode, message: str, status: int | None = None
+    ) -> dict[str, Any]:
+        assert self._progress is not None
+        self._progress = replace(self._progress, failed=self._progress.failed.plus(code))
+        return error_record(line.custom_id, code, message, status)
+
+    def _sync(self, scheduler: Scheduler) -> None:
+        """Copy the scheduler's counters and the elapsed time into the progress."""
+        assert self._progress is not None and self._started is not None
+        counters = scheduler.statistics().counters
+        self._progress = replace(
+            self._progress,
+            rate_limited=counters.throttled,
+            retries=counters.retries,
+            elapsed_s=self.clock.now() - self._started,
+        )
+
+
+async def run_batch(options: BatchOptions, **kwargs: Any) -> BatchSummary:
+    """Run a batch job (see :class:`BatchRun`)."""
+    return await BatchRun(options, **kwargs).run()
+
+
+# -- call latency -------------------------------------------------------------------------
+#
+# The summary and ``python -m bench batch`` report call latency (send -> response
+# of each successful attempt, the fixed-rate baseline's definition), not the time
+# a request waited in the scheduler. The runtime measures exactly that for its
+# own signals (the engine's ``completed`` minus the request's latest send) but
+# hands callers only the provider's response and aggregate statistics, so the
+# batch times the attempt at the client it wraps.
+
+
+class _TimedRaw:
+    def __init__(self, raw: Any, clock: Clock, sink: list[float]) -> None:
+        self._raw = raw
+        self._clock = clock
+        self._sink = sink
+
+    async def create(self, **params: Any) -> Any:
+        start = self._clock.now()
+        result = await self._raw.create(**params)
+        self._sink.append(self._clock.now() - start)
+        return result
+
+
+class _TimedCompletions:
+    def __init__(self, target: Any, clock: Clock, sink: list[float]) -> None:
+        self.create = target.create  # the scheduler reads the accepted names off its signature
+        self.with_raw_response = _TimedRaw(target.with_raw_response, clock, sink)
+
+
+class _TimedChat:
+    def __init__(self, completions: _TimedCompletions) -> None:
+        self.completions = completions
+
+
+class _TimedClient:
+    """An ``AsyncOpenAI`` as the scheduler calls it (``with_raw_response.create``),
+    timing each successful attempt (send -> response, clock seconds) into ``sink``.
+
+    The wrapped client's own retries are turned off here: the wrapper hides
+    ``with_options``, through which the scheduler would do it.
+    """
+
+    def __init__(self, client: Any, clock: Clock, sink: list[float]) -> None:
+        with_options = getattr(client, "with_options", None)
+        client = with_options(max_retries=0) if callable(with_options) else client
+        self.chat = _TimedChat(_TimedCompletions(client.chat.completions, clock, sink))
+        self.completions = _TimedCompletions(client.completions, clock, sink)

@@ -1,0 +1,164 @@
+"""What a ``semisched batch`` run did: frozen snapshots with named fields.
+
+:class:`BatchProgress` is what the progress display reads after each result;
+:class:`BatchSummary` adds what only the end of a run knows (call latencies,
+the prior source, bytes cut from a torn output) and the human-readable
+summary. :class:`BatchFailures` counts requests that ended in an error
+record, one field per :class:`~semisched.batch.output.ErrorCode`.
+
+Values only: nothing here reads files, sends requests or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from semisched.batch.output import ErrorCode
+
+__all__ = ["BatchFailures", "BatchProgress", "BatchSummary"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchFailures:
+    """Requests of this run that ended in an error record, by the record's error code.
+
+    Attributes:
+        provider_error: The provider failed and the scheduler's retries were spent.
+        rate_limited: 429 ``rate_limit_exceeded`` with no retry left.
+        insufficient_quota: 429 ``insufficient_quota`` (never retried).
+        deadline_exceeded: The job deadline passed (before sending, or in flight).
+        rejected: Overload control refused the request.
+        queue_full: The scheduler's queue limit was reached.
+        scheduler_closed: The scheduler closed with the request pending.
+        scheduler_error: Any other scheduling outcome.
+        input_changed: The input line changed between validation and sending.
+    """
+
+    provider_error: int = 0
+    rate_limited: int = 0
+    insufficient_quota: int = 0
+    deadline_exceeded: int = 0
+    rejected: int = 0
+    queue_full: int = 0
+    scheduler_closed: int = 0
+    scheduler_error: int = 0
+    input_changed: int = 0
+
+    def of(self, code: ErrorCode) -> int:
+        """The count of ``code``."""
+        value: int = getattr(self, _FIELD[code])
+        return value
+
+    def plus(self, code: ErrorCode) -> BatchFailures:
+        """These counts with one more ``code``."""
+        name = _FIELD[code]
+        return replace(self, **{name: getattr(self, name) + 1})
+
+    @property
+    def total(self) -> int:
+        """All failed requests."""
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def counts(self) -> list[tuple[ErrorCode, int]]:
+        """The codes that occurred, with their counts, in the order of their names."""
+        return sorted(
+            ((code, self.of(code)) for code in _FIELD if self.of(code)),
+            key=lambda pair: pair[0].value,
+        )
+
+
+#: Error code -> field of :class:`BatchFailures` (invalid lines are counted apart).
+_FIELD: Mapping[ErrorCode, str] = {
+    code: code.name.lower() for code in ErrorCode if code is not ErrorCode.INVALID_LINE
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchProgress:
+    """Where a run stands (counts are this run's, except ``already_done``).
+
+    Attributes:
+        total: Lines in the input (valid and invalid).
+        already_done: Valid lines the output already answered.
+        invalid: Invalid lines (recorded as errors with ``skip_invalid``).
+        to_send: Valid lines this run sends.
+        succeeded: Requests answered with a response.
+        failed: Requests answered with an error record.
+        prompt_tokens: Prompt tokens of the responses (their ``usage``).
+        completion_tokens: Completion tokens of the responses.
+        rate_limited: 429 rate-limit answers seen (retried or not).
+        retries: Failed attempts the scheduler sent again.
+        elapsed_s: Clock seconds since sending started.
+        interrupted: The run was stopped before every request was answered.
+    """
+
+    total: int
+    already_done: int
+    invalid: int
+    to_send: int
+    succeeded: int = 0
+    failed: BatchFailures = BatchFailures()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    rate_limited: int = 0
+    retries: int = 0
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def finished(self) -> int:
+        """Requests answered in this run (success or error)."""
+        return self.succeeded + self.failed.total
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Prompt and completion tokens per clock second."""
+        tokens = self.prompt_tokens + self.completion_tokens
+        return tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSummary(BatchProgress):
+    """What a run did: its final :class:`BatchProgress` and what only the end knows.
+
+    Attributes:
+        latencies_s: Send -> response of each successful call, clock seconds.
+        priors: The output-length prior source used.
+        cut_bytes: Bytes of a torn last output line cut before the run.
+    """
+
+    latencies_s: tuple[float, ...] = ()
+    priors: str = "heuristic"
+    cut_bytes: int = 0
+
+    @classmethod
+    def from_progress(cls, progress: BatchProgress, **extra: Any) -> BatchSummary:
+        """``progress`` with the end-of-run fields in ``extra``."""
+        known = {f.name: getattr(progress, f.name) for f in fields(BatchProgress)}
+        return cls(**known, **extra)
+
+    def latency_percentile(self, q: float) -> float | None:
+        """Percentile of successful call latency (send -> response), clock seconds."""
+        if not self.latencies_s:
+            return None
+        return float(np.percentile(self.latencies_s, q))
+
+    def lines(self) -> list[str]:
+        """A human-readable summary."""
+        p50, p95 = self.latency_percentile(50), self.latency_percentile(95)
+        fails = ", ".join(f"{code.value} {n}" for code, n in self.failed.counts()) or "none"
+        out = [
+            f"{'interrupted' if self.interrupted else 'done'}: {self.finished} of "
+            f"{self.to_send} requests answered in {self.elapsed_s:.1f} s "
+            f"({self.already_done} already in the output, {self.invalid} invalid lines)",
+            f"  succeeded {self.succeeded}; failed: {fails}",
+            f"  tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+            f"({self.tokens_per_s:.0f}/s); 429s {self.rate_limited}; retries {self.retries}",
+        ]
+        if p50 is not None and p95 is not None:
+            out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
+        return out

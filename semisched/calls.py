@@ -1,0 +1,293 @@
+"""Preparing one call: validation and the split into provider and scheduler arguments.
+
+:func:`prepare_call` is a pure function: it needs no :class:`~semisched.Scheduler`,
+no client and no event loop, so the async runtime and the batch CLI validate a
+call with the same code. It checks the arguments a caller passes to
+``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
+ones (``klass``, ``deadline``, ``prior``) from what goes to the provider, and
+returns a frozen :class:`PreparedCall`.
+
+Rules:
+
+1. Exactly one of ``messages`` (chat endpoint) or ``prompt`` (completions
+   endpoint). Scheduler-only arguments never reach the provider.
+2. Unknown provider arguments are refused (``TypeError``) when the accepted
+   names are known; ``allowed_params=None`` accepts any.
+3. The output cap is one number, used both for the prior query and for the
+   rate budget's charge: ``max_completion_tokens`` (OpenAI's current name;
+   ``max_tokens`` is deprecated for chat), else ``max_tokens``. When both are
+   given they must be equal: different values raise ``ValueError`` naming
+   both, since the provider would apply only one of them and which one is
+   not ours to guess.
+4. A bool is never a number: ``max_tokens=True``, ``deadline=True`` or
+   ``prior=(True, 2)`` raise ``TypeError``.
+5. Misuse raises ``ValueError`` or ``TypeError`` naming the argument, before
+   anything is queued.
+
+What this module is not: it reads no clock, builds no core request (the
+deadline stays relative; the runtime anchors it on its clock) and asks no
+prior source.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+from semisched.core.request import Prior
+from semisched.estimate import prompt_bytes
+from semisched.priors import PriorQuery
+
+__all__ = [
+    "SCHEDULER_ARGS",
+    "Endpoint",
+    "PreparedCall",
+    "accepted_params",
+    "output_cap",
+    "prepare_call",
+]
+
+#: Keyword arguments that belong to the scheduler and never reach the provider.
+SCHEDULER_ARGS = frozenset({"klass", "deadline", "prior"})
+
+#: Which provider endpoint a call uses.
+Endpoint = Literal["chat", "completions"]
+
+_NAMED = frozenset({"model", "messages", "prompt"}) | SCHEDULER_ARGS
+_CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedCall:
+    """A validated call, before it becomes a core request.
+
+    Attributes:
+        endpoint: ``"chat"`` (``messages``) or ``"completions"`` (``prompt``).
+        params: Exactly what goes to the provider's ``create``: the caller's
+            provider arguments plus ``model`` and ``messages``/``prompt``, and
+            ``stream_options.include_usage`` when semisched added it (read-only).
+        klass: The requested scheduling class, or ``None`` (chosen from the prior).
+        deadline_s: Seconds from submission, or ``None``.
+        prior: The caller's own prior, or ``None`` (a prior source answers).
+        added_usage: semisched asked for ``include_usage`` on a stream; the
+            usage-only final chunk is hidden from the caller.
+        prompt_nbytes: UTF-8 bytes of the prompt text (for the token estimate).
+        prompt_kind: Content kind of the prompt (``prose``, ``code``, ``cjk``).
+        output_cap: The call's output cap (module rule 3), or ``None``.
+    """
+
+    endpoint: Endpoint
+    params: Mapping[str, Any]
+    klass: str | None
+    deadline_s: float | None
+    prior: Prior | None
+    added_usage: bool
+    prompt_nbytes: int
+    prompt_kind: str
+    output_cap: int | None
+
+    @property
+    def model(self) -> str:
+        """The provider model name."""
+        model: str = self.params["model"]
+        return model
+
+    @property
+    def stream(self) -> bool:
+        """Whether the caller asked for a streamed response."""
+        return bool(self.params.get("stream", False))
+
+    def prior_query(self, request_id: str) -> PriorQuery:
+        """What a prior source sees for this call."""
+        messages = self.params.get("messages")
+        prompt = self.params.get("prompt")
+        return PriorQuery(
+            request_id=request_id,
+            messages=tuple(messages) if messages is not None else None,
+            prompt=prompt if isinstance(prompt, str) else None,
+            max_tokens=self.output_cap,
+        )
+
+
+def prepare_call(
+    *,
+    model: str,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    prompt: Any = None,
+    klass: str | None = None,
+    deadline: float | None = None,
+    prior: Prior | tuple[float, float] | None = None,
+    params: Mapping[str, Any] | None = None,
+    allowed_params: Mapping[str, frozenset[str] | None] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> PreparedCall:
+    """Validate one call and split it into provider and scheduler arguments.
+
+    Args:
+        model: Provider model name.
+        messages: Chat messages (chat endpoint).
+        prompt: Prompt (completions endpoint).
+        klass: Scheduling class name, or ``None``.
+        deadline: Seconds from submission, or ``None``.
+        prior: A :class:`~semisched.core.Prior` or ``(p50, p90)``, or ``None``.
+        params: The provider arguments (``max_tokens``, ``temperature``,
+            ``stream``, ``extra_headers``, ...).
+        allowed_params: Per endpoint, the provider argument names its
+            ``create`` accepts (``None`` as a value: any). An endpoint missing
+            from the mapping is not available. ``None``: both endpoints, any names.
+        class_names: The configured class names ``klass`` must be one of
+            (``None``: not checked).
+
+    Returns:
+        The frozen :class:`PreparedCall`.
+
+    Raises:
+        ValueError, TypeError: Misuse, naming the argument (module rules).
+    """
+    params = dict(params or {})
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model={model!r} must be a non-empty string")
+    endpoint = _endpoint(messages, prompt, allowed_params)
+    _check_params(endpoint, params, allowed_params)
+    if messages is not None:
+        _check_messages(messages)
+    _check_deadline(deadline)
+    own_prior = _check_prior(prior)
+    if klass is not None and class_names is not None and klass not in class_names:
+        raise ValueError(f"klass={klass!r} must be one of {list(class_names)}")
+    cap = output_cap(params)
+    stream = params.get("stream", False)
+    if not isinstance(stream, bool):
+        raise TypeError(f"stream={stream!r} must be a bool")
+    sent = dict(params, model=model)
+    if messages is not None:
+        sent["messages"] = list(messages)
+    else:
+        sent["prompt"] = prompt
+    added_usage = stream and _ask_for_usage(sent)
+    nbytes, kind = prompt_bytes(messages=messages, prompt=prompt)
+    return PreparedCall(
+        endpoint=endpoint,
+        params=MappingProxyType(sent),
+        klass=klass,
+        deadline_s=None if deadline is None else float(deadline),
+        prior=own_prior,
+        added_usage=added_usage,
+        prompt_nbytes=nbytes,
+        prompt_kind=kind,
+        output_cap=cap,
+    )
+
+
+def output_cap(params: Mapping[str, Any]) -> int | None:
+    """The call's output cap by module rule 3 (``None``: no cap given).
+
+    Raises:
+        TypeError: A cap that is not an int (a bool is not).
+        ValueError: A negative cap, or ``max_completion_tokens`` and
+            ``max_tokens`` both given with different values.
+    """
+    caps: dict[str, int] = {}
+    for name in _CAP_NAMES:
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}={value!r} must be an int")
+        if value < 0:
+            raise ValueError(f"{name}={value!r} must be an int >= 0")
+        caps[name] = value
+    if len(caps) == 2 and caps["max_completion_tokens"] != caps["max_tokens"]:
+        raise ValueError(
+            f"max_completion_tokens={caps['max_completion_tokens']!r} and "
+            f"max_tokens={caps['max_tokens']!r} disagree: pass one of them "
+            "(max_completion_tokens is the current name)"
+        )
+    return next(iter(caps.values()), None)
+
+
+def accepted_params(target: Any) -> frozenset[str] | None:
+    """Provider argument names a client's ``create`` accepts (``None``: it takes ``**kwargs``).
+
+    The names ``model``, ``messages``, ``prompt`` and the scheduler-only ones
+    are left out: :func:`prepare_call` handles them itself.
+    """
+    create = getattr(target, "create", None)
+    if create is None:
+        return frozenset()
+    try:
+        sig = inspect.signature(create)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return frozenset(sig.parameters) - _NAMED
+
+
+def _endpoint(
+    messages: object, prompt: object, allowed_params: Mapping[str, object] | None
+) -> Endpoint:
+    if (messages is None) == (prompt is None):
+        raise ValueError("pass exactly one of messages= (chat) or prompt= (completions)")
+    endpoint: Endpoint = "chat" if messages is not None else "completions"
+    if allowed_params is not None and endpoint not in allowed_params:
+        need = "chat.completions.create" if endpoint == "chat" else "completions.create"
+        raise TypeError(f"the wrapped client has no {need} for {endpoint} calls")
+    return endpoint
+
+
+def _check_params(
+    endpoint: Endpoint, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
+) -> None:
+    overlap = sorted(_NAMED & set(params))
+    if overlap:
+        raise TypeError(f"params must not repeat the named argument(s) {overlap}")
+    allowed = None if allowed_params is None else allowed_params[endpoint]
+    if isinstance(allowed, frozenset):
+        unknown = sorted(set(params) - allowed)
+        if unknown:
+            raise TypeError(f"unknown keyword argument(s) for {endpoint}: {unknown}")
+
+
+def _check_messages(messages: object) -> None:
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a list of message dicts, got {messages!r}")
+    if not messages:
+        raise ValueError("messages=[] must contain at least one message")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ValueError(f"messages[{i}]={message!r} must be a dict with a 'role'")
+
+
+def _check_deadline(deadline: object) -> None:
+    if deadline is None:
+        return
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+        raise TypeError(f"deadline={deadline!r} must be a number of seconds")
+    if not math.isfinite(deadline) or deadline <= 0:
+        raise ValueError(f"deadline={deadline!r} must be a finite number of seconds > 0")
+
+
+def _check_prior(prior: object) -> Prior | None:
+    if prior is None or isinstance(prior, Prior):
+        return prior
+    if not (isinstance(prior, tuple) and len(prior) == 2):
+        raise TypeError(f"prior={prior!r} must be a Prior or a (p50, p90) tuple")
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in prior):
+        raise TypeError(f"prior={prior!r} must hold two numbers (p50, p90)")
+    return Prior(p50=float(prior[0]), p90=float(prior[1]))
+
+
+def _ask_for_usage(sent: dict[str, Any]) -> bool:
+    """Ask a stream for its final usage chunk; ``True`` when semisched added the ask."""
+    options = sent.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"stream_options={options!r} must be a dict")
+    if options and options.get("include_usage"):
+        return False
+    sent["stream_options"] = {**(options or {}), "include_usage": True}
+    return True

@@ -1,0 +1,113 @@
+"""The actions the engine returns: what a shell must do (send, wait) or report (outcomes).
+
+Each action is a frozen value. A shell executes them in the order given:
+:class:`Send` and :class:`Wake` ask for work; :class:`Defer` and
+:class:`Retry` say a request is held back until a time (the engine itself
+brings it back); :class:`Reject`, :class:`Expire` and :class:`Fail` are
+terminal outcomes, each reported once per request.
+
+Values only: nothing here decides or does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from semisched.core.lifecycle import FailureKind
+from semisched.core.overload import Admission
+from semisched.core.request import Request
+
+__all__ = ["Action", "Defer", "Expire", "Fail", "Reject", "Retry", "Send", "Wake"]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``request`` to the provider now (``attempt`` counts from 1)."""
+
+    request: Request
+    attempt: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Refuse ``request``; terminal. ``retry_after`` is a hint in seconds."""
+
+    request: Request
+    reason: str
+    severity: float
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """``request`` is held back by overload control until ``until``."""
+
+    request: Request
+    until: float
+    admission: Admission
+
+    @property
+    def severity(self) -> float:
+        """Severity the deferral was decided at."""
+        return self.admission.severity
+
+    @property
+    def reason(self) -> str:
+        """Why it was deferred."""
+        return self.admission.reason
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """``request`` can no longer be served in time; terminal."""
+
+    request: Request
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A failed attempt of ``request`` will be sent again at ``at`` (not terminal).
+
+    Attributes:
+        request: The request.
+        at: When it rejoins its class queue (engine seconds).
+        kind: How the attempt failed.
+        attempts: Sends so far, the failed one included.
+    """
+
+    request: Request
+    at: float
+    kind: FailureKind
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """``request`` failed for good; terminal.
+
+    Attributes:
+        request: The request.
+        kind: How its last attempt failed.
+        reason: Why it is not retried (not retryable, attempts spent).
+        attempts: Sends made, the failed one included.
+        retry_after: The provider's last hint in engine seconds, if any
+            (useful to a caller who wants to try again later).
+    """
+
+    request: Request
+    kind: FailureKind
+    reason: str
+    attempts: int
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Call :meth:`Engine.poll` at ``at`` (or earlier)."""
+
+    at: float
+
+
+Action = Send | Reject | Defer | Expire | Retry | Fail | Wake

@@ -1,0 +1,156 @@
+"""The engine's statistics: frozen snapshots with named fields (trio's ``statistics()`` style).
+
+:meth:`semisched.core.Engine.statistics` returns an :class:`EngineStats`.
+Nothing in it is read by string key: counters are fields, documented here.
+Per-class maps (``queued``, ``inflight_by_class``, ``allocation_state``) are
+keyed by the configured class names, which only the user knows.
+
+Values only: nothing here decides or does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from semisched.core.buckets import Bucket
+from semisched.core.budget import BudgetSnapshot
+from semisched.core.lifecycle import FailureKind
+from semisched.core.signals import SignalSnapshot
+
+__all__ = ["BucketCounts", "EngineCounters", "EngineStats", "FailureCounts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCounters:
+    """What the engine decided so far (each a count of events).
+
+    Attributes:
+        submitted: Requests handed to :meth:`Engine.submit`.
+        admitted: Requests overload control let into a class queue (first time).
+        rejected: Requests refused (overload control or a budget that can never pay).
+        deferrals: Deferral decisions (one request may be deferred several times).
+        expired: Requests whose deadline passed before they could be (re)sent.
+        sent: Sends, retries included.
+        completed: Requests answered by the provider.
+        failed: Requests that failed for good (not retryable, or attempts spent).
+        retries: Failed attempts that were scheduled again.
+        cancelled: Requests the caller gave up on.
+        throttled: Attempts the provider refused with a 429 rate limit.
+        infeasible_sends: Sends of a request predicted to miss its deadline
+            (no feasible candidate was left in its class).
+        budget_waits: Times a send waited for the rate budget.
+        budget_rejects: Requests rejected because the rate budget could never pay.
+    """
+
+    submitted: int = 0
+    admitted: int = 0
+    rejected: int = 0
+    deferrals: int = 0
+    expired: int = 0
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    cancelled: int = 0
+    throttled: int = 0
+    infeasible_sends: int = 0
+    budget_waits: int = 0
+    budget_rejects: int = 0
+
+    @property
+    def terminal(self) -> int:
+        """Requests that reached an outcome: completed, rejected, expired, failed or cancelled."""
+        return self.completed + self.rejected + self.expired + self.failed + self.cancelled
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BucketCounts:
+    """A count per token bucket (seed 004's short/medium/long/xlong, and unknown)."""
+
+    short: int = 0
+    medium: int = 0
+    long: int = 0
+    xlong: int = 0
+    unknown: int = 0
+
+    def of(self, bucket: Bucket) -> int:
+        """The count of ``bucket``."""
+        value: int = getattr(self, bucket.value)
+        return value
+
+    @property
+    def total(self) -> int:
+        """All buckets together."""
+        return self.short + self.medium + self.long + self.xlong + self.unknown
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureCounts:
+    """Failed attempts per :class:`~semisched.core.lifecycle.FailureKind` (retried or not)."""
+
+    rate_limited: int = 0
+    quota_exhausted: int = 0
+    server_error: int = 0
+    timeout: int = 0
+    connection: int = 0
+    bad_request: int = 0
+    unknown: int = 0
+
+    def of(self, kind: FailureKind) -> int:
+        """The count of ``kind``."""
+        value: int = getattr(self, kind.value)
+        return value
+
+    @property
+    def total(self) -> int:
+        """All failed attempts."""
+        return (
+            self.rate_limited
+            + self.quota_exhausted
+            + self.server_error
+            + self.timeout
+            + self.connection
+            + self.bad_request
+            + self.unknown
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineStats:
+    """A frozen snapshot of the engine's state and counters.
+
+    Attributes:
+        now: The engine's time at its last event.
+        queued: Queued requests per class.
+        queued_tokens: Estimated cost of everything queued (tokens).
+        deferred: Requests held back (overload deferral or retry back-off).
+        inflight: Requests sent and not yet answered.
+        inflight_by_class: In flight per class.
+        inflight_tokens: Reserved p90 tokens of what is in flight.
+        signals: The overload signals and severity.
+        s_per_token: Observed seconds per output token (EWMA).
+        counters: Decision counters.
+        failures: Failed attempts by kind.
+        rejects_by_bucket: Rejections per routing bucket.
+        defers_by_bucket: Deferrals per routing bucket.
+        allocation_state: The allocation policy's per-class state (DRR deficits).
+        budget: The rate budget's state, when one is configured.
+        held: Sending is paused (:meth:`Engine.hold`).
+    """
+
+    now: float
+    queued: dict[str, int]
+    queued_tokens: float
+    deferred: int
+    inflight: int
+    inflight_by_class: dict[str, int]
+    inflight_tokens: float
+    signals: SignalSnapshot
+    s_per_token: float
+    counters: EngineCounters
+    failures: FailureCounts
+    rejects_by_bucket: BucketCounts
+    defers_by_bucket: BucketCounts
+    allocation_state: dict[str, float]
+    budget: BudgetSnapshot | None = None
+    held: bool = False

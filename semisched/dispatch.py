@@ -1,0 +1,402 @@
+"""Executing the engine's actions: the runtime's mechanism under :class:`~semisched.Scheduler`.
+
+A :class:`Dispatcher` holds the requests callers are waiting for and does what
+the core's actions say:
+
+- :class:`~semisched.core.Send`: start one attempt as a task in the
+  scheduler's task group (:mod:`semisched.provider` is the I/O seam);
+- :class:`~semisched.core.Wake`: keep one timer and poll the engine then;
+- :class:`~semisched.core.Retry`: count it; the engine re-queues the request
+  and sends it again with a later ``Send``;
+- :class:`~semisched.core.Reject`, :class:`~semisched.core.Expire`,
+  :class:`~semisched.core.Fail`: resolve the caller with the outcome;
+- :class:`~semisched.core.Defer`: nothing (the engine brings it back).
+
+It feeds every attempt's result back (``completed``, ``failed`` with the
+kind from :func:`semisched.failures.classify_failure`, ``cancel``) and
+resolves each caller exactly once.
+
+Rules:
+
+1. A request is resolved once: a response (or a stream), or an outcome from
+   :mod:`semisched.errors`; a second resolution is a bug and raises.
+2. The engine's ``now`` never goes backwards: :meth:`Dispatcher.now` never
+   returns less than a time already given to it.
+3. A failed attempt is reported to the engine before anything else happens to
+   the request; the engine's verdict (retry, expire, fail) is executed at once.
+
+What this module is not: it validates nothing, builds no request and picks no
+prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from semisched.calls import PreparedCall
+from semisched.clock import Clock
+from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.engine import Engine
+from semisched.core.lifecycle import FailureKind
+from semisched.core.request import Request
+from semisched.errors import DeadlineExceeded, RequestRejected, SemischedError
+from semisched.estimate import TokenEstimator
+from semisched.failures import ProviderFailure, classify_failure, failure_outcome
+from semisched.headers import RateLimitInfo, parse_rate_limits
+from semisched.provider import Provider, usage_of
+from semisched.stats import RuntimeTally
+from semisched.streams import ScheduledStream
+
+__all__ = ["Dispatcher", "Pending"]
+
+#: A timer closer than this (wall seconds) is due: polling then cannot be early
+#: by more than float rounding, and a loop clock cannot spin on a sub-ulp sleep.
+_DUE_WALL_S = 1e-9
+
+
+@dataclass(eq=False)
+class Pending:
+    """One request a caller is waiting for.
+
+    Attributes:
+        id: The scheduler's request id.
+        call: The validated call.
+        request: The core's request.
+        done: Set once the request is resolved.
+        value: The response (or stream), once resolved with one.
+        error: The outcome, once resolved with one.
+        resolved: Whether it was resolved (rule 1).
+        attempts: Sends so far.
+        scope: The cancel scope of the attempt in flight, if any.
+        failure: The last failed attempt and its exception.
+    """
+
+    id: str
+    call: PreparedCall
+    request: Request
+    done: anyio.Event = field(default_factory=anyio.Event)
+    value: Any = None
+    error: BaseException | None = None
+    resolved: bool = False
+    attempts: int = 0
+    scope: anyio.CancelScope | None = None
+    failure: tuple[ProviderFailure, BaseException] | None = None
+
+
+class Dispatcher:
+    """Executes an :class:`~semisched.core.Engine`'s actions against a :class:`Provider`.
+
+    Args:
+        engine: The core.
+        provider: The wrapped client.
+        clock: Time source; the engine's ``now`` comes from it (rule 2).
+        estimator: Calibrated from each response's prompt ``usage``.
+        tally: The runtime's counters, updated in place.
+        cancel_late: Abort an attempt still in flight at its deadline.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        provider: Provider,
+        clock: Clock,
+        estimator: TokenEstimator,
+        tally: RuntimeTally,
+        *,
+        cancel_late: bool,
+    ) -> None:
+        self.engine = engine
+        self.provider = provider
+        self.clock = clock
+        self.estimator = estimator
+        self.tally = tally
+        self.cancel_late = cancel_late
+        self.pending: dict[str, Pending] = {}
+        self.open_streams = 0
+        self.rate_limits: RateLimitInfo | None = None
+        self._last_now = -math.inf
+        self._tg: TaskGroup | None = None
+        self._wake_at: float | None = None
+        self._changed = anyio.Event()
+        self._idle = anyio.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Dispatcher pending={len(self.pending)} streams={self.open_streams} "
+            f"wake_at={self._wake_at}>"
+        )
+
+    # -- what the scheduler calls ------------------------------------------------------------
+
+    def start(self, tg: TaskGroup) -> None:
+        """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
+        self._tg = tg
+        tg.start_soon(self._driver)
+
+    def now(self) -> float:
+        """The clock's now, never earlier than a time already given to the engine."""
+        now = self.clock.now()
+        if now < self._last_now:
+            return self._last_now
+        self._last_now = now
+        return now
+
+    async def run(self, pending: Pending) -> Any:
+        """Submit ``pending`` to the engine and wait for its resolution.
+
+        Returns:
+            The response (or stream).
+
+        Raises:
+            SemischedError: The request's outcome.
+        """
+        self.pending[pending.id] = pending
+        try:
+            self.execute(self.engine.submit(pending.request, pending.request.arrival))
+            await pending.done.wait()
+        except BaseException:
+            if not pending.resolved:  # the caller was cancelled
+                self.tally.cancelled += 1
+                self.abandon(pending, None)
+            raise
+        if pending.error is not None:
+            raise pending.error
+        return pending.value
+
+    async def wait_idle(self) -> None:
+        """Wait until no request is pending and no stream is open."""
+        while self.pending or self.open_streams:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def abandon(self, pending: Pending, error: SemischedError | None) -> None:
+        """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
+        if pending.scope is not None:
+            pending.scope.cancel()
+        if not pending.resolved:
+            if error is not None:
+                self.tally.closed += 1
+                self._resolve(pending, error=error)
+            else:
+                pending.resolved = True
+                self.pending.pop(pending.id, None)
+                pending.done.set()
+                self._check_idle()
+        self.execute(self.engine.cancel(pending.id, self.now()))
+
+    def execute(self, actions: list[Action]) -> None:
+        """Do what the engine's ``actions`` say (module docstring)."""
+        for action in actions:
+            if isinstance(action, Send):
+                pending = self.pending.get(action.request.id)
+                if pending is None:  # pragma: no cover - the core only sends pending ids
+                    raise RuntimeError(f"core sent unknown request {action.request.id!r}")
+                pending.attempts = action.attempt
+                assert self._tg is not None, "Dispatcher.start() was not called"
+                self._tg.start_soon(self._attempt, pending)
+            elif isinstance(action, Wake):
+                if self._wake_at is None or action.at < self._wake_at:
+                    self._wake_at = action.at
+                    self._changed.set()
+            elif isinstance(action, Retry):
+                self.tally.retries += 1
+            elif isinstance(action, Reject):
+                self._reject(action)
+            elif isinstance(action, Expire):
+                self._expire(action)
+            elif isinstance(action, Fail):
+                self._fail(action)
+            elif not isinstance(action, Defer):  # pragma: no cover
+                raise TypeError(f"unknown action {action!r}")
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _reject(self, action: Reject) -> None:
+        self.tally.rejected += 1
+        pending = self.pending[action.request.id]
+        error = RequestRejected(
+            f"rejected: {action.reason}",
+            request_id=pending.id,
+            klass=action.request.klass,
+            reason=action.reason,
+            bucket=action.request.bucket.value,
+            severity=action.severity,
+            retry_after=action.retry_after,
+        )
+        self._resolve(pending, error=error)
+
+    def _expire(self, action: Expire) -> None:
+        self.tally.deadline_exceeded += 1
+        pending = self.pending[action.request.id]
+        phase = "retry" if pending.attempts else "queued"
+        error = DeadlineExceeded(
+            f"deadline exceeded ({phase}): {action.reason}",
+            request_id=pending.id,
+            klass=action.request.klass,
+            phase=phase,
+            deadline=action.request.deadline,
+        )
+        if pending.failure is not None:
+            error.__cause__ = pending.failure[1]
+        self._resolve(pending, error=error)
+
+    def _fail(self, action: Fail) -> None:
+        pending = self.pending[action.request.id]
+        assert pending.failure is not None, "the core fails only a request that failed"
+        failure, cause = pending.failure
+        if action.kind is FailureKind.QUOTA_EXHAUSTED:
+            self.tally.quota_exceeded += 1
+        elif action.kind is FailureKind.RATE_LIMITED:
+            self.tally.rate_limited += 1
+        else:
+            self.tally.provider_errors += 1
+        self._resolve(pending, error=failure_outcome(action, failure, cause, request_id=pending.id))
+
+    def _resolve(
+        self,
+        pending: Pending,
+        *,
+        value: Any = None,
+        error: SemischedError | None = None,
+        keep_inflight: bool = False,
+    ) -> None:
+        if pending.resolved:
+            raise RuntimeError(f"request {pending.id!r} resolved twice")
+        pending.resolved = True
+        pending.value, pending.error = value, error
+        self.pending.pop(pending.id, None)
+        pending.done.set()
+        if not keep_inflight:
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self.pending and not self.open_streams:
+            self._idle.set()
+
+    # -- the timer ---------------------------------------------------------------------------
+
+    async def _driver(self) -> None:
+        """Poll the core at its Wake times (the only timer the runtime keeps)."""
+        to_wall = self.clock.to_wall
+        while True:
+            changed = self._changed
+            wake = self._wake_at
+            if wake is None:
+                await changed.wait()
+            else:
+                delay = to_wall(wake - self.now())
+                if delay > _DUE_WALL_S:
+                    with anyio.move_on_after(delay):
+                        await changed.wait()
+            if changed.is_set():
+                self._changed = anyio.Event()
+            wake = self._wake_at
+            if wake is None or to_wall(wake - self.now()) > _DUE_WALL_S:
+                continue
+            self._wake_at = None
+            self._last_now = max(self._last_now, wake)
+            self.execute(self.engine.poll(self._last_now))
+            # The engine reports a timer once; one it reported while this shell
+            # still held an earlier, now-served timer was dropped by execute().
+            # Re-arm from the engine's own next timer.
+            upcoming = self.engine.next_wakeup()
+            if upcoming is not None and (self._wake_at is None or upcoming < self._wake_at):
+                self._wake_at = upcoming
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    async def _attempt(self, pending: Pending) -> None:
+        call = pending.call
+        deadline = pending.request.deadline
+        with anyio.CancelScope() as scope:
+            pending.scope = scope
+            if deadline is not None and self.cancel_late:
+                scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
+            try:
+                response, headers = await self.provider.create(call.endpoint, call.params)
+            except Exception as exc:
+                self._failed(pending, exc)
+                return
+            finally:
+                pending.scope = None
+        if scope.cancelled_caught:
+            if not pending.resolved:  # the deadline passed in flight
+                self.execute(self.engine.cancel(pending.id, self.now()))
+                self.tally.deadline_exceeded += 1
+                error = DeadlineExceeded(
+                    "deadline exceeded while in flight; the call was aborted",
+                    request_id=pending.id,
+                    klass=pending.request.klass,
+                    phase="in_flight",
+                    deadline=deadline,
+                )
+                self._resolve(pending, error=error)
+            return
+        self._observe_headers(headers, pending)
+        self._deliver(pending, response)
+
+    def _deliver(self, pending: Pending, response: Any) -> None:
+        call = pending.call
+        self.tally.succeeded += 1
+        if call.stream:
+            self.open_streams += 1
+            stream = ScheduledStream(
+                response,
+                hide_usage=call.added_usage,
+                on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
+            )
+            self._resolve(pending, value=stream, keep_inflight=True)
+            return
+        usage = usage_of(response)
+        self.estimator.observe(
+            call.model, call.prompt_kind, call.prompt_nbytes, usage.prompt_tokens
+        )
+        charged = None
+        if usage.known:  # what the provider's token window charged: prompt + the cap
+            cap = call.output_cap
+            charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
+        actions = self.engine.completed(
+            pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
+        )
+        self.execute(actions)
+        self._resolve(pending, value=response)
+
+    def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
+        self.open_streams -= 1
+        now = self.now()
+        if complete:
+            self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
+        else:
+            self.execute(self.engine.cancel(pending.id, now))
+        self._check_idle()
+
+    def _failed(self, pending: Pending, exc: Exception) -> None:
+        """Classify a failed attempt and execute the core's verdict on it (rule 3)."""
+        failure = classify_failure(exc)
+        pending.failure = (failure, exc)
+        self._observe_headers(failure.headers, pending)
+        if failure.kind is FailureKind.RATE_LIMITED:
+            self.tally.throttled += 1
+        hint = failure.retry_after_wall_s
+        retry_after = None if hint is None else hint * self._clock_per_wall()
+        self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
+
+    def _observe_headers(self, headers: Mapping[str, str], pending: Pending) -> None:
+        info = parse_rate_limits(headers) if headers else None
+        if info is None:
+            return
+        self.rate_limits = info
+        now = self.now()
+        if info.headroom is not None:
+            self.engine.observe_headroom(info.headroom, now)
+        self.engine.observe_limits(pending.id, now, info.limits(self._clock_per_wall()))
+
+    def _clock_per_wall(self) -> float:
+        """Clock seconds per wall second (header durations are wall seconds)."""
+        return 1.0 / self.clock.to_wall(1.0)

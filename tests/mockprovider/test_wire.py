@@ -1,0 +1,68 @@
+"""The mock's wire format without a server: parsing and bodies (mockprovider.wire)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mockprovider.faults import Fault
+from mockprovider.wire import BadRequest, Job, completion_body, parse_job, stream_head, stream_tail
+
+MESSAGES: Any = [{"role": "user", "content": "x" * 40}]  # 10 prompt tokens
+
+
+def job(headers: dict[str, str] | None = None, *, chat: bool = True, **body: Any) -> Job:
+    payload = {"model": "m", **({"messages": MESSAGES} if chat else {"prompt": "x" * 40}), **body}
+    return parse_job(headers or {}, json.dumps(payload).encode(), chat=chat, default_output=7)
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "output", "finish", "charge"),
+    [
+        ({}, {}, 7, "stop", 10 + 7),  # the default length, charged as such
+        ({}, {"max_tokens": 5}, 5, "stop", 10 + 5),
+        ({"x-mock-output-tokens": "50"}, {"max_tokens": 20}, 20, "length", 10 + 20),
+        ({"x-mock-output-tokens": "3"}, {"max_completion_tokens": 20}, 3, "stop", 10 + 20),
+        ({}, {"metadata": {"mock_output_tokens": "12"}}, 12, "stop", 10 + 12),
+        (
+            {"x-mock-output-tokens": "4"},
+            {"metadata": {"mock_output_tokens": "12"}},
+            4,
+            "stop",
+            10 + 4,
+        ),  # the header wins
+        ({"x-mock-input-tokens": "100"}, {"max_tokens": 1}, 1, "stop", 100 + 1),
+    ],
+)
+def test_output_length_finish_reason_and_charge(
+    headers: dict[str, str], body: dict[str, Any], output: int, finish: str, charge: int
+) -> None:
+    parsed = job(headers, **body)
+    assert (parsed.output_tokens, parsed.finish_reason, parsed.charge) == (output, finish, charge)
+
+
+def test_forced_fault_header_and_its_errors() -> None:
+    assert job({"x-mock-fault": " Drop "}).forced_fault is Fault.DROP
+    assert job().forced_fault is None
+    with pytest.raises(BadRequest) as info:
+        job({"x-mock-fault": "explode"})
+    assert info.value.param == "x-mock-fault"
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_a_stream_reassembles_to_the_json_answer(chat: bool) -> None:
+    parsed = job({"x-mock-output-tokens": "9"}, chat=chat, stream=True)
+    head, *tail = [stream_head(parsed, "id", 0), *stream_tail(parsed, "id", 0)]
+    assert tail[-1] == b"data: [DONE]\n\n"
+    chunks = [json.loads(event.removeprefix(b"data: ")) for event in [head, *tail[:-1]]]
+    if chat:
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+        whole = completion_body(parsed, "id", 0)["choices"][0]["message"]["content"]
+    else:
+        text = "".join(c["choices"][0]["text"] for c in chunks)
+        whole = completion_body(parsed, "id", 0)["choices"][0]["text"]
+    assert text == whole
+    assert len(whole.split()) == 9
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
