@@ -6,6 +6,8 @@ Subcommands:
   sim-speed       simulated requests per wall second at ~100 in flight
   sdk-overhead    latency and throughput the async SDK adds over the bare openai client
   all             every experiment of the paper's evaluation + REPRODUCTION.md
+  live-check      one cell of an experiment, simulated and live, compared
+  docs            regenerate docs/results/ and the README's generated tables
   NAME            one experiment: information-ladder, main-comparison,
                   overload-policies, fair-queuing, layerwise, sensitivity,
                   predictor-noise, sharegpt-trace; beyond the paper:
@@ -68,6 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         e.add_argument("--live", action="store_true", help="through the real SDK + HTTP mock")
         e.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
         e.add_argument("--traces", action="store_true", help="also write per-request traces")
+    lc = sub.add_parser("live-check", help="one experiment cell: simulator vs SDK + HTTP mock")
+    lc.add_argument("experiment", help="experiment name, e.g. rate-limits")
+    lc.add_argument("--regime", default="balanced/high", help="regime (default balanced/high)")
+    lc.add_argument("--condition", required=True, help="the cell's condition label")
+    lc.add_argument("--strategy", default="final_adrr_olc", help="strategy (final_adrr_olc)")
+    lc.add_argument("--seeds", type=int, default=3, help="seeds (default 3)")
+    lc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
+    lc.add_argument("--tolerance", type=float, default=0.10, help="agreement bound (0.10)")
+    lc.add_argument("--out", type=Path, default=Path("results/live-check"), help="output folder")
+    dc = sub.add_parser("docs", help="regenerate docs/results/ and the README's tables")
+    dc.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
+    dc.add_argument("--skip-live", action="store_true", help="keep the committed live check")
+    dc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
     b = sub.add_parser("batch", help="semisched batch vs the fixed-rate recipe (benchmark)")
     b.add_argument("--out", type=Path, default=Path("results/batch"), help="output folder")
     b.add_argument("--requests", type=int, default=600, help="prompts in the batch (600)")
@@ -122,6 +137,33 @@ def main(argv: list[str] | None = None) -> int:
 
             written = write_reproduction(summaries, args.out, live=args.live)
             print((written).read_text())
+    elif args.command == "live-check":
+        from bench.crosscheck import live_check
+
+        if args.seeds < 1 or not args.time_scale > 0 or not args.tolerance > 0:
+            parser.error("--seeds, --time-scale and --tolerance must be > 0")
+        try:
+            live_check(
+                args.experiment,
+                args.out,
+                regime=args.regime,
+                condition=args.condition,
+                strategy=args.strategy,
+                seeds=args.seeds,
+                time_scale=args.time_scale,
+                tolerance=args.tolerance,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+        written = args.out / "live_check.md"
+    elif args.command == "docs":
+        from bench.docs import DOCS, build_docs
+
+        if args.seeds < 1:
+            parser.error(f"--seeds={args.seeds} must be >= 1")
+        build_docs(Path.cwd(), seeds=args.seeds, live=not args.skip_live,
+                   time_scale=args.time_scale)  # fmt: skip
+        written = DOCS
     elif args.command == "batch":
         from bench.batch_bench import batch_benchmark
 

@@ -93,7 +93,11 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
         "seed": spec.seed,
     }
     row.update(summarize(result.rows))
-    row["infeasible_sends"] = result.engine.counters.infeasible_sends
+    counters = result.engine.counters
+    row["infeasible_sends"] = counters.infeasible_sends
+    # 429 answers and retry decisions, from the core's counters (as the live runs count them).
+    row["throttled"] = float(counters.throttled)
+    row["retries"] = float(counters.retries)
     return row
 
 

@@ -8,8 +8,15 @@ true output and prompt length through the ``x-mock-output-tokens`` /
 ``x-mock-input-tokens`` headers, the way the simulator hands them to the
 physics. Differences from the simulator, on purpose:
 
-- the scheduler lets a late call finish (``cancel_late=False``) and does not
-  retry (``max_attempts=1``), matching the simulator's accounting;
+- the scheduler lets a late call finish (``cancel_late=False``), matching the
+  simulator's accounting; it retries by the config's ``RetryPolicy`` with the
+  run's seed, as the simulator's engine does;
+- the provider's gate (``RunSpec.provider``: RPM/TPM limits, fault rates,
+  seeded by the run's seed) is the mock's command line; other traffic on the
+  key (``RunSpec.other_traffic``) has no live counterpart and is refused;
+- each prompt is filler of about 4 bytes per true prompt token, so the SDK's
+  bytes-per-token estimate (what a client budget charges) sees what the
+  simulator's requests carry; 429s and retries come from the core's counters;
 - times are wall-clock measurements scaled to virtual seconds, so event-loop
   and HTTP latency (~1 ms wall = ``time_scale`` ms virtual) add noise. It
   compounds for strategies that queue at the client (every dispatch waits for
@@ -28,7 +35,7 @@ from typing import Any
 import anyio
 import openai
 
-from bench.experiments import RunSpec
+from bench.experiments import RunSpec, provider_model
 from bench.workloads import generate, regime
 from mockprovider.launch import running_server
 from mockprovider.physics import profile
@@ -38,9 +45,8 @@ from semisched.clock import ScaledClock
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
 from semisched.metrics import summarize
-from semisched.runtime import RetryPolicy
 
-__all__ = ["LiveRecord", "live_run"]
+__all__ = ["LiveRecord", "live_run", "mock_arguments"]
 
 
 @dataclass(slots=True)
@@ -56,8 +62,6 @@ class LiveRecord:
     first_token: float | None = None
     end: float | None = None
     defers: int = 0
-    attempts: int = 0
-    throttled: int = 0
 
 
 async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, object]:
@@ -66,16 +70,12 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
     source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
     jobs = generate(reg, spec.seed, source, phys)
     clock = ScaledClock(time_scale)
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="live-bench", timeout=3600.0)
+    # The client's timeout is the physics' (what the simulator waits on a hung call).
+    timeout = clock.to_wall(phys.timeout_s)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="live-bench", timeout=timeout)
     config = preset(spec.strategy, **dict(spec.overrides))
     records: list[LiveRecord] = []
-    scheduler = Scheduler(
-        client,
-        config=config,
-        clock=clock,
-        retry=RetryPolicy(max_attempts=1),
-        cancel_late=False,
-    )
+    scheduler = Scheduler(client, config=config, clock=clock, seed=spec.seed, cancel_late=False)
     async with client, scheduler:
         start = clock.now()
 
@@ -93,7 +93,7 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
             try:
                 await scheduler.submit(
                     model="mock-1",
-                    messages=[{"role": "user", "content": request.id}],
+                    messages=[{"role": "user", "content": _filler(job.input_tokens)}],
                     prior=request.prior,
                     klass=request.klass,
                     deadline=relative,
@@ -135,10 +135,46 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
         if count:
             row[f"defers_{bucket}"] = float(count)
     row["infeasible_sends"] = stats.engine.counters.infeasible_sends
+    # Per call only the outcome is visible; attempts come from the core's counters.
+    row["throttled"] = float(stats.engine.counters.throttled)
+    row["retries"] = float(stats.engine.counters.retries)
     return row
+
+
+def _filler(tokens: int) -> str:
+    """About 4 UTF-8 bytes per token of English-like filler."""
+    return ("lore " * (tokens + 1))[: max(1, 4 * tokens)]
+
+
+def mock_arguments(spec: RunSpec, time_scale: float) -> list[str]:
+    """The ``python -m mockprovider`` command line of ``spec``'s provider.
+
+    Raises:
+        ValueError: For a provider the HTTP mock cannot play (other traffic).
+    """
+    if spec.other_traffic:
+        raise ValueError(
+            f"other_traffic={spec.other_traffic!r}: the HTTP mock has no other clients; "
+            "this run can only be simulated"
+        )
+    gate = provider_model(spec).gate
+    args = ["--time-scale", str(time_scale), "--profile", spec.physics, "--seed", str(gate.seed)]
+    for flag, value in (
+        ("--rpm", gate.rpm),
+        ("--tpm", gate.tpm),
+        ("--quota-tokens", gate.quota_tokens),
+        ("--error-rate", gate.error_rate or None),
+        ("--hang-rate", gate.hang_rate or None),
+        ("--drop-rate", gate.drop_rate or None),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    if gate.rate_window != "sliding":
+        args += ["--rate-window", gate.rate_window]
+    return args
 
 
 def live_run(spec: RunSpec, *, time_scale: float = 25.0) -> dict[str, object]:
     """Run one spec live: start a mock server, replay, stop the server."""
-    with running_server("--time-scale", str(time_scale), "--profile", spec.physics) as url:
+    with running_server(*mock_arguments(spec, time_scale)) as url:
         return anyio.run(_replay, spec, url, time_scale)

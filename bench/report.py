@@ -18,6 +18,10 @@ __all__ = ["aggregate", "format_table", "write_csv"]
 
 RunRow = Mapping[str, object]
 
+#: Per-run counts that come from the core's counters rather than from per-request
+#: records (both runners fill them: simulated and live).
+RUN_COUNTS: tuple[str, ...] = ("throttled", "retries")
+
 
 def aggregate(runs: Iterable[RunRow], keys: Sequence[str]) -> list[dict[str, object]]:
     """Group run rows by ``keys`` and add ``<metric>_mean`` / ``<metric>_std``.
@@ -32,7 +36,8 @@ def aggregate(runs: Iterable[RunRow], keys: Sequence[str]) -> list[dict[str, obj
     for key, rows in groups.items():
         summary: dict[str, object] = dict(zip(keys, key, strict=True))
         summary["runs"] = len(rows)
-        for metric in METRIC_NAMES:
+        counts = tuple(c for c in RUN_COUNTS if all(c in r for r in rows))
+        for metric in (*METRIC_NAMES, *counts):
             values = np.array([_num(r[metric]) for r in rows], dtype=np.float64)
             values = values[~np.isnan(values)]
             summary[f"{metric}_mean"] = float(values.mean()) if values.size else math.nan

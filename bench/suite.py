@@ -335,7 +335,7 @@ BEYOND: tuple[Experiment, ...] = (
     Experiment(
         "rate-limits",
         f"Provider rate limits ({PROVIDER_RPM} RPM, {PROVIDER_TPM:,} TPM) vs the client's budget",
-        "beyond the paper (issue 10)",
+        "Beyond the paper: a client-side rate budget against the provider's 429 windows",
         _rate_limits,
         keys=("regime", "condition", "strategy"),
         columns=(

@@ -367,8 +367,7 @@ def create_app(
             clock must advance with anyio's sleeps.
 
     ``app.state.mock_stats()`` returns the :class:`~mockprovider.stats.MockStats` that
-    ``GET /v1/mock/stats`` serves as JSON; ``app.state.mock_snapshot()`` returns that JSON
-    form (a dict) for callers that have not moved to the dataclass yet.
+    ``GET /v1/mock/stats`` serves as JSON (``MockStats.from_json`` reads it back).
     """
     provider = _Provider(
         MockConfig() if config is None else config, time.monotonic if clock is None else clock
@@ -386,5 +385,4 @@ def create_app(
         max_body_size=_MAX_BODY_BYTES,
     )
     app.state.mock_stats = provider.stats
-    app.state.mock_snapshot = lambda: asdict(provider.stats())
     return app

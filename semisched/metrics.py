@@ -26,9 +26,6 @@ semisched (all latencies in milliseconds, measured from *submission*):
 ``rejects`` / ``defers`` / ``expired`` / ``failed``
     counts; ``defers`` counts deferral actions, ``rejects_<bucket>`` and
     ``defers_<bucket>`` split them by true bucket.
-``throttled`` / ``retries``
-    429 rate-limit answers seen, and attempts beyond the first (retries of
-    any failure), summed over the run's requests.
 ``ttft_p50_ms`` / ``ttft_p95_ms``
     submission to first token (vLLM's TTFT, client queue time included).
 ``tpot_mean_ms``
@@ -65,8 +62,6 @@ class RequestRecord(Protocol):
     first_token: float | None
     end: float | None
     defers: int
-    attempts: int
-    throttled: int
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -113,8 +108,6 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, float]:
         "defers": float(sum(r.defers for r in rows)),
         "expired": float(sum(r.outcome == "expired" for r in rows)),
         "failed": float(sum(r.outcome == "failed" for r in rows)),
-        "throttled": float(sum(r.throttled for r in rows)),
-        "retries": float(sum(max(0, r.attempts - 1) for r in rows)),
         "ttft_p50_ms": _pct(ttft, 50),
         "ttft_p95_ms": _pct(ttft, 95),
         "tpot_mean_ms": float(np.mean(tpot)) * 1000.0 if tpot else math.nan,

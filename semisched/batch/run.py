@@ -20,7 +20,6 @@ and is never written to the output, logs or progress.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -50,6 +49,7 @@ from semisched.batch.output import (
 )
 from semisched.batch.summary import BatchProgress, BatchSummary
 from semisched.clock import AnyioClock, Clock
+from semisched.core.checks import check_choice, check_int, check_number
 from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
 from semisched.errors import SemischedError
 from semisched.runtime import RetryPolicy, Scheduler
@@ -82,24 +82,14 @@ class BatchOptions:
     request_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.policy not in PRESETS:
-            raise ValueError(f"policy={self.policy!r} must be one of {sorted(PRESETS)}")
-        if self.priors not in ("auto", "learned", "heuristic"):
-            raise ValueError(f"priors={self.priors!r} must be auto, learned or heuristic")
+        check_choice("policy", self.policy, PRESETS)
+        check_choice("priors", self.priors, ("auto", "learned", "heuristic"))
         for name in ("max_concurrency", "window", "max_attempts"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
-        for name in ("deadline_s",):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
+            check_int(name, getattr(self, name), minimum=1)
+        check_number("deadline_s", self.deadline_s, minimum=0, strict_min=True, optional=True)
         for name in ("time_scale", "request_timeout_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}={value!r} must be a finite number > 0")
-        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
-            raise ValueError(f"grace_s={self.grace_s!r} must be a number of seconds >= 0")
+            check_number(name, getattr(self, name), minimum=0, strict_min=True)
+        check_number("grace_s", self.grace_s, minimum=0)
         self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
 
     @property

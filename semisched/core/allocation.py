@@ -263,11 +263,17 @@ ALLOCATION_POLICIES: Mapping[str, type[AllocationPolicy]] = MappingProxyType(
 
 
 def make_allocation(cfg: AllocationConfig, classes: Sequence[ClassSpec]) -> AllocationPolicy:
-    """Build the allocation policy ``cfg.policy`` names.
+    """Build the allocation policy ``cfg.policy`` names (or is: a user's class).
 
     Raises:
         ValueError: For an unknown policy name (only reachable by bypassing the
             config's own check, which runs when the config is built).
+        TypeError: For a class that is not a policy of this layer.
     """
-    check_choice("policy", cfg.policy, ALLOCATION_POLICIES)
-    return ALLOCATION_POLICIES[cfg.policy](cfg, classes)
+    policy = cfg.policy
+    if isinstance(policy, type):
+        if not issubclass(policy, AllocationPolicy):
+            raise TypeError(f"policy={policy!r} must be an AllocationPolicy subclass")
+        return policy(cfg, classes)
+    check_choice("policy", policy, ALLOCATION_POLICIES)
+    return ALLOCATION_POLICIES[policy](cfg, classes)

@@ -46,8 +46,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from semisched.core.config import BudgetConfig
+from semisched.core.request import Request
 
-__all__ = ["BudgetConfig", "BudgetSnapshot", "ProviderLimits", "RateBudget"]
+__all__ = ["BudgetConfig", "BudgetSnapshot", "ProviderLimits", "RateBudget", "rate_tokens"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,3 +286,12 @@ class RateBudget:
             used_tokens=self._used_tokens + self._tokens.extra_at(now),
             paused_until=self._paused_until,
         )
+
+
+def rate_tokens(request: Request) -> float:
+    """What a provider counts against its token limit on arrival: the prompt estimate
+    plus ``max_tokens`` when the call sets it, else the prior's p90 (module docstring)."""
+    out = request.max_output_tokens
+    return math.ceil(request.input_tokens) + (
+        out if out is not None else math.ceil(request.prior.p90)
+    )

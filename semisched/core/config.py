@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from semisched.core.buckets import Bucket
 from semisched.core.checks import (
@@ -33,6 +33,10 @@ from semisched.core.checks import (
     check_str,
 )
 from semisched.core.lifecycle import RetryPolicy
+
+if TYPE_CHECKING:  # the policy modules import this one
+    from semisched.core.allocation import AllocationPolicy
+    from semisched.core.ordering import OrderingPolicy
 
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
@@ -77,6 +81,15 @@ def _positive(
 ) -> None:
     """A finite number > 0 (``>= 0`` with ``allow_zero``): most of this module's knobs."""
     check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
+
+
+def _check_policy(policy: object, names: tuple[str, ...]) -> None:
+    """A built-in policy's name, or a policy class (its factory checks the base class)."""
+    if isinstance(policy, type):
+        if not isinstance(getattr(policy, "name", None), str):
+            raise ValueError(f"policy={policy!r} must have a str class attribute 'name'")
+        return
+    check_choice("policy", policy, names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +137,9 @@ class AllocationConfig:
             (per-class in-flight quotas, no borrowing), ``adaptive_drr``
             (deficit round robin in estimated tokens, work-conserving,
             congestion-aware), ``fair_queuing`` (round robin, one request per
-            turn), ``short_priority`` (interactive classes strictly first).
+            turn), ``short_priority`` (interactive classes strictly first);
+            or your own :class:`~semisched.core.AllocationPolicy` subclass
+            (the class itself: the engine builds it with ``(config, classes)``).
         quantum_tokens: DRR base quantum in estimated tokens per round. 256 is
             the medium bucket's upper bound, so a medium job fits one round.
         congestion_gain: Interactive quantum is multiplied by
@@ -132,12 +147,12 @@ class AllocationConfig:
             no value, 2.0 triples the interactive share at full stress).
     """
 
-    policy: str = "adaptive_drr"
+    policy: str | type[AllocationPolicy] = "adaptive_drr"
     quantum_tokens: float = 256.0
     congestion_gain: float = 2.0
 
     def __post_init__(self) -> None:
-        check_choice("policy", self.policy, ALLOCATION_POLICY_NAMES)
+        _check_policy(self.policy, ALLOCATION_POLICY_NAMES)
         _positive("quantum_tokens", self.quantum_tokens)
         _positive("congestion_gain", self.congestion_gain, allow_zero=True)
 
@@ -159,7 +174,9 @@ class OrderingConfig:
 
     Attributes:
         policy: ``fifo``, ``feasible_set`` or ``longest_first`` (LPT, for a
-            batch job's makespan).
+            batch job's makespan); or your own
+            :class:`~semisched.core.OrderingPolicy` subclass (the class itself:
+            the engine builds it with ``(config)``).
         w_wait: Weight of wait per unit of relative size (1/s).
         w_size: Weight of relative size.
         w_urgency: Weight of deadline urgency.
@@ -173,7 +190,7 @@ class OrderingConfig:
             many entries behind it are searched for a feasible one.
     """
 
-    policy: str = "feasible_set"
+    policy: str | type[OrderingPolicy] = "feasible_set"
     w_wait: float = 1.0
     w_size: float = 1.0
     w_urgency: float = 2.0
@@ -184,7 +201,7 @@ class OrderingConfig:
     infeasible_lookahead: int = 16
 
     def __post_init__(self) -> None:
-        check_choice("policy", self.policy, ORDERING_POLICY_NAMES)
+        _check_policy(self.policy, ORDERING_POLICY_NAMES)
         _positive("w_wait", self.w_wait, allow_zero=True)
         _positive("w_size", self.w_size, allow_zero=True)
         _positive("w_urgency", self.w_urgency, allow_zero=True)

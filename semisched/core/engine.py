@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
-from semisched.core.budget import ProviderLimits, RateBudget
+from semisched.core.budget import ProviderLimits, RateBudget, rate_tokens
 from semisched.core.config import SchedulerConfig
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
@@ -65,7 +65,7 @@ from semisched.core.overload import OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.signals import Signals, SignalSnapshot
-from semisched.core.stats import BucketCounts, EngineCounters, EngineStats, FailureCounts
+from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
 
 __all__ = [
     "Action",
@@ -86,46 +86,6 @@ _DEADLINE = 1
 _DEFER = Verdict.DEFER
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
-
-
-class _Counters:
-    """The engine's mutable tallies; :meth:`Engine.statistics` freezes them."""
-
-    __slots__ = (
-        "admitted",
-        "budget_rejects",
-        "budget_waits",
-        "cancelled",
-        "completed",
-        "deferrals",
-        "expired",
-        "failed",
-        "infeasible_sends",
-        "rejected",
-        "retries",
-        "sent",
-        "submitted",
-        "throttled",
-    )
-
-    def __init__(self) -> None:
-        self.submitted = 0
-        self.admitted = 0
-        self.rejected = 0
-        self.deferrals = 0
-        self.expired = 0
-        self.sent = 0
-        self.completed = 0
-        self.failed = 0
-        self.retries = 0
-        self.cancelled = 0
-        self.throttled = 0
-        self.infeasible_sends = 0
-        self.budget_waits = 0
-        self.budget_rejects = 0
-
-    def freeze(self) -> EngineCounters:
-        return EngineCounters(**{name: getattr(self, name) for name in self.__slots__})
 
 
 def _bucket_counts(counts: dict[Bucket, int]) -> BucketCounts:
@@ -175,7 +135,7 @@ class Engine:
         self._budget = RateBudget(cfg.budget) if cfg.budget is not None else None
         self._budget_wake: float | None = None
         self._held = False
-        self._counters = _Counters()
+        self._counters = EngineTally()
         self._failures: dict[FailureKind, int] = {}
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self._rejects_by_bucket: dict[Bucket, int] = {}
@@ -652,7 +612,7 @@ class Engine:
             self._inflight_tokens += entry.reserve
             self._counters.sent += 1
             if budget is not None:
-                budget.charge(now, entry.request.id, _rate_tokens(entry.request))
+                budget.charge(now, entry.request.id, rate_tokens(entry.request))
             actions.append(Send(entry.request, entry.attempts, entry.cost))
             if not self._queued or not self._has_capacity(0.0):
                 break
@@ -661,7 +621,7 @@ class Engine:
         self, budget: RateBudget, entry: Entry, now: float, actions: list[Action]
     ) -> bool:
         """Whether the rate budget can pay for ``entry`` now; else arm a wake or reject it."""
-        tokens = _rate_tokens(entry.request)
+        tokens = rate_tokens(entry.request)
         wait = budget.wait(now, tokens)
         if wait is None:
             self._dequeue(entry)
@@ -692,14 +652,6 @@ class Engine:
             self._reported_wake = wake
             actions.append(Wake(wake))
         return actions
-
-
-def _rate_tokens(request: Request) -> float:
-    """What a provider counts against its token limit on arrival (module docs, rule 4)."""
-    out = request.max_output_tokens
-    return math.ceil(request.input_tokens) + (
-        out if out is not None else math.ceil(request.prior.p90)
-    )
 
 
 def _token_count(value: int) -> int:

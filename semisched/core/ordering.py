@@ -176,11 +176,17 @@ ORDERING_POLICIES: Mapping[str, type[OrderingPolicy]] = MappingProxyType(
 
 
 def make_ordering(cfg: OrderingConfig) -> OrderingPolicy:
-    """Build the ordering policy ``cfg.policy`` names.
+    """Build the ordering policy ``cfg.policy`` names (or is: a user's class).
 
     Raises:
         ValueError: For an unknown policy name (only reachable by bypassing the
             config's own check, which runs when the config is built).
+        TypeError: For a class that is not a policy of this layer.
     """
-    check_choice("policy", cfg.policy, ORDERING_POLICIES)
-    return ORDERING_POLICIES[cfg.policy](cfg)
+    policy = cfg.policy
+    if isinstance(policy, type):
+        if not issubclass(policy, OrderingPolicy):
+            raise TypeError(f"policy={policy!r} must be an OrderingPolicy subclass")
+        return policy(cfg)
+    check_choice("policy", policy, ORDERING_POLICIES)
+    return ORDERING_POLICIES[policy](cfg)

@@ -17,7 +17,7 @@ from semisched.core.budget import BudgetSnapshot
 from semisched.core.lifecycle import FailureKind
 from semisched.core.signals import SignalSnapshot
 
-__all__ = ["BucketCounts", "EngineCounters", "EngineStats", "FailureCounts"]
+__all__ = ["BucketCounts", "EngineCounters", "EngineStats", "EngineTally", "FailureCounts"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,3 +154,44 @@ class EngineStats:
     allocation_state: dict[str, float]
     budget: BudgetSnapshot | None = None
     held: bool = False
+
+
+class EngineTally:
+    """The engine's mutable tallies (:class:`EngineCounters`' fields); ``freeze`` snapshots them."""
+
+    __slots__ = (
+        "admitted",
+        "budget_rejects",
+        "budget_waits",
+        "cancelled",
+        "completed",
+        "deferrals",
+        "expired",
+        "failed",
+        "infeasible_sends",
+        "rejected",
+        "retries",
+        "sent",
+        "submitted",
+        "throttled",
+    )
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.admitted = 0
+        self.rejected = 0
+        self.deferrals = 0
+        self.expired = 0
+        self.sent = 0
+        self.completed = 0
+        self.failed = 0
+        self.retries = 0
+        self.cancelled = 0
+        self.throttled = 0
+        self.infeasible_sends = 0
+        self.budget_waits = 0
+        self.budget_rejects = 0
+
+    def freeze(self) -> EngineCounters:
+        """The frozen snapshot."""
+        return EngineCounters(**{name: getattr(self, name) for name in self.__slots__})

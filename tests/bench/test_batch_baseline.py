@@ -129,11 +129,11 @@ async def test_a_full_bucket_overshoots_a_sliding_window_then_recovers() -> None
             # Up to ceil(60 / 15) paused rounds can be refused before the window frees.
             max_attempts=8,
         )
-        stats = app.state.mock_snapshot()
+        stats = app.state.mock_stats()
     assert set(result.results) == {line["custom_id"] for line in lines}
     assert result.succeeded == 30 and result.failed == 0
     assert result.rate_limited > 0
-    assert result.rate_limited == stats["counters"]["rate_limited_requests"]
+    assert result.rate_limited == stats.counters.rate_limited_requests
     assert result.retries == result.rate_limited  # every 429 was retried, nothing else failed
     assert len(result.latencies_s) == 30
     assert all(line["response"]["status_code"] == 200 for line in result.results.values())
@@ -152,10 +152,10 @@ async def test_a_budget_under_the_limit_is_paced_by_the_refill_without_429() -> 
             clock=ScaledClock(SCALE),
             count_tokens=words,
         )
-        stats = app.state.mock_snapshot()
+        stats = app.state.mock_stats()
     assert result.succeeded == 40 and result.failed == 0
     assert result.rate_limited == 0 and result.retries == 0
-    assert stats["counters"]["requests"] == 40
+    assert stats.counters.requests == 40
     # 30 at once from the full bucket, then one every 2 s: the 40th goes out at t = 20 s.
     assert result.makespan_s >= 19.5
     body = result.results["p3"]["response"]["body"]
@@ -177,10 +177,10 @@ async def test_server_errors_are_retried_up_to_max_attempts_then_the_request_fai
             count_tokens=words,
             max_attempts=3,
         )
-        stats = app.state.mock_snapshot()
+        stats = app.state.mock_stats()
     assert result.succeeded == 0 and result.failed == 3
     assert result.retries == 3 * 2 and result.rate_limited == 0
-    assert stats["counters"]["faults_error"] == 9
+    assert stats.counters.faults_error == 9
     assert result.latencies_s == ()
     for line in result.results.values():
         assert line["response"]["status_code"] in (500, 503)
@@ -198,11 +198,11 @@ async def test_a_request_over_the_token_budget_fails_at_once_and_the_rest_go_on(
             clock=ScaledClock(SCALE),
             count_tokens=words,
         )
-        stats = app.state.mock_snapshot()
+        stats = app.state.mock_stats()
     assert result.succeeded == 1 and result.failed == 1
     assert result.results["huge"]["response"] is None
     assert result.results["huge"]["error"]["code"] == "token_limit_exceeded"
-    assert stats["counters"]["requests"] == 1
+    assert stats.counters.requests == 1
 
 
 @pytest.mark.parametrize(("max_concurrency", "peak"), [(None, 12), (3, 3)])
@@ -243,4 +243,4 @@ async def test_misuse_is_refused_before_anything_is_sent(
             await run_fixed_rate(
                 lines, client=client, clock=ScaledClock(SCALE), count_tokens=words, **args
             )
-        assert app.state.mock_snapshot()["counters"]["requests"] == 0
+        assert app.state.mock_stats().counters.requests == 0

@@ -1,10 +1,5 @@
-"""A new policy can be written from ``semisched.core``'s exported names alone.
-
-What a user cannot do today is *register* it by name: the registries are
-read-only and a config accepts only the built-in names (checked when the config
-is built). So this test plugs its policy in where the engine builds its
-ordering policy; the point is that the policy itself needs nothing private.
-"""
+"""A new policy is written from ``semisched.core``'s exported names alone and plugged in
+by passing its class as the config's ``policy``; the name registries stay read-only."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import pytest
 from semisched.core import (
     ORDERING_POLICIES,
     Action,
+    AllocationConfig,
     ClassQueue,
     Engine,
     Entry,
@@ -41,13 +37,8 @@ def sent(actions: Sequence[Action]) -> list[str]:
     return [a.request.id for a in actions if isinstance(a, Send)]
 
 
-def test_a_custom_ordering_policy_runs_through_the_engine(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import semisched.core.engine as engine_module
-
-    monkeypatch.setattr(engine_module, "make_ordering", ShortestFirst)
-    config = SchedulerConfig(max_inflight=1, ordering=OrderingConfig(policy="fifo"))
+def test_a_custom_ordering_policy_runs_through_the_engine() -> None:
+    config = SchedulerConfig(max_inflight=1, ordering=OrderingConfig(policy=ShortestFirst))
     engine = Engine(config)
     assert "shortest_first" in repr(engine)
 
@@ -70,3 +61,10 @@ def test_a_custom_name_is_refused_by_the_config_and_cannot_be_registered() -> No
         OrderingConfig(policy="shortest_first")
     with pytest.raises(TypeError):
         ORDERING_POLICIES["shortest_first"] = ShortestFirst  # type: ignore[index]
+
+
+def test_a_class_of_the_wrong_layer_is_refused() -> None:
+    with pytest.raises(TypeError, match="must be an AllocationPolicy subclass"):
+        Engine(SchedulerConfig(allocation=AllocationConfig(policy=ShortestFirst)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="class attribute 'name'"):
+        OrderingConfig(policy=int)  # type: ignore[arg-type]

@@ -1,0 +1,138 @@
+"""The results the README shows: generated, committed, and re-rendered by one command.
+
+``python -m bench docs`` runs the benchmarks whose numbers the README quotes,
+writes their outputs under ``docs/results/`` (committed with the code), and
+rewrites the README's generated blocks from those files. A block sits between
+``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``; nothing between the
+markers is typed by hand, and a test checks that the README matches what
+:func:`render_readme` makes of the committed CSVs.
+
+============  ====================================================  =========
+block         from                                                  command
+============  ====================================================  =========
+quick         ``docs/results/quick/summary.csv``                    quick
+rate-limits   ``docs/results/rate-limits/summary.csv``              rate-limits
+live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
+============  ====================================================  =========
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["DOCS", "LIVE_CHECK", "build_docs", "render_readme"]
+
+#: Where the committed results live, relative to the repository root.
+DOCS = Path("docs/results")
+#: The cell of ``rate-limits`` that is cross-checked live.
+LIVE_CHECK: dict[str, str] = {
+    "regime": "balanced/high",
+    "condition": "1.5x, headers ignored",
+    "strategy": "final_adrr_olc",
+}
+
+Row = Mapping[str, str]
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _pm(row: Row, metric: str, digits: int) -> str:
+    mean, std = float(row[f"{metric}_mean"]), float(row[f"{metric}_std"])
+    return f"{mean:,.{digits}f} ± {std:,.{digits}f}"
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+def _quick(root: Path) -> str:
+    rows = _read(root / DOCS / "quick" / "summary.csv")
+    header = ("strategy", "short P95 (ms)", "global P95 (ms)", "CR", "satisfaction",
+              "goodput (rps)")  # fmt: skip
+    body = [
+        (r["strategy"], _pm(r, "short_p95_ms", 0), _pm(r, "global_p95_ms", 0),
+         _pm(r, "completion_rate", 3), _pm(r, "satisfaction", 3), _pm(r, "goodput_rps", 3))
+        for r in rows
+    ]  # fmt: skip
+    return _table(header, body)
+
+
+def _rate_limits(root: Path) -> str:
+    rows = _read(root / DOCS / "rate-limits" / "summary.csv")
+    picked = [
+        r for r in rows if r["regime"] == "balanced/high" and r["strategy"] == "final_adrr_olc"
+    ]
+    header = ("client budget", "429s", "retries", "short P95 (ms)", "CR", "satisfaction",
+              "failed")  # fmt: skip
+    body = [
+        (r["condition"], _pm(r, "throttled", 0), _pm(r, "retries", 0), _pm(r, "short_p95_ms", 0),
+         _pm(r, "completion_rate", 3), _pm(r, "satisfaction", 3), _pm(r, "failed", 1))
+        for r in picked
+    ]  # fmt: skip
+    return _table(header, body)
+
+
+def _live_check(root: Path) -> str:
+    rows = _read(root / DOCS / "rate-limits" / "live-check" / "live_check.csv")
+    body = [
+        (r["metric"], f"{float(r['sim']):,.4g}", f"{float(r['live']):,.4g}",
+         f"{float(r['ratio']):.3f}")
+        for r in rows
+    ]  # fmt: skip
+    return _table(("metric", "simulated", "live (SDK + HTTP mock)", "live / sim"), body)
+
+
+_BLOCKS: dict[str, Callable[[Path], str]] = {
+    "quick": _quick,
+    "rate-limits": _rate_limits,
+    "live-check": _live_check,
+}
+
+
+def render_readme(text: str, root: Path) -> str:
+    """``text`` with every generated block re-rendered from the committed results under ``root``.
+
+    Raises:
+        ValueError: For a block name this module does not know.
+    """
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(1)
+        render = _BLOCKS.get(name)
+        if render is None:
+            raise ValueError(f"README block {name!r} must be one of {sorted(_BLOCKS)}")
+        return f"<!-- bench:{name} -->\n{render(root)}\n<!-- /bench:{name} -->"
+
+    return re.sub(r"<!-- bench:([\w-]+) -->\n.*?<!-- /bench:\1 -->", block, text, flags=re.S)
+
+
+def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: float = 25.0) -> None:
+    """Run the README's benchmarks into ``root/docs/results`` and re-render the README."""
+    from bench.crosscheck import live_check
+    from bench.experiments import quick
+    from bench.runner import run_suite
+    from bench.suite import experiment
+
+    out = root / DOCS
+    quick(out / "quick", seeds=seeds)
+    run_suite([experiment("rate-limits")], out, seeds=seeds)
+    if live:
+        live_check(
+            "rate-limits",
+            out / "rate-limits" / "live-check",
+            regime=LIVE_CHECK["regime"],
+            condition=LIVE_CHECK["condition"],
+            strategy=LIVE_CHECK["strategy"],
+            seeds=seeds,
+            time_scale=time_scale,
+        )
+    readme = root / "README.md"
+    readme.write_text(render_readme(readme.read_text(), root))

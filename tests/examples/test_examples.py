@@ -1,0 +1,43 @@
+"""Every example runs against the mock provider and shows what it promises (real subprocesses)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+pytestmark = pytest.mark.wallclock
+
+
+def run(name: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_every_example_has_a_test() -> None:
+    tested = set(re.findall(r'run\("(\w+\.py)"\)', Path(__file__).read_text()))
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_mixed_workload_serves_both_classes() -> None:
+    out = run("mixed_workload.py")
+    assert "interactive  {'completed': 40}" in out
+    assert "batch        {'completed': 40}" in out
+
+
+def test_rate_limits_a_budget_avoids_the_429_storm() -> None:
+    out = run("rate_limits.py")
+    lines = dict(re.findall(r"^(no budget|budget = limit)\s+(.*)$", out, flags=re.M))
+    assert set(lines) == {"no budget", "budget = limit"}
+    throttled = {k: int(re.search(r"429s (\d+)", v).group(1)) for k, v in lines.items()}  # type: ignore[union-attr]
+    assert throttled["no budget"] > 10 * max(1, throttled["budget = limit"])
+    # Paced, with its 5xx answers retried, the budgeted run loses nothing; the storm may
+    # exhaust some requests' attempts (RateLimited), which is its point.
+    assert "'completed': 60}" in lines["budget = limit"]
