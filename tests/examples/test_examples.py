@@ -41,3 +41,12 @@ def test_rate_limits_a_budget_avoids_the_429_storm() -> None:
     # Paced, with its 5xx answers retried, the budgeted run loses nothing; the storm may
     # exhaust some requests' attempts (RateLimited), which is its point.
     assert "'completed': 60}" in lines["budget = limit"]
+
+
+def test_virtual_time_runs_ten_minutes_repeatably() -> None:
+    first, second = run("virtual_time.py"), run("virtual_time.py")
+    assert "outcomes {'completed': 1200}" in first
+    virtual = float(re.search(r"virtual time ([\d.]+) s", first).group(1))  # type: ignore[union-attr]
+    assert 600.0 <= virtual < 700.0  # 1200 arrivals, 0.5 s apart, then the last answers
+    # Virtual time is exact: everything but the wall time repeats.
+    assert first.splitlines()[:2] == second.splitlines()[:2]
