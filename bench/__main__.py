@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from bench.experiments import quick
 from bench.report import write_csv
@@ -32,7 +34,8 @@ def _perf_table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options (a declarative table, hence its length)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=__doc__,
@@ -92,109 +95,133 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--time-scale", type=float, default=20.0, help="time compression (20)")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
+    return parser
+
+
+def _error(message: str) -> NoReturn:
+    raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    """A bad option value; reported as argparse reports its own errors."""
+
+
+def _check_seeds(args: argparse.Namespace) -> None:
+    if args.seeds < 1:
+        _error(f"--seeds={args.seeds} must be >= 1")
+
+
+def _quick(args: argparse.Namespace) -> Path:
+    _check_seeds(args)
+    if not args.time_scale > 0:
+        _error(f"--time-scale={args.time_scale} must be > 0")
+    quick(args.out, seeds=args.seeds, workers=args.workers, live=args.live,
+          time_scale=args.time_scale)  # fmt: skip
+    return Path(args.out) / "summary.csv"
+
+
+def _decision_cost(args: argparse.Namespace) -> Path:
+    from bench.perf import decision_cost
+
+    rows = decision_cost(samples=args.samples)
+    print(_perf_table(rows))
+    ratio = rows[-1]["dispatch_p99_us"] / rows[1]["dispatch_p99_us"]
+    print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
+    written = Path(args.out) / "decision_cost.csv"
+    write_csv(written, rows)
+    return written
+
+
+def _experiments(args: argparse.Namespace) -> Path:
+    from bench.runner import experiments_named, run_suite
+
+    _check_seeds(args)
+    summaries = run_suite(experiments_named([args.command]), args.out, seeds=args.seeds,
+                          workers=args.workers, live=args.live, time_scale=args.time_scale,
+                          traces=args.traces)  # fmt: skip
+    if args.command != "all":
+        return Path(args.out)
+    from bench.claims import write_reproduction
+
+    written = write_reproduction(summaries, args.out, live=args.live)
+    print(written.read_text())
+    return written
+
+
+def _live_check(args: argparse.Namespace) -> Path:
+    from bench.crosscheck import live_check
+
+    if args.seeds < 1 or not args.time_scale > 0 or not args.tolerance > 0:
+        _error("--seeds, --time-scale and --tolerance must be > 0")
+    try:
+        live_check(args.experiment, args.out, regime=args.regime, condition=args.condition,
+                   strategy=args.strategy, seeds=args.seeds, time_scale=args.time_scale,
+                   tolerance=args.tolerance)  # fmt: skip
+    except ValueError as exc:
+        _error(str(exc))
+    return Path(args.out) / "live_check.md"
+
+
+def _docs(args: argparse.Namespace) -> Path:
+    from bench.docs import DOCS, build_docs
+
+    _check_seeds(args)
+    build_docs(Path.cwd(), seeds=args.seeds, live=not args.skip_live,
+               time_scale=args.time_scale)  # fmt: skip
+    return DOCS
+
+
+def _batch(args: argparse.Namespace) -> Path:
+    from bench.batch_bench import batch_benchmark
+
+    if args.repeats < 1 or args.requests < 1:
+        _error("--repeats and --requests must be >= 1")
+    print(batch_benchmark(args.out, requests=args.requests, rpm=args.rpm, tpm=args.tpm,
+                          time_scale=args.time_scale, repeats=args.repeats))  # fmt: skip
+    return Path(args.out) / "table.md"
+
+
+def _sdk_overhead(args: argparse.Namespace) -> Path:
+    from bench.sdk_perf import sdk_overhead
+
+    row = sdk_overhead()
+    for key, value in row.items():
+        print(f"{key:>24}  {value:10.3f}")
+    written = Path(args.out) / "sdk_overhead.csv"
+    write_csv(written, [row])
+    return written
+
+
+def _sim_speed(args: argparse.Namespace) -> Path:
+    from bench.perf import sim_speed
+
+    row = sim_speed(requests=args.requests)
+    print(_perf_table([row]))
+    written = Path(args.out) / "sim_speed.csv"
+    write_csv(written, [row])
+    return written
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
+    "quick": _quick,
+    "decision-cost": _decision_cost,
+    "sim-speed": _sim_speed,
+    "live-check": _live_check,
+    "docs": _docs,
+    "batch": _batch,
+    "sdk-overhead": _sdk_overhead,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    if args.command == "quick":
-        if args.seeds < 1:
-            parser.error(f"--seeds={args.seeds} must be >= 1")
-        if not args.time_scale > 0:
-            parser.error(f"--time-scale={args.time_scale} must be > 0")
-        quick(
-            args.out,
-            seeds=args.seeds,
-            workers=args.workers,
-            live=args.live,
-            time_scale=args.time_scale,
-        )
-        written = args.out / "summary.csv"
-    elif args.command == "decision-cost":
-        from bench.perf import decision_cost
-
-        rows = decision_cost(samples=args.samples)
-        print(_perf_table(rows))
-        ratio = rows[-1]["dispatch_p99_us"] / rows[1]["dispatch_p99_us"]
-        print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
-        written = args.out / "decision_cost.csv"
-        write_csv(written, rows)
-    elif args.command == "all" or args.command in {e.name for e in (*EXPERIMENTS, *BEYOND)}:
-        from bench.runner import experiments_named, run_suite
-
-        if args.seeds < 1:
-            parser.error(f"--seeds={args.seeds} must be >= 1")
-        chosen = experiments_named([args.command])
-        summaries = run_suite(
-            chosen,
-            args.out,
-            seeds=args.seeds,
-            workers=args.workers,
-            live=args.live,
-            time_scale=args.time_scale,
-            traces=args.traces,
-        )
-        written = args.out
-        if args.command == "all":
-            from bench.claims import write_reproduction
-
-            written = write_reproduction(summaries, args.out, live=args.live)
-            print((written).read_text())
-    elif args.command == "live-check":
-        from bench.crosscheck import live_check
-
-        if args.seeds < 1 or not args.time_scale > 0 or not args.tolerance > 0:
-            parser.error("--seeds, --time-scale and --tolerance must be > 0")
-        try:
-            live_check(
-                args.experiment,
-                args.out,
-                regime=args.regime,
-                condition=args.condition,
-                strategy=args.strategy,
-                seeds=args.seeds,
-                time_scale=args.time_scale,
-                tolerance=args.tolerance,
-            )
-        except ValueError as exc:
-            parser.error(str(exc))
-        written = args.out / "live_check.md"
-    elif args.command == "docs":
-        from bench.docs import DOCS, build_docs
-
-        if args.seeds < 1:
-            parser.error(f"--seeds={args.seeds} must be >= 1")
-        build_docs(Path.cwd(), seeds=args.seeds, live=not args.skip_live,
-                   time_scale=args.time_scale)  # fmt: skip
-        written = DOCS
-    elif args.command == "batch":
-        from bench.batch_bench import batch_benchmark
-
-        if args.repeats < 1 or args.requests < 1:
-            parser.error("--repeats and --requests must be >= 1")
-        print(
-            batch_benchmark(
-                args.out,
-                requests=args.requests,
-                rpm=args.rpm,
-                tpm=args.tpm,
-                time_scale=args.time_scale,
-                repeats=args.repeats,
-            )
-        )
-        written = args.out / "table.md"
-    elif args.command == "sdk-overhead":
-        from bench.sdk_perf import sdk_overhead
-
-        row = sdk_overhead()
-        for key, value in row.items():
-            print(f"{key:>24}  {value:10.3f}")
-        written = args.out / "sdk_overhead.csv"
-        write_csv(written, [row])
-    else:
-        from bench.perf import sim_speed
-
-        row = sim_speed(requests=args.requests)
-        print(_perf_table([row]))
-        written = args.out / "sim_speed.csv"
-        write_csv(written, [row])
+    handler = _COMMANDS.get(args.command, _experiments)  # the rest name experiments
+    try:
+        written = handler(args)
+    except _UsageError as exc:
+        parser.error(str(exc))
     print(f"\nwrote {written} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
 

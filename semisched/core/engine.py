@@ -58,6 +58,7 @@ from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, S
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
 from semisched.core.budget import ProviderLimits, RateBudget, rate_tokens
+from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
@@ -272,15 +273,12 @@ class Engine:
                 nothing else before it (the window is full for everyone).
 
         Raises:
-            ValueError: If ``request_id`` is not in flight, ``kind`` is not a
-                :class:`FailureKind` or ``retry_after`` is not a finite number >= 0.
+            ValueError: If ``request_id`` is not in flight or ``retry_after`` is
+                not a finite number >= 0.
+            TypeError: If ``kind`` is not a :class:`FailureKind`.
         """
-        if not isinstance(kind, FailureKind):
-            raise ValueError(f"kind={kind!r} must be a FailureKind")
-        if retry_after is not None and (
-            isinstance(retry_after, bool) or not math.isfinite(retry_after) or retry_after < 0
-        ):
-            raise ValueError(f"retry_after={retry_after!r} must be None or a finite number >= 0")
+        check_instance("kind", kind, FailureKind)
+        check_number("retry_after", retry_after, minimum=0, optional=True)
         self._advance(now)
         entry = self._take_inflight(request_id)
         self._failures[kind] = self._failures.get(kind, 0) + 1
@@ -299,10 +297,8 @@ class Engine:
             retry_after=retry_after,
             draw=self._jitter,
         )
-        if kind is FailureKind.RATE_LIMITED and self._budget is not None:
-            pause = decision.retry_at if retry_after is None else now + retry_after
-            if pause is not None:
-                self._budget.pause_until(pause)
+        if kind is FailureKind.RATE_LIMITED:
+            self._pause_budget(decision.retry_at if retry_after is None else now + retry_after)
         actions: list[Action] = []
         if decision.retry_at is not None:
             self._counters.retries += 1
@@ -319,6 +315,11 @@ class Engine:
             self._counters.failed += 1
             actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after))
         return self._after_release(now, actions)
+
+    def _pause_budget(self, until: float | None) -> None:
+        """After a 429 the window is full for everyone: nothing is sent before ``until``."""
+        if self._budget is not None and until is not None:
+            self._budget.pause_until(until)
 
     def observe_headroom(self, fraction: float, now: float) -> None:
         """The provider reported rate-limit headroom (smallest remaining/limit)."""

@@ -393,7 +393,7 @@ def test_non_finite_or_negative_retry_after_is_misuse(retry_after: float) -> Non
     fill(e, 1)
     with pytest.raises(ValueError, match=r"retry_after="):
         e.failed("s0", 1.0, SERVER, retry_after=retry_after)
-    with pytest.raises(ValueError, match=r"kind="):
+    with pytest.raises(TypeError, match=r"kind="):
         e.failed("s0", 1.0, "server_error")  # type: ignore[arg-type]
     assert e.statistics().inflight == 1  # nothing happened
 
