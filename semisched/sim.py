@@ -212,6 +212,14 @@ class Simulator:
         self.provider = ProviderPhysics(physics)
         self.model = provider
         self.gate = ProviderGate(provider.gate)
+        g = provider.gate
+        # Nothing to check at the door: skip it (the paper's experiments, the hot path).
+        self._open_door = (
+            g.rpm is None
+            and g.tpm is None
+            and g.quota_tokens is None
+            and g.error_rate == g.hang_rate == g.drop_rate == 0.0
+        )
         self._heap: list[tuple[float, int]] = []  # engine wake-ups (time, seq)
         # (time, seq, kind, request id, failure kind, retry-after)
         self._shell: list[tuple[float, int, int, str, FailureKind | None, float | None]] = []
@@ -420,6 +428,10 @@ class Simulator:
     def _send(self, request: Request, now: float) -> None:
         rid = request.id
         job = self._jobs[rid]
+        if self._open_door:
+            self.provider.submit(now, rid, job.input_tokens, job.output_tokens)
+            self._provider_dirty = True
+            return
         out_cap = request.max_output_tokens
         charge = job.input_tokens + (out_cap if out_cap is not None else job.output_tokens)
         decision = self.gate.admit(now, charge)
