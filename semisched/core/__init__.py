@@ -30,8 +30,14 @@ from semisched.core.config import (
     preset,
 )
 from semisched.core.engine import Engine
+from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
-from semisched.core.ordering import ORDERING_POLICIES, LatencyEstimate, OrderingPolicy
+from semisched.core.ordering import (
+    ORDERING_POLICIES,
+    LatencyEstimate,
+    OrderingPolicy,
+    PackingView,
+)
 from semisched.core.overload import OVERLOAD_POLICIES, Admission, OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
@@ -67,10 +73,12 @@ __all__ = [
     "FailureCounts",
     "FailureKind",
     "LatencyEstimate",
+    "MakespanFloor",
     "OrderingConfig",
     "OrderingPolicy",
     "OverloadConfig",
     "OverloadController",
+    "PackingView",
     "Prior",
     "ProviderLimits",
     "RateBudget",
@@ -85,5 +93,6 @@ __all__ = [
     "Verdict",
     "Wake",
     "bucket_for_tokens",
+    "makespan_floor",
     "preset",
 ]

@@ -176,6 +176,10 @@ class RateBudget:
         if self._paused_until is not None and self._paused_until <= now:
             self._paused_until = None
 
+    def limits(self) -> tuple[int | None, int | None]:
+        """The effective (requests, tokens) per window: configured or adopted from headers."""
+        return self._requests.limit, self._tokens.limit
+
     def wait(self, now: float, tokens: float) -> float | None:
         """Seconds until one request of ``tokens`` fits (0: now); ``None``: never."""
         self._expire(now)

@@ -65,7 +65,7 @@ ALLOCATION_POLICY_NAMES: tuple[str, ...] = (
     "short_priority",
 )
 #: Valid ``OrderingConfig.policy`` names (classes: ``ORDERING_POLICIES``).
-ORDERING_POLICY_NAMES: tuple[str, ...] = ("fifo", "feasible_set", "longest_first")
+ORDERING_POLICY_NAMES: tuple[str, ...] = ("fifo", "feasible_set", "longest_first", "rate_packing")
 #: Valid ``OverloadConfig.policy`` names (level tables: ``OVERLOAD_POLICIES``).
 OVERLOAD_POLICY_NAMES: tuple[str, ...] = (
     "ladder",
@@ -173,8 +173,9 @@ class OrderingConfig:
     dimensionless apart from ``w_wait`` (per second).
 
     Attributes:
-        policy: ``fifo``, ``feasible_set`` or ``longest_first`` (LPT, for a
-            batch job's makespan); or your own
+        policy: ``fifo``, ``feasible_set``, ``longest_first`` (LPT, for a
+            batch job's makespan) or ``rate_packing`` (a batch job under a
+            rate budget: keeps both rate windows busy, longest first); or your own
             :class:`~semisched.core.OrderingPolicy` subclass (the class itself:
             the engine builds it with ``(config)``).
         w_wait: Weight of wait per unit of relative size (1/s).
@@ -440,6 +441,15 @@ def _presets() -> dict[str, SchedulerConfig]:
             classes=(ClassSpec(name="batch"),),
             allocation=AllocationConfig(policy="fifo"),
             ordering=OrderingConfig(policy="longest_first"),
+            overload=no_olc,
+        ),
+        # The same under a rate budget: requests chosen so that neither the request
+        # nor the token window idles while the other is full (longest first while
+        # tokens are the long pole); LPT when no budget binds.
+        "batch_packing": SchedulerConfig(
+            classes=(ClassSpec(name="batch"),),
+            allocation=AllocationConfig(policy="fifo"),
+            ordering=OrderingConfig(policy="rate_packing"),
             overload=no_olc,
         ),
     }

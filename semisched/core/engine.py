@@ -112,6 +112,7 @@ class Engine:
         self._jitter = jitter
         self._alloc: AllocationPolicy = make_allocation(cfg.allocation, cfg.classes)
         self._order: OrderingPolicy = make_ordering(cfg.ordering)
+        self._order.attach(self)
         self._overload = OverloadController(cfg.overload)
         self._signals = Signals(cfg.signals)
         # Bound once: the ordering layer calls it for every candidate it scores.
@@ -126,6 +127,7 @@ class Engine:
         self._now = float("-inf")
         self._queued = 0
         self._queued_tokens = 0.0
+        self._queued_charge = 0.0  # rate charges of queued entries (PackingView.backlog)
         self._deferred = 0
         self._inflight = 0
         self._inflight_tokens = 0.0
@@ -184,6 +186,20 @@ class Engine:
         """Requests of ``klass`` in flight."""
         return self._inflight_by_class[klass]
 
+    # -- PackingView (what an ordering policy may see of the budget) ----------------
+
+    def budget_limits(self) -> tuple[int | None, int | None]:
+        """The rate budget's effective (requests, tokens) per window, if any."""
+        return (None, None) if self._budget is None else self._budget.limits()
+
+    def fits_now(self, tokens: float) -> bool:
+        """Whether one request charging ``tokens`` fits the rate budget now."""
+        return self._budget is None or self._budget.wait(self._now, tokens) == 0.0
+
+    def backlog(self) -> tuple[float, float]:
+        """Queued requests (all classes) and the sum of their rate charges."""
+        return float(self._queued), self._queued_charge
+
     # -- events ------------------------------------------------------------------
 
     def submit(self, request: Request, now: float) -> list[Action]:
@@ -200,6 +216,7 @@ class Engine:
         cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
         entry = Entry(request, cost, reserve, self._next_seq())
+        entry.charge = rate_tokens(request)
         self._counters.submitted += 1
         actions: list[Action] = []
         self._run_timers(now, actions)
@@ -533,6 +550,7 @@ class Engine:
         queue.add(entry)
         self._queued += 1
         self._queued_tokens += entry.cost
+        self._queued_charge += entry.charge
         self._heads.pop(klass, None)
         if len(queue) == 1:
             self._renew_backlog()
@@ -544,6 +562,8 @@ class Engine:
         self._queued -= 1
         tokens = self._queued_tokens - entry.cost
         self._queued_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
+        charge = self._queued_charge - entry.charge
+        self._queued_charge = charge if charge > 0.0 else 0.0
         self._heads.pop(klass, None)
         if not queue:
             self._renew_backlog()

@@ -39,7 +39,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from semisched.core.checks import check_choice
 from semisched.core.config import OrderingConfig
@@ -63,6 +63,22 @@ def is_feasible(entry: Entry, now: float, estimate: LatencyEstimate) -> bool:
     return deadline is None or now + estimate(entry.request.prior.p50) <= deadline
 
 
+class PackingView(Protocol):
+    """What the engine shows an ordering policy of its rate budget (all at the current time)."""
+
+    def budget_limits(self) -> tuple[int | None, int | None]:
+        """The effective (requests, tokens) per window; ``(None, None)`` without a budget."""
+        ...
+
+    def fits_now(self, tokens: float) -> bool:
+        """Whether one request charging ``tokens`` fits the budget now."""
+        ...
+
+    def backlog(self) -> tuple[float, float]:
+        """Queued requests (all classes) and the sum of their rate charges."""
+        ...
+
+
 class OrderingPolicy(ABC):
     """Pick the next entry of one non-empty class queue."""
 
@@ -70,6 +86,9 @@ class OrderingPolicy(ABC):
 
     def __init__(self, cfg: OrderingConfig) -> None:
         self.cfg = cfg
+
+    def attach(self, view: PackingView) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Called once by the engine with its budget view; most policies ignore it."""
 
     @abstractmethod
     def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
@@ -161,6 +180,63 @@ class LongestFirstOrdering(OrderingPolicy):
         return best
 
 
+class RatePackingOrdering(OrderingPolicy):
+    """Keep every rate window busy, longest work first: a batch job at its makespan floor.
+
+    Under a requests-per-window and a tokens-per-window budget a job cannot end
+    before ``max(n / rpm, tokens / tpm)`` windows (:mod:`semisched.core.floor`);
+    it ends there only if neither window idles while the other is exhausted.
+    Sending cheap requests first fills the request window while the token
+    window idles (and leaves the long work for the tail); sending only the
+    largest does the opposite at the end. So the choice balances what is left:
+
+    while what is queued needs more token windows than request windows
+    (``tokens / tpm >= requests / rpm``: tokens are the long pole),
+    the largest request goes next, waiting for room if it must (Graham's LPT:
+    the longest work is not left for the tail); once requests are the long
+    pole, the cheapest request that fits now goes, which keeps the request
+    window busy and leaves tokens to the larger work. Each send moves the
+    balance towards the other case, so the two windows are used together.
+    Candidates are the band heads that can still meet their deadline. Without
+    a budget on both axes it is LPT.
+    """
+
+    name = "rate_packing"
+
+    def __init__(self, cfg: OrderingConfig) -> None:
+        super().__init__(cfg)
+        self._view: PackingView | None = None
+
+    def attach(self, view: PackingView) -> None:
+        self._view = view
+
+    def choose(self, queue: ClassQueue, now: float, estimate: LatencyEstimate) -> Entry:
+        heads = queue.heads()
+        if not heads:
+            raise ValueError(f"queue {queue.name!r} is empty")
+        candidates = [e for e in heads if is_feasible(e, now, estimate)] or heads
+        view = self._view
+        if view is None:
+            return max(candidates, key=_longest)
+        rpm, tpm = view.budget_limits()
+        requests, tokens = view.backlog()
+        if rpm is None or tpm is None or tokens / tpm >= requests / rpm:
+            # Tokens are the long pole (or the only limit): the largest goes next, and
+            # waits for room if it must; skipping it for smaller ones would starve it
+            # into the tail while the token window stays just as full.
+            return max(candidates, key=_longest)
+        # Requests are the long pole: the cheapest that fits now keeps the request
+        # window busy and leaves tokens to the larger work still queued.
+        fitting = [e for e in candidates if view.fits_now(e.charge)] or candidates
+        return min(fitting, key=lambda e: (e.charge, e.seq))
+
+
+def _longest(entry: Entry) -> tuple[float, float, int]:
+    """LPT's key under a budget: the largest charge (its ``max_tokens`` bounds its
+    output), then the largest predicted cost, then the oldest."""
+    return (entry.charge, entry.cost, -entry.seq)
+
+
 def _first_feasible(
     entries: Iterable[Entry], now: float, estimate: LatencyEstimate
 ) -> Entry | None:
@@ -171,7 +247,10 @@ def _first_feasible(
 #: Ordering policies by name (read-only; the names are
 #: :data:`semisched.core.config.ORDERING_POLICY_NAMES`, checked when a config is built).
 ORDERING_POLICIES: Mapping[str, type[OrderingPolicy]] = MappingProxyType(
-    {cls.name: cls for cls in (FifoOrdering, FeasibleSetOrdering, LongestFirstOrdering)}
+    {
+        cls.name: cls
+        for cls in (FifoOrdering, FeasibleSetOrdering, LongestFirstOrdering, RatePackingOrdering)
+    }
 )
 
 

@@ -59,6 +59,8 @@ class Entry:
         sent_at: Time of the latest send.
         wake_at: Time a deferred entry is due back.
         skip_admission: Re-enter the queue without an overload check (retries).
+        charge: What a rate budget charges for it: prompt estimate plus
+            ``max_tokens``, else the prior's p90 (``budget.rate_tokens``).
     """
 
     request: Request
@@ -72,6 +74,7 @@ class Entry:
     sent_at: float | None = None
     wake_at: float | None = None
     skip_admission: bool = field(default=False)
+    charge: float = 0.0
 
 
 def _live(item: tuple[int, Entry]) -> bool:
