@@ -88,11 +88,24 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
     b = sub.add_parser("batch", help="semisched batch vs the fixed-rate recipe (benchmark)")
     b.add_argument("--out", type=Path, default=Path("results/batch"), help="output folder")
-    b.add_argument("--requests", type=int, default=600, help="prompts in the batch (600)")
-    b.add_argument("--rpm", type=int, default=300, help="provider limit = budgets (300)")
-    b.add_argument("--tpm", type=int, default=150_000, help="provider limit = budgets (150000)")
+    b.add_argument(
+        "--workload",
+        choices=("sharegpt", "mixed"),
+        default="sharegpt",
+        help="held-out ShareGPT prompts (default), or issue 11's mixed lengths where RPM and "
+        "TPM both bind; one per run (each sets the defaults in parentheses below)",
+    )
+    b.add_argument("--requests", type=int, help="requests in the batch (600 | mixed 400)")
+    b.add_argument("--rpm", type=int, help="provider limit = budgets (300 | mixed 100)")
+    b.add_argument("--tpm", type=int, help="provider limit = budgets (150000 | mixed 40000)")
     b.add_argument("--repeats", type=int, default=2, help="runs per contender (2)")
-    b.add_argument("--time-scale", type=float, default=20.0, help="time compression (20)")
+    b.add_argument("--time-scale", type=float, help="time compression (20 | mixed 25)")
+    b.add_argument(
+        "--policies",
+        help="comma-separated presets for the semisched rows; 'default' is semisched batch's "
+        "default (default | mixed: default,batch_makespan)",
+    )
+    b.add_argument("--seed", type=int, default=0, help="workload sample seed (0)")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     return parser
@@ -172,12 +185,23 @@ def _docs(args: argparse.Namespace) -> Path:
 
 
 def _batch(args: argparse.Namespace) -> Path:
-    from bench.batch_bench import batch_benchmark
+    from bench.batch_bench import WORKLOADS, batch_benchmark, contenders
 
-    if args.repeats < 1 or args.requests < 1:
-        _error("--repeats and --requests must be >= 1")
-    print(batch_benchmark(args.out, requests=args.requests, rpm=args.rpm, tpm=args.tpm,
-                          time_scale=args.time_scale, repeats=args.repeats))  # fmt: skip
+    for name in ("requests", "rpm", "tpm"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            _error(f"--{name}={getattr(args, name)} must be >= 1")
+    if args.repeats < 1:
+        _error(f"--repeats={args.repeats} must be >= 1")
+    if args.time_scale is not None and not args.time_scale > 0:
+        _error(f"--time-scale={args.time_scale} must be > 0")
+    policies = None if args.policies is None else [p.strip() for p in args.policies.split(",")]
+    try:
+        contenders(WORKLOADS[args.workload], policies=policies)  # names checked before any run
+    except ValueError as exc:
+        _error(f"--policies: {exc}")
+    print(batch_benchmark(args.out, workload=args.workload, requests=args.requests,
+                          rpm=args.rpm, tpm=args.tpm, time_scale=args.time_scale,
+                          repeats=args.repeats, policies=policies, seed=args.seed))  # fmt: skip
     return Path(args.out) / "table.md"
 
 

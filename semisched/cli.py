@@ -8,10 +8,17 @@ is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
 :func:`main_async` is the same command inside a running one (tests await it
 in virtual time with an in-process provider and clock).
 
-Exit status: 0 every request answered successfully; 1 some requests ended in
-an error (recorded in the output); 2 the job could not start (bad arguments,
-invalid input, unreadable or unwritable files, no API key); 130 interrupted
-(rerun the same command to resume).
+Before sending, the command prints one line naming the priors it uses (and
+how long loading the model took) and one with the makespan floor; the
+progress ETA starts from that floor (:func:`semisched.batch.forecast.eta_s`).
+``--dry-run`` validates and plans exactly as a run would, prints the floor's
+three bounds and sends nothing.
+
+Exit status: 0 every request answered successfully (with ``--dry-run``: the
+job could start); 1 some requests ended in an error (recorded in the
+output); 2 the job could not start (bad arguments, invalid input, unreadable
+or unwritable files, no API key); 130 interrupted (rerun the same command to
+resume).
 """
 
 from __future__ import annotations
@@ -29,7 +36,14 @@ from typing import Any, TextIO
 
 import anyio
 
-from semisched.batch import BatchError, BatchOptions, BatchProgress, BatchRun, BatchSummary
+from semisched.batch import (
+    BatchError,
+    BatchForecast,
+    BatchOptions,
+    BatchProgress,
+    BatchRun,
+    BatchSummary,
+)
 from semisched.clock import Clock
 from semisched.core.config import PRESETS
 
@@ -98,8 +112,8 @@ def _status(progress: BatchProgress, *, short: bool = False) -> str:
     done = progress.finished
     limited = progress.rate_limited
     per_min = limited / elapsed * 60 if elapsed > 0 else 0.0
-    left = progress.to_send - done
-    eta = f"{left / (done / elapsed):.0f}s" if done and elapsed > 0 else "?"
+    eta_s = progress.eta_s
+    eta = "?" if eta_s is None else f"{eta_s:.0f}s"
     core = (
         f"failed {progress.failed.total} | {progress.tokens_per_s:.0f} tok/s | "
         f"429s {limited} ({per_min:.1f}/min)"
@@ -164,10 +178,11 @@ def _add_budgets(batch: argparse.ArgumentParser) -> None:
     )
     batch.add_argument(
         "--policy",
-        default="adaptive_drr",
+        default="batch_packing",
         choices=sorted(PRESETS),
-        help="scheduling preset (adaptive_drr: no shedding, so a batch loses nothing; "
-        "batch_makespan: longest predicted work first)",
+        help="scheduling preset (default batch_packing: under --rpm/--tpm keeps both rate "
+        "windows busy, longest work first, sheds nothing; batch_makespan: longest predicted "
+        "work first; adaptive_drr: the online two-class default)",
     )
 
 
@@ -204,10 +219,19 @@ def _add_run_control(batch: argparse.ArgumentParser) -> None:
         help="seconds between progress lines when not on a terminal (10)",
     )
     batch.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the input and read OUTPUT exactly as a run would, print the makespan "
+        "floor (its requests, tokens and serving bounds) and send nothing",
+    )
+    batch.add_argument(
         "--time-scale",
         type=float,
         default=1.0,
-        help=argparse.SUPPRESS,  # only for the mock provider's compressed time
+        metavar="FACTOR",
+        help="how many times faster than real time the provider's rate windows run, so the "
+        "budget's minute matches the provider's: 1 (the default) for a real provider; for a "
+        "compressed-time mock (python -m mockprovider --time-scale N) pass the same N",
     )
 
 
@@ -300,6 +324,30 @@ def _report(summary: BatchSummary, stream: TextIO) -> int:
     return 1 if summary.failed.total or summary.invalid else 0
 
 
+def _announce(forecast: BatchForecast, stream: TextIO) -> None:
+    """Before the first send: the priors line and the floor."""
+    floor = forecast.floor
+    print(forecast.priors_line(), file=stream)
+    print(
+        f"makespan floor {floor.floor_s:.1f} s ({floor.binding} bound) for "
+        f"{forecast.to_send} requests; --dry-run shows the bounds",
+        file=stream,
+        flush=True,
+    )
+
+
+async def _dry_run(run: BatchRun, stream: TextIO) -> int:
+    """Validate and plan; print the forecast; send nothing."""
+    try:
+        forecast = await run.dry_run()
+    except BatchError as exc:
+        print(f"semisched batch: {exc}", file=stream)
+        return 2
+    for line in forecast.lines():
+        print(line, file=stream)
+    return 0
+
+
 async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> int:
     stream = sys.stderr
     try:
@@ -307,6 +355,8 @@ async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> 
     except ValueError as exc:
         print(f"semisched batch: {exc}", file=stream)
         return 2
+    if args.dry_run:
+        return await _dry_run(BatchRun(options, client=client, clock=clock), stream)
     display = _display(stream, args.progress_every)
     started = False
 
@@ -318,7 +368,13 @@ async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> 
             started = True
             display.start(progress)
 
-    run = BatchRun(options, client=client, clock=clock, on_result=on_result)
+    run = BatchRun(
+        options,
+        client=client,
+        clock=clock,
+        on_start=partial(_announce, stream=stream),
+        on_result=on_result,
+    )
     try:
         summary = await _run_batch(run, display)
     except BatchError as exc:

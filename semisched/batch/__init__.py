@@ -15,13 +15,19 @@
    skipped, and a torn last line left by a killed run is cut off.
    ``retry_failed`` rewrites the file without its error records (atomically)
    so those requests are sent again.
-3. **Send through** :class:`semisched.Scheduler` (:mod:`semisched.batch.run`),
+3. **Plan** (:mod:`semisched.batch.forecast`). The prior source is loaded
+   once and every request to send is built as the scheduler will see it;
+   their makespan floor (:func:`semisched.core.makespan_floor`) starts the
+   progress ETA and ends in the summary as makespan / floor.
+   :meth:`BatchRun.dry_run` (``--dry-run``) stops here: nothing is sent and
+   no file is changed.
+4. **Send through** :class:`semisched.Scheduler` (:mod:`semisched.batch.run`),
    within the concurrency cap and the ``rpm`` / ``tpm`` rate budget.
-4. **Append and flush each result as it completes**: after ``kill -9`` every
+5. **Append and flush each result as it completes**: after ``kill -9`` every
    finished result is on disk, and a rerun sends only what has no result.
    Requests in flight at the kill have no result and are sent again; none is
    lost and none appears twice.
-5. **Stop on request.** :meth:`BatchRun.stop` (Ctrl-C in the CLI) pauses
+6. **Stop on request.** :meth:`BatchRun.stop` (Ctrl-C in the CLI) pauses
    dispatching, waits up to ``grace_s`` for calls in flight, records what
    finished and returns with ``interrupted`` set.
 
@@ -29,6 +35,7 @@ What a run did is :class:`BatchSummary` (:mod:`semisched.batch.summary`).
 Only the CLI and the benchmarks import this package; the SDK does not.
 """
 
+from semisched.batch.forecast import BatchForecast, PriorsChoice, eta_s
 from semisched.batch.input import (
     SUPPORTED_URLS,
     BatchError,
@@ -54,6 +61,7 @@ __all__ = [
     "Answered",
     "BatchError",
     "BatchFailures",
+    "BatchForecast",
     "BatchLine",
     "BatchOptions",
     "BatchPlan",
@@ -63,9 +71,11 @@ __all__ = [
     "ErrorCode",
     "InvalidInput",
     "InvalidLine",
+    "PriorsChoice",
     "ResultWriter",
     "check_body",
     "drop_errors",
+    "eta_s",
     "load_body",
     "read_answered",
     "read_input",

@@ -7,7 +7,10 @@ whole line on an ``O_APPEND`` descriptor with no user-space buffer, so after
 ``kill -9`` every finished result is on disk. :func:`read_answered` is the
 resume state: which ``custom_id``\\ s already have a record (a torn last line
 left by a killed run is cut off first); :func:`drop_errors` rewrites the file
-without its error records (``--retry-failed``), atomically.
+without its error records (``--retry-failed``), atomically. A dry run reads
+the same state without changing the file (``repair=False``,
+``count_errors=False``) and checks the output could be written
+(:func:`check_writable`).
 
 This module does not read the input (:mod:`semisched.batch.input`) and sends
 nothing (:mod:`semisched.batch.run`); it maps outcomes to records, not to
@@ -43,6 +46,7 @@ __all__ = [
     "Answered",
     "ErrorCode",
     "ResultWriter",
+    "check_writable",
     "drop_errors",
     "error_code",
     "error_record",
@@ -94,22 +98,33 @@ class Answered:
         return f"{INVALID_ID_PREFIX}{line}" in self.record_ids
 
 
-def _cut_torn_line(file: Path) -> tuple[bytes, int]:
-    """The file's whole lines, after cutting a last line without its newline."""
+def _cut_torn_line(file: Path, repair: bool) -> tuple[bytes, int]:
+    """The file's whole lines, after cutting a last line without its newline
+    (only from what is returned when not ``repair``)."""
     data = file.read_bytes()
     keep = data.rfind(b"\n") + 1
     cut = len(data) - keep
-    if cut:
+    if cut and repair:
         with open(file, "r+b") as handle:
             handle.truncate(keep)
     return data[:keep], cut
 
 
-def read_answered(path: str | os.PathLike[str]) -> Answered:
+def read_answered(
+    path: str | os.PathLike[str], *, repair: bool = True, count_errors: bool = True
+) -> Answered:
     """What the output file at ``path`` already answers (nothing if it does not exist).
 
     A last line without its newline (a run killed mid-write) is cut off so the
     next append starts on a fresh line; that request is sent again.
+
+    Args:
+        path: The output file.
+        repair: Cut a torn last line off the file; ``False`` (a dry run) only
+            ignores it and leaves the file as it is.
+        count_errors: Count error records as answered; ``False`` reads the
+            file as :func:`drop_errors` would leave it (``--retry-failed``
+            without rewriting the file).
 
     Raises:
         BatchError: The file exists but cannot be read or repaired, or holds a
@@ -119,7 +134,7 @@ def read_answered(path: str | os.PathLike[str]) -> Answered:
     if not file.exists():
         return Answered()
     try:
-        data, cut = _cut_torn_line(file)
+        data, cut = _cut_torn_line(file, repair)
     except OSError as exc:
         raise BatchError(f"cannot read output {os.fspath(path)!r}: {exc.strerror or exc}") from None
     answered: set[str] = set()
@@ -135,6 +150,8 @@ def read_answered(path: str | os.PathLike[str]) -> Answered:
                 f"output {os.fspath(path)!r} line {number} is not a result record; "
                 "is it the output of another tool? Use another -o path."
             ) from None
+        if not count_errors and record.get("error") is not None:
+            continue
         if isinstance(rid, str):
             ids.add(rid)
         if isinstance(cid, str) and not (
@@ -167,6 +184,24 @@ def drop_errors(path: str | os.PathLike[str]) -> int:
         os.fsync(handle.fileno())
     os.replace(tmp, file)
     return dropped
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuse an output :class:`ResultWriter` could not open, without creating it (a dry run).
+
+    Raises:
+        BatchError: The file (or, when it does not exist, its folder) is not writable.
+    """
+    file = Path(path)
+    problem = None
+    if file.is_dir():
+        problem = "Is a directory"
+    elif not file.exists() and not file.parent.is_dir():
+        problem = "No such file or directory"
+    elif not os.access(file if file.exists() else file.parent, os.W_OK):
+        problem = "Permission denied"
+    if problem is not None:
+        raise BatchError(f"cannot write output {os.fspath(path)!r}: {problem}")
 
 
 class ResultWriter:

@@ -12,6 +12,13 @@ result is appended as it completes; :meth:`BatchRun.stop` (Ctrl-C in the CLI)
 pauses dispatching, waits up to ``grace_s`` for calls in flight and returns
 with ``interrupted`` set.
 
+Before sending, the run loads its prior source once (the learned model only
+when asked for, lazily, timed) and plans every request it will send
+(:mod:`semisched.batch.forecast`): the priors found there go to ``submit``,
+so the model reads each prompt once, and the same requests give the makespan
+floor that the progress ETA and the summary report. :meth:`BatchRun.dry_run`
+does all of that and stops: it sends nothing and changes no file.
+
 This module decides nothing about scheduling (the scheduler and its core do)
 and draws nothing (the CLI shows :class:`~semisched.batch.summary.BatchProgress`).
 The API key is read from the environment variable named by ``api_key_env``
@@ -21,13 +28,22 @@ and is never written to the output, logs or progress.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import anyio
 
+from semisched.batch.forecast import (
+    BatchForecast,
+    PriorsChoice,
+    batch_floor,
+    median_prompt_tokens,
+    plan_requests,
+)
 from semisched.batch.input import (
     BatchError,
     BatchLine,
@@ -40,6 +56,7 @@ from semisched.batch.output import (
     Answered,
     ErrorCode,
     ResultWriter,
+    check_writable,
     drop_errors,
     error_code,
     error_record,
@@ -51,10 +68,14 @@ from semisched.batch.summary import BatchProgress, BatchSummary
 from semisched.clock import AnyioClock, Clock
 from semisched.core.checks import check_choice, check_int, check_number
 from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
+from semisched.core.request import Prior, Request
 from semisched.errors import SemischedError
+from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 
-__all__ = ["BatchOptions", "BatchPlan", "BatchRun", "make_client", "run_batch"]
+__all__ = ["BatchOptions", "BatchPlan", "BatchRun", "load_priors", "make_client", "run_batch"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +91,7 @@ class BatchOptions:
     rpm: int | None = None
     tpm: int | None = None
     deadline_s: float | None = None
-    policy: str = "adaptive_drr"
+    policy: str = "batch_packing"
     skip_invalid: bool = False
     retry_failed: bool = False
     priors: str = "auto"
@@ -168,17 +189,52 @@ def make_client(options: BatchOptions) -> Any:
     )
 
 
-def _priors(options: BatchOptions) -> tuple[Any, str]:
+def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
+    """The prior source ``options.priors`` asks for, and why; the model is loaded
+    (lazily, timed in wall seconds) only for ``auto`` and ``learned``.
+
+    Raises:
+        BatchError: ``learned`` was asked for and cannot be loaded.
+    """
     if options.priors == "heuristic":
-        return None, "heuristic"
+        return Heuristic(), PriorsChoice(name="heuristic", reason="--priors heuristic")
+    started = time.perf_counter()
     try:
         from predictors.learned import load_default
 
-        return load_default(), "learned"
+        source: PriorSource = load_default()
     except (ImportError, FileNotFoundError) as exc:
         if options.priors == "learned":
             raise BatchError(f"--priors learned: {exc}") from None
-        return None, "heuristic (learned model unavailable)"
+        missing = "the ml extra is not installed"
+        if isinstance(exc, FileNotFoundError):
+            missing = "the length model's weights are missing"
+        return Heuristic(), PriorsChoice(name="heuristic", reason=missing)
+    loaded = time.perf_counter() - started
+    return source, PriorsChoice(name="learned", reason="MiniLM length model", load_s=loaded)
+
+
+async def _off_loop(work: Callable[[], _T], *, thread: bool) -> _T:
+    """``work()``; in a worker thread when it may take seconds (the model), so the event
+    loop keeps handling signals; a second Ctrl-C abandons it rather than waiting."""
+    if not thread:
+        return work()
+    return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+
+async def _planned(work: Callable[[], list[Request]], *, model: bool) -> list[Request]:
+    """Plan the requests (:func:`~semisched.batch.forecast.plan_requests`); a model's own
+    failure stops the job before anything is sent, saying how to avoid it."""
+    try:
+        return await _off_loop(work, thread=model)
+    except BatchError:
+        raise
+    except Exception as exc:
+        if not model:
+            raise
+        raise BatchError(
+            f"the length model failed while planning ({exc!r}); --priors heuristic avoids it"
+        ) from exc
 
 
 def _open_input(path: Path) -> BinaryIO:
@@ -199,6 +255,8 @@ class BatchRun:
             made from ``options`` (:func:`make_client`) when there is work.
         clock: The scheduler's clock; by default the event loop's, compressed
             ``options.time_scale`` times (the mock provider's compressed time).
+        on_start: Called once before the first request is sent, with what the
+            run will send, its priors and its makespan floor.
         on_result: Called with the progress after each recorded result.
     """
 
@@ -208,18 +266,20 @@ class BatchRun:
         *,
         client: Any | None = None,
         clock: Clock | None = None,
+        on_start: Callable[[BatchForecast], None] | None = None,
         on_result: Callable[[BatchProgress], None] | None = None,
     ) -> None:
         self.options = options
         self._client = client
         self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
+        self._on_start = on_start
         self._on_result = on_result
         self._stopping = False
         self._stop: anyio.Event | None = None  # made in the run's event loop
         self.scheduler: Scheduler | None = None
         self._progress: BatchProgress | None = None
         self._latencies: list[float] = []
-        self._priors_name = "heuristic"
+        self.forecast: BatchForecast | None = None
         self._cut_bytes = 0
         self._started: float | None = None
 
@@ -251,12 +311,17 @@ class BatchRun:
         return BatchSummary.from_progress(
             self._progress,
             latencies_s=tuple(self._latencies),
-            priors=self._priors_name,
+            priors="heuristic" if self.forecast is None else str(self.forecast.priors),
             cut_bytes=self._cut_bytes,
         )
 
-    def prepare(self) -> BatchPlan:
+    def prepare(self, *, read_only: bool = False) -> BatchPlan:
         """Read the input and the output so far.
+
+        Args:
+            read_only: Change no file (a dry run): a torn last output line is
+                ignored, not cut, and with ``retry_failed`` the error records
+                are left in place but not counted as answered.
 
         Raises:
             InvalidInput: The input has invalid lines (and not ``skip_invalid``).
@@ -268,11 +333,57 @@ class BatchRun:
             raise InvalidInput(invalid)
         if opts.output.resolve() == opts.input.resolve():
             raise BatchError("the output file must not be the input file")
-        if opts.retry_failed:
+        if opts.retry_failed and not read_only:
             drop_errors(opts.output)
-        return BatchPlan(
-            lines=tuple(lines), invalid=tuple(invalid), answered=read_answered(opts.output)
+        answered = read_answered(
+            opts.output, repair=not read_only, count_errors=not opts.retry_failed
         )
+        return BatchPlan(lines=tuple(lines), invalid=tuple(invalid), answered=answered)
+
+    async def dry_run(self) -> BatchForecast:
+        """Validate and plan exactly as :meth:`run` does, then stop: nothing is sent,
+        no client is made and no file is changed.
+
+        Raises:
+            BatchError: The job could not start (see :meth:`prepare`; an output
+                that could not be written; ``--priors learned`` unavailable).
+        """
+        plan = self.prepare(read_only=True)
+        check_writable(self.options.output)
+        forecast, _ = await self._plan(plan)
+        return forecast
+
+    async def _plan(self, plan: BatchPlan) -> tuple[BatchForecast, list[Prior]]:
+        """Load the priors once and plan the lines to send: the forecast and each
+        line's prior (the model runs in a worker thread, off the event loop)."""
+        opts = self.options
+        todo = plan.todo
+        source: PriorSource = Heuristic()
+        choice = PriorsChoice(name="heuristic", reason="nothing to send")
+        if todo:
+            load = partial(load_priors, opts)
+            source, choice = await _off_loop(load, thread=opts.priors != "heuristic")
+        config = opts.scheduler_config()
+        with _open_input(opts.input) as handle:
+            work = partial(
+                plan_requests, handle, todo, default_model=opts.model, priors=source, config=config
+            )
+            requests = await _planned(work, model=not isinstance(source, Heuristic))
+        forecast = BatchForecast(
+            to_send=len(todo),
+            already_done=len(plan.lines) - len(todo),
+            invalid=len(plan.invalid),
+            priors=choice,
+            floor=batch_floor(requests, config),
+            median_prompt_tokens=median_prompt_tokens(requests),
+            rpm=opts.rpm,
+            tpm=opts.tpm,
+            max_inflight=config.max_inflight,
+            s_per_token=config.signals.initial_s_per_token,
+            window_s=config.budget.window_s if config.budget is not None else 60.0,
+            time_scale=opts.time_scale,
+        )
+        return forecast, [request.prior for request in requests]
 
     async def run(self) -> BatchSummary:
         """Send what has no result and record each answer.
@@ -286,34 +397,39 @@ class BatchRun:
         client = None
         if todo:
             client = self._client if self._client is not None else make_client(opts)
-        priors, self._priors_name = _priors(opts) if todo else (None, "heuristic")
+        check_writable(opts.output)  # before the priors: loading and planning take time
+        self.forecast, priors = await self._plan(plan)
         writer = ResultWriter(opts.output)
         self._cut_bytes = plan.answered.cut_bytes
+        floor = self.forecast.floor
         self._progress = BatchProgress(
             total=len(plan.lines) + len(plan.invalid),
             already_done=len(plan.lines) - len(todo),
             invalid=len(plan.invalid),
             to_send=len(todo),
+            floor_s=floor.floor_s if todo else None,
+            floor_binding=floor.binding if todo else None,
         )
         try:
             for problem in plan.new_invalid:
                 writer.write(invalid_line_record(problem))
             if client is not None:
+                if self._on_start is not None:
+                    self._on_start(self.forecast)
                 with _open_input(opts.input) as source:
-                    await self._send_all(todo, source, client, priors, writer)
+                    await self._send_all(todo, priors, source, client, writer)
         finally:
             writer.close()
         summary = self.summary()
         assert summary is not None
         return summary
 
-    def _scheduler(self, client: Any, priors: Any) -> Scheduler:
+    def _scheduler(self, client: Any) -> Scheduler:
+        """The run's scheduler; every call brings its planned prior, so it needs no source."""
         opts = self.options
         return Scheduler(
             _TimedClient(client, self.clock, self._latencies),
             config=opts.scheduler_config(),
-            priors=priors,
-            prior_timeout_s=30.0,
             clock=self.clock,
             retry=RetryPolicy(max_attempts=opts.max_attempts),
             max_pending=None,
@@ -322,13 +438,13 @@ class BatchRun:
     async def _send_all(
         self,
         todo: list[BatchLine],
+        priors: list[Prior],
         source: BinaryIO,
         client: Any,
-        priors: Any,
         writer: ResultWriter,
     ) -> None:
         opts = self.options
-        scheduler = self.scheduler = self._scheduler(client, priors)
+        scheduler = self.scheduler = self._scheduler(client)
         self._started = start = self.clock.now()
         job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
         window = anyio.Semaphore(opts.window)
@@ -339,12 +455,12 @@ class BatchRun:
         async with scheduler, anyio.create_task_group() as tg:
             tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
             async with anyio.create_task_group() as sends:
-                for line in todo:
+                for line, prior in zip(todo, priors, strict=True):
                     await window.acquire()
                     if self._stopping:
                         window.release()
                         break
-                    sends.start_soon(self._send_one, line, sending)
+                    sends.start_soon(self._send_one, line, prior, sending)
             tg.cancel_scope.cancel()
         self._sync(scheduler)
         assert self._progress is not None
@@ -361,9 +477,9 @@ class BatchRun:
                 await anyio.sleep(0.05)
         scope.cancel()
 
-    async def _send_one(self, line: BatchLine, sending: _Sending) -> None:
+    async def _send_one(self, line: BatchLine, prior: Prior, sending: _Sending) -> None:
         try:
-            record = await self._answer(line, sending)
+            record = await self._answer(line, prior, sending)
             sending.writer.write(record)
             self._sync(sending.scheduler)
             if self._on_result is not None:
@@ -372,8 +488,8 @@ class BatchRun:
         finally:
             sending.window.release()
 
-    async def _answer(self, line: BatchLine, sending: _Sending) -> dict[str, Any]:
-        """Send ``line`` and return its record (counted in the progress)."""
+    async def _answer(self, line: BatchLine, prior: Prior, sending: _Sending) -> dict[str, Any]:
+        """Send ``line`` with its planned ``prior``; return its record (counted in the progress)."""
         deadline = None
         if sending.job_deadline is not None:
             deadline = sending.job_deadline - self.clock.now()
@@ -385,7 +501,7 @@ class BatchRun:
         except BatchError as exc:
             return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc))
         try:
-            response = await sending.scheduler.submit(deadline=deadline, **body)
+            response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
         except SemischedError as exc:
             code, status = error_code(exc)
             return self._failure(line, code, str(exc), status)

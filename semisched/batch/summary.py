@@ -1,10 +1,12 @@
 """What a ``semisched batch`` run did: frozen snapshots with named fields.
 
-:class:`BatchProgress` is what the progress display reads after each result;
-:class:`BatchSummary` adds what only the end of a run knows (call latencies,
-the prior source, bytes cut from a torn output) and the human-readable
-summary. :class:`BatchFailures` counts requests that ended in an error
-record, one field per :class:`~semisched.batch.output.ErrorCode`.
+:class:`BatchProgress` is what the progress display reads after each result
+(with the makespan floor found at the start, and the ETA of
+:func:`semisched.batch.forecast.eta_s`); :class:`BatchSummary` adds what only
+the end of a run knows (call latencies, the prior source, bytes cut from a
+torn output, the makespan over the floor) and the human-readable summary.
+:class:`BatchFailures` counts requests that ended in an error record, one
+field per :class:`~semisched.batch.output.ErrorCode`.
 
 Values only: nothing here reads files, sends requests or reads a clock.
 """
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from semisched.batch.forecast import eta_s
 from semisched.batch.output import ErrorCode
 
 __all__ = ["BatchFailures", "BatchProgress", "BatchSummary"]
@@ -94,6 +97,9 @@ class BatchProgress:
         retries: Failed attempts the scheduler sent again.
         elapsed_s: Clock seconds since sending started.
         interrupted: The run was stopped before every request was answered.
+        floor_s: The makespan floor of the requests to send, found before sending
+            (:func:`semisched.core.makespan_floor`; ``None``: nothing to send).
+        floor_binding: Its binding bound: ``requests``, ``tokens`` or ``serving``.
     """
 
     total: int
@@ -108,6 +114,8 @@ class BatchProgress:
     retries: int = 0
     elapsed_s: float = 0.0
     interrupted: bool = False
+    floor_s: float | None = None
+    floor_binding: str | None = None
 
     @property
     def finished(self) -> int:
@@ -119,6 +127,17 @@ class BatchProgress:
         """Prompt and completion tokens per clock second."""
         tokens = self.prompt_tokens + self.completion_tokens
         return tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Clock seconds until the run ends (``None``: unknown yet); see
+        :func:`semisched.batch.forecast.eta_s`."""
+        return eta_s(
+            to_send=self.to_send,
+            done=self.finished,
+            elapsed_s=self.elapsed_s,
+            floor_s=self.floor_s,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +160,13 @@ class BatchSummary(BatchProgress):
         known = {f.name: getattr(progress, f.name) for f in fields(BatchProgress)}
         return cls(**known, **extra)
 
+    @property
+    def floor_ratio(self) -> float | None:
+        """The makespan over its floor, ``elapsed_s / floor_s`` (``None``: no floor)."""
+        if self.floor_s is None or self.floor_s <= 0:
+            return None
+        return self.elapsed_s / self.floor_s
+
     def latency_percentile(self, q: float) -> float | None:
         """Percentile of successful call latency (send -> response), clock seconds."""
         if not self.latencies_s:
@@ -159,6 +185,12 @@ class BatchSummary(BatchProgress):
             f"  tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
             f"({self.tokens_per_s:.0f}/s); 429s {self.rate_limited}; retries {self.retries}",
         ]
+        ratio = self.floor_ratio
+        if ratio is not None and not self.interrupted:
+            out.append(
+                f"  makespan {self.elapsed_s:.1f} s = {ratio:.2f} x the floor "
+                f"{self.floor_s:.1f} s ({self.floor_binding} bound)"
+            )
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
         return out

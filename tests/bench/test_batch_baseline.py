@@ -141,6 +141,45 @@ async def test_a_full_bucket_overshoots_a_sliding_window_then_recovers() -> None
     assert result.makespan_s >= 59.0
 
 
+async def test_openais_rate_limit_exceeded_429_pauses_sending_for_15_s() -> None:
+    # The correction the benchmark relies on: the recipe's newer test (code == '429') never
+    # matches OpenAI's body, whose code is "rate_limit_exceeded"; any 429 must pause sending.
+    clock = ScaledClock(SCALE)
+    sent: list[float] = []
+    refused_at: list[float] = []
+
+    class Times(InFlight):
+        async def on_request(self, request: httpx2.Request) -> None:
+            sent.append(clock.now())
+
+        async def on_response(self, response: httpx2.Response) -> None:
+            if response.status_code == 429:
+                refused_at.append(clock.now())
+
+    lines = [chat_line(f"q{i}") for i in range(12)]
+    async with provider(Times(), rpm=5) as (client, app):
+        result = await run_fixed_rate(
+            lines,
+            client=client,
+            rpm=10,  # a full bucket of 10 against a provider window of 5
+            tpm=1e9,
+            clock=clock,
+            count_tokens=words,
+            max_attempts=1,
+        )
+        stats = app.state.mock_stats()
+    refused = [line for line in result.results.values() if line["response"]["status_code"] == 429]
+    assert refused and len(refused) == result.rate_limited == stats.counters.rate_limited
+    assert {line["response"]["body"]["error"]["code"] for line in refused} == {
+        "rate_limit_exceeded"
+    }
+    # No send within 15 s after a 429 (but for one racing its arrival by a few wall ms);
+    # without the pause the refill would send one every 6 s.
+    later = [(r, s) for r in refused_at for s in sent if s > r + 0.5]
+    assert later
+    assert all(s >= r + 15.0 for r, s in later)
+
+
 async def test_a_budget_under_the_limit_is_paced_by_the_refill_without_429() -> None:
     lines = [chat_line(f"c{i}") for i in range(20)] + [completion_line(f"p{i}") for i in range(20)]
     async with provider(rpm=60) as (client, app):
