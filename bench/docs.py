@@ -13,7 +13,13 @@ block         from                                                  command
 quick         ``docs/results/quick/summary.csv``                    quick
 rate-limits   ``docs/results/rate-limits/summary.csv``              rate-limits
 live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
+batch         ``docs/results/batch-mixed/table.md``                  batch
 ============  ====================================================  =========
+
+The batch table is not rerun by ``docs`` (it takes minutes of compressed real
+time): ``python -m bench batch --workload mixed --repeats 3 --out
+docs/results/batch-mixed`` regenerates it, then ``docs --skip-live`` (or any
+``docs`` run) re-renders the README.
 """
 
 from __future__ import annotations
@@ -90,10 +96,28 @@ def _live_check(root: Path) -> str:
     return _table(("metric", "simulated", "live (SDK + HTTP mock)", "live / sim"), body)
 
 
+def _batch(root: Path) -> str:
+    """The mixed-workload batch table (``docs/results/batch-mixed/table.md``), key columns."""
+    text = (root / DOCS / "batch-mixed" / "table.md").read_text()
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|") and not line.startswith("|---")
+    ]
+    header, body = rows[0], rows[1:]
+    keep = [header.index(name) for name in BATCH_COLUMNS]
+    return _table(BATCH_COLUMNS, [[row[i] for i in keep] for row in body])
+
+
+#: Columns of the batch table the README shows.
+BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
+                                  "429s")  # fmt: skip
+
 _BLOCKS: dict[str, Callable[[Path], str]] = {
     "quick": _quick,
     "rate-limits": _rate_limits,
     "live-check": _live_check,
+    "batch": _batch,
 }
 
 
