@@ -46,6 +46,7 @@ from semisched.batch.input import (
     load_body,
     read_input,
 )
+from semisched.batch.options import BatchOptions
 from semisched.batch.output import (
     Answered,
     ErrorCode,
@@ -53,7 +54,7 @@ from semisched.batch.output import (
     drop_errors,
     read_answered,
 )
-from semisched.batch.run import BatchOptions, BatchPlan, BatchRun, run_batch
+from semisched.batch.run import BatchPlan, BatchRun, run_batch
 from semisched.batch.summary import BatchFailures, BatchProgress, BatchSummary
 
 __all__ = [

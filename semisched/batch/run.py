@@ -37,6 +37,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import anyio
 
+from semisched.batch.client import TimedClient, make_client
 from semisched.batch.forecast import (
     BatchForecast,
     PriorsChoice,
@@ -52,6 +53,7 @@ from semisched.batch.input import (
     load_body,
     read_input,
 )
+from semisched.batch.options import BatchOptions
 from semisched.batch.output import (
     Answered,
     ErrorCode,
@@ -66,69 +68,14 @@ from semisched.batch.output import (
 )
 from semisched.batch.summary import BatchProgress, BatchSummary
 from semisched.clock import AnyioClock, Clock
-from semisched.core.checks import check_choice, check_int, check_number
-from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
 from semisched.core.request import Prior, Request
 from semisched.errors import SemischedError
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 
-__all__ = ["BatchOptions", "BatchPlan", "BatchRun", "load_priors", "make_client", "run_batch"]
+__all__ = ["BatchPlan", "BatchRun", "load_priors", "run_batch"]
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchOptions:
-    """What ``semisched batch`` was asked to do (see the CLI's ``--help``)."""
-
-    input: Path
-    output: Path
-    base_url: str
-    api_key_env: str = "OPENAI_API_KEY"
-    model: str | None = None
-    max_concurrency: int = 32
-    rpm: int | None = None
-    tpm: int | None = None
-    deadline_s: float | None = None
-    policy: str = "batch_packing"
-    skip_invalid: bool = False
-    retry_failed: bool = False
-    priors: str = "auto"
-    time_scale: float = 1.0
-    grace_s: float = 10.0
-    budget_margin_s: float | None = None
-    max_attempts: int = 6
-    window: int = 2000
-    request_timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        check_choice("policy", self.policy, PRESETS)
-        check_choice("priors", self.priors, ("auto", "learned", "heuristic"))
-        for name in ("max_concurrency", "window", "max_attempts"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_number("deadline_s", self.deadline_s, minimum=0, strict_min=True, optional=True)
-        for name in ("time_scale", "request_timeout_s"):
-            check_number(name, getattr(self, name), minimum=0, strict_min=True)
-        check_number("grace_s", self.grace_s, minimum=0)
-        self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
-
-    @property
-    def margin_s(self) -> float:
-        """The rate budget's transit margin: 1 s, and never under 100 ms of wall time
-        (compressed time against the mock shrinks real transit jitter's allowance)."""
-        if self.budget_margin_s is not None:
-            return self.budget_margin_s
-        return max(1.0, 0.1 * self.time_scale)
-
-    def scheduler_config(self) -> SchedulerConfig:
-        """The policy preset with this job's concurrency and rate budget."""
-        base = preset(self.policy)
-        return replace(
-            base,
-            max_inflight=self.max_concurrency,
-            budget=BudgetConfig(rpm=self.rpm, tpm=self.tpm, margin_s=self.margin_s),
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,28 +112,6 @@ class _Sending:
     writer: ResultWriter
     window: anyio.Semaphore
     job_deadline: float | None
-
-
-def make_client(options: BatchOptions) -> Any:
-    """An ``AsyncOpenAI`` for the job; the key comes from the environment only.
-
-    Raises:
-        BatchError: The API key variable is not set.
-    """
-    import openai
-
-    key = os.environ.get(options.api_key_env)
-    if not key:
-        raise BatchError(
-            f"the API key variable {options.api_key_env} is not set (set it, or name another "
-            "variable with --api-key-env)"
-        )
-    return openai.AsyncOpenAI(
-        base_url=options.base_url,
-        api_key=key,
-        max_retries=0,
-        timeout=options.request_timeout_s / options.time_scale,
-    )
 
 
 def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
@@ -428,7 +353,7 @@ class BatchRun:
         """The run's scheduler; every call brings its planned prior, so it needs no source."""
         opts = self.options
         return Scheduler(
-            _TimedClient(client, self.clock, self._latencies),
+            TimedClient(client, self.clock, self._latencies),
             config=opts.scheduler_config(),
             clock=self.clock,
             retry=RetryPolicy(max_attempts=opts.max_attempts),
@@ -539,52 +464,3 @@ class BatchRun:
 async def run_batch(options: BatchOptions, **kwargs: Any) -> BatchSummary:
     """Run a batch job (see :class:`BatchRun`)."""
     return await BatchRun(options, **kwargs).run()
-
-
-# -- call latency -------------------------------------------------------------------------
-#
-# The summary and ``python -m bench batch`` report call latency (send -> response
-# of each successful attempt, the fixed-rate baseline's definition), not the time
-# a request waited in the scheduler. The runtime measures exactly that for its
-# own signals (the engine's ``completed`` minus the request's latest send) but
-# hands callers only the provider's response and aggregate statistics, so the
-# batch times the attempt at the client it wraps.
-
-
-class _TimedRaw:
-    def __init__(self, raw: Any, clock: Clock, sink: list[float]) -> None:
-        self._raw = raw
-        self._clock = clock
-        self._sink = sink
-
-    async def create(self, **params: Any) -> Any:
-        start = self._clock.now()
-        result = await self._raw.create(**params)
-        self._sink.append(self._clock.now() - start)
-        return result
-
-
-class _TimedCompletions:
-    def __init__(self, target: Any, clock: Clock, sink: list[float]) -> None:
-        self.create = target.create  # the scheduler reads the accepted names off its signature
-        self.with_raw_response = _TimedRaw(target.with_raw_response, clock, sink)
-
-
-class _TimedChat:
-    def __init__(self, completions: _TimedCompletions) -> None:
-        self.completions = completions
-
-
-class _TimedClient:
-    """An ``AsyncOpenAI`` as the scheduler calls it (``with_raw_response.create``),
-    timing each successful attempt (send -> response, clock seconds) into ``sink``.
-
-    The wrapped client's own retries are turned off here: the wrapper hides
-    ``with_options``, through which the scheduler would do it.
-    """
-
-    def __init__(self, client: Any, clock: Clock, sink: list[float]) -> None:
-        with_options = getattr(client, "with_options", None)
-        client = with_options(max_retries=0) if callable(with_options) else client
-        self.chat = _TimedChat(_TimedCompletions(client.chat.completions, clock, sink))
-        self.completions = _TimedCompletions(client.completions, clock, sink)
