@@ -1,4 +1,4 @@
-"""Fixtures: the real ``openai.AsyncOpenAI`` client against the in-process mock provider.
+"""Fixtures of the runtime tests: virtual time, and openai's platform lookup on the loop.
 
 Async tests run in virtual time: trio with an autojumping ``MockClock``. The
 scheduler's default clock (:class:`~semisched.clock.AnyioClock`) and the mock
@@ -7,9 +7,9 @@ physics, deadlines, back-offs and ``retry-after`` waits are exact and a test
 sleeps minutes in microseconds. Tests that need real time (a real server on
 127.0.0.1, a subprocess) are marked ``wallclock`` and run on asyncio.
 
-:class:`Recorder` sits between the client and the mock and writes down each
-exchange with its virtual time, so a test can assert *when* an attempt was
-sent; it can also answer the first requests itself with scripted failures.
+The helpers (the mock client, :class:`Recorder`, scripted failures) are in
+``runtime_kit.py``: test modules import them from there, never from
+``conftest`` (another folder's ``conftest`` may hold that module name).
 
 One wrinkle: on a client's first request openai detects the platform in a worker
 thread (``asyncify(get_platform)``), and an autojumping ``MockClock`` may jump to
@@ -19,28 +19,11 @@ The autouse fixture ``_platform_inline`` runs that detection inline instead.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-import httpx2
-import openai
 import pytest
 import trio.testing
-from starlette.applications import Starlette
-
-from mockprovider.app import MockConfig, create_app
-from mockprovider.stats import MockStats
-
-#: Virtual seconds per wall second in the ``wallclock`` tests (a real server).
-SCALE = 200.0
-
-#: Output tokens of a call that stays in flight until the test cancels it
-#: (~1870 virtual seconds of decoding).
-FOREVER = 100_000
 
 
 @pytest.fixture
@@ -62,99 +45,3 @@ def _platform_inline(monkeypatch: pytest.MonkeyPatch) -> None:
         return call
 
     monkeypatch.setattr(_base_client, "asyncify", inline)
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One request the client sent, as the recorder saw it.
-
-    Attributes:
-        at: Loop time (virtual) when the request left the client.
-        path: URL path.
-        status: The answer's status.
-        headers: The answer's headers.
-        scripted: Answered by the recorder's script, not by the mock.
-    """
-
-    at: float
-    path: str
-    status: int
-    headers: Mapping[str, str]
-    scripted: bool
-
-
-@dataclass(frozen=True)
-class Scripted:
-    """A failure the recorder answers itself, before the mock sees anything."""
-
-    status: int
-    headers: Mapping[str, str] = field(default_factory=dict)
-    code: str | None = None
-
-
-class Recorder(httpx2.AsyncBaseTransport):
-    """Records every completion request; answers the first ones from ``script``."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport, script: Sequence[Scripted]) -> None:
-        self.inner = inner
-        self.script = list(script)
-        self._answered: dict[int, Exchange] = {}
-        self._sent = 0
-
-    @property
-    def log(self) -> list[Exchange]:
-        """The answered completion requests, in the order they were sent."""
-        return [self._answered[i] for i in sorted(self._answered)]
-
-    def attempts(self) -> list[float]:
-        """Virtual send times of the answered completion requests, in order."""
-        return [e.at for e in self.log]
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if not request.url.path.endswith("completions"):
-            return await self.inner.handle_async_request(request)
-        at, seq = anyio.current_time(), self._sent
-        self._sent += 1
-        if self.script:
-            step = self.script.pop(0)
-            body = {"error": {"message": f"scripted {step.status}", "type": step.code,
-                              "code": step.code, "param": None}}  # fmt: skip
-            await request.aread()
-            self._answered[seq] = Exchange(at, request.url.path, step.status, step.headers, True)
-            return httpx2.Response(
-                step.status, headers=dict(step.headers), content=json.dumps(body).encode()
-            )
-        response = await self.inner.handle_async_request(request)
-        self._answered[seq] = Exchange(
-            at, request.url.path, response.status_code, response.headers, False
-        )
-        return response
-
-
-@dataclass
-class Mock:
-    """A client wired to a fresh in-process mock provider."""
-
-    client: openai.AsyncOpenAI
-    app: Starlette
-    recorder: Recorder
-
-    def stats(self) -> MockStats:
-        """The mock's named statistics."""
-        stats: MockStats = self.app.state.mock_stats()
-        return stats
-
-
-@asynccontextmanager
-async def mock_client(*, script: Sequence[Scripted] = (), **config: Any) -> AsyncIterator[Mock]:
-    """An AsyncOpenAI client wired to a fresh in-process mock provider in virtual time."""
-    app = create_app(MockConfig(**config), clock=anyio.current_time)
-    recorder = Recorder(httpx2.ASGITransport(app=app), script)
-    async with httpx2.AsyncClient(transport=recorder, base_url="http://mock") as http:
-        client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="test-key", http_client=http)
-        yield Mock(client, app, recorder)
-
-
-def chat(content: str = "hello", **kwargs: Any) -> dict[str, Any]:
-    """Arguments of a small chat call."""
-    return {"model": "mock-1", "messages": [{"role": "user", "content": content}], **kwargs}

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
-from conftest import Scripted, chat, mock_client
+from runtime_kit import Scripted, chat, mock_client
 
 from semisched import (
     DeadlineExceeded,

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 import trio.testing
-from conftest import chat, mock_client
+from runtime_kit import chat, mock_client
 
 from semisched import Scheduler
 from semisched.core import Prior

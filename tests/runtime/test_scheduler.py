@@ -15,7 +15,7 @@ import anyio
 import httpx2
 import openai
 import pytest
-from conftest import FOREVER, SCALE, chat, mock_client
+from runtime_kit import FOREVER, SCALE, chat, mock_client
 
 from semisched import DeadlineExceeded, QueueFull, RequestRejected, Scheduler, SchedulerClosed
 from semisched.clock import AnyioClock, ScaledClock
