@@ -633,7 +633,7 @@ class Engine:
             self._inflight_tokens += entry.reserve
             self._counters.sent += 1
             if budget is not None:
-                budget.charge(now, entry.request.id, rate_tokens(entry.request))
+                budget.charge(now, entry.request.id, entry.charge)
             actions.append(Send(entry.request, entry.attempts, entry.cost))
             if not self._queued or not self._has_capacity(0.0):
                 break
@@ -642,7 +642,7 @@ class Engine:
         self, budget: RateBudget, entry: Entry, now: float, actions: list[Action]
     ) -> bool:
         """Whether the rate budget can pay for ``entry`` now; else arm a wake or reject it."""
-        tokens = rate_tokens(entry.request)
+        tokens = entry.charge  # rate_tokens(request), computed once at submit
         wait = budget.wait(now, tokens)
         if wait is None:
             self._dequeue(entry)
