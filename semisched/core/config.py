@@ -189,6 +189,11 @@ class OrderingConfig:
         urgent_candidates: How many earliest-deadline requests to score.
         infeasible_lookahead: When a band head cannot meet its deadline, how
             many entries behind it are searched for a feasible one.
+        feasibility_quantile: Which quantile of a request's prior (a log-normal
+            fit to its p50/p90) decides whether it can still meet its deadline:
+            0.5 is the paper's p50; the default 0.25 keeps an uncertain request
+            (the learned model's) in play while its optimistic length still fits.
+            Priors without spread are unaffected.
     """
 
     policy: str | type[OrderingPolicy] = "feasible_set"
@@ -200,6 +205,7 @@ class OrderingConfig:
     band_ratio: float = 1.5
     urgent_candidates: int = 1
     infeasible_lookahead: int = 16
+    feasibility_quantile: float = 0.25
 
     def __post_init__(self) -> None:
         _check_policy(self.policy, ORDERING_POLICY_NAMES)
@@ -208,6 +214,8 @@ class OrderingConfig:
         _positive("w_urgency", self.w_urgency, allow_zero=True)
         _positive("size_ref_tokens", self.size_ref_tokens)
         _positive("urgency_horizon_s", self.urgency_horizon_s)
+        check_fraction("feasibility_quantile", self.feasibility_quantile, strict_min=True,
+                       strict_max=True)  # fmt: skip
         check_number("band_ratio", self.band_ratio, minimum=1, strict_min=True)
         check_int("urgent_candidates", self.urgent_candidates, minimum=0)
         check_int("infeasible_lookahead", self.infeasible_lookahead, minimum=0)

@@ -53,6 +53,7 @@ import heapq
 import math
 import operator
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
@@ -117,6 +118,8 @@ class Engine:
         self._signals = Signals(cfg.signals)
         # Bound once: the ordering layer calls it for every candidate it scores.
         self._estimate: LatencyEstimate = self._signals.estimate_latency
+        # The standard score of the quantile the ordering tests deadlines with.
+        self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
         self._queues = {n: ClassQueue(n, cfg.ordering.band_ratio) for n in self._class_names}
@@ -217,6 +220,7 @@ class Engine:
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
         entry = Entry(request, cost, reserve, self._next_seq())
         entry.charge = rate_tokens(request)
+        entry.hopeful = request.prior.quantile(self._feasibility_z)
         self._counters.submitted += 1
         actions: list[Action] = []
         self._run_timers(now, actions)

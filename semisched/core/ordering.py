@@ -22,7 +22,10 @@ removes the chosen entry.
     requests first: minimises a batch job's makespan (beyond the paper).
 
 Infeasible requests: an entry is *infeasible* when it has a deadline and
-``now + estimated_latency(p50) > deadline``. Infeasible candidates are never
+``now + estimated_latency(q) > deadline``, ``q`` the prior's
+``OrderingConfig.feasibility_quantile`` (the paper reads p50; 0.25 gives an
+uncertain prior the benefit of the doubt, so a request that may well be short
+is not given up on while it can still make it). Infeasible candidates are never
 dropped here; they rank after every feasible candidate, so they are sent only
 when nothing feasible is found (the engine counts such sends). So that an
 infeasible band head does not hide a feasible request queued behind it, the
@@ -60,7 +63,7 @@ LatencyEstimate = Callable[[float], float]
 def is_feasible(entry: Entry, now: float, estimate: LatencyEstimate) -> bool:
     """Whether ``entry`` can still meet its deadline if sent at ``now``."""
     deadline = entry.request.deadline
-    return deadline is None or now + estimate(entry.request.prior.p50) <= deadline
+    return deadline is None or now + estimate(entry.hopeful) <= deadline
 
 
 class PackingView(Protocol):
@@ -137,7 +140,7 @@ class FeasibleSetOrdering(OrderingPolicy):
             feasible = True
             deadline = request.deadline
             if deadline is not None:
-                slack = deadline - now - estimate(request.prior.p50)
+                slack = deadline - now - estimate(entry.hopeful)
                 feasible = slack >= 0.0
                 urgency = 1.0 - slack / horizon
                 score += w_urg * (0.0 if urgency < 0.0 else 1.0 if urgency > 1.0 else urgency)

@@ -61,6 +61,8 @@ class Entry:
         skip_admission: Re-enter the queue without an overload check (retries).
         charge: What a rate budget charges for it: prompt estimate plus
             ``max_tokens``, else the prior's p90 (``budget.rate_tokens``).
+        hopeful: Output tokens the ordering tests a deadline with: the prior's
+            ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
     """
 
     request: Request
@@ -75,6 +77,7 @@ class Entry:
     wake_at: float | None = None
     skip_admission: bool = field(default=False)
     charge: float = 0.0
+    hopeful: float = 0.0
 
 
 def _live(item: tuple[int, Entry]) -> bool:

@@ -170,3 +170,23 @@ def test_longest_first_sends_what_can_meet_its_deadline_before_what_cannot() -> 
     e.submit(req("long_late", 900, arrival=1.0, deadline=2.0), 1.0)  # 900 x 18.7 ms > 1 s
     e.submit(req("short_ok", 20, arrival=1.0, deadline=100.0), 1.0)
     assert next_sent(e, "blocker", 1.0) == "short_ok"
+
+
+@pytest.mark.parametrize(("quantile", "winner"), [(0.25, "unsure"), (0.5, "ok")])
+def test_an_uncertain_request_is_not_given_up_while_its_optimistic_length_fits(
+    quantile: float, winner: str
+) -> None:
+    e = engine(feasibility_quantile=quantile)
+    # p50 600 tokens (~11 s) misses a 9 s deadline; its 25th percentile (p50 / 3.3 with
+    # p90 = 4 x p50) fits. Read at p50 it is infeasible and waits behind "ok".
+    unsure = Prior(p50=600.0, p90=2400.0)
+    assert unsure.p50 * S_PER_TOKEN + 1.0 > 9.0 and unsure.quantile(-0.6745) * S_PER_TOKEN < 8.0
+    e.submit(Request(id="unsure", klass="batch", prior=unsure, arrival=0.0, deadline=10.0), 0.0)
+    e.submit(req("ok", 500, arrival=0.5), 0.5)
+    assert next_sent(e, "blocker", 1.0) == winner
+
+
+@pytest.mark.parametrize("quantile", [0.0, 1.0, -0.1, True])
+def test_feasibility_quantile_must_be_inside_zero_one(quantile: object) -> None:
+    with pytest.raises(ValueError, match=r"^feasibility_quantile="):
+        OrderingConfig(feasibility_quantile=quantile)  # type: ignore[arg-type]

@@ -6,8 +6,11 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from semisched.core import Bucket, Prior, Request
+from semisched.core.request import SHORT_PROBABILITY, Z90
 
 GOOD_PRIOR = Prior(p50=100, p90=200)
 
@@ -60,8 +63,10 @@ def test_valid_deadlines_are_accepted(deadline: float | None) -> None:
 @pytest.mark.parametrize(
     ("prior", "bucket"),
     [
-        (Prior(p50=64, p90=5000), Bucket.SHORT),  # routed by p50, not p90
-        (Prior(p50=65, p90=65), Bucket.MEDIUM),
+        (Prior(p50=64, p90=5000), Bucket.SHORT),  # a median of 64 is short
+        (Prior(p50=65, p90=65), Bucket.MEDIUM),  # no spread: the paper's p50 rule
+        (Prior(p50=120, p90=600), Bucket.SHORT),  # P(<= 64) = 0.21 >= SHORT_PROBABILITY
+        (Prior(p50=120, p90=200), Bucket.MEDIUM),  # P(<= 64) = 0.02
         (Prior(p50=300, p90=900), Bucket.LONG),
         (Prior(p50=2000, p90=4000), Bucket.XLONG),
         (Prior(p50=10, p90=20, bucket=Bucket.XLONG), Bucket.XLONG),  # class-only label wins
@@ -71,6 +76,22 @@ def test_valid_deadlines_are_accepted(deadline: float | None) -> None:
 def test_request_routing_bucket(prior: Prior, bucket: Bucket) -> None:
     assert prior.routing_bucket is bucket
     assert Request(id="r", klass="batch", prior=prior).bucket is bucket
+
+
+@given(st.floats(1, 5000), st.floats(1, 20))
+def test_a_prior_routes_short_exactly_when_it_likely_enough_is(p50: float, spread: float) -> None:
+    prior = Prior(p50=p50, p90=p50 * spread)
+    short = prior.short_probability >= SHORT_PROBABILITY or p50 <= 64
+    assert (prior.routing_bucket is Bucket.SHORT) == short
+    assert prior.quantile(Z90) == pytest.approx(prior.p90)
+    assert prior.quantile(0.0) == p50
+
+
+def test_short_probability_is_the_log_normal_fit_to_p50_and_p90() -> None:
+    assert Prior(p50=64, p90=640).short_probability == pytest.approx(0.5)
+    assert Prior(p50=640, p90=6400).short_probability == pytest.approx(0.1)  # z = -Z90
+    assert Prior(p50=64, p90=64).short_probability == 1.0
+    assert Prior(p50=65, p90=65).short_probability == 0.0
 
 
 def test_scaled_prior_keeps_its_label_and_rejects_bad_factors() -> None:
