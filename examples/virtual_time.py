@@ -1,17 +1,28 @@
-"""Test code that uses the scheduler in virtual time: ten busy minutes in seconds, repeatably.
+"""Test code that uses the scheduler in virtual time: ten busy minutes in a few seconds.
 
 Runs the SDK against the in-process mock provider (no server, no sockets:
 ``httpx2.ASGITransport``) on trio with ``trio.testing.MockClock(autojump_threshold=0)``.
 The mock reads the event loop's clock (``create_app(..., clock=anyio.current_time)``)
 and the scheduler's default clock is the event loop's too, so every wait, deadline,
-back-off and physics delay happens in virtual time, exactly and repeatably. This is
-how semisched's own SDK tests run; use it for yours.
+back-off and physics delay happens in virtual time, exactly. This is how
+semisched's own SDK tests run; use it for yours.
+
+Repeatable up to one thing: requests sent at the same virtual instant (several
+answers end in one decode step and free several slots) reach the mock in the
+order trio happens to run their tasks, and trio shuffles that order on purpose
+to shake out order bugs. Here it moves the end by a fraction of a virtual
+second between runs; the outcomes repeat. Assert on outcomes, not on the last
+decimal of a time. The scheduler is told the provider's 120 requests a minute
+(``BudgetConfig(rpm=120)``), so it paces its sends instead of retrying 429s.
 
 One detail: an openai client looks up the platform in a worker thread on its first
 request, and an autojumping clock may skip ahead while that thread runs (to the
 first deadline, say). The scheduler calls a copy of your client with its retries
 turned off, so make one throw-away call through the scheduler, without a
-deadline, before the timed part.
+deadline, before the timed part. And name an inline prior source (here
+``priors="heuristic"``): the default with the ``ml`` extra installed is the
+learned model, which answers from a worker thread, and a thread races an
+autojumping clock just the same.
 
     python examples/virtual_time.py
 """
@@ -27,6 +38,7 @@ import trio.testing
 
 from mockprovider.app import MockConfig, create_app
 from semisched import Scheduler, SemischedError
+from semisched.core import BudgetConfig, preset
 
 
 async def main() -> None:
@@ -35,7 +47,8 @@ async def main() -> None:
     async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
         client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http)
         outcomes: dict[str, int] = {}
-        async with Scheduler(client, config="final_adrr_olc", seed=0) as scheduler:
+        config = preset("final_adrr_olc", budget=BudgetConfig(rpm=120))
+        async with Scheduler(client, config=config, seed=0, priors="heuristic") as scheduler:
             warm_up = {"role": "user", "content": "warm-up"}  # openai's platform lookup
             await scheduler.submit(model="mock-1", messages=[warm_up], max_completion_tokens=1)
             start = anyio.current_time()

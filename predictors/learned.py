@@ -61,6 +61,13 @@ def _previous(query: PriorQuery) -> int | None:
         return max(1, len(answers[-1]) // 4)
 
 
+def _capped(p50: float, p90: float, cap: int | None) -> Prior:
+    """The model's p50/p90, clipped to the call's output cap (a provider never exceeds it)."""
+    if cap is not None and cap > 0:
+        p50, p90 = min(p50, float(cap)), min(p90, float(cap))
+    return Prior(p50=p50, p90=p90)
+
+
 class LearnedPrior:
     """Priors from the trained length model (p50/p90 output tokens)."""
 
@@ -81,7 +88,10 @@ class LearnedPrior:
         texts = [_text(q) for q in queries]
         previous = [_previous(q) for q in queries]
         predictions = self.predictor.predict(texts, previous)
-        return [Prior(p50=float(p50), p90=float(max(p50, p90))) for p50, p90 in predictions]
+        return [
+            _capped(float(p50), float(max(p50, p90)), q.max_tokens)
+            for (p50, p90), q in zip(predictions, queries, strict=True)
+        ]
 
 
 def load_default() -> LearnedPrior:

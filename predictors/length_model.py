@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,21 @@ def _last_layer(backbone: PreTrainedModel) -> nn.Module:
     raise ValueError(f"cannot find the transformer layers of {type(backbone).__name__}")
 
 
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar on stderr while the backbone loads (a scheduler
+    loads the model on start; its users' logs are not a download console)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 class LengthModel(nn.Module):
     """Soft prompt + frozen encoder (last layer trainable) + two-layer head."""
 
@@ -130,7 +146,8 @@ class LengthModel(nn.Module):
     def create(cls, cfg: ModelConfig, *, backbone: PreTrainedModel | None = None) -> LengthModel:
         """Build with the configured (or given) backbone."""
         if backbone is None:
-            backbone = AutoModel.from_pretrained(resolve_backbone(cfg.backbone))
+            with _quiet_loading():
+                backbone = AutoModel.from_pretrained(resolve_backbone(cfg.backbone))
         return cls(cfg, backbone)
 
     def forward(

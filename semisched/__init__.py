@@ -19,6 +19,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from semisched.calibration import LengthCalibration
     from semisched.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
     from semisched.core.config import SchedulerConfig, preset
     from semisched.core.lifecycle import FailureKind, RetryPolicy
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
         SemischedError,
     )
     from semisched.estimate import TokenEstimator
-    from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorSource
+    from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
     from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
 
 #: The package version, kept equal to ``[project] version`` in pyproject.toml
@@ -65,6 +66,8 @@ _WHERE = {
     "Heuristic": "semisched.priors",
     "PriorQuery": "semisched.priors",
     "PriorSource": "semisched.priors",
+    "PriorsChoice": "semisched.priors",
+    "LengthCalibration": "semisched.calibration",
     # outcomes
     "DeadlineExceeded": "semisched.errors",
     "ProviderError": "semisched.errors",
@@ -83,10 +86,12 @@ __all__ = [
     "DeadlineExceeded",
     "FailureKind",
     "Heuristic",
+    "LengthCalibration",
     "MonotonicClock",
     "Prior",
     "PriorQuery",
     "PriorSource",
+    "PriorsChoice",
     "ProviderError",
     "QueueFull",
     "QuotaExceeded",

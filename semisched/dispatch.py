@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall
 from semisched.clock import Clock
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
@@ -75,6 +76,9 @@ class Pending:
         attempts: Sends so far.
         scope: The cancel scope of the attempt in flight, if any.
         failure: The last failed attempt and its exception.
+        calibrated: The calibration's record of its prior, scored on the
+            answer's length (``None``: the caller gave the prior, or
+            calibration is off).
     """
 
     id: str
@@ -87,6 +91,7 @@ class Pending:
     attempts: int = 0
     scope: anyio.CancelScope | None = None
     failure: tuple[ProviderFailure, BaseException] | None = None
+    calibrated: Calibrated | None = None
 
 
 class Dispatcher:
@@ -99,6 +104,7 @@ class Dispatcher:
         estimator: Calibrated from each response's prompt ``usage``.
         tally: The runtime's counters, updated in place.
         cancel_late: Abort an attempt still in flight at its deadline.
+        calibration: Scored on every answer's length, when set.
     """
 
     def __init__(
@@ -110,6 +116,7 @@ class Dispatcher:
         tally: RuntimeTally,
         *,
         cancel_late: bool,
+        calibration: LengthCalibration | None = None,
     ) -> None:
         self.engine = engine
         self.provider = provider
@@ -117,6 +124,7 @@ class Dispatcher:
         self.estimator = estimator
         self.tally = tally
         self.cancel_late = cancel_late
+        self.calibration = calibration
         self.pending: dict[str, Pending] = {}
         self.open_streams = 0
         self.rate_limits: RateLimitInfo | None = None
@@ -361,6 +369,7 @@ class Dispatcher:
         if usage.known:  # what the provider's token window charged: prompt + the cap
             cap = call.output_cap
             charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
+            self._observe_length(pending, usage.output_tokens)
         actions = self.engine.completed(
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
         )
@@ -371,6 +380,8 @@ class Dispatcher:
         self.open_streams -= 1
         now = self.now()
         if complete:
+            if tokens is not None:
+                self._observe_length(pending, tokens)
             self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
         else:
             self.execute(self.engine.cancel(pending.id, now))
@@ -386,6 +397,10 @@ class Dispatcher:
         hint = failure.retry_after_wall_s
         retry_after = None if hint is None else hint * self._clock_per_wall()
         self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
+
+    def _observe_length(self, pending: Pending, output_tokens: int) -> None:
+        if self.calibration is not None and pending.calibrated is not None:
+            self.calibration.observe(pending.calibrated, output_tokens)
 
     def _observe_headers(self, headers: Mapping[str, str], pending: Pending) -> None:
         info = parse_rate_limits(headers) if headers else None

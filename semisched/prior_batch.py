@@ -59,6 +59,18 @@ class PriorResolver:
         self._receive: MemoryObjectReceiveStream[_Query] | None = None
         self._limiter = anyio.CapacityLimiter(1)
 
+    def with_source(self, source: PriorSource) -> PriorResolver:
+        """A resolver like this one over ``source`` (before :meth:`open`)."""
+        if self._send is not None:
+            raise RuntimeError("the PriorResolver is already open")
+        return PriorResolver(
+            source,
+            self.fallback,
+            timeout_s=self.timeout_s,
+            max_batch=self.max_batch,
+            max_wait_s=self.max_wait_s,
+        )
+
     def __repr__(self) -> str:
         mode = "batched" if self.batched else "inline"
         return f"<PriorResolver {self.source.name} {mode} fallback={self.fallback.name}>"

@@ -27,6 +27,7 @@ __all__ = [
     "Prior",
     "PriorQuery",
     "PriorSource",
+    "PriorsChoice",
 ]
 
 #: Neutral p50/p90 output tokens: close to the ShareGPT V3 p50/p90 measured
@@ -101,14 +102,48 @@ class BatchPriorSource(PriorSource, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriorsChoice:
+    """Which output-length priors a run uses, and why.
+
+    Attributes:
+        name: The source's name: ``"learned"``, ``"heuristic"``, or a
+            caller's own source's.
+        reason: Why, in a few words (``"MiniLM length model"``,
+            ``"--priors heuristic"``, ``"the ml extra is not installed"``).
+        load_s: Wall seconds loading the model took (``None``: nothing loaded).
+    """
+
+    name: str
+    reason: str
+    load_s: float | None = None
+
+    def __str__(self) -> str:
+        if self.load_s is None:
+            return f"{self.name} ({self.reason})"
+        return f"{self.name} ({self.reason}, loaded in {self.load_s:.1f} s)"
+
+
 @dataclass(frozen=True, slots=True)
 class Heuristic:
     """What a client knows without a model: the caller's ``max_tokens`` cap.
 
-    With a cap, p50/p90 are the neutral values clipped to the cap (a request
-    capped at 32 tokens is short whatever it says). Without one the size is
-    unknown: neutral p50/p90 and routing bucket ``unknown`` (uniform shedding).
-    This is the SDK's default and the fallback when a learned source is slow.
+    - No cap: the size is unknown. Neutral p50/p90 and routing bucket
+      ``unknown`` (overload control sheds it at one uniform level).
+    - A cap at or below the neutral p90 bounds the request from above: the
+      population truncated at the cap, ``p50 = min(neutral p50, cap)`` and
+      ``p90 = cap``. A request capped at 32 tokens is short whatever it says;
+      one capped at 200 is at most medium.
+    - A larger cap is read as the request's own p90 (whoever allows 2,000
+      tokens expects answers of that order): ``p90 = cap`` and p50 at the
+      neutral p50/p90 ratio, ``p50 = cap * p50 / p90``. The routing bucket
+      follows from that p50, so a 2,000-token cap routes as ``long`` and
+      overload control can defer or shed it. (Clipping the neutral p50 to the
+      cap would call it ``medium``, which the ladder never sheds.)
+
+    The two readings meet at ``cap = p90``, so the prior grows with the cap.
+    This is the SDK's default without the ``ml`` extra, and the fallback when a
+    learned source is slow.
     """
 
     p50: float = NEUTRAL_P50
@@ -119,4 +154,6 @@ class Heuristic:
         cap = query.max_tokens
         if cap is None or cap <= 0:
             return Prior(p50=self.p50, p90=self.p90, bucket=Bucket.UNKNOWN)
-        return Prior(p50=min(self.p50, float(cap)), p90=min(self.p90, float(cap)))
+        if cap <= self.p90:
+            return Prior(p50=min(self.p50, float(cap)), p90=float(cap))
+        return Prior(p50=cap * self.p50 / self.p90, p90=float(cap))

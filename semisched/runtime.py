@@ -34,7 +34,9 @@ drop-in facade in :mod:`semisched.facade`, statistics in :mod:`semisched.stats`.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -44,18 +46,21 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall, prepare_call
 from semisched.clock import AnyioClock, Clock
+from semisched.core.checks import check_choice
 from semisched.core.config import SchedulerConfig, preset
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
+from semisched.default_priors import PRIOR_CHOICES, PRIORS_ENV, choose_priors, default_choice
 from semisched.dispatch import Dispatcher, Pending
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
 from semisched.prior_batch import PriorResolver
-from semisched.priors import Heuristic, PriorSource
+from semisched.priors import Heuristic, PriorsChoice, PriorSource
 from semisched.provider import Provider
 from semisched.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.streams import ScheduledStream
@@ -85,12 +90,24 @@ class Scheduler:
             An OpenAI client is used through ``with_options(max_retries=0)``:
             the scheduler owns retries, so the core sees every attempt.
         config: A :class:`SchedulerConfig` or a preset name.
-        priors: Where priors come from when a call gives none (default:
-            :class:`~semisched.priors.Heuristic`, from the output cap). A
-            :class:`~semisched.priors.BatchPriorSource` runs off the event loop.
+        priors: Where priors come from when a call gives none: a
+            :class:`~semisched.priors.PriorSource`, or a name from
+            :mod:`semisched.default_priors`. ``"auto"`` is the shipped learned
+            length model when the ``ml`` extra is installed, else
+            :class:`~semisched.priors.Heuristic` (from the output cap);
+            ``"learned"`` insists on the model, ``"heuristic"`` never loads it.
+            ``None`` (the default) reads ``$SEMISCHED_PRIORS``, else ``"auto"``.
+            The model is loaded on entering the context (seconds, once per
+            process, in a worker thread) and, like any
+            :class:`~semisched.priors.BatchPriorSource`, runs off the event loop.
         prior_timeout_s: Longest wait (event-loop seconds) for a blocking
             source; then ``fallback`` answers.
         fallback: Prior source used on timeout or error of ``priors``.
+        calibration: Online correction of the source's priors from the lengths
+            answers report (:class:`~semisched.calibration.LengthCalibration`):
+            ``True`` (a fresh one), ``False`` (off), or one to share or inspect.
+            It also learns whether the calls' ``max_tokens`` caps predict their
+            lengths. A caller's own ``prior=`` is never corrected.
         clock: Time source (default :class:`~semisched.clock.AnyioClock`: the
             event loop's clock, virtual under trio's ``MockClock``).
         retry: A convenience: replaces ``config.retry`` (the core's
@@ -113,9 +130,10 @@ class Scheduler:
         client: Any,
         *,
         config: SchedulerConfig | str = "final_adrr_olc",
-        priors: PriorSource | None = None,
+        priors: PriorSource | str | None = None,
         prior_timeout_s: float = 0.05,
         fallback: PriorSource | None = None,
+        calibration: LengthCalibration | bool = True,
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         seed: int | None = None,
@@ -131,16 +149,38 @@ class Scheduler:
             raise ValueError(f"seed={seed!r} must be None or an int")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
+        asked_by = f"priors={priors!r}"
+        if priors is None:
+            priors = default_choice()
+            asked_by = f"{PRIORS_ENV}={priors}" if os.environ.get(PRIORS_ENV) else "the default"
+        if isinstance(priors, str):
+            check_choice("priors", priors, PRIOR_CHOICES)
+        elif not isinstance(priors, PriorSource):
+            raise TypeError(f"priors={priors!r} must be a PriorSource, a name or None")
+        if not isinstance(calibration, LengthCalibration | bool):
+            raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
         config = preset(config) if isinstance(config, str) else config
         self.config = config if retry is None else replace(config, retry=retry)
         self._provider = Provider(client)
         self._class_names = tuple(c.name for c in self.config.classes)
         self._engine = Engine(self.config, jitter=random.Random(seed).random)
+        # A name other than "heuristic" loads a model: on entering, in a worker thread.
+        self._load_priors = priors if isinstance(priors, str) and priors != "heuristic" else None
+        self._prior_asked_by = asked_by
+        if isinstance(priors, str):
+            source: PriorSource = Heuristic()
+            self._prior_choice = PriorsChoice(name="heuristic", reason=asked_by)
+        else:
+            source = priors
+            self._prior_choice = PriorsChoice(name=priors.name, reason="the priors argument")
         self._priors = PriorResolver(
-            priors if priors is not None else Heuristic(),
+            source,
             fallback if fallback is not None else Heuristic(),
             timeout_s=prior_timeout_s,
         )
+        if calibration is True:
+            calibration = LengthCalibration()
+        self._calibration = calibration or None
         self._clock: Clock = clock if clock is not None else AnyioClock()
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
@@ -152,6 +192,7 @@ class Scheduler:
             self._estimator,
             self._tally,
             cancel_late=cancel_late,
+            calibration=self._calibration,
         )
         self._ids = itertools.count(1)
         self._preparing = 0
@@ -169,6 +210,12 @@ class Scheduler:
     async def __aenter__(self) -> Scheduler:
         if self._tg is not None or self._closed:
             raise RuntimeError("a Scheduler can be entered only once")
+        if self._load_priors is not None:
+            choose = functools.partial(
+                choose_priors, self._load_priors, asked_by=self._prior_asked_by
+            )
+            source, self._prior_choice = await anyio.to_thread.run_sync(choose)
+            self._priors = self._priors.with_source(source)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._dispatch.start(self._tg)
@@ -257,13 +304,14 @@ class Scheduler:
             )
         self._preparing += 1  # counts towards max_pending while its prior is resolved
         try:
-            request = await self._request(rid, call)
+            request, calibrated = await self._request(rid, call)
         except BaseException:  # only cancellation: the prior resolver never fails
             self._tally.cancelled += 1
             raise
         finally:
             self._preparing -= 1
-        return await self._dispatch.run(Pending(id=rid, call=call, request=request))
+        pending = Pending(id=rid, call=call, request=request, calibrated=calibrated)
+        return await self._dispatch.run(pending)
 
     def check(
         self,
@@ -307,6 +355,8 @@ class Scheduler:
             engine=self._engine.statistics(),
             rate_limits=self._dispatch.rate_limits,
             estimator=self._estimator.statistics(),
+            priors=self._prior_choice,
+            calibration=None if self._calibration is None else self._calibration.statistics(),
         )
 
     # -- building the core's request -------------------------------------------------------
@@ -333,15 +383,22 @@ class Scheduler:
             class_names=self._class_names,
         )
 
-    async def _request(self, rid: str, call: PreparedCall) -> Request:
+    async def _request(self, rid: str, call: PreparedCall) -> tuple[Request, Calibrated | None]:
         prior = call.prior
+        calibrated = None
         if prior is None:
             prior, fell_back = await self._priors.resolve(call.prior_query(rid))
             if fell_back:
                 self._tally.prior_fallbacks += 1
+            if self._calibration is not None:
+                source = self._priors.fallback if fell_back else self._priors.source
+                calibrated = self._calibration.adjust(
+                    prior, source=source.name, model=call.model, cap=call.output_cap
+                )
+                prior = calibrated.prior
         now = self._dispatch.now()
         tokens = self._estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
-        return Request(
+        request = Request(
             id=rid,
             klass=call.klass or self.config.class_for(prior.routing_bucket),
             prior=prior,
@@ -350,3 +407,4 @@ class Scheduler:
             deadline=None if call.deadline_s is None else now + call.deadline_s,
             max_output_tokens=call.output_cap,
         )
+        return request, calibrated

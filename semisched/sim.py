@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, fields
 from mockprovider.faults import Fault, WindowState, capacity_slots
 from mockprovider.gate import GateConfig, GateDecision, GateVerdict, ProviderGate
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
+from semisched.calibration import Calibrated, LengthCalibration
 from semisched.core.actions import Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.buckets import bucket_for_tokens
 from semisched.core.budget import ProviderLimits
@@ -200,15 +201,25 @@ _FAIL, _OTHER, _CAPACITY = 0, 1, 2
 
 class Simulator:
     """Runs jobs through an :class:`Engine` against :class:`ProviderPhysics`
-    behind the mock's :class:`ProviderGate` (see the module docstring)."""
+    behind the mock's :class:`ProviderGate` (see the module docstring).
+
+    With ``calibration`` (a :class:`~semisched.calibration.LengthCalibration`),
+    each arriving request's prior is corrected as the async runtime corrects it
+    (its class follows the corrected prior unless the workload named another),
+    and each completion teaches it the real length.
+    """
 
     def __init__(
         self,
         config: SchedulerConfig,
         physics: PhysicsParams,
         provider: ProviderModel = PLAIN,
+        calibration: LengthCalibration | None = None,
     ) -> None:
         self.engine = Engine(config, jitter=random.Random(provider.seed).random)
+        # As the runtime: corrects each prior on arrival, learns from each completion.
+        self.calibration = calibration
+        self._calibrated: dict[str, Calibrated] = {}
         self.provider = ProviderPhysics(physics)
         self.model = provider
         self.gate = ProviderGate(provider.gate)
@@ -295,7 +306,7 @@ class Simulator:
                 self._shell_event(heapq.heappop(shell))
             elif t_arrival <= t_wake:
                 self._now = t_arrival
-                self._apply(engine.submit(arrivals.popleft().request, t_arrival))
+                self._apply(engine.submit(self._arriving(arrivals.popleft()), t_arrival))
             else:
                 heapq.heappop(heap)
                 self._now = t_wake
@@ -341,6 +352,25 @@ class Simulator:
             )
             self._arrivals.append(job)
 
+    def _arriving(self, job: SimJob) -> Request:
+        """The request the engine gets: with calibration, its corrected prior and, when
+        its class was the routed default, the class the corrected prior routes to."""
+        request = job.request
+        if self.calibration is None:
+            return request
+        calibrated = self.calibration.adjust(
+            request.prior, source="sim", model="sim", cap=request.max_output_tokens
+        )
+        self._calibrated[request.id] = calibrated
+        config = self.engine.config
+        klass = request.klass
+        if klass == config.class_for(request.bucket):
+            klass = config.class_for(calibrated.prior.routing_bucket)
+        request = dataclasses.replace(request, prior=calibrated.prior, klass=klass)
+        row = self._rows[request.id]
+        row.klass, row.routing_bucket = klass, str(request.bucket)
+        return request
+
     def _schedule_provider_events(self) -> None:
         model = self.model
         if model.capacity_loss is not None:
@@ -366,6 +396,8 @@ class Simulator:
             self._observe(rid, ev.time)
             if ev.kind is EventKind.COMPLETED and rid not in self._dropped:
                 self.gate.bill(ev.input_tokens + ev.output_tokens)
+                if rid in self._calibrated:
+                    self.calibration.observe(self._calibrated.pop(rid), ev.output_tokens)  # type: ignore[union-attr]
                 self._end(row, Outcome.COMPLETED, ev.time)
                 self._apply(engine.completed(rid, ev.time, output_tokens=ev.output_tokens))
             else:  # the provider timed out (504), or the connection dropped at the end
@@ -507,6 +539,7 @@ def simulate(
     config: SchedulerConfig,
     physics: PhysicsParams,
     provider: ProviderModel = PLAIN,
+    calibration: LengthCalibration | None = None,
 ) -> SimResult:
-    """Run ``jobs`` through a fresh simulator."""
-    return Simulator(config, physics, provider).run(jobs)
+    """Run ``jobs`` through a fresh simulator (``calibration``: see :class:`Simulator`)."""
+    return Simulator(config, physics, provider, calibration).run(jobs)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from semisched.calibration import CalibrationStats
 from semisched.core.stats import EngineStats
 from semisched.estimate import EstimatorStats
 from semisched.headers import RateLimitInfo
+from semisched.priors import PriorsChoice
 
 __all__ = ["RuntimeCounters", "RuntimeTally", "SchedulerStats"]
 
@@ -132,6 +134,9 @@ class SchedulerStats:
             decision counters, failures by kind, rejects/defers per bucket).
         rate_limits: The last ``x-ratelimit-*`` headers seen.
         estimator: The prompt-token estimator's calibration per model and kind.
+        priors: The prior source in use, and why (``auto`` resolved to ...).
+        calibration: What the length calibration learned, per source and model
+            (``None``: calibration is off).
     """
 
     pending: int
@@ -140,6 +145,8 @@ class SchedulerStats:
     engine: EngineStats
     rate_limits: RateLimitInfo | None
     estimator: EstimatorStats
+    priors: PriorsChoice
+    calibration: CalibrationStats | None
 
     @property
     def severity(self) -> float:

@@ -43,9 +43,9 @@ def offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...]
         # The core is the model: nothing else of the project.
         ("semisched/core", ("semisched.runtime", "semisched.sim", "predictors", "mockprovider",
                             "bench", "anyio", "openai", "httpx", "httpx2"), ()),
-        # The SDK owns the prior protocol; only the batch CLI (a composition root) may
-        # load the learned predictor, lazily, when the user asks for it.
-        ("semisched", ("predictors", "bench"), ("semisched/batch/run.py",)),
+        # The SDK owns the prior protocol; only the default-priors chooser may load the
+        # learned predictor, lazily (``priors="auto"``/``"learned"``, ``--priors``).
+        ("semisched", ("predictors", "bench"), ("semisched/default_priors.py",)),
         # The mock never depends on the SDK's shells or the benchmarks.
         ("mockprovider", ("semisched", "bench", "predictors"), ()),
         ("predictors", ("bench", "mockprovider", "semisched.runtime", "semisched.sim"), ()),
@@ -57,8 +57,8 @@ def test_packages_import_only_what_the_design_allows(
     assert offenders(package, forbidden, allowed) == []
 
 
-def test_the_batch_cli_loads_the_predictor_only_lazily() -> None:
-    tree = ast.parse((ROOT / "semisched/batch/run.py").read_text())
+def test_the_sdk_loads_the_predictor_only_lazily() -> None:
+    tree = ast.parse((ROOT / "semisched/default_priors.py").read_text())
     top = {
         node.module
         for node in tree.body

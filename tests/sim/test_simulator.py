@@ -13,6 +13,7 @@ from bench.workloads import generate, regime
 from mockprovider.physics import PhysicsParams, profile
 from predictors.base import PriorQuery
 from predictors.priors import Coarse, information_source
+from semisched.calibration import LengthCalibration
 from semisched.core.config import PRESETS, preset
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
@@ -164,3 +165,31 @@ def test_the_papers_central_result_shows_with_untuned_physics() -> None:
     assert naive_short >= 3.0 * full_short
     assert statistics.mean(m["completion_rate"] for m in full) >= 0.99
     assert all(m["rejects_short"] == 0 for m in full)
+
+
+def test_with_calibration_the_simulator_learns_that_caps_are_sizes() -> None:
+    """The SDK's online correction, in the simulator: a source that says 60 tokens for
+    everything, caps that are the real sizes. Once answers arrive, a 2,000-token cap
+    routes as xlong (and to the batch lane); without calibration every request stays short."""
+    caps = (16, 48, 200, 800, 2000)
+    blind_prior = Prior(p50=60, p90=250)
+    jobs = [
+        SimJob(
+            request=Request(
+                id=f"r{i:03d}",
+                klass="interactive",
+                prior=blind_prior,
+                arrival=i * 2.0,
+                max_output_tokens=caps[i % 5],
+            ),
+            output_tokens=caps[i % 5],
+            input_tokens=50,
+        )
+        for i in range(100)
+    ]
+    config = preset("final_adrr_olc")
+    late = [r for r in simulate(jobs, config, PHYS, calibration=LengthCalibration()).rows
+            if r.output_tokens == 2000 and r.arrival > 100]  # fmt: skip
+    assert late and all(r.routing_bucket == "xlong" and r.klass == "batch" for r in late)
+    blind = simulate(jobs, config, PHYS).rows
+    assert {r.routing_bucket for r in blind} == {"short"}
