@@ -8,11 +8,12 @@ is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
 :func:`main_async` is the same command inside a running one (tests await it
 in virtual time with an in-process provider and clock).
 
-Before sending, the command prints one line naming the priors it uses (and
-how long loading the model took) and one with the makespan floor; the
+Before sending, the command prints one line naming the priors it uses (the
+model, if any, loads while the first requests go out; the summary says how
+many went with its priors) and one with the makespan floor; the
 progress ETA starts from that floor (:func:`semisched.batch.forecast.eta_s`).
-``--dry-run`` validates and plans exactly as a run would, prints the floor's
-three bounds and sends nothing.
+``--dry-run`` validates and plans as a run would (with the model's priors for
+every line), prints the floor's three bounds and sends nothing.
 
 Exit status: 0 every request answered successfully (with ``--dry-run``: the
 job could start); 1 some requests ended in an error (recorded in the

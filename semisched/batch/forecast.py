@@ -12,9 +12,11 @@ Rules:
 
 1. **The requests are the run's.** Each body is read again and prepared with
    :func:`semisched.calls.prepare_call`, as ``submit`` does. The prior comes
-   from the run's source (the learned model in batches of
-   :data:`PRIOR_CHUNK`, or the ``max_tokens`` heuristic); the run passes the
-   same priors to the scheduler, so the model reads each prompt once. The
+   from the source planned with: the dry run's (the learned model in batches
+   of :data:`PRIOR_CHUNK`, or the ``max_tokens`` heuristic); a real run plans
+   with the heuristic and gets the model's priors while it sends
+   (:mod:`semisched.batch.streamed`), so the floor it announces is the
+   heuristic's. The
    prompt estimate is a fresh :class:`~semisched.estimate.TokenEstimator`'s,
    which is what the scheduler's own estimator says before its first
    response.
@@ -26,7 +28,7 @@ Rules:
 
 Only :func:`plan_requests` reads a file (the input, through
 :func:`~semisched.batch.input.load_body`); the rest is pure. Loading the
-model is :mod:`semisched.batch.run`'s (the one module allowed to import
+model is :mod:`semisched.default_priors`'s (the one module allowed to import
 ``predictors``).
 """
 
@@ -43,7 +45,7 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.request import Prior, Request
 from semisched.estimate import TokenEstimator
-from semisched.priors import BatchPriorSource, PriorQuery, PriorSource
+from semisched.priors import BatchPriorSource, PriorQuery, PriorsChoice, PriorSource
 
 __all__ = [
     "ETA_OBSERVED_AFTER_S",
@@ -74,27 +76,6 @@ TINY_PROMPT_TOKENS = 8
 ETA_OBSERVED_AFTER_SHARE = 0.10
 #: ...or once this many clock seconds have passed with at least one answer.
 ETA_OBSERVED_AFTER_S = 30.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PriorsChoice:
-    """Which output-length priors a run uses, and why.
-
-    Attributes:
-        name: ``"learned"`` or ``"heuristic"``.
-        reason: Why, in a few words (``"MiniLM length model"``,
-            ``"--priors heuristic"``, ``"the ml extra is not installed"``).
-        load_s: Wall seconds loading the model took (``None``: nothing loaded).
-    """
-
-    name: str
-    reason: str
-    load_s: float | None = None
-
-    def __str__(self) -> str:
-        if self.load_s is None:
-            return f"{self.name} ({self.reason})"
-        return f"{self.name} ({self.reason}, loaded in {self.load_s:.1f} s)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

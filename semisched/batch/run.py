@@ -28,7 +28,6 @@ and is never written to the output, logs or progress.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -66,14 +65,19 @@ from semisched.batch.output import (
     read_answered,
     success_record,
 )
+from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary
 from semisched.clock import AnyioClock, Clock
 from semisched.core.request import Prior, Request
+from semisched.default_priors import choose_priors, model_unavailable
 from semisched.errors import SemischedError
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 
-__all__ = ["BatchPlan", "BatchRun", "load_priors", "run_batch"]
+__all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
+
+#: The priors line's reason while the model loads in the background.
+STREAMING = "loading while the first requests go out with the max_tokens heuristic's priors"
 
 _T = TypeVar("_T")
 
@@ -115,28 +119,16 @@ class _Sending:
 
 
 def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
-    """The prior source ``options.priors`` asks for, and why; the model is loaded
-    (lazily, timed in wall seconds) only for ``auto`` and ``learned``.
+    """The prior source ``options.priors`` asks for, and why
+    (:func:`semisched.default_priors.choose_priors`).
 
     Raises:
         BatchError: ``learned`` was asked for and cannot be loaded.
     """
-    if options.priors == "heuristic":
-        return Heuristic(), PriorsChoice(name="heuristic", reason="--priors heuristic")
-    started = time.perf_counter()
     try:
-        from predictors.learned import load_default
-
-        source: PriorSource = load_default()
+        return choose_priors(options.priors, asked_by=f"--priors {options.priors}")
     except (ImportError, FileNotFoundError) as exc:
-        if options.priors == "learned":
-            raise BatchError(f"--priors learned: {exc}") from None
-        missing = "the ml extra is not installed"
-        if isinstance(exc, FileNotFoundError):
-            missing = "the length model's weights are missing"
-        return Heuristic(), PriorsChoice(name="heuristic", reason=missing)
-    loaded = time.perf_counter() - started
-    return source, PriorsChoice(name="learned", reason="MiniLM length model", load_s=loaded)
+        raise BatchError(f"--priors learned: {exc}") from None
 
 
 async def _off_loop(work: Callable[[], _T], *, thread: bool) -> _T:
@@ -207,6 +199,7 @@ class BatchRun:
         self.forecast: BatchForecast | None = None
         self._cut_bytes = 0
         self._started: float | None = None
+        self._streamed: StreamedPriors | None = None
 
     def __repr__(self) -> str:
         progress = self._progress
@@ -236,9 +229,14 @@ class BatchRun:
         return BatchSummary.from_progress(
             self._progress,
             latencies_s=tuple(self._latencies),
-            priors="heuristic" if self.forecast is None else str(self.forecast.priors),
+            priors=self._priors_used(),
             cut_bytes=self._cut_bytes,
         )
+
+    def _priors_used(self) -> str:
+        if self._streamed is not None and self._progress is not None:
+            return self._streamed.describe(self._progress.finished)
+        return "heuristic" if self.forecast is None else str(self.forecast.priors)
 
     def prepare(self, *, read_only: bool = False) -> BatchPlan:
         """Read the input and the output so far.
@@ -278,14 +276,19 @@ class BatchRun:
         forecast, _ = await self._plan(plan)
         return forecast
 
-    async def _plan(self, plan: BatchPlan) -> tuple[BatchForecast, list[Prior]]:
-        """Load the priors once and plan the lines to send: the forecast and each
-        line's prior (the model runs in a worker thread, off the event loop)."""
+    async def _plan(
+        self, plan: BatchPlan, *, streamed: bool = False
+    ) -> tuple[BatchForecast, list[Prior]]:
+        """Plan the lines to send: the forecast and each line's prior. A dry run loads
+        the priors it names and plans with them (the model in a worker thread); a run
+        that streams the model's priors (``streamed``) plans with the heuristic's."""
         opts = self.options
         todo = plan.todo
         source: PriorSource = Heuristic()
         choice = PriorsChoice(name="heuristic", reason="nothing to send")
-        if todo:
+        if streamed:
+            choice = PriorsChoice(name="learned", reason=STREAMING)
+        elif todo:
             load = partial(load_priors, opts)
             source, choice = await _off_loop(load, thread=opts.priors != "heuristic")
         config = opts.scheduler_config()
@@ -323,7 +326,16 @@ class BatchRun:
         if todo:
             client = self._client if self._client is not None else make_client(opts)
         check_writable(opts.output)  # before the priors: loading and planning take time
-        self.forecast, priors = await self._plan(plan)
+        streamed = None
+        if todo and opts.priors != "heuristic":
+            missing = model_unavailable()
+            if missing is not None and opts.priors == "learned":
+                raise BatchError(f"--priors learned: {missing}")
+            if missing is None:
+                lookahead = 2 * (opts.scheduler_config().max_inflight or 32)
+                streamed = StreamedPriors(opts, todo, lookahead=lookahead)
+        self._streamed = streamed
+        self.forecast, priors = await self._plan(plan, streamed=streamed is not None)
         writer = ResultWriter(opts.output)
         self._cut_bytes = plan.answered.cut_bytes
         floor = self.forecast.floor
@@ -355,6 +367,7 @@ class BatchRun:
         return Scheduler(
             TimedClient(client, self.clock, self._latencies),
             config=opts.scheduler_config(),
+            priors="heuristic",  # every call brings its own prior: never load a model here
             clock=self.clock,
             retry=RetryPolicy(max_attempts=opts.max_attempts),
             max_pending=None,
@@ -377,10 +390,21 @@ class BatchRun:
         stop = self._stop = anyio.Event()
         if self._stopping:
             stop.set()
+        streamed = self._streamed
         async with scheduler, anyio.create_task_group() as tg:
             tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
+            if streamed is not None:
+                tg.start_soon(streamed.run, opts.input)
             async with anyio.create_task_group() as sends:
-                for line, prior in zip(todo, priors, strict=True):
+                for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
+                    if streamed is not None:
+                        # Rule 2 of semisched.batch.streamed: past the look-ahead, wait for
+                        # this line's prior (or a finished request) before adding more.
+                        while not (streamed.done or streamed.ready(line)) and (
+                            opts.window - window.value >= streamed.lookahead
+                        ):
+                            await streamed.changed()
+                        prior = streamed.take(i, line, prior)
                     await window.acquire()
                     if self._stopping:
                         window.release()
@@ -412,6 +436,8 @@ class BatchRun:
                 self._on_result(self._progress)
         finally:
             sending.window.release()
+            if self._streamed is not None:
+                self._streamed.poke()
 
     async def _answer(self, line: BatchLine, prior: Prior, sending: _Sending) -> dict[str, Any]:
         """Send ``line`` with its planned ``prior``; return its record (counted in the progress)."""

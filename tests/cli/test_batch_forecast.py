@@ -7,9 +7,7 @@ loader (``predictors.learned.load_default``) is replaced by a fake.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from batch_testkit import batch_options, chat_line, provider, write_lines
 from semisched.batch import BatchRun, eta_s
 from semisched.cli import main, main_async
 from semisched.core import Prior, Request, makespan_floor
-from semisched.priors import PriorQuery
 
 pytestmark = pytest.mark.anyio
 
@@ -184,100 +181,6 @@ def test_a_dry_run_refuses_an_output_a_run_could_not_write(
     code = main(["batch", str(tmp_path / "in.jsonl"), "-o", str(out), "--dry-run",
                  "--base-url", "http://127.0.0.1:9/v1", "--priors", "heuristic"])  # fmt: skip
     assert code == 2 and "cannot write output" in capsys.readouterr().err
-
-
-# -- the priors line -----------------------------------------------------------------------
-
-
-class _FakeLearned:
-    """Stands in for the length model: p50 = the prompt's length in characters."""
-
-    name = "learned"
-
-    def prior(self, query: PriorQuery) -> Prior:
-        return self.prior_batch([query])[0]
-
-    def prior_batch(self, queries: Sequence[PriorQuery]) -> list[Prior]:
-        sizes = [float(len(json.dumps(q.messages))) for q in queries]
-        return [Prior(p50=size, p90=2 * size) for size in sizes]
-
-
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Replace the model's loader by a fake; the list counts its calls."""
-    calls: list[int] = []
-
-    def load_default() -> _FakeLearned:
-        calls.append(1)
-        return _FakeLearned()
-
-    monkeypatch.setattr("predictors.learned.load_default", load_default)
-    return calls
-
-
-@pytest.mark.parametrize(
-    ("priors", "words", "line", "advice", "loaded"),
-    [
-        ("heuristic", 20, "priors: heuristic (--priors heuristic)", False, 0),
-        ("auto", 20, "priors: learned (MiniLM length model, loaded in 0.0 s)", False, 1),
-        ("auto", 2, "priors: learned (MiniLM length model, loaded in 0.0 s)", True, 1),
-        ("learned", 20, "priors: learned (MiniLM length model, loaded in 0.0 s)", False, 1),
-    ],
-)
-async def test_the_priors_line_names_the_source_and_the_model_loads_at_most_once(
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    loads: list[int],
-    priors: str,
-    words: int,
-    line: str,
-    advice: bool,
-    loaded: int,
-) -> None:
-    write_lines(tmp_path / "in.jsonl", [chat_line(i, words=words) for i in range(5)])
-    async with provider() as (client, _):
-        assert await main_async(_args(tmp_path, priors=priors), client=client) == 0
-    err = capsys.readouterr().err
-    shown = [text for text in err.splitlines() if text.startswith("priors: ")]
-    assert len(shown) == 1 and shown[0].startswith(line)
-    tiny = "the prompts are tiny (median 3 tokens, under 8): the heuristic is the better choice"
-    assert (tiny in shown[0]) == advice and ("--priors heuristic)" in shown[0]) == (
-        advice or priors == "heuristic"
-    )
-    assert len(loads) == loaded  # loaded once for planning and sending; never for heuristic
-    assert err.splitlines()[-1].endswith(line)  # the summary names the same source
-
-
-async def test_without_the_ml_extra_auto_says_so_and_learned_refuses(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def missing() -> None:
-        raise ImportError("the learned predictor needs the ml extra: pip install 'semisched[ml]'")
-
-    monkeypatch.setattr("predictors.learned.load_default", missing)
-    write_lines(tmp_path / "in.jsonl", [chat_line(0)])
-    async with provider() as (client, _):
-        assert await main_async(_args(tmp_path, "--dry-run", priors="auto"), client=client) == 0
-        assert "priors: heuristic (the ml extra is not installed)" in capsys.readouterr().err
-        assert await main_async(_args(tmp_path, priors="learned"), client=client) == 2
-        assert "--priors learned: the learned predictor needs" in capsys.readouterr().err
-
-
-async def test_a_model_that_fails_while_planning_stops_the_job_before_any_send(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class Broken(_FakeLearned):
-        def prior_batch(self, queries: Sequence[PriorQuery]) -> list[Prior]:
-            raise RuntimeError("out of memory")
-
-    monkeypatch.setattr("predictors.learned.load_default", Broken)
-    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(3)])
-    async with provider() as (client, stats):
-        assert await main_async(_args(tmp_path, priors="auto"), client=client) == 2
-        assert stats().counters.requests == 0
-    err = capsys.readouterr().err
-    assert "the length model failed while planning (RuntimeError('out of memory'))" in err
-    assert "--priors heuristic avoids it" in err
 
 
 def test_time_scale_is_documented_in_help(capsys: pytest.CaptureFixture[str]) -> None:
