@@ -11,7 +11,9 @@ Subcommands:
   NAME            one experiment: information-ladder, main-comparison,
                   overload-policies, fair-queuing, layerwise, sensitivity,
                   predictor-noise, sharegpt-trace; beyond the paper:
-                  rate-limits (client budgets vs the provider's 429s)
+                  rate-limits (client budgets vs the provider's 429s), prior-levers
+                  (issue 12: how routing reads a prior's uncertainty)
+  default-prior   the SDK's default prior under overload (issue 12's run)
 """
 
 from __future__ import annotations
@@ -106,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
         "default (default | mixed: default,batch_makespan)",
     )
     b.add_argument("--seed", type=int, default=0, help="workload sample seed (0)")
+    dp = sub.add_parser(
+        "default-prior", help="the SDK's default prior under overload (issue 12's run)"
+    )
+    dp.add_argument("--out", type=Path, default=Path("results/default-prior"), help="output folder")
+    dp.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
+    dp.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    dp.add_argument("--workloads", help="comma-separated: exact,bounded,sharegpt (default all)")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     return parser
@@ -205,6 +214,20 @@ def _batch(args: argparse.Namespace) -> Path:
     return Path(args.out) / "table.md"
 
 
+def _default_prior(args: argparse.Namespace) -> Path:
+    from bench.default_prior import WORKLOADS, default_prior
+
+    _check_seeds(args)
+    workloads = WORKLOADS if args.workloads is None else tuple(args.workloads.split(","))
+    try:
+        written = default_prior(args.out, seeds=args.seeds, workloads=workloads,
+                                workers=args.workers)  # fmt: skip
+    except ValueError as exc:
+        _error(f"--workloads: {exc}")
+    print(written.read_text())
+    return written
+
+
 def _sdk_overhead(args: argparse.Namespace) -> Path:
     from bench.sdk_perf import sdk_overhead
 
@@ -234,6 +257,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "docs": _docs,
     "batch": _batch,
     "sdk-overhead": _sdk_overhead,
+    "default-prior": _default_prior,
 }
 
 

@@ -14,8 +14,10 @@ quick         ``docs/results/quick/summary.csv``                    quick
 rate-limits   ``docs/results/rate-limits/summary.csv``              rate-limits
 live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
 batch         ``docs/results/batch-mixed/table.md``                  batch
+default-prior ``docs/results/default-prior/summary.csv``             default-prior
 ============  ====================================================  =========
 
+The default-prior table is rerun by ``docs`` (three seeds, a few minutes).
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --skip-live`` (or any
@@ -96,6 +98,19 @@ def _live_check(root: Path) -> str:
     return _table(("metric", "simulated", "live (SDK + HTTP mock)", "live / sim"), body)
 
 
+def _default_prior(root: Path) -> str:
+    """``docs/results/default-prior/summary.csv``: outcomes per workload and prior."""
+    rows = _read(root / DOCS / "default-prior" / "summary.csv")
+    header = ("workload", "prior", "completed", "rejected", "deadline misses",
+              "short P95 (s)", "makespan (s)")  # fmt: skip
+    body = [
+        (r["workload"], r["condition"], _pm(r, "completed", 0), _pm(r, "rejected", 0),
+         _pm(r, "deadline_exceeded", 0), _pm(r, "short_p95_s", 1), _pm(r, "makespan_s", 0))
+        for r in rows
+    ]  # fmt: skip
+    return _table(header, body)
+
+
 def _batch(root: Path) -> str:
     """The mixed-workload batch table (``docs/results/batch-mixed/table.md``), key columns."""
     text = (root / DOCS / "batch-mixed" / "table.md").read_text()
@@ -118,6 +133,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "rate-limits": _rate_limits,
     "live-check": _live_check,
     "batch": _batch,
+    "default-prior": _default_prior,
 }
 
 
@@ -158,5 +174,8 @@ def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: flo
             seeds=seeds,
             time_scale=time_scale,
         )
+    from bench.default_prior import default_prior
+
+    default_prior(out / "default-prior", seeds=min(seeds, 3))
     readme = root / "README.md"
     readme.write_text(render_readme(readme.read_text(), root))

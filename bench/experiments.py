@@ -22,9 +22,11 @@ from bench.report import aggregate, format_table, write_csv
 from bench.workloads import Regime, generate, learned_source, regime
 from mockprovider.gate import GateConfig
 from mockprovider.physics import profile
-from predictors.base import PriorSource
+from predictors.base import PriorQuery, PriorSource
 from predictors.priors import information_source
+from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
+from semisched.core.request import Prior
 from semisched.metrics import summarize
 from semisched.sim import ProviderModel, simulate
 
@@ -47,6 +49,9 @@ class RunSpec:
     the provider's :class:`~mockprovider.gate.GateConfig` fields (RPM/TPM
     limits, fault rates; the fault seed is the run's seed) and
     ``other_traffic`` the share of those limits other clients use.
+    ``short_probability`` routes a prior short at that probability of a short
+    answer instead of the core's :data:`~semisched.core.request.SHORT_PROBABILITY`
+    (the ablation of ``prior-levers``; 0.5 is the paper's p50 rule).
     """
 
     regime: str
@@ -60,6 +65,7 @@ class RunSpec:
     label: str = ""
     provider: tuple[tuple[str, Any], ...] = field(default=())
     other_traffic: float = 0.0
+    short_probability: float | None = None
 
     @property
     def condition(self) -> str:
@@ -79,6 +85,8 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
         source = learned_source()
     else:
         source = information_source(spec.information, noise=spec.noise, seed=spec.seed)
+    if spec.short_probability is not None:
+        source = RoutedAt(source, spec.short_probability)
     config = preset(spec.strategy, **dict(spec.overrides))
     jobs = generate(reg, spec.seed, source, phys)
     result = simulate(jobs, config, phys, provider_model(spec))
@@ -99,6 +107,26 @@ def run_one(spec: RunSpec, trace: Path | None = None) -> dict[str, object]:
     row["throttled"] = float(counters.throttled)
     row["retries"] = float(counters.retries)
     return row
+
+
+class RoutedAt:
+    """``source``'s priors with their routing bucket fixed by another short threshold."""
+
+    def __init__(self, source: PriorSource, short_probability: float) -> None:
+        self.source = source
+        self.threshold = short_probability
+        self.name = source.name
+
+    def prior(self, query: PriorQuery) -> Prior:
+        prior = self.source.prior(query)
+        if prior.bucket is not None:
+            return prior
+        bucket = bucket_for_tokens(prior.p50)
+        if bucket is not Bucket.SHORT and prior.short_probability >= self.threshold:
+            bucket = Bucket.SHORT
+        elif bucket is Bucket.SHORT and prior.short_probability < self.threshold:
+            bucket = Bucket.MEDIUM
+        return Prior(p50=prior.p50, p90=prior.p90, bucket=bucket)
 
 
 def provider_model(spec: RunSpec) -> ProviderModel:

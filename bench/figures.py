@@ -204,17 +204,30 @@ def _sensitivity(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None
     _save(fig, out / "sensitivity.png")
 
 
-def _sharegpt(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, metric in zip(axes, ("short_p95_ms", "satisfaction", "goodput_rps"), strict=True):
+def _condition_bars(summary: Sequence[Row], metrics: Sequence[str], title: str, path: Path) -> None:
+    """One panel per metric, one bar per condition (mean ± std over seeds)."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4.4))
+    for ax, metric in zip(axes, metrics, strict=True):
         names = [str(r["condition"]).replace("final_adrr_olc/", "final/") for r in summary]
         vals = [_v(r, metric) for r in summary]
         ax.bar(range(len(names)), [m for m, _ in vals], yerr=[s for _, s in vals], capsize=3)
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
         ax.set_ylabel(_LABELS.get(metric, metric))
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("ShareGPT V3 output lengths, high congestion")
-    _save(fig, out / "sharegpt_trace.png")
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def _sharegpt(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
+    _condition_bars(summary, ("short_p95_ms", "satisfaction", "goodput_rps"),
+                    "ShareGPT V3 output lengths, high congestion",
+                    out / "sharegpt_trace.png")  # fmt: skip
+
+
+def _prior_levers(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
+    _condition_bars(summary, ("short_p95_ms", "completion_rate", "satisfaction"),
+                    "Routing and deadline rules vs prior quality (ShareGPT, high congestion)",
+                    out / "prior_levers.png")  # fmt: skip
 
 
 def _rate_limits(summary: Sequence[Row], runs: Sequence[Row], out: Path) -> None:
@@ -243,6 +256,7 @@ _DRAW: dict[str, Callable[[Sequence[Row], Sequence[Row], Path], None]] = {
     "sensitivity": _sensitivity,
     "predictor-noise": _noise,
     "sharegpt-trace": _sharegpt,
+    "prior-levers": _prior_levers,
     "rate-limits": _rate_limits,
 }
 

@@ -330,8 +330,57 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 )
 
 
+def _prior_levers(seeds: int) -> list[RunSpec]:
+    """Issue 12's ablation on the ShareGPT trace: how the scheduler reads a prior's
+    uncertainty. ``paper``: route short at p50 <= 64 and test deadlines at p50;
+    ``default``: short at P(short) >= 0.1 and deadlines at the 25th percentile."""
+    paper_order = (("ordering", replace(preset("final_adrr_olc").ordering,
+                                        feasibility_quantile=0.5)),)  # fmt: skip
+    variants = {
+        "paper rules": (0.5, paper_order),
+        "+ short at P >= 0.1": (0.1, paper_order),
+        "+ deadlines at p25": (0.5, ()),
+        "default (both)": (None, ()),
+    }
+    levels = ("learned",) if _learned() else ()
+    specs = [
+        RunSpec(
+            regime="sharegpt/high",
+            strategy="final_adrr_olc",
+            seed=s,
+            information=info,
+            short_probability=threshold,
+            overrides=overrides,
+            label=f"{info} / {name}",
+        )
+        for info in (*levels, *INFORMATION_LEVELS)
+        for name, (threshold, overrides) in variants.items()
+        if info == "learned" or name in ("paper rules", "default (both)")
+        for s in range(seeds)
+    ]
+    return specs
+
+
+def _learned() -> bool:
+    from bench.workloads import learned_available
+
+    return learned_available()
+
+
 #: Experiments beyond the paper's evaluation (not part of ``all``).
 BEYOND: tuple[Experiment, ...] = (
+    Experiment(
+        "prior-levers",
+        "How the scheduler reads a prior's uncertainty (ShareGPT trace, high congestion)",
+        "Beyond the paper: issue 12's ablation of the routing and deadline rules",
+        _prior_levers,
+        columns=(
+            ("Short P95 (ms)", "short_p95_ms", 0),
+            ("CR", "completion_rate", 3),
+            ("Satisfaction", "satisfaction", 3),
+            ("Goodput (rps)", "goodput_rps", 3),
+        ),
+    ),
     Experiment(
         "rate-limits",
         f"Provider rate limits ({PROVIDER_RPM} RPM, {PROVIDER_TPM:,} TPM) vs the client's budget",

@@ -158,7 +158,8 @@ def test_benchmark_writes_the_floor_column_and_its_bounds(
         return {"scenario": scenario, "contender": name, "repeat": repeat,
                 "makespan_s": make + repeat * 10, "succeeded": 20, "retries": 1 - repeat,
                 "p50_s": 3.0, "p95_s": 9.0, "provider_429s": 2 * repeat,
-                "provider_requests": 21, "wall_s": 0.0}  # fmt: skip
+                "provider_requests": 21, "first_second_requests": 4 + repeat,
+                "wall_s": 2.0}  # fmt: skip
 
     monkeypatch.setattr(bb, "_one", fake_one)
     table = bb.batch_benchmark(tmp_path, workload="mixed", requests=20, repeats=2)
@@ -181,7 +182,7 @@ def test_benchmark_writes_the_floor_column_and_its_bounds(
     make = 405.0  # mean of 400 and 410
     assert (
         f"| budget = provider limit | semisched batch | 405 | {make / 505:.2f} | "
-        f"{make / full.floor_s:.2f} | 1.0 | 0.5 | 20 | 3.0 | 9.0 | 21 |"
+        f"{make / full.floor_s:.2f} | 1.0 | 0.5 | 20 | 3.0 | 9.0 | 21 | 4 | 2.0 |"
     ) in table
     assert "| provider at 2/3 of the budget | fixed-rate (recipe) | 505 | 1.00 | " in table
     assert f"without `--policy` runs the default preset (`{bb.DEFAULT_POLICY}`)" in table
