@@ -66,7 +66,8 @@ import math
 from dataclasses import dataclass
 
 from semisched.core.checks import check_fraction, check_int, check_number
-from semisched.core.request import Prior
+from semisched.core.request import Z90, Prior
+from semisched.priors import NEUTRAL_P50, NEUTRAL_P90
 
 __all__ = [
     "Calibrated",
@@ -76,12 +77,8 @@ __all__ = [
     "LengthCalibration",
 ]
 
-#: The standard normal's 90th percentile.
-Z90 = 1.2815515655446004
-
-#: Neutral p50/p90 (ShareGPT V3's, see :mod:`semisched.priors`).
-_NEUTRAL_P50 = 250.0
-_CAP_RATIO = 250.0 / 550.0
+#: The cap expert's median per token of cap: the neutral p50/p90 ratio.
+_CAP_RATIO = NEUTRAL_P50 / NEUTRAL_P90
 
 #: Smallest spread a cold start assumes (a source that claims certainty).
 _MIN_SIGMA = 0.25
@@ -98,7 +95,7 @@ Key = tuple[str, str, bool]
 
 def heuristic_median(cap: int | None) -> float:
     """The heuristic expert's median: ``cap * 250 / 550`` with a cap, else 250."""
-    return max(cap * _CAP_RATIO, 1.0) if cap else _NEUTRAL_P50
+    return max(cap * _CAP_RATIO, 1.0) if cap else NEUTRAL_P50
 
 
 @dataclass(slots=True)
