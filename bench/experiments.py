@@ -24,7 +24,6 @@ from mockprovider.gate import GateConfig
 from mockprovider.physics import profile
 from predictors.base import PriorQuery, PriorSource
 from predictors.priors import information_source
-from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
 from semisched.core.request import Prior
 from semisched.metrics import summarize
@@ -119,13 +118,7 @@ class RoutedAt:
 
     def prior(self, query: PriorQuery) -> Prior:
         prior = self.source.prior(query)
-        if prior.bucket is not None:
-            return prior
-        bucket = bucket_for_tokens(prior.p50)
-        if bucket is not Bucket.SHORT and prior.short_probability >= self.threshold:
-            bucket = Bucket.SHORT
-        elif bucket is Bucket.SHORT and prior.short_probability < self.threshold:
-            bucket = Bucket.MEDIUM
+        bucket = prior.route(self.threshold)
         return Prior(p50=prior.p50, p90=prior.p90, bucket=bucket)
 
 

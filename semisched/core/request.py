@@ -87,12 +87,16 @@ class Prior:
 
     @property
     def routing_bucket(self) -> Bucket:
-        """The bucket the policies route and shed by: the given one, else ``short`` when
-        :attr:`short_probability` reaches :data:`SHORT_PROBABILITY`, else p50's bucket."""
+        """The bucket the policies route and shed by: :meth:`route` at :data:`SHORT_PROBABILITY`."""
+        return self.route(SHORT_PROBABILITY)
+
+    def route(self, short_probability: float) -> Bucket:
+        """The given bucket, else ``short`` when :attr:`short_probability` reaches
+        ``short_probability`` (0.5: the paper's ``p50 <= 64``), else p50's bucket."""
         if self.bucket is not None:
             return self.bucket
         bucket = bucket_for_tokens(self.p50)
-        if bucket is not Bucket.SHORT and self.short_probability >= SHORT_PROBABILITY:
+        if bucket is not Bucket.SHORT and self.short_probability >= short_probability:
             return Bucket.SHORT
         return bucket
 

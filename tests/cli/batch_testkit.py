@@ -37,6 +37,13 @@ def chat_line(i: int, *, out: int = 50, max_tokens: int = 200, words: int = 20) 
     }
 
 
+def cli_args(tmp_path: Path, *extra: str, priors: str = "heuristic") -> list[str]:
+    """``semisched batch`` arguments: ``in.jsonl`` to ``out.jsonl`` in ``tmp_path``, the
+    in-process mock's URL, ``--priors``, then ``extra``."""
+    return ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"),
+            "--base-url", "http://mock/v1", "--priors", priors, *extra]  # fmt: skip
+
+
 def write_lines(path: Path, lines: list[Any]) -> Path:
     """Write ``lines`` (objects as JSON, strings as they are), one per line."""
     path.write_text(

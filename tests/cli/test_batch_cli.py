@@ -10,16 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batch_testkit import chat_line, provider, records, write_lines
+from batch_testkit import chat_line, cli_args, provider, records, write_lines
 
 from semisched.cli import main, main_async
 
 pytestmark = pytest.mark.anyio
-
-
-def _args(tmp_path: Path, *extra: str) -> list[str]:
-    return ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"),
-            "--base-url", "http://mock/v1", "--priors", "heuristic", *extra]  # fmt: skip
 
 
 async def test_a_run_shows_progress_per_result_and_exits_0(
@@ -27,7 +22,7 @@ async def test_a_run_shows_progress_per_result_and_exits_0(
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(6)])
     async with provider() as (client, _):
-        code = await main_async(_args(tmp_path, "--progress-every", "0"), client=client)
+        code = await main_async(cli_args(tmp_path, "--progress-every", "0"), client=client)
     err = capsys.readouterr().err
     assert code == 0
     progress = [line for line in err.splitlines() if " done | failed " in line]
@@ -41,7 +36,7 @@ async def test_failed_requests_exit_1_and_are_named_in_the_summary(
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(3)])
     async with provider(error_rate=1.0) as (client, _):
-        code = await main_async(_args(tmp_path), client=client)
+        code = await main_async(cli_args(tmp_path), client=client)
     err = capsys.readouterr().err
     assert code == 1
     assert "succeeded 0; failed: provider_error 3" in err
@@ -53,8 +48,8 @@ async def test_a_rerun_with_nothing_left_sends_nothing_and_exits_0(
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(0)])
     async with provider() as (client, stats):
-        assert await main_async(_args(tmp_path), client=client) == 0
-        assert await main_async(_args(tmp_path), client=client) == 0
+        assert await main_async(cli_args(tmp_path), client=client) == 0
+        assert await main_async(cli_args(tmp_path), client=client) == 0
         assert stats().counters.requests == 1
     assert "done: 0 of 0 requests answered" in capsys.readouterr().err
 

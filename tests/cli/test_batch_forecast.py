@@ -11,18 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
-from batch_testkit import batch_options, chat_line, provider, write_lines
+from batch_testkit import batch_options, chat_line, cli_args, provider, write_lines
 
 from semisched.batch import BatchRun, eta_s
 from semisched.cli import main, main_async
 from semisched.core import Prior, Request, makespan_floor
 
 pytestmark = pytest.mark.anyio
-
-
-def _args(tmp_path: Path, *extra: str, priors: str = "heuristic") -> list[str]:
-    return ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"),
-            "--base-url", "http://mock/v1", "--priors", priors, *extra]  # fmt: skip
 
 
 # -- the ETA -------------------------------------------------------------------------------
@@ -91,7 +86,7 @@ async def test_a_run_announces_the_floor_and_its_first_eta_comes_from_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(40)])
-    args = _args(tmp_path, "--rpm", "10", "--progress-every", "0")
+    args = cli_args(tmp_path, "--rpm", "10", "--progress-every", "0")
     async with provider() as (client, _):
         assert await main_async(args, client=client) == 0
     err = capsys.readouterr().err
@@ -112,7 +107,7 @@ async def test_a_dry_run_prints_the_floor_and_sends_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(30)])
-    args = _args(tmp_path, "--rpm", "20", "--tpm", "3000", "--dry-run")
+    args = cli_args(tmp_path, "--rpm", "20", "--tpm", "3000", "--dry-run")
     async with provider() as (client, stats):
         code = await main_async(args, client=client)
         assert stats().counters.requests == 0  # no request reached the provider
@@ -131,7 +126,9 @@ async def test_a_dry_run_against_a_compressed_mock_shows_the_wall_time_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(30)])
-    assert await main_async(_args(tmp_path, "--rpm", "10", "--time-scale", "50", "--dry-run")) == 0
+    assert (
+        await main_async(cli_args(tmp_path, "--rpm", "10", "--time-scale", "50", "--dry-run")) == 0
+    )
     err = capsys.readouterr().err
     assert "makespan floor: 180.0 s (3.0 min; 3.6 s of wall time at --time-scale 50)" in err
 
@@ -147,7 +144,7 @@ async def test_a_dry_run_skips_answered_lines_and_changes_no_file(
     torn = out.read_bytes() + b'{"id": "batch_req_x", "cust'
     out.write_bytes(torn)
     for extra, to_send in (((), 6), (("--retry-failed",), 10)):
-        assert await main_async(_args(tmp_path, "--dry-run", *extra)) == 0
+        assert await main_async(cli_args(tmp_path, "--dry-run", *extra)) == 0
         assert f"to send: {to_send} requests (" in capsys.readouterr().err
         assert out.read_bytes() == torn  # not cut, not rewritten
 

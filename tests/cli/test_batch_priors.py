@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import trio.testing
-from batch_testkit import chat_line, provider, write_lines
+from batch_testkit import chat_line, cli_args, provider, write_lines
 
 from semisched.cli import main_async
 from semisched.core import Prior
@@ -29,11 +29,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> Any:
     return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0.05)})
-
-
-def _args(tmp_path: Path, *extra: str, priors: str = "heuristic") -> list[str]:
-    return ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"),
-            "--base-url", "http://mock/v1", "--priors", priors, *extra]  # fmt: skip
 
 
 class _FakeLearned:
@@ -92,7 +87,7 @@ async def test_the_priors_line_names_the_source_and_the_model_loads_at_most_once
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i, words=words) for i in range(5)])
     async with provider() as (client, _):
-        assert await main_async(_args(tmp_path, priors=priors), client=client) == 0
+        assert await main_async(cli_args(tmp_path, priors=priors), client=client) == 0
     err = capsys.readouterr().err
     shown = [text for text in err.splitlines() if text.startswith("priors: ")]
     assert len(shown) == 1 and shown[0].startswith(line)
@@ -123,7 +118,7 @@ async def test_the_model_never_delays_a_send(
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(6)])
     try:
         async with provider() as (client, stats):
-            args = _args(tmp_path, "--max-concurrency", "1", priors="auto")  # look-ahead 2
+            args = cli_args(tmp_path, "--max-concurrency", "1", priors="auto")  # look-ahead 2
             assert await main_async(args, client=client) == 0
             assert stats().counters.requests == 6
     finally:
@@ -144,7 +139,7 @@ async def test_a_model_that_fails_mid_run_leaves_the_rest_to_the_heuristic(
     _learned.cache_clear()
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(6)])
     async with provider() as (client, stats):
-        args = _args(tmp_path, "--max-concurrency", "1", priors="auto")  # look-ahead 2
+        args = cli_args(tmp_path, "--max-concurrency", "1", priors="auto")  # look-ahead 2
         assert await main_async(args, client=client) == 0
         assert stats().counters.requests == 6
     _learned.cache_clear()
@@ -165,11 +160,11 @@ async def test_without_the_ml_extra_auto_says_so_and_learned_refuses(
     _learned.cache_clear()
     write_lines(tmp_path / "in.jsonl", [chat_line(0)])
     async with provider() as (client, _):
-        assert await main_async(_args(tmp_path, "--dry-run", priors="auto"), client=client) == 0
+        assert await main_async(cli_args(tmp_path, "--dry-run", priors="auto"), client=client) == 0
         assert "priors: heuristic (the ml extra is not installed)" in capsys.readouterr().err
-        assert await main_async(_args(tmp_path, priors="learned"), client=client) == 2
+        assert await main_async(cli_args(tmp_path, priors="learned"), client=client) == 2
         assert "--priors learned: the ml extra is not installed" in capsys.readouterr().err
-        assert await main_async(_args(tmp_path, priors="auto"), client=client) == 0
+        assert await main_async(cli_args(tmp_path, priors="auto"), client=client) == 0
         assert "priors: heuristic (the ml extra is not installed" in capsys.readouterr().err
 
 
@@ -178,7 +173,7 @@ async def test_past_the_look_ahead_lines_go_out_with_the_models_priors(
 ) -> None:
     write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(6)])
     async with provider() as (client, _):
-        args = _args(tmp_path, "--max-concurrency", "1", priors="learned")  # look-ahead 2
+        args = cli_args(tmp_path, "--max-concurrency", "1", priors="learned")  # look-ahead 2
         assert await main_async(args, client=client) == 0
     # Two went out at once with the heuristic's priors; the model had the other four.
     assert "for 4 of 6 requests (the rest: heuristic)" in capsys.readouterr().err
