@@ -5,7 +5,7 @@
 ``GET /v1/mock/stats``. It is a thin shell: every decision is made elsewhere.
 
 * ``mockprovider.wire``: request parsing, hints, output-length rules, bodies and SSE.
-* ``mockprovider.gate``: quota, rate windows and the seeded fault draw.
+* ``mockprovider.gate``: outage windows, quota, rate windows and the seeded fault draw.
 * ``mockprovider.driver``: the physics (continuous batching, hidden FIFO) run against the
   app's clock, without a background task (no ASGI lifespan needed, so the app works unchanged
   under ``httpx2.ASGITransport``).
@@ -14,20 +14,28 @@
 
 Time. ``create_app(config, clock=...)`` takes a clock of wall seconds (``time.monotonic`` by
 default, as ``python -m mockprovider`` uses); virtual seconds are
-``(clock() - origin) * time_scale``, from the app's first request. The app waits only through
+``(clock() - origin) * time_scale``, from the app's first request (from the fleet's first
+request when apps share a ``ClockOrigin``). The app waits only through
 anyio, so under trio's ``MockClock(autojump_threshold=0)``, ``clock=anyio.current_time`` runs the
 whole mock in virtual time. One app instance belongs to one event loop.
 
-Check order: auth (401), body (400), quota (429 ``insufficient_quota``, no retry-after), rate
-windows (429 ``rate_limit_exceeded``), fault draw. A request whose token charge exceeds the
-token limit can never fit: 429 without ``retry-after``. Rate windows run in virtual time; all
-time-valued headers (``retry-after``, ``retry-after-ms``, ``x-ratelimit-reset-*``) are in
-*real* wall time, i.e. the virtual wait divided by ``time_scale``. An admitted request gets the
-``x-ratelimit-*`` headers and an ``x-request-id``.
+Check order: auth (401), body (400), outage window (503), quota (429 ``insufficient_quota``,
+no retry-after), rate windows (429 ``rate_limit_exceeded``), fault draw. A request whose token
+charge exceeds the token limit can never fit: 429 without ``retry-after``. Rate windows run in
+virtual time; all time-valued headers (``retry-after``, ``retry-after-ms``,
+``x-ratelimit-reset-*``) are in *real* wall time, i.e. the virtual wait divided by
+``time_scale``. An admitted request gets the ``x-ratelimit-*`` headers and an ``x-request-id``.
 
 Faults as a client sees them: error: 500 and 503 alternately, OpenAI ``server_error`` body; no
 physics slot is used. Hang and drop: see ``mockprovider.responses``. Capacity loss: see
-``mockprovider.driver``.
+``mockprovider.driver``. Outage windows (``MockConfig.outages``, virtual seconds like the
+capacity loss): the endpoint is down, so *new requests are refused* with 503 ``server_error``
+("... down (mock outage window) ...", no ``retry-after``: a client cannot know when it ends),
+counted as ``unavailable``; requests admitted before the window starts finish normally. An
+outage charges no rate window and draws no fault (``mockprovider.gate``).
+
+Several apps make a fleet on one port: ``mockprovider.fleet.create_fleet_app`` mounts one app
+per endpoint under ``/NAME``, all sharing one clock origin (``create_app(origin=...)``).
 
 ``GET /v1/mock/stats`` (``dataclasses.asdict`` of :class:`~mockprovider.stats.MockStats`)
 needs the API key too when one is configured; ``app.state.mock_stats()`` returns the
@@ -49,7 +57,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mockprovider.driver import PhysicsDriver
+from mockprovider.driver import ClockOrigin, PhysicsDriver
 from mockprovider.faults import Fault, WindowKind, WindowState, rate_limit_headers
 from mockprovider.gate import GateConfig, GateDecision, GateVerdict, ProviderGate
 from mockprovider.physics import PROFILES, PhysicsParams
@@ -63,6 +71,7 @@ from mockprovider.wire import (
     quota_message,
     rate_limit_message,
     too_large_message,
+    unavailable_message,
 )
 
 __all__ = ["ConnectionDropped", "MockConfig", "create_app"]
@@ -92,6 +101,9 @@ class MockConfig:
         hang_rate: Fraction of admitted requests never answered.
         drop_rate: Fraction of admitted requests whose connection drops mid-response.
         capacity_loss: ``(t, f)``: at virtual time ``t`` keep fraction ``f`` of the slots.
+        outages: Windows ``(start, end)`` of virtual seconds (``0 <= start < end``) during
+            which the endpoint is down: new requests get 503 at once; requests already being
+            served finish normally.
         seed: Seed of the fault draws.
         default_output_tokens: Output length when neither a hint nor max tokens is given.
         model: The model id listed by ``/v1/models`` (requests may name any model).
@@ -108,6 +120,7 @@ class MockConfig:
     hang_rate: float = 0.0
     drop_rate: float = 0.0
     capacity_loss: tuple[float, float] | None = None
+    outages: tuple[tuple[float, float], ...] = ()
     seed: int = 0
     default_output_tokens: int = 128
     model: str = "mock-1"
@@ -120,7 +133,7 @@ class MockConfig:
             raise ValueError(f"time_scale={ts!r} must be a finite number > 0")
         if ts <= 0:
             raise ValueError(f"time_scale={ts!r} must be a finite number > 0")
-        self.gate_config()  # validates rpm, tpm, quota_tokens, rate_window, rates, seed
+        self.gate_config()  # validates rpm, tpm, quota_tokens, rate_window, rates, seed, outages
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             raise ValueError("api_key must be a non-empty string or None")
         if self.capacity_loss is not None:
@@ -154,6 +167,7 @@ class MockConfig:
             hang_rate=self.hang_rate,
             drop_rate=self.drop_rate,
             seed=self.seed,
+            outages=self.outages,
         )
 
 
@@ -171,13 +185,16 @@ def _error(
 class _Provider:
     """The handlers of one app: gate, physics driver, counters (see the module docstring)."""
 
-    def __init__(self, config: MockConfig, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, config: MockConfig, clock: Callable[[], float], origin: ClockOrigin | None
+    ) -> None:
         self.config = config
         self.driver = PhysicsDriver(
             config.physics,
             time_scale=config.time_scale,
             clock=clock,
             capacity_loss=config.capacity_loss,
+            origin=origin,
         )
         self.gate = ProviderGate(config.gate_config())
         self.tally = Tally()
@@ -260,6 +277,9 @@ class _Provider:
         return self._refused(decision, job, now)
 
     def _refused(self, decision: GateDecision, job: Job, now: float) -> Response:
+        if decision.verdict is GateVerdict.UNAVAILABLE:
+            self.count("unavailable")
+            return _error(503, unavailable_message(), "server_error")
         if decision.verdict is GateVerdict.QUOTA_EXHAUSTED:
             self.count("insufficient_quota")
             headers = self._rate_headers(*self.gate.limiter.states(now))
@@ -355,7 +375,10 @@ def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    config: MockConfig | None = None, *, clock: Callable[[], float] | None = None
+    config: MockConfig | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    origin: ClockOrigin | None = None,
 ) -> Starlette:
     """Build the ASGI app for ``config`` (default: ``MockConfig()``).
 
@@ -365,12 +388,17 @@ def create_app(
             ``(clock() - origin) * time_scale`` from the first request. Pass
             ``anyio.current_time`` under trio's ``MockClock`` to run in virtual time; the
             clock must advance with anyio's sleeps.
+        origin: Where virtual time 0 lies, shared with other apps on the same ``clock`` so
+            that their virtual times agree (a fleet: ``mockprovider.fleet``). Default: a
+            fresh one, fixed at this app's first request.
 
     ``app.state.mock_stats()`` returns the :class:`~mockprovider.stats.MockStats` that
     ``GET /v1/mock/stats`` serves as JSON (``MockStats.from_json`` reads it back).
     """
     provider = _Provider(
-        MockConfig() if config is None else config, time.monotonic if clock is None else clock
+        MockConfig() if config is None else config,
+        time.monotonic if clock is None else clock,
+        origin,
     )
     handler: Callable[[Request, Exception], Response | Awaitable[Response]] = _http_error
     app = Starlette(

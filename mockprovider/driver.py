@@ -8,8 +8,10 @@ It is not an HTTP thing either (``mockprovider.app`` is).
 
 The clock. ``clock()`` returns wall seconds (``time.monotonic`` by default); virtual time is
 ``(clock() - origin) * time_scale`` where ``origin`` is the clock at the driver's first use (so
-the driver can be built outside an event loop), and it never goes backwards. All waiting goes
-through anyio (``anyio.move_on_after`` and events), never ``time.sleep``: with
+the driver can be built outside an event loop), and it never goes backwards. Several drivers
+may share one :class:`ClockOrigin` (the endpoints of a fleet, ``mockprovider.fleet``): then
+virtual time starts at the first use of *any* of them, and they all read the same virtual time.
+All waiting goes through anyio (``anyio.move_on_after`` and events), never ``time.sleep``: with
 ``clock=anyio.current_time`` under trio's ``MockClock(autojump_threshold=0)`` the whole mock
 runs in virtual time, and a test sleeps minutes in microseconds. The clock must advance with
 anyio's sleeps (``time.monotonic`` does under asyncio and trio; so does ``anyio.current_time``).
@@ -41,9 +43,34 @@ import anyio.lowlevel
 from mockprovider.faults import capacity_slots
 from mockprovider.physics import EventKind, PhysicsParams, ProviderEvent, ProviderPhysics
 
-__all__ = ["Flight", "PhysicsDriver"]
+__all__ = ["ClockOrigin", "Flight", "PhysicsDriver"]
 
 _WAKE_EPS_S: Final = 1e-6  # wall seconds: an event this close is treated as due
+
+
+class ClockOrigin:
+    """The wall time at which virtual time is 0, fixed by the first reading.
+
+    One per app by default; the apps of a fleet share one, so that every endpoint's virtual
+    clock (and so its outage windows and capacity loss) counts from the fleet's first request.
+
+    Attributes:
+        wall: The origin in the clock's wall seconds, or ``None`` before the first reading.
+    """
+
+    __slots__ = ("wall",)
+
+    def __init__(self) -> None:
+        self.wall: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<ClockOrigin wall={self.wall!r}>"
+
+    def elapsed(self, wall: float) -> float:
+        """Wall seconds from the origin to ``wall`` (the first call fixes the origin)."""
+        if self.wall is None:
+            self.wall = wall
+        return wall - self.wall
 
 
 class Flight:
@@ -76,6 +103,8 @@ class PhysicsDriver:
         time_scale: Virtual seconds per wall second (> 0).
         clock: Wall seconds, monotonic (default ``time.monotonic``, chosen by the caller).
         capacity_loss: ``(t, f)``: at virtual time ``t`` keep fraction ``f`` of the slots.
+        origin: Where virtual time 0 lies; shared by the drivers of a fleet (default: a
+            fresh one, fixed at this driver's first use).
 
     Attributes:
         physics: The pure provider model being driven.
@@ -89,11 +118,12 @@ class PhysicsDriver:
         time_scale: float,
         clock: Callable[[], float],
         capacity_loss: tuple[float, float] | None = None,
+        origin: ClockOrigin | None = None,
     ) -> None:
         self.physics = ProviderPhysics(params)
         self._clock = clock
         self._scale = float(time_scale)
-        self._origin: float | None = None
+        self._origin = ClockOrigin() if origin is None else origin
         self._flights: dict[str, Flight] = {}
         self._driver: Flight | None = None
         self._sleepers: dict[str, Flight] = {}
@@ -113,10 +143,7 @@ class PhysicsDriver:
 
     def now(self) -> float:
         """Virtual now: ``(clock() - origin) * time_scale``, never decreasing."""
-        wall = self._clock()
-        if self._origin is None:
-            self._origin = wall
-        return max((wall - self._origin) * self._scale, self.physics.now)
+        return max(self._origin.elapsed(self._clock()) * self._scale, self.physics.now)
 
     def tick(self, now: float | None = None) -> float:
         """Bring the physics to ``now`` (default: the clock) and deliver due events."""

@@ -1,13 +1,20 @@
-"""The provider's door: quota, rate windows and fault draws, decided in one place.
+"""The provider's door: outages, quota, rate windows and fault draws, decided in one place.
 
 Every request that reaches a hosted API passes the same checks before any GPU
-sees it: is the account's quota spent, does it fit the RPM/TPM windows, and
-(in this mock) does the seeded fault injector pick it for an error, a hang or
-a dropped connection. :class:`ProviderGate` makes those decisions for both
-shells of the mock provider: the HTTP app (``mockprovider.app``, real time
-compressed) and the simulator (``semisched.sim``, virtual time). So the 429s
-and faults a benchmark measures in virtual time are the ones the HTTP mock
-serves live.
+sees it: is the endpoint up at all, is the account's quota spent, does it fit
+the RPM/TPM windows, and (in this mock) does the seeded fault injector pick it
+for an error, a hang or a dropped connection. :class:`ProviderGate` makes
+those decisions for both shells of the mock provider: the HTTP app
+(``mockprovider.app``, real time compressed) and the simulator
+(``semisched.sim``, virtual time). So the 429s, 503s and faults a benchmark
+measures in virtual time are the ones the HTTP mock serves live.
+
+Outage windows (``GateConfig.outages``): during ``[start, end)`` the endpoint is
+down and *new requests are refused* (``GateVerdict.UNAVAILABLE``, a 503 over
+HTTP) before any other check; requests admitted earlier finish normally (the
+gate never sees them again). A refused request charges no rate window and
+draws no fault, so the fault draws of the requests outside the windows are the
+same as without the outages.
 
 Pure: the caller passes ``now`` (virtual seconds); the only randomness is the
 fault injector's seeded stream. Nothing here formats HTTP; the app turns a
@@ -36,6 +43,10 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GateConfig:
     """What the provider enforces before serving.
@@ -52,6 +63,10 @@ class GateConfig:
         hang_rate: Fraction of admitted requests never answered.
         drop_rate: Fraction of admitted requests whose connection drops.
         seed: Seed of the fault draws.
+        outages: Windows ``(start, end)`` of virtual seconds, ``0 <= start < end``,
+            during which the endpoint is down: every new request is refused at the door
+            (``GateVerdict.UNAVAILABLE``), ``start`` included, ``end`` excluded. Windows
+            may overlap (their union counts) and come in any order.
     """
 
     rpm: int | None = None
@@ -63,6 +78,7 @@ class GateConfig:
     hang_rate: float = 0.0
     drop_rate: float = 0.0
     seed: int = 0
+    outages: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("rpm", "tpm", "quota_tokens"):
@@ -84,6 +100,27 @@ class GateConfig:
             raise ValueError("error_rate + hang_rate + drop_rate must not exceed 1")
         if not _is_int(self.seed):
             raise ValueError(f"seed={self.seed!r} must be an integer")
+        _check_outages(self.outages)
+
+    def in_outage(self, t: float) -> bool:
+        """Whether virtual time ``t`` falls in an outage window (``start <= t < end``)."""
+        return any(start <= t < end for start, end in self.outages)
+
+
+def _check_outages(outages: object) -> None:
+    if not isinstance(outages, tuple):
+        raise ValueError(f"outages={outages!r} must be a tuple of (start, end) pairs")
+    for window in outages:
+        if not (
+            isinstance(window, tuple)
+            and len(window) == 2
+            and all(_is_real(v) and math.isfinite(v) for v in window)
+            and 0 <= window[0] < window[1]
+        ):
+            raise ValueError(
+                f"outages={outages!r}: window {window!r} must be a (start, end) pair of "
+                "finite virtual seconds with 0 <= start < end"
+            )
 
 
 class GateVerdict(enum.Enum):
@@ -97,6 +134,8 @@ class GateVerdict(enum.Enum):
     """429 ``rate_limit_exceeded`` with a retry-after."""
     TOO_LARGE = "too_large"
     """429: the token charge exceeds the whole token window; it never fits."""
+    UNAVAILABLE = "unavailable"
+    """503: the endpoint is down (an outage window); nothing charged, no fault drawn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +146,7 @@ class GateDecision:
         verdict: Admitted or which refusal.
         fault: For an admitted request, the injected fault (``Fault.NONE`` mostly).
         rate: The rate windows' decision and state (for the ``x-ratelimit-*``
-            headers), or ``None`` when the quota refused before the windows.
+            headers), or ``None`` when an outage or the quota refused before the windows.
         retry_after_s: Virtual seconds until a rate-limited request fits.
     """
 
@@ -118,10 +157,11 @@ class GateDecision:
 
 
 class ProviderGate:
-    """Quota, then rate windows, then the fault draw (the order a provider checks)."""
+    """Outage, quota, rate windows, then the fault draw (the order a provider checks)."""
 
     def __init__(self, config: GateConfig) -> None:
         self.config = config
+        self._outages = bool(config.outages)
         self.limiter = RateLimiter(
             rpm=config.rpm, tpm=config.tpm, window_s=config.window_s, kind=config.rate_window
         )
@@ -144,8 +184,12 @@ class ProviderGate:
 
         An admitted request is charged to the rate windows and consumes one
         fault draw (even when ``forced`` overrides the drawn fault, so forcing
-        a fault on one request does not shift the others' draws).
+        a fault on one request does not shift the others' draws). During an
+        outage window the answer is ``UNAVAILABLE`` at once: no window is
+        charged and no fault drawn.
         """
+        if self._outages and self.config.in_outage(now):
+            return GateDecision(GateVerdict.UNAVAILABLE, Fault.NONE, None, None)
         if self.quota.exhausted:
             return GateDecision(GateVerdict.QUOTA_EXHAUSTED, Fault.NONE, None, None)
         rate = self.limiter.acquire(now, charge)

@@ -3,11 +3,17 @@
 Used by the example, the live benchmark and the tests that need a real HTTP
 server. The server is always stopped on exit from the context (terminate, then
 kill after a grace period); its stderr is kept for error messages.
+
+``running_server(*args)`` serves one endpoint and yields its ``/v1`` base URL;
+``running_fleet(path)`` serves the fleet of a TOML file (``mockprovider.fleet``)
+and yields each endpoint's base URL by name. Tests that need no real socket run
+``mockprovider.fleet.create_fleet_app`` in-process instead (``httpx2.ASGITransport``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -15,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-__all__ = ["free_port", "running_server"]
+__all__ = ["free_port", "running_fleet", "running_server"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -34,6 +40,37 @@ def running_server(
     Raises:
         RuntimeError: If the server exits or does not accept connections in time.
     """
+    with _serving(args, host, startup_timeout_s) as root:
+        yield f"{root}/v1"
+
+
+@contextlib.contextmanager
+def running_fleet(
+    path: str | os.PathLike[str],
+    *args: str,
+    host: str = "127.0.0.1",
+    startup_timeout_s: float = 30.0,
+) -> Iterator[dict[str, str]]:
+    """Run ``python -m mockprovider --fleet path``; yield each endpoint's base URL by name.
+
+    The file is read here first (``mockprovider.fleet.load_fleet``), so a bad file raises
+    its ``ValueError`` before any process starts. Extra ``args`` are server options
+    (``--log-level``, ``--access-log``).
+
+    Raises:
+        ValueError: The fleet file is invalid.
+        RuntimeError: If the server exits or does not accept connections in time.
+    """
+    from mockprovider.fleet import load_fleet
+
+    fleet = load_fleet(path)
+    with _serving(("--fleet", os.fspath(path), *args), host, startup_timeout_s) as root:
+        yield {e.name: f"{root}{e.base_path}" for e in fleet}
+
+
+@contextlib.contextmanager
+def _serving(args: tuple[str, ...], host: str, startup_timeout_s: float) -> Iterator[str]:
+    """Run the server with ``args`` on a free port; yield ``http://host:port``."""
     port = free_port(host)
     command = [sys.executable, "-m", "mockprovider", "--host", host, "--port", str(port), *args]
     with tempfile.TemporaryFile() as log:
@@ -57,7 +94,7 @@ def running_server(
                             f"within {startup_timeout_s}s"
                         ) from None
                     time.sleep(0.05)  # bounded start-up wait for a child process
-            yield f"http://{host}:{port}/v1"
+            yield f"http://{host}:{port}"
         finally:
             proc.terminate()
             try:

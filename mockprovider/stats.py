@@ -27,6 +27,7 @@ CounterName = Literal[
     "rate_limited_requests",
     "rate_limited_tokens",
     "insufficient_quota",
+    "unavailable",
     "faults_error",
     "faults_hang",
     "faults_drop",
@@ -49,6 +50,8 @@ class MockCounters:
         rate_limited_requests: 429 ``rate_limit_exceeded`` by the requests window.
         rate_limited_tokens: 429 by the tokens window (including "Request too large").
         insufficient_quota: 429 ``insufficient_quota``.
+        unavailable: 503 ``server_error`` refusals during an outage window (the endpoint
+            was down; see ``MockConfig.outages``).
         faults_error: Injected 500/503 answers.
         faults_hang: Injected hangs (never answered).
         faults_drop: Injected dropped connections.
@@ -64,6 +67,7 @@ class MockCounters:
     rate_limited_requests: int = 0
     rate_limited_tokens: int = 0
     insufficient_quota: int = 0
+    unavailable: int = 0
     faults_error: int = 0
     faults_hang: int = 0
     faults_drop: int = 0

@@ -49,6 +49,7 @@ __all__ = [
     "stream_tail",
     "timeout_body",
     "too_large_message",
+    "unavailable_message",
 ]
 
 _WORDS: Final = (
@@ -346,6 +347,14 @@ def timeout_body() -> dict[str, Any]:
 def quota_message() -> str:
     """The message of 429 ``insufficient_quota``."""
     return "You exceeded your current quota, please check your plan and billing details."
+
+
+def unavailable_message() -> str:
+    """The message of the 503 answered during an outage window (the endpoint is down)."""
+    return (
+        "The endpoint is unavailable: it is down (mock outage window). "
+        "New requests are refused until the window ends; please try again later."
+    )
 
 
 def too_large_message(model: str, limit: int, charge: int) -> str:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from semisched.core.config import SchedulerConfig, preset
     from semisched.core.lifecycle import FailureKind, RetryPolicy
     from semisched.core.request import Prior
+    from semisched.endpoints import Endpoint
     from semisched.errors import (
         DeadlineExceeded,
         ProviderError,
@@ -48,6 +49,7 @@ _WHERE = {
     "ScheduledClient": "semisched.runtime",
     "ScheduledStream": "semisched.runtime",
     "Scheduler": "semisched.runtime",
+    "Endpoint": "semisched.endpoints",
     "SchedulerStats": "semisched.runtime",
     # configuration (pure core)
     "FailureKind": "semisched.core.lifecycle",
@@ -84,6 +86,7 @@ __all__ = [
     "BatchPriorSource",
     "Clock",
     "DeadlineExceeded",
+    "Endpoint",
     "FailureKind",
     "Heuristic",
     "LengthCalibration",

@@ -44,7 +44,7 @@ from semisched.priors import PriorQuery
 
 __all__ = [
     "SCHEDULER_ARGS",
-    "Endpoint",
+    "Api",
     "PreparedCall",
     "accepted_params",
     "output_cap",
@@ -55,7 +55,7 @@ __all__ = [
 SCHEDULER_ARGS = frozenset({"klass", "deadline", "prior"})
 
 #: Which provider endpoint a call uses.
-Endpoint = Literal["chat", "completions"]
+Api = Literal["chat", "completions"]
 
 _NAMED = frozenset({"model", "messages", "prompt"}) | SCHEDULER_ARGS
 _CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
@@ -66,7 +66,7 @@ class PreparedCall:
     """A validated call, before it becomes a core request.
 
     Attributes:
-        endpoint: ``"chat"`` (``messages``) or ``"completions"`` (``prompt``).
+        api: ``"chat"`` (``messages``) or ``"completions"`` (``prompt``).
         params: Exactly what goes to the provider's ``create``: the caller's
             provider arguments plus ``model`` and ``messages``/``prompt``, and
             ``stream_options.include_usage`` when semisched added it (read-only).
@@ -80,7 +80,7 @@ class PreparedCall:
         output_cap: The call's output cap (module rule 3), or ``None``.
     """
 
-    endpoint: Endpoint
+    api: Api
     params: Mapping[str, Any]
     klass: str | None
     deadline_s: float | None
@@ -171,7 +171,7 @@ def prepare_call(
     added_usage = stream and _ask_for_usage(sent)
     nbytes, kind = prompt_bytes(messages=messages, prompt=prompt)
     return PreparedCall(
-        endpoint=endpoint,
+        api=endpoint,
         params=MappingProxyType(sent),
         klass=klass,
         deadline_s=None if deadline is None else float(deadline),
@@ -228,12 +228,10 @@ def accepted_params(target: Any) -> frozenset[str] | None:
     return frozenset(sig.parameters) - _NAMED
 
 
-def _endpoint(
-    messages: object, prompt: object, allowed_params: Mapping[str, object] | None
-) -> Endpoint:
+def _endpoint(messages: object, prompt: object, allowed_params: Mapping[str, object] | None) -> Api:
     if (messages is None) == (prompt is None):
         raise ValueError("pass exactly one of messages= (chat) or prompt= (completions)")
-    endpoint: Endpoint = "chat" if messages is not None else "completions"
+    endpoint: Api = "chat" if messages is not None else "completions"
     if allowed_params is not None and endpoint not in allowed_params:
         need = "chat.completions.create" if endpoint == "chat" else "completions.create"
         raise TypeError(f"the wrapped client has no {need} for {endpoint} calls")
@@ -241,7 +239,7 @@ def _endpoint(
 
 
 def _check_params(
-    endpoint: Endpoint, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
+    endpoint: Api, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
 ) -> None:
     overlap = sorted(_NAMED & set(params))
     if overlap:

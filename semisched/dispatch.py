@@ -4,7 +4,8 @@ A :class:`Dispatcher` holds the requests callers are waiting for and does what
 the core's actions say:
 
 - :class:`~semisched.core.Send`: start one attempt as a task in the
-  scheduler's task group (:mod:`semisched.provider` is the I/O seam);
+  scheduler's task group, at the endpoint the core routed it to
+  (:mod:`semisched.endpoints`; :mod:`semisched.provider` is the I/O seam);
 - :class:`~semisched.core.Wake`: keep one timer and poll the engine then;
 - :class:`~semisched.core.Retry`: count it; the engine re-queues the request
   and sends it again with a later ``Send``;
@@ -46,11 +47,12 @@ from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, S
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
+from semisched.endpoints import Deployments
 from semisched.errors import DeadlineExceeded, RequestRejected, SemischedError
 from semisched.estimate import TokenEstimator
 from semisched.failures import ProviderFailure, classify_failure, failure_outcome
 from semisched.headers import RateLimitInfo, parse_rate_limits
-from semisched.provider import Provider, usage_of
+from semisched.provider import usage_of
 from semisched.stats import RuntimeTally
 from semisched.streams import ScheduledStream
 
@@ -79,6 +81,7 @@ class Pending:
         calibrated: The calibration's record of its prior, scored on the
             answer's length (``None``: the caller gave the prior, or
             calibration is off).
+        endpoint: Where its latest attempt was sent.
     """
 
     id: str
@@ -92,14 +95,15 @@ class Pending:
     scope: anyio.CancelScope | None = None
     failure: tuple[ProviderFailure, BaseException] | None = None
     calibrated: Calibrated | None = None
+    endpoint: str = ""
 
 
 class Dispatcher:
-    """Executes an :class:`~semisched.core.Engine`'s actions against a :class:`Provider`.
+    """Executes an :class:`~semisched.core.Engine`'s actions against its endpoints.
 
     Args:
         engine: The core.
-        provider: The wrapped client.
+        deployments: The endpoints' clients, by name.
         clock: Time source; the engine's ``now`` comes from it (rule 2).
         estimator: Calibrated from each response's prompt ``usage``.
         tally: The runtime's counters, updated in place.
@@ -110,7 +114,7 @@ class Dispatcher:
     def __init__(
         self,
         engine: Engine,
-        provider: Provider,
+        deployments: Deployments,
         clock: Clock,
         estimator: TokenEstimator,
         tally: RuntimeTally,
@@ -119,7 +123,7 @@ class Dispatcher:
         calibration: LengthCalibration | None = None,
     ) -> None:
         self.engine = engine
-        self.provider = provider
+        self.deployments = deployments
         self.clock = clock
         self.estimator = estimator
         self.tally = tally
@@ -128,6 +132,7 @@ class Dispatcher:
         self.pending: dict[str, Pending] = {}
         self.open_streams = 0
         self.rate_limits: RateLimitInfo | None = None
+        self.rate_limits_by_endpoint: dict[str, RateLimitInfo] = {}
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
         self._wake_at: float | None = None
@@ -206,6 +211,7 @@ class Dispatcher:
                 if pending is None:  # pragma: no cover - the core only sends pending ids
                     raise RuntimeError(f"core sent unknown request {action.request.id!r}")
                 pending.attempts = action.attempt
+                pending.endpoint = action.endpoint
                 assert self._tg is not None, "Dispatcher.start() was not called"
                 self._tg.start_soon(self._attempt, pending)
             elif isinstance(action, Wake):
@@ -327,7 +333,9 @@ class Dispatcher:
             if deadline is not None and self.cancel_late:
                 scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
             try:
-                response, headers = await self.provider.create(call.endpoint, call.params)
+                name = pending.endpoint
+                params = self.deployments.params_for(name, call.params)
+                response, headers = await self.deployments.provider(name).create(call.api, params)
             except Exception as exc:
                 self._failed(pending, exc)
                 return
@@ -407,9 +415,10 @@ class Dispatcher:
         if info is None:
             return
         self.rate_limits = info
+        self.rate_limits_by_endpoint[pending.endpoint] = info
         now = self.now()
         if info.headroom is not None:
-            self.engine.observe_headroom(info.headroom, now)
+            self.engine.observe_headroom(info.headroom, now, pending.id)
         self.engine.observe_limits(pending.id, now, info.limits(self._clock_per_wall()))
 
     def _clock_per_wall(self) -> float:

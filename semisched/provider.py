@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from semisched.calls import Endpoint, accepted_params
+from semisched.calls import Api, accepted_params
 
 __all__ = ["Provider", "Usage", "usage_of"]
 
@@ -45,15 +45,13 @@ class Provider:
     def __repr__(self) -> str:
         return f"<Provider {type(self.client).__name__} endpoints={sorted(self._targets)}>"
 
-    async def create(
-        self, endpoint: Endpoint, params: Mapping[str, Any]
-    ) -> tuple[Any, Mapping[str, str]]:
+    async def create(self, api: Api, params: Mapping[str, Any]) -> tuple[Any, Mapping[str, str]]:
         """One attempt: the parsed response and its headers (empty when unknown).
 
         Raises:
             Exception: Whatever the wrapped client raises (classified by the caller).
         """
-        target = self._targets[endpoint]
+        target = self._targets[api]
         raw_api = getattr(target, "with_raw_response", None)
         if raw_api is None:
             return await target.create(**params), {}

@@ -50,18 +50,18 @@ from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall, prepare_call
 from semisched.clock import AnyioClock, Clock
 from semisched.core.checks import check_choice
-from semisched.core.config import SchedulerConfig, preset
+from semisched.core.config import RoutingConfig, SchedulerConfig, preset
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
 from semisched.default_priors import PRIOR_CHOICES, PRIORS_ENV, choose_priors, default_choice
 from semisched.dispatch import Dispatcher, Pending
+from semisched.endpoints import Deployments, Endpoint
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
 from semisched.prior_batch import PriorResolver
 from semisched.priors import Heuristic, PriorsChoice, PriorSource
-from semisched.provider import Provider
 from semisched.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.streams import ScheduledStream
 
@@ -89,6 +89,14 @@ class Scheduler:
             ``chat.completions.create`` / ``completions.create`` coroutines.
             An OpenAI client is used through ``with_options(max_retries=0)``:
             the scheduler owns retries, so the core sees every attempt.
+            The one-endpoint case of ``endpoints``.
+        endpoints: Several deployments (:class:`~semisched.Endpoint`), instead of
+            ``client``: each send goes to the endpoint the core's routing layer
+            picks (``config.routing``), a failed attempt fails over to another,
+            and ``statistics().engine.endpoints`` reports each.
+        routing: A convenience: a routing policy name
+            (:data:`~semisched.core.config.ROUTING_POLICY_NAMES`) or a
+            :class:`~semisched.core.RoutingConfig` that replaces ``config.routing``.
         config: A :class:`SchedulerConfig` or a preset name.
         priors: Where priors come from when a call gives none: a
             :class:`~semisched.priors.PriorSource`, or a name from
@@ -127,8 +135,10 @@ class Scheduler:
 
     def __init__(
         self,
-        client: Any,
+        client: Any = None,
         *,
+        endpoints: Sequence[Endpoint] | None = None,
+        routing: str | RoutingConfig | None = None,
         config: SchedulerConfig | str = "final_adrr_olc",
         priors: PriorSource | str | None = None,
         prior_timeout_s: float = 0.05,
@@ -159,11 +169,30 @@ class Scheduler:
             raise TypeError(f"priors={priors!r} must be a PriorSource, a name or None")
         if not isinstance(calibration, LengthCalibration | bool):
             raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
+        if (client is None) == (endpoints is None):
+            raise TypeError("Scheduler() takes exactly one of client and endpoints=[...]")
+        if endpoints is not None and (
+            isinstance(endpoints, str | bytes | Endpoint) or not isinstance(endpoints, Sequence)
+        ):
+            raise TypeError(f"endpoints={endpoints!r} must be a sequence of semisched.Endpoint")
+        self._deployments = Deployments(
+            endpoints if endpoints is not None else [Endpoint("default", client)]
+        )
+        if isinstance(routing, str):
+            routing = RoutingConfig(policy=routing)
+        elif routing is not None and not isinstance(routing, RoutingConfig):
+            raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
         config = preset(config) if isinstance(config, str) else config
-        self.config = config if retry is None else replace(config, retry=retry)
-        self._provider = Provider(client)
+        if retry is not None:
+            config = replace(config, retry=retry)
+        self.config = config if routing is None else replace(config, routing=routing)
+        self._allowed_params = self._deployments.allowed_params
         self._class_names = tuple(c.name for c in self.config.classes)
-        self._engine = Engine(self.config, jitter=random.Random(seed).random)
+        self._engine = Engine(
+            self.config,
+            jitter=random.Random(seed).random,
+            endpoints=[self._deployments.endpoint(n).spec for n in self._deployments.names],
+        )
         # A name other than "heuristic" loads a model: on entering, in a worker thread.
         self._load_priors = priors if isinstance(priors, str) and priors != "heuristic" else None
         self._prior_asked_by = asked_by
@@ -187,7 +216,7 @@ class Scheduler:
         self._tally = RuntimeTally()
         self._dispatch = Dispatcher(
             self._engine,
-            self._provider,
+            self._deployments,
             self._clock,
             self._estimator,
             self._tally,
@@ -332,7 +361,7 @@ class Scheduler:
         Raises:
             ValueError, TypeError: What :meth:`submit` would raise for it.
         """
-        return self._prepare(model, messages, prompt, klass, deadline, prior, params).endpoint
+        return self._prepare(model, messages, prompt, klass, deadline, prior, params).api
 
     def pause(self) -> None:
         """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
@@ -346,14 +375,53 @@ class Scheduler:
         """Undo :meth:`pause`."""
         self._dispatch.execute(self._engine.release(self._dispatch.now()))
 
+    # -- the fleet ---------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The names of the endpoints new calls can use, in fleet order."""
+        return self._deployments.names
+
+    def add_endpoint(self, endpoint: Endpoint) -> None:
+        """Add an endpoint at run time; queued work may go there at once.
+
+        Raises:
+            ValueError: Its name is already in use.
+            TypeError: ``endpoint`` is not a :class:`~semisched.Endpoint`.
+        """
+        self._deployments.add(endpoint)
+        self._allowed_params = self._deployments.allowed_params
+        self._dispatch.execute(self._engine.add_endpoint(endpoint.spec, self._dispatch.now()))
+
+    def drain_endpoint(self, name: str) -> None:
+        """Send nothing new to ``name``; its calls in flight finish. Queued calls that
+        no other endpoint serves are rejected (:class:`~semisched.RequestRejected`).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._dispatch.execute(self._engine.drain_endpoint(name, self._dispatch.now()))
+
+    def remove_endpoint(self, name: str) -> None:
+        """Drain ``name`` (:meth:`drain_endpoint`) and drop it from the fleet.
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._dispatch.execute(self._engine.remove_endpoint(name, self._dispatch.now()))
+        self._deployments.remove(name)
+        self._allowed_params = self._deployments.allowed_params
+
     def statistics(self) -> SchedulerStats:
-        """A frozen snapshot: counters, the core's state, rate limits, the estimator."""
+        """A frozen snapshot: counters, the core's state (per endpoint too), rate
+        limits, the estimator."""
         return SchedulerStats(
             pending=len(self._dispatch.pending),
             open_streams=self._dispatch.open_streams,
             counters=self._tally.freeze(),
             engine=self._engine.statistics(),
             rate_limits=self._dispatch.rate_limits,
+            rate_limits_by_endpoint=dict(self._dispatch.rate_limits_by_endpoint),
             estimator=self._estimator.statistics(),
             priors=self._prior_choice,
             calibration=None if self._calibration is None else self._calibration.statistics(),
@@ -371,7 +439,7 @@ class Scheduler:
         prior: Prior | tuple[float, float] | None,
         params: dict[str, Any],
     ) -> PreparedCall:
-        return prepare_call(
+        call = prepare_call(
             model=model,
             messages=messages,
             prompt=prompt,
@@ -379,9 +447,11 @@ class Scheduler:
             deadline=deadline,
             prior=prior,
             params=params,
-            allowed_params=self._provider.allowed_params,
+            allowed_params=self._allowed_params,
             class_names=self._class_names,
         )
+        self._deployments.check_model(call.model)
+        return call
 
     async def _request(self, rid: str, call: PreparedCall) -> tuple[Request, Calibrated | None]:
         prior = call.prior
@@ -406,5 +476,6 @@ class Scheduler:
             arrival=now,
             deadline=None if call.deadline_s is None else now + call.deadline_s,
             max_output_tokens=call.output_cap,
+            model=call.model,
         )
         return request, calibrated

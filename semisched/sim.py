@@ -24,6 +24,12 @@ Every failed attempt goes to ``Engine.failed`` as a
 code as in the async runtime; the rate-limit state of each answer reaches the
 engine as the ``x-ratelimit-*`` headers would (``observe_limits``).
 
+A *fleet* (``Simulator(..., fleet=[SimEndpoint(...), ...])``) runs one
+physics and one gate per endpoint, each with its own limits, faults, outage
+windows and capacity loss; the engine's routing layer picks the endpoint of
+every send, exactly as in the async runtime. Without ``fleet`` the one
+``physics``/``provider`` pair is the endpoint ``"default"``.
+
 Every job ends in exactly one terminal outcome: ``completed``, ``rejected``,
 ``expired`` or ``failed``. :meth:`Simulator.run` checks this before returning
 and raises ``RuntimeError`` if any job was lost or finished twice.
@@ -33,15 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import io
-import math
 import random
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
 
-from mockprovider.faults import Fault, WindowState, capacity_slots
-from mockprovider.gate import GateConfig, GateDecision, GateVerdict, ProviderGate
+from mockprovider.faults import Fault, capacity_slots
+from mockprovider.gate import GateVerdict, ProviderGate
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 from semisched.calibration import Calibrated, LengthCalibration
 from semisched.core.actions import Defer, Expire, Fail, Reject, Retry, Send, Wake
@@ -49,13 +52,25 @@ from semisched.core.buckets import bucket_for_tokens
 from semisched.core.budget import ProviderLimits
 from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
+from semisched.core.fleet import DEFAULT_ENDPOINT
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
-from semisched.core.stats import EngineStats
+from semisched.sim_model import (
+    PLAIN,
+    Outcome,
+    ProviderModel,
+    SimEndpoint,
+    SimJob,
+    SimResult,
+    TraceRow,
+    check_fleet,
+    gate_limits,
+)
 
 __all__ = [
     "Outcome",
     "ProviderModel",
+    "SimEndpoint",
     "SimJob",
     "SimResult",
     "Simulator",
@@ -64,139 +79,39 @@ __all__ = [
 ]
 
 
-class Outcome:
-    """Terminal outcomes of a simulated job."""
-
-    COMPLETED = "completed"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProviderModel:
-    """What the simulated provider does besides its physics.
-
-    Attributes:
-        gate: Quota, RPM/TPM windows and fault rates: the mock provider's own
-            settings (``MockConfig.gate_config()`` gives the HTTP mock's).
-        capacity_loss: ``(t, f)``: at virtual time ``t`` the provider keeps
-            ``max(1, round(slots * f))`` slots (as the HTTP mock does).
-        other_traffic: Fraction of the gate's RPM and TPM used by other
-            clients on the same key, as a steady stream (the provider then
-            grants this client only the rest; its headers show the full limit
-            and the smaller remainder).
-        seed: Seed of the engine's retry jitter (the gate's fault draws use
-            ``gate.seed``).
-    """
-
-    gate: GateConfig = field(default_factory=GateConfig)
-    capacity_loss: tuple[float, float] | None = None
-    other_traffic: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.gate, GateConfig):
-            raise ValueError(f"gate={self.gate!r} must be a GateConfig")
-        loss = self.capacity_loss
-        if loss is not None and not (
-            isinstance(loss, tuple)
-            and len(loss) == 2
-            and all(math.isfinite(v) for v in loss)
-            and loss[0] >= 0
-            and 0 <= loss[1] <= 1
-        ):
-            raise ValueError(f"capacity_loss={loss!r} must be (time >= 0, fraction in [0, 1])")
-        if not (math.isfinite(self.other_traffic) and 0.0 <= self.other_traffic < 1.0):
-            raise ValueError(f"other_traffic={self.other_traffic!r} must be in [0, 1)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed={self.seed!r} must be an int")
-
-
-#: A provider that serves everything: no limits, no faults.
-PLAIN = ProviderModel()
-
-
-@dataclass(frozen=True, slots=True)
-class SimJob:
-    """One request of a workload, with the truth only the simulator knows.
-
-    Attributes:
-        request: What the client submits (its prior may be wrong).
-        output_tokens: The length the provider will really generate.
-        input_tokens: The real prompt length the provider prefills.
-    """
-
-    request: Request
-    output_tokens: int
-    input_tokens: int
-
-
-@dataclass(slots=True)
-class TraceRow:
-    """Per-request record of one simulated job (times in seconds)."""
-
-    id: str
-    klass: str
-    bucket: str
-    routing_bucket: str
-    arrival: float
-    deadline: float | None
-    output_tokens: int
-    outcome: str = ""
-    first_send: float | None = None
-    first_token: float | None = None
-    end: float | None = None
-    defers: int = 0
-    attempts: int = 0
-    throttled: int = 0
-    failures: int = 0
-
-    @property
-    def latency(self) -> float | None:
-        """Arrival to completion, for completed jobs."""
-        if self.outcome != Outcome.COMPLETED or self.end is None:
-            return None
-        return self.end - self.arrival
-
-    @property
-    def met_deadline(self) -> bool:
-        """Completed at or before its deadline (no deadline counts as met)."""
-        if self.outcome != Outcome.COMPLETED or self.end is None:
-            return False
-        return self.deadline is None or self.end <= self.deadline
-
-
-_TRACE_FIELDS = [f.name for f in fields(TraceRow)]
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    """Outcome of one simulation run."""
-
-    rows: tuple[TraceRow, ...]
-    engine: EngineStats
-    end_time: float
-    events: int
-
-    def trace_csv(self) -> str:
-        """The per-request trace as CSV with exact (``repr``) floats."""
-        out = io.StringIO()
-        out.write(",".join(_TRACE_FIELDS) + "\n")
-        for row in self.rows:
-            values = (getattr(row, name) for name in _TRACE_FIELDS)
-            out.write(
-                ",".join(
-                    "" if v is None else repr(v) if isinstance(v, float) else str(v) for v in values
-                )
-            )
-            out.write("\n")
-        return out.getvalue()
-
-
 # Shell events: answers that are not the physics' (429s, 5xx, hang timeouts,
 # dropped connections), other traffic on the key, capacity loss.
 _FAIL, _OTHER, _CAPACITY = 0, 1, 2
+
+
+class _Backend:
+    """One endpoint's physics and door, and when its physics next has an event."""
+
+    __slots__ = ("dirty", "gate", "model", "name", "open_door", "physics", "t_next")
+
+    def __init__(self, endpoint: SimEndpoint) -> None:
+        self.name = endpoint.spec.name
+        self.physics = ProviderPhysics(endpoint.physics)
+        self.model = endpoint.provider
+        self.gate = ProviderGate(endpoint.provider.gate)
+        g = endpoint.provider.gate
+        # Nothing to check at the door: skip it (the paper's experiments, the hot path).
+        self.open_door = (
+            g.rpm is None
+            and g.tpm is None
+            and g.quota_tokens is None
+            and not g.outages
+            and g.error_rate == g.hang_rate == g.drop_rate == 0.0
+        )
+        self.dirty = True  # the next event time only changes when the physics is touched
+        self.t_next = float("inf")
+
+    def next_time(self) -> float:
+        if self.dirty:
+            nxt = self.physics.next_event_time()
+            self.t_next = float("inf") if nxt is None else nxt
+            self.dirty = False
+        return self.t_next
 
 
 class Simulator:
@@ -207,32 +122,40 @@ class Simulator:
     each arriving request's prior is corrected as the async runtime corrects it
     (its class follows the corrected prior unless the workload named another),
     and each completion teaches it the real length.
+
+    With ``fleet``, ``physics`` and ``provider`` are unused: each
+    :class:`SimEndpoint` brings its own.
     """
 
     def __init__(
         self,
         config: SchedulerConfig,
-        physics: PhysicsParams,
+        physics: PhysicsParams | None = None,
         provider: ProviderModel = PLAIN,
         calibration: LengthCalibration | None = None,
+        fleet: Sequence[SimEndpoint] | None = None,
     ) -> None:
-        self.engine = Engine(config, jitter=random.Random(provider.seed).random)
+        if fleet is None:
+            if physics is None:
+                raise ValueError("physics=None needs a fleet=[SimEndpoint(...), ...]")
+            fleet = (SimEndpoint(spec=DEFAULT_ENDPOINT, physics=physics, provider=provider),)
+        check_fleet(fleet)
+        self.engine = Engine(
+            config,
+            jitter=random.Random(fleet[0].provider.seed).random,
+            endpoints=[e.spec for e in fleet],
+        )
         # As the runtime: corrects each prior on arrival, learns from each completion.
         self.calibration = calibration
         self._calibrated: dict[str, Calibrated] = {}
-        self.provider = ProviderPhysics(physics)
-        self.model = provider
-        self.gate = ProviderGate(provider.gate)
-        g = provider.gate
-        # Nothing to check at the door: skip it (the paper's experiments, the hot path).
-        self._open_door = (
-            g.rpm is None
-            and g.tpm is None
-            and g.quota_tokens is None
-            and g.error_rate == g.hang_rate == g.drop_rate == 0.0
-        )
+        self._backends = [_Backend(e) for e in fleet]
+        self._by_name = {b.name: b for b in self._backends}
+        first = self._backends[0]
+        self.provider = first.physics  # the one-endpoint case's names
+        self.model = first.model
+        self.gate = first.gate
         self._heap: list[tuple[float, int]] = []  # engine wake-ups (time, seq)
-        # (time, seq, kind, request id, failure kind, retry-after)
+        # (time, seq, kind, request id or backend name, failure kind, retry-after)
         self._shell: list[tuple[float, int, int, str, FailureKind | None, float | None]] = []
         self._arrivals: deque[SimJob] = deque()  # by (arrival, id)
         self._seq = 0
@@ -243,15 +166,21 @@ class Simulator:
         self._terminal = 0
         self._events = 0
         self._now = 0.0
-        # The provider's next event time only changes when the provider is touched.
-        self._provider_dirty = True
-        self._t_prov = float("inf")
 
     def __repr__(self) -> str:
         return (
             f"<Simulator now={self._now:.3f} pending={len(self._heap) + len(self._arrivals)} "
-            f"terminal={self._terminal}/{len(self._rows)} {self.engine!r}>"
+            f"terminal={self._terminal}/{len(self._rows)} endpoints={list(self._by_name)} "
+            f"{self.engine!r}>"
         )
+
+    def physics(self, name: str) -> ProviderPhysics:
+        """The physics of endpoint ``name`` (its statistics: utilisation, tokens served)."""
+        return self._by_name[name].physics
+
+    def gate_of(self, name: str) -> ProviderGate:
+        """The door of endpoint ``name`` (its counters: 429s, outage refusals)."""
+        return self._by_name[name].gate
 
     def _push_wake(self, time: float) -> None:
         self._seq += 1
@@ -277,29 +206,26 @@ class Simulator:
         """
         self._load(jobs)
         self._schedule_provider_events()
-        heap, shell, arrivals, provider, engine = (
-            self._heap,
-            self._shell,
-            self._arrivals,
-            self.provider,
-            self.engine,
-        )
+        heap, shell, arrivals, engine = self._heap, self._shell, self._arrivals, self.engine
+        backends = self._backends
+        single = backends[0] if len(backends) == 1 else None
         inf = float("inf")
         events = 0
         while True:
             t_arrival = arrivals[0].request.arrival if arrivals else inf
             t_wake = heap[0][0] if heap else inf
             t_shell = shell[0][0] if shell else inf
-            if self._provider_dirty:
-                nxt = provider.next_event_time()
-                self._t_prov = inf if nxt is None else nxt
-                self._provider_dirty = False
-            t_prov = self._t_prov
+            if single is not None:
+                backend = single
+                t_prov = single.next_time()
+            else:
+                backend = min(backends, key=_Backend.next_time)
+                t_prov = backend.t_next
             if t_prov <= t_shell and t_prov <= t_arrival and t_prov <= t_wake:
                 if t_prov == inf:
                     break  # nothing is pending anywhere
                 events += 1
-                self._physics_events(t_prov)
+                self._physics_events(backend, t_prov)
                 continue
             events += 1
             if t_shell <= t_arrival and t_shell <= t_wake:
@@ -372,21 +298,22 @@ class Simulator:
         return request
 
     def _schedule_provider_events(self) -> None:
-        model = self.model
-        if model.capacity_loss is not None:
-            self._push_shell(model.capacity_loss[0], _CAPACITY)
-        if model.other_traffic > 0.0 and self._arrivals:
-            self._push_shell(self._arrivals[0].request.arrival, _OTHER)
+        for backend in self._backends:
+            model = backend.model
+            if model.capacity_loss is not None:
+                self._push_shell(model.capacity_loss[0], _CAPACITY, backend.name)
+            if model.other_traffic > 0.0 and self._arrivals:
+                self._push_shell(self._arrivals[0].request.arrival, _OTHER, backend.name)
 
     def _only_background_left(self) -> bool:
         """Only other traffic is left to simulate: every job has its outcome."""
         return self._terminal == len(self._rows) and all(e[2] == _OTHER for e in self._shell)
 
-    def _physics_events(self, t: float) -> None:
+    def _physics_events(self, backend: _Backend, t: float) -> None:
         self._now = t
-        self._provider_dirty = True
+        backend.dirty = True
         rows, engine = self._rows, self.engine
-        for ev in self.provider.advance(t):
+        for ev in backend.physics.advance(t):
             rid = ev.request_id
             row = rows[rid]
             if ev.kind is EventKind.FIRST_TOKEN:
@@ -395,7 +322,7 @@ class Simulator:
                 continue
             self._observe(rid, ev.time)
             if ev.kind is EventKind.COMPLETED and rid not in self._dropped:
-                self.gate.bill(ev.input_tokens + ev.output_tokens)
+                backend.gate.bill(ev.input_tokens + ev.output_tokens)
                 if rid in self._calibrated:
                     self.calibration.observe(self._calibrated.pop(rid), ev.output_tokens)  # type: ignore[union-attr]
                 self._end(row, Outcome.COMPLETED, ev.time)
@@ -415,22 +342,25 @@ class Simulator:
             assert failure is not None
             self._observe(rid, time)
             self._failed(rid, time, failure, retry_after)
-        elif kind == _CAPACITY:
-            assert self.model.capacity_loss is not None
-            slots = capacity_slots(self.provider.params.slots, self.model.capacity_loss[1])
-            self.provider.set_slots(time, slots)
-            self._provider_dirty = True
+            return
+        backend = self._by_name[rid]
+        if kind == _CAPACITY:
+            assert backend.model.capacity_loss is not None
+            physics = backend.physics
+            slots = capacity_slots(physics.params.slots, backend.model.capacity_loss[1])
+            physics.set_slots(time, slots)
+            backend.dirty = True
         else:
-            self._other_traffic(time)
+            self._other_traffic(backend, time)
 
-    def _other_traffic(self, time: float) -> None:
+    def _other_traffic(self, backend: _Backend, time: float) -> None:
         """One request of the key's other clients, then the next one."""
-        gate = self.model.gate
-        share = self.model.other_traffic
+        gate = backend.model.gate
+        share = backend.model.other_traffic
         rate = share * (gate.rpm if gate.rpm is not None else 60.0) / gate.window_s
         tokens = 0 if gate.tpm is None or gate.rpm is None else round(gate.tpm / gate.rpm)
-        self.gate.limiter.acquire(time, tokens)  # refused or not, it is not ours
-        self._push_shell(time + 1.0 / rate, _OTHER)
+        backend.gate.limiter.acquire(time, tokens)  # refused or not, it is not ours
+        self._push_shell(time + 1.0 / rate, _OTHER, backend.name)
 
     def _failed(self, rid: str, time: float, kind: FailureKind, retry_after: float | None) -> None:
         row = self._rows[rid]
@@ -454,30 +384,34 @@ class Simulator:
             if limit and remaining is not None
         ]
         if fractions:
-            engine.observe_headroom(min(fractions), time)
+            engine.observe_headroom(min(fractions), time, rid)
         engine.observe_limits(rid, time, limits)
 
-    def _send(self, request: Request, now: float) -> None:
+    def _send(self, request: Request, now: float, endpoint: str) -> None:
         rid = request.id
         job = self._jobs[rid]
-        if self._open_door:
-            self.provider.submit(now, rid, job.input_tokens, job.output_tokens)
-            self._provider_dirty = True
+        backend = self._by_name[endpoint]
+        if backend.open_door:
+            backend.physics.submit(now, rid, job.input_tokens, job.output_tokens)
+            backend.dirty = True
             return
         out_cap = request.max_output_tokens
         charge = job.input_tokens + (out_cap if out_cap is not None else job.output_tokens)
-        decision = self.gate.admit(now, charge)
-        self._limits[rid] = _limits(decision)
+        decision = backend.gate.admit(now, charge)
         verdict = decision.verdict
+        if verdict is GateVerdict.UNAVAILABLE:  # an outage: a 503 at once, no headers
+            self._push_shell(now, _FAIL, rid, FailureKind.SERVER_ERROR, None)
+            return
+        self._limits[rid] = gate_limits(decision)
         if verdict is GateVerdict.ADMITTED and decision.fault is not Fault.ERROR:
             if decision.fault is Fault.HANG:  # never answered: the client's timeout ends it
-                timeout = self.provider.params.timeout_s
+                timeout = backend.physics.params.timeout_s
                 self._push_shell(now + timeout, _FAIL, rid, FailureKind.TIMEOUT)
                 return
             if decision.fault is Fault.DROP:
                 self._dropped.add(rid)
-            self.provider.submit(now, rid, job.input_tokens, job.output_tokens)
-            self._provider_dirty = True
+            backend.physics.submit(now, rid, job.input_tokens, job.output_tokens)
+            backend.dirty = True
             return
         if verdict is GateVerdict.ADMITTED:  # an injected 5xx, answered at once
             failure, hint = FailureKind.SERVER_ERROR, None
@@ -503,7 +437,8 @@ class Simulator:
                 if row.first_send is None:
                     row.first_send = now
                 row.attempts += 1
-                self._send(action.request, now)
+                row.endpoint = action.endpoint
+                self._send(action.request, now, action.endpoint)
             elif isinstance(action, Wake):
                 self._push_wake(action.at)
             elif isinstance(action, Defer):
@@ -520,26 +455,13 @@ class Simulator:
                 raise TypeError(f"unknown action {action!r}")
 
 
-def _limits(decision: GateDecision) -> ProviderLimits:
-    rate = decision.rate
-    requests: WindowState | None = None if rate is None else rate.requests
-    tokens: WindowState | None = None if rate is None else rate.tokens
-    return ProviderLimits(
-        limit_requests=None if requests is None else requests.limit,
-        remaining_requests=None if requests is None else requests.remaining,
-        reset_requests_s=None if requests is None else requests.reset_s,
-        limit_tokens=None if tokens is None else tokens.limit,
-        remaining_tokens=None if tokens is None else tokens.remaining,
-        reset_tokens_s=None if tokens is None else tokens.reset_s,
-    )
-
-
 def simulate(
     jobs: Sequence[SimJob],
     config: SchedulerConfig,
-    physics: PhysicsParams,
+    physics: PhysicsParams | None = None,
     provider: ProviderModel = PLAIN,
     calibration: LengthCalibration | None = None,
+    fleet: Sequence[SimEndpoint] | None = None,
 ) -> SimResult:
-    """Run ``jobs`` through a fresh simulator (``calibration``: see :class:`Simulator`)."""
-    return Simulator(config, physics, provider, calibration).run(jobs)
+    """Run ``jobs`` through a fresh simulator (``calibration``, ``fleet``: :class:`Simulator`)."""
+    return Simulator(config, physics, provider, calibration, fleet).run(jobs)

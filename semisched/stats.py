@@ -12,7 +12,7 @@ What this module is not: values only; nothing here counts or decides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from semisched.calibration import CalibrationStats
 from semisched.core.stats import EngineStats
@@ -133,6 +133,7 @@ class SchedulerStats:
         engine: The core's snapshot (queues per class, in flight, signals,
             decision counters, failures by kind, rejects/defers per bucket).
         rate_limits: The last ``x-ratelimit-*`` headers seen.
+        rate_limits_by_endpoint: The last ones seen from each endpoint.
         estimator: The prompt-token estimator's calibration per model and kind.
         priors: The prior source in use, and why (``auto`` resolved to ...).
         calibration: What the length calibration learned, per source and model
@@ -147,6 +148,7 @@ class SchedulerStats:
     estimator: EstimatorStats
     priors: PriorsChoice
     calibration: CalibrationStats | None
+    rate_limits_by_endpoint: dict[str, RateLimitInfo] = field(default_factory=dict)
 
     @property
     def severity(self) -> float:

@@ -118,7 +118,7 @@ def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
         params=params,
         allowed_params=_openai_params(),
     )
-    if call.endpoint != endpoint:
+    if call.api != endpoint:
         need = "messages" if endpoint == "chat" else "prompt"
         raise ValueError(f"this url needs '{need}' in the body")
 

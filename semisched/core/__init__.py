@@ -11,7 +11,10 @@ subclasses :class:`AllocationPolicy` and reads the engine through
 and picks an :class:`Entry` of a :class:`ClassQueue`, with a
 :data:`LatencyEstimate` for deadlines. The built-in policies are the read-only
 registries :data:`ALLOCATION_POLICIES`, :data:`ORDERING_POLICIES` and
-:data:`OVERLOAD_POLICIES`; a config names one of them.
+:data:`OVERLOAD_POLICIES`; a config names one of them. Routing (which
+endpoint of a fleet executes a send) has :class:`RoutingPolicy`, reading
+:class:`EndpointState`, and :data:`ROUTING_POLICIES`; an endpoint is described
+by an :class:`EndpointSpec`.
 """
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
@@ -25,10 +28,12 @@ from semisched.core.config import (
     ClassSpec,
     OrderingConfig,
     OverloadConfig,
+    RoutingConfig,
     SchedulerConfig,
     SignalsConfig,
     preset,
 )
+from semisched.core.endpoint import Circuit, EndpointSpec, EndpointState
 from semisched.core.engine import Engine
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
@@ -41,8 +46,15 @@ from semisched.core.ordering import (
 from semisched.core.overload import OVERLOAD_POLICIES, Admission, OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
+from semisched.core.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.signals import SignalSnapshot
-from semisched.core.stats import BucketCounts, EngineCounters, EngineStats, FailureCounts
+from semisched.core.stats import (
+    BucketCounts,
+    EndpointStats,
+    EngineCounters,
+    EngineStats,
+    FailureCounts,
+)
 
 __all__ = [
     "ALLOCATION_POLICIES",
@@ -51,6 +63,7 @@ __all__ = [
     "ORDERING_POLICIES",
     "OVERLOAD_POLICIES",
     "PRESETS",
+    "ROUTING_POLICIES",
     "SIZED_BUCKETS",
     "Action",
     "Admission",
@@ -61,9 +74,13 @@ __all__ = [
     "BucketCounts",
     "BudgetConfig",
     "BudgetSnapshot",
+    "Circuit",
     "ClassQueue",
     "ClassSpec",
     "Defer",
+    "EndpointSpec",
+    "EndpointState",
+    "EndpointStats",
     "Engine",
     "EngineCounters",
     "EngineStats",
@@ -86,6 +103,8 @@ __all__ = [
     "Request",
     "Retry",
     "RetryPolicy",
+    "RoutingConfig",
+    "RoutingPolicy",
     "SchedulerConfig",
     "Send",
     "SignalSnapshot",

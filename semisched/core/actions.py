@@ -22,11 +22,12 @@ __all__ = ["Action", "Defer", "Expire", "Fail", "Reject", "Retry", "Send", "Wake
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``request`` to the provider now (``attempt`` counts from 1)."""
+    """Send ``request`` to endpoint ``endpoint`` now (``attempt`` counts from 1)."""
 
     request: Request
     attempt: int
     cost: float
+    endpoint: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +76,16 @@ class Retry:
         at: When it rejoins its class queue (engine seconds).
         kind: How the attempt failed.
         attempts: Sends so far, the failed one included.
+        endpoint: Where the attempt failed.
+        failover: It goes at once to another endpoint (no back-off).
     """
 
     request: Request
     at: float
     kind: FailureKind
     attempts: int
+    endpoint: str = ""
+    failover: bool = False
 
 
 @dataclass(frozen=True, slots=True)

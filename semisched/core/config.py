@@ -37,17 +37,20 @@ from semisched.core.lifecycle import RetryPolicy
 if TYPE_CHECKING:  # the policy modules import this one
     from semisched.core.allocation import AllocationPolicy
     from semisched.core.ordering import OrderingPolicy
+    from semisched.core.routing import RoutingPolicy
 
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
     "ORDERING_POLICY_NAMES",
     "OVERLOAD_POLICY_NAMES",
     "PRESETS",
+    "ROUTING_POLICY_NAMES",
     "AllocationConfig",
     "BudgetConfig",
     "ClassSpec",
     "OrderingConfig",
     "OverloadConfig",
+    "RoutingConfig",
     "SchedulerConfig",
     "SignalsConfig",
     "preset",
@@ -73,6 +76,16 @@ OVERLOAD_POLICY_NAMES: tuple[str, ...] = (
     "uniform_harsh",
     "reverse",
     "none",
+)
+
+#: Valid ``RoutingConfig.policy`` names (classes: ``ROUTING_POLICIES``).
+ROUTING_POLICY_NAMES: tuple[str, ...] = (
+    "round_robin",
+    "random",
+    "least_outstanding",
+    "latency_ewma",
+    "anticipated_load",
+    "token_budget",
 )
 
 
@@ -346,6 +359,68 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RoutingConfig:
+    """Routing layer: which endpoint executes a send (:mod:`semisched.core.routing`).
+
+    Routing comes after allocation and ordering: it never changes *which*
+    request is sent next, only *where*. With one endpoint it has nothing to
+    choose, and only the circuit breaker and failover rules below apply.
+
+    Attributes:
+        policy: ``round_robin``; ``random`` (weighted by ``weight``: LiteLLM's
+            default simple-shuffle); ``least_outstanding`` (fewest in flight per
+            unit of weight: LiteLLM's least-busy); ``latency_ewma`` (lowest EWMA
+            of observed seconds per output token: LiteLLM's latency-based);
+            ``anticipated_load`` (seed 001 PreServe §4.3.3, read client-side:
+            least predicted remaining work in flight, from the priors and the
+            elapsed time, over the endpoint's learned decode speed);
+            ``token_budget`` (seed 003 Algorithm 1: short and long pools split
+            at ``short_pool_tokens``, with spillover); or your own
+            :class:`~semisched.core.RoutingPolicy` subclass (the class itself).
+        failover: A failed attempt that is retried goes at once to another
+            endpoint when one can serve it (no back-off: the back-off is for the
+            endpoint that failed). ``insufficient_quota`` is then retried too.
+        failure_threshold: Consecutive failed attempts (5xx, timeouts,
+            connection errors) that open an endpoint's circuit. 5: LiteLLM's
+            ``allowed_fails`` default is 3 per minute; consecutive failures are
+            a stricter count, so a little more.
+        cooloff_s: How long an open circuit sends nothing; then one probe is
+            let through (half-open): success closes it, failure opens it again.
+            30 s: a typical gateway cool-off (LiteLLM's default is 5 s per
+            deployment, Envoy's outlier ejection 30 s).
+        speed_decay: Per-observation decay of the exponentially weighted
+            least-squares fit of latency against output tokens behind each
+            endpoint's decode speed (0.98: an effective memory of ~50 answers).
+        short_pool_tokens: ``token_budget``'s B_short: a request whose estimated
+            total (prompt tokens plus ``max_tokens``, or the prior's p90 when
+            the call sets no cap) is at most this prefers the short pool. 8192:
+            seed 003 §2.2's starting point.
+        spill_outstanding: ``token_budget``'s spillover limit, seed 003's
+            queue depth read client-side: a pool is overloaded when each of its
+            endpoints has this many requests in flight (or its
+            ``max_concurrency``, whichever is smaller); a request then goes
+            to the other pool if that pool is not overloaded too.
+    """
+
+    policy: str | type[RoutingPolicy] = "anticipated_load"
+    failover: bool = True
+    failure_threshold: int = 5
+    cooloff_s: float = 30.0
+    speed_decay: float = 0.98
+    short_pool_tokens: float = 8192.0
+    spill_outstanding: int = 16
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy, ROUTING_POLICY_NAMES)
+        check_bool("failover", self.failover)
+        check_int("failure_threshold", self.failure_threshold, minimum=1)
+        _positive("cooloff_s", self.cooloff_s)
+        check_fraction("speed_decay", self.speed_decay, strict_min=True, strict_max=True)
+        _positive("short_pool_tokens", self.short_pool_tokens)
+        check_int("spill_outstanding", self.spill_outstanding, minimum=1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """Everything the engine needs.
 
@@ -367,6 +442,8 @@ class SchedulerConfig:
         retry: What happens after a failed attempt
             (:mod:`semisched.core.lifecycle`): which failures are retried,
             how often, after what back-off; never past the deadline.
+        routing: Which endpoint executes each send, circuit breakers and
+            failover (:class:`RoutingConfig`).
         allocation, ordering, overload, signals: Layer configs.
     """
 
@@ -376,6 +453,7 @@ class SchedulerConfig:
     input_token_weight: float = 1.0 / 512.0
     budget: BudgetConfig | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)
@@ -395,6 +473,7 @@ class SchedulerConfig:
         _positive("input_token_weight", self.input_token_weight, allow_zero=True)
         check_instance("budget", self.budget, BudgetConfig, optional=True)
         check_instance("retry", self.retry, RetryPolicy)
+        check_instance("routing", self.routing, RoutingConfig)
         check_instance("allocation", self.allocation, AllocationConfig)
         check_instance("ordering", self.ordering, OrderingConfig)
         check_instance("overload", self.overload, OverloadConfig)

@@ -34,13 +34,19 @@ Rules:
    budget cannot pay for: the chosen request waits (a :class:`Wake` at the
    time it fits), and one that can never fit is rejected. After
    :meth:`Engine.hold` nothing is sent at all until :meth:`Engine.release`.
+   Every :class:`Send` names the endpoint that executes it: the fleet
+   (:mod:`semisched.core.fleet`) says which endpoints can take the chosen
+   request, by their health, concurrency and budgets, and the routing policy
+   picks one; when none can now, the request waits, and when none ever can,
+   it is rejected.
 5. A queued or deferred request whose deadline passes is expired at the first
    call at or after the deadline, never sent. A deferral or retry that would
    end at or after the deadline is answered at once (reject, expire) instead.
-   Retries follow ``config.retry`` (:mod:`semisched.core.lifecycle`).
+   Retries follow ``config.retry`` (:mod:`semisched.core.lifecycle`); a retried
+   attempt fails over at once to another endpoint when one can serve it.
 6. The layers are consulted in a fixed order: overload control on arrival and
    on each return from deferral; then, while a send opportunity is free,
-   allocation picks a class and ordering picks its request.
+   allocation picks a class, ordering picks its request, routing its endpoint.
 7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
    emitted when the earliest pending timer moves earlier than the last one
    reported, or the last one reported has passed. A shell keeps one timer;
@@ -58,9 +64,11 @@ from statistics import NormalDist
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
-from semisched.core.budget import ProviderLimits, RateBudget, rate_tokens
+from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
+from semisched.core.endpoint import EndpointSpec
+from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, is_feasible, make_ordering
 from semisched.core.overload import OverloadController, Verdict
@@ -98,15 +106,24 @@ class Engine:
     """Three-layer client-side scheduler core (see module rules)."""
 
     def __init__(
-        self, config: SchedulerConfig | None = None, *, jitter: JitterSource | None = None
+        self,
+        config: SchedulerConfig | None = None,
+        *,
+        jitter: JitterSource | None = None,
+        endpoints: Sequence[EndpointSpec] | None = None,
     ) -> None:
         """Build an engine.
 
         Args:
             config: Policies and budgets (default :class:`SchedulerConfig`).
-            jitter: Uniform ``[0, 1)`` draws for the retry back-off's jitter,
-                e.g. ``random.Random(seed).random``; the shell seeds it.
+            jitter: Uniform ``[0, 1)`` draws for the retry back-off's jitter
+                and the ``random`` routing policy, e.g.
+                ``random.Random(seed).random``; the shell seeds it.
                 ``None``: back-offs are exact (no jitter).
+            endpoints: The fleet (default: one endpoint named ``"default"``).
+
+        Raises:
+            ValueError: Duplicate endpoint names, or an empty fleet.
         """
         cfg = config if config is not None else SchedulerConfig()
         self.config = cfg
@@ -138,10 +155,12 @@ class Engine:
         self._heads: dict[str, Entry] = {}
         self._severity = 0.0
         self._reported_wake: float | None = None
-        self._budget = RateBudget(cfg.budget) if cfg.budget is not None else None
-        self._budget_wake: float | None = None
+        self._send_wake: float | None = None  # when the fleet can next send the head
         self._held = False
         self._counters = EngineTally()
+        self._fleet = Fleet(
+            cfg, endpoints if endpoints is not None else (DEFAULT_ENDPOINT,), self._counters, jitter
+        )
         self._failures: dict[FailureKind, int] = {}
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self._rejects_by_bucket: dict[Bucket, int] = {}
@@ -193,11 +212,11 @@ class Engine:
 
     def budget_limits(self) -> tuple[int | None, int | None]:
         """The rate budget's effective (requests, tokens) per window, if any."""
-        return (None, None) if self._budget is None else self._budget.limits()
+        return self._fleet.budget_limits()
 
     def fits_now(self, tokens: float) -> bool:
         """Whether one request charging ``tokens`` fits the rate budget now."""
-        return self._budget is None or self._budget.wait(self._now, tokens) == 0.0
+        return self._fleet.fits_now(tokens, self._now)
 
     def backlog(self) -> tuple[float, float]:
         """Queued requests (all classes) and the sum of their rate charges."""
@@ -262,9 +281,8 @@ class Engine:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
-        if self._budget is not None and charged_tokens is not None:
-            self._budget.settle(request_id, charged_tokens, now)
-        assert entry.sent_at is not None
+        assert entry.sent_at is not None and entry.endpoint is not None
+        self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
         self._counters.completed += 1
         return self._after_release(now, [])
@@ -281,7 +299,8 @@ class Engine:
         The request leaves flight. Then, by the rules of
         :mod:`semisched.core.lifecycle` and ``config.retry``, exactly one of:
         :class:`Retry` (it rejoins its class queue at the retry time, skipping
-        overload control, and is sent again by the usual layers),
+        overload control, and is sent again by the usual layers; at once and
+        to another endpoint when one can serve it: failover),
         :class:`Expire` (a retry would not start before the deadline) or
         :class:`Fail` (not retryable, or its attempts are spent).
 
@@ -302,6 +321,10 @@ class Engine:
         check_number("retry_after", retry_after, minimum=0, optional=True)
         self._advance(now)
         entry = self._take_inflight(request_id)
+        endpoint = entry.endpoint
+        assert endpoint is not None
+        fleet = self._fleet
+        fleet.on_failed(endpoint, now, kind)
         self._failures[kind] = self._failures.get(kind, 0) + 1
         if kind is FailureKind.RATE_LIMITED:
             self._counters.throttled += 1
@@ -309,6 +332,7 @@ class Engine:
         else:
             self._signals.record_failure()
         request = entry.request
+        elsewhere = self.config.routing.failover and fleet.alternative(entry, endpoint, now)
         decision = decide_retry(
             self.config.retry,
             kind,
@@ -317,18 +341,29 @@ class Engine:
             deadline=request.deadline,
             retry_after=retry_after,
             draw=self._jitter,
+            elsewhere=elsewhere,
         )
-        if kind is FailureKind.RATE_LIMITED:
-            self._pause_budget(decision.retry_at if retry_after is None else now + retry_after)
+        if kind is FailureKind.RATE_LIMITED:  # its window is full: wait for the hint
+            if retry_after is not None:
+                until: float | None = now + retry_after
+            else:  # no hint: the back-off's time, unless the retry goes elsewhere at once
+                until = None if elsewhere else decision.retry_at
+            fleet.throttle(endpoint, until, now)
         actions: list[Action] = []
         if decision.retry_at is not None:
             self._counters.retries += 1
+            if elsewhere:
+                self._counters.failovers += 1
+                endpoint.failovers += 1
+                entry.avoid = endpoint
             self._entries[request_id] = entry
             entry.skip_admission = True
             self._defer(entry, decision.retry_at)
             if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
                 self._push_timer(request.deadline, _DEADLINE, entry)
-            actions.append(Retry(request, decision.retry_at, kind, entry.attempts))
+            actions.append(
+                Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name, elsewhere)
+            )
         elif decision.expired:
             self._counters.expired += 1
             actions.append(Expire(request, decision.reason))
@@ -337,26 +372,63 @@ class Engine:
             actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after))
         return self._after_release(now, actions)
 
-    def _pause_budget(self, until: float | None) -> None:
-        """After a 429 the window is full for everyone: nothing is sent before ``until``."""
-        if self._budget is not None and until is not None:
-            self._budget.pause_until(until)
-
-    def observe_headroom(self, fraction: float, now: float) -> None:
-        """The provider reported rate-limit headroom (smallest remaining/limit)."""
+    def observe_headroom(self, fraction: float, now: float, request_id: str | None = None) -> None:
+        """The provider reported rate-limit headroom (smallest remaining/limit) on the
+        answer to ``request_id`` (its endpoint's signal; ``None``: every endpoint's)."""
         self._advance(now)
         self._signals.record_headroom(fraction)
+        entry = None if request_id is None else self._entries.get(request_id)
+        if entry is not None and entry.endpoint is not None:
+            entry.endpoint.signals.record_headroom(fraction)
+        else:
+            for endpoint in self._fleet.endpoints:
+                endpoint.signals.record_headroom(fraction)
 
     def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
         """The provider's rate-limit headers on the response to ``request_id``.
 
-        With a rate budget, tighter advertised limits are adopted and traffic
-        the provider counts beyond this client's own is reserved until its
-        reset (:meth:`RateBudget.observe`); without one this is a no-op.
+        With a rate budget (the fleet's, or the endpoint's own), tighter
+        advertised limits are adopted and traffic the provider counts beyond
+        this client's own is reserved until its reset
+        (:meth:`RateBudget.observe`); without one this is a no-op.
         """
         self._advance(now)
-        if self._budget is not None:
-            self._budget.observe(request_id, now, limits)
+        entry = self._entries.get(request_id)
+        endpoint = None if entry is None else entry.endpoint
+        self._fleet.observe_limits(endpoint, request_id, now, limits)
+
+    # -- the fleet ----------------------------------------------------------------
+
+    def add_endpoint(self, spec: EndpointSpec, now: float) -> list[Action]:
+        """Add an endpoint to the fleet and dispatch (queued work may go there).
+
+        Raises:
+            ValueError: An endpoint of that name is already in the fleet.
+        """
+        self._advance(now)
+        self._fleet.add(spec)
+        return self._after_release(now, [])
+
+    def drain_endpoint(self, name: str, now: float) -> list[Action]:
+        """Send nothing new to ``name``; its in-flight requests finish. Queued requests
+        no remaining endpoint can serve are rejected as they come up.
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._advance(now)
+        self._fleet.drain(name)
+        return self._after_release(now, [])
+
+    def remove_endpoint(self, name: str, now: float) -> list[Action]:
+        """Drain ``name`` and drop it from the fleet (:meth:`drain_endpoint`).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._advance(now)
+        self._fleet.remove(name)
+        return self._after_release(now, [])
 
     def hold(self, now: float) -> list[Action]:
         """Stop sending: queued requests stay queued (deadlines still expire them)."""
@@ -392,8 +464,8 @@ class Engine:
     def poll(self, now: float) -> list[Action]:
         """Run due timers (deferral returns, deadlines, rate budget) and dispatch."""
         self._advance(now)
-        if self._budget_wake is not None and self._budget_wake <= now:
-            self._budget_wake = None
+        if self._send_wake is not None and self._send_wake <= now:
+            self._send_wake = None
         actions: list[Action] = []
         self._run_timers(now, actions)
         self._dispatch(now, actions)
@@ -407,9 +479,9 @@ class Engine:
         while timers and not self._timer_live(timers[0]):
             heapq.heappop(timers)
         first = timers[0][0] if timers else None
-        budget = self._budget_wake
-        if budget is not None and (first is None or budget < first):
-            return budget
+        send = self._send_wake
+        if send is not None and (first is None or send < first):
+            return send
         return first
 
     def estimate_latency(self, output_tokens: float) -> float:
@@ -437,8 +509,9 @@ class Engine:
             rejects_by_bucket=_bucket_counts(self._rejects_by_bucket),
             defers_by_bucket=_bucket_counts(self._defers_by_bucket),
             allocation_state=self._alloc.state(),
-            budget=None if self._budget is None else self._budget.snapshot(self._now),
+            budget=self._fleet.budget_snapshot(self._now),
             held=self._held,
+            endpoints=self._fleet.statistics(self._now),
         )
 
     def __len__(self) -> int:
@@ -457,19 +530,25 @@ class Engine:
         return self._seq
 
     def _snapshot(self) -> SignalSnapshot:
+        fleet, now = self._fleet, self._now
         return self._signals.snapshot(
             inflight=self._inflight,
             max_inflight=self.config.max_inflight,
             queued_tokens=self._queued_tokens,
             weights=self.config.overload,
+            tail=fleet.tail_signal(now),
+            load_floor=fleet.load_signal(now),
         )
 
     def _current_severity(self) -> float:
+        fleet, now = self._fleet, self._now
         return self._signals.severity(
             inflight=self._inflight,
             max_inflight=self.config.max_inflight,
             queued_tokens=self._queued_tokens,
             weights=self.config.overload,
+            tail=fleet.tail_signal(now),
+            load_floor=fleet.load_signal(now),
         )
 
     def _push_timer(self, at: float, kind: int, entry: Entry) -> None:
@@ -584,6 +663,7 @@ class Engine:
         entry = self._entries.get(request_id)
         if entry is None or entry.state != _INFLIGHT:
             raise ValueError(f"request_id={request_id!r} is not in flight")
+        self._fleet.release(entry)
         self._inflight -= 1
         self._inflight_by_class[entry.request.klass] -= 1
         tokens = self._inflight_tokens - entry.reserve
@@ -605,11 +685,13 @@ class Engine:
         )
 
     def _dispatch(self, now: float, actions: list[Action]) -> None:
-        """Fill free send opportunities: allocation picks a class, ordering a request."""
+        """Fill free send opportunities: allocation picks a class, ordering a request,
+        routing an endpoint."""
         if not self._queued or self._held or not self._has_capacity(0.0):
             return
         self._heads.clear()
         self._severity = self._current_severity()
+        fleet = self._fleet
         while True:  # checked above, and again after each send
             klass = self._alloc.select(self)
             if klass is None:
@@ -617,10 +699,15 @@ class Engine:
             entry = self.head(klass)
             if not self._has_capacity(entry.reserve):
                 break
-            budget = self._budget
-            if budget is not None and not self._budget_pays(budget, entry, now, actions):
-                if self._queued and self._budget_wake is None:
-                    continue  # the entry was rejected: pick again
+            endpoint = fleet.pick(entry, now)
+            if endpoint is None:
+                if fleet.refusal:  # no endpoint can ever take it
+                    self._dequeue(entry)
+                    actions.append(Reject(entry.request, fleet.refusal, self._severity, None))
+                    self._reject(entry, entry.request.bucket)
+                    continue
+                if fleet.wake is not None:
+                    self._send_wake = fleet.wake
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1
@@ -636,39 +723,10 @@ class Engine:
             self._inflight_by_class[klass] += 1
             self._inflight_tokens += entry.reserve
             self._counters.sent += 1
-            if budget is not None:
-                budget.charge(now, entry.request.id, entry.charge)
-            actions.append(Send(entry.request, entry.attempts, entry.cost))
+            fleet.on_send(endpoint, entry, now)
+            actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
             if not self._queued or not self._has_capacity(0.0):
                 break
-
-    def _budget_pays(
-        self, budget: RateBudget, entry: Entry, now: float, actions: list[Action]
-    ) -> bool:
-        """Whether the rate budget can pay for ``entry`` now; else arm a wake or reject it."""
-        tokens = entry.charge  # rate_tokens(request), computed once at submit
-        wait = budget.wait(now, tokens)
-        if wait is None:
-            self._dequeue(entry)
-            limit = budget.snapshot(now).limit_tokens
-            actions.append(
-                Reject(
-                    entry.request,
-                    f"its token charge ({tokens:.0f}) exceeds the token budget ({limit} per "
-                    f"{budget.config.window_s:g} s): it can never be sent",
-                    self._severity,
-                    None,
-                )
-            )
-            self._reject(entry, entry.request.bucket)
-            self._counters.budget_rejects += 1
-            self._budget_wake = None
-            return False
-        if wait > 0.0:
-            self._counters.budget_waits += 1
-            self._budget_wake = now + wait
-            return False
-        return True
 
     def _finish(self, now: float, actions: list[Action]) -> list[Action]:
         wake = self.next_wakeup()

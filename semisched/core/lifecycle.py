@@ -21,6 +21,11 @@ Rules (enforced by :func:`decide_retry`, called by ``Engine.failed``):
    caller passes in (seeded by the shell: the same seed gives the same waits).
 4. Never past the deadline: a retry that would start at or after the request's
    deadline is not scheduled; the request expires at once instead.
+5. Failover (a fleet of endpoints, ``RoutingConfig.failover``): when another
+   endpoint can serve the request, a retried failure goes there at once (no
+   back-off, no ``retry-after``: both are about the endpoint that failed), and
+   :attr:`FailureKind.QUOTA_EXHAUSTED` is retried too (that endpoint's quota is
+   spent, not the others'). Rules 1 (bad requests, unknown failures) and 2 hold.
 
 Pure: no clock, no randomness of its own, no I/O.
 """
@@ -159,6 +164,7 @@ def decide_retry(
     deadline: float | None,
     retry_after: float | None,
     draw: JitterSource | None,
+    elsewhere: bool = False,
 ) -> RetryDecision:
     """Apply the module's rules to one failed attempt.
 
@@ -170,12 +176,16 @@ def decide_retry(
         deadline: The request's deadline, if any.
         retry_after: The provider's hint in engine seconds, if any.
         draw: Jitter source (``None``: no jitter).
+        elsewhere: Another endpoint can serve the request (rule 5).
     """
-    if kind not in policy.retry_on:
+    failover = elsewhere and kind is FailureKind.QUOTA_EXHAUSTED
+    if kind not in policy.retry_on and not failover:
         return RetryDecision(None, False, f"{kind.value} is not retried")
     if attempts >= policy.max_attempts:
         return RetryDecision(None, False, f"gave up after {attempts} attempts ({kind.value})")
-    if retry_after is not None and policy.honour_retry_after:
+    if elsewhere:
+        delay = 0.0
+    elif retry_after is not None and policy.honour_retry_after:
         delay = max(0.0, retry_after)
     else:
         delay = policy.backoff(attempts, draw)

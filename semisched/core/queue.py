@@ -26,8 +26,12 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from semisched.core.request import Request
+
+if TYPE_CHECKING:
+    from semisched.core.endpoint import EndpointState
 
 __all__ = ["ClassQueue", "Entry", "EntryState"]
 
@@ -63,6 +67,8 @@ class Entry:
             ``max_tokens``, else the prior's p90 (``budget.rate_tokens``).
         hopeful: Output tokens the ordering tests a deadline with: the prior's
             ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
+        endpoint: Where its latest attempt was sent.
+        avoid: The endpoint a failed attempt failed at, while it fails over.
     """
 
     request: Request
@@ -78,6 +84,8 @@ class Entry:
     skip_admission: bool = field(default=False)
     charge: float = 0.0
     hopeful: float = 0.0
+    endpoint: EndpointState | None = None
+    avoid: EndpointState | None = None
 
 
 def _live(item: tuple[int, Entry]) -> bool:

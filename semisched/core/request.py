@@ -119,6 +119,8 @@ class Request:
         deadline: Absolute time after which the answer is useless, or ``None``.
         max_output_tokens: The call's ``max_tokens``, if it sets one: what a
             provider reserves against its token limit (a rate budget charges it).
+        model: The logical model it asks for; routing sends it only to
+            endpoints that serve it (``""``: any endpoint).
     """
 
     id: str
@@ -128,6 +130,7 @@ class Request:
     arrival: float = 0.0
     deadline: float | None = None
     max_output_tokens: int | None = None
+    model: str = ""
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -140,4 +143,6 @@ class Request:
         if self.deadline is not None and self.deadline < self.arrival:
             raise ValueError(f"deadline={self.deadline!r} must be >= arrival={self.arrival!r}")
         check_int("max_output_tokens", self.max_output_tokens, minimum=0, optional=True)
+        if not isinstance(self.model, str):
+            raise ValueError(f"model={self.model!r} must be a str")
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

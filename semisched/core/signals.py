@@ -180,23 +180,33 @@ class Signals:
         max_inflight: int | None,
         queued_tokens: float,
         weights: OverloadConfig,
+        tail: float | None = None,
+        load_floor: float = 0.0,
     ) -> float:
-        """Weighted severity only (the hot path of admission and allocation)."""
+        """Weighted severity only (the hot path of admission and allocation).
+
+        ``tail`` replaces this object's own tail signal (a fleet passes its least
+        stressed endpoint's); ``load_floor`` is a lower bound on the load signal
+        (a fleet's least loaded endpoint's in-flight / ``max_concurrency``).
+        """
         # Same arithmetic as :meth:`snapshot`, with conditionals for min/max (hot path).
-        load = 0.0
+        load = load_floor
         if max_inflight is not None:
             load = inflight / max_inflight
             if load > 1.0:
                 load = 1.0
+            if load < load_floor:
+                load = load_floor
         lanes = inflight if inflight > 1 else 1
         if max_inflight is not None and max_inflight > lanes:
             lanes = max_inflight
         queue = queued_tokens * self._s_per_token / lanes / self._cfg.queue_ref_s
         if queue > 1.0:
             queue = 1.0
-        tail = self._tail_cache
-        if tail is None or self._throttle > tail or self._headroom_pressure > tail:
-            tail = self.tail_signal()  # the cached ratio alone is the common case
+        if tail is None:
+            tail = self._tail_cache
+            if tail is None or self._throttle > tail or self._headroom_pressure > tail:
+                tail = self.tail_signal()  # the cached ratio alone is the common case
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
         return severity if severity < 1.0 else 1.0
 
@@ -207,12 +217,17 @@ class Signals:
         max_inflight: int | None,
         queued_tokens: float,
         weights: OverloadConfig,
+        tail: float | None = None,
+        load_floor: float = 0.0,
     ) -> SignalSnapshot:
-        """Compute the signals and severity for the current client state."""
+        """Compute the signals and severity for the current client state
+        (``tail``, ``load_floor``: as for :meth:`severity`)."""
         load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
+        load = max(load, load_floor)
         lanes = max(1, inflight, max_inflight or 0)
         drain_s = queued_tokens * self._s_per_token / lanes
         queue = min(1.0, drain_s / self._cfg.queue_ref_s)
-        tail = self.tail_signal()
+        if tail is None:
+            tail = self.tail_signal()
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
         return SignalSnapshot(load, queue, tail, min(1.0, severity))

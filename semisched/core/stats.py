@@ -40,6 +40,7 @@ class EngineCounters:
             (no feasible candidate was left in its class).
         budget_waits: Times a send waited for the rate budget.
         budget_rejects: Requests rejected because the rate budget could never pay.
+        failovers: Failed attempts retried at once on another endpoint.
     """
 
     submitted: int = 0
@@ -56,6 +57,7 @@ class EngineCounters:
     infeasible_sends: int = 0
     budget_waits: int = 0
     budget_rejects: int = 0
+    failovers: int = 0
 
     @property
     def terminal(self) -> int:
@@ -116,6 +118,47 @@ class FailureCounts:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointStats:
+    """One endpoint of the fleet at one instant (:mod:`semisched.core.endpoint`).
+
+    Attributes:
+        name: The endpoint's name.
+        state: ``active``, ``drained``, ``removed`` or ``insufficient_quota``.
+        circuit: ``closed``, ``open`` or ``half_open``.
+        inflight: Requests in flight there.
+        sent: Attempts sent there.
+        completed: Answers from it.
+        failed_attempts: Attempts that failed there (any kind, 429s included).
+        throttled: Of those, 429 rate limits.
+        failovers: Failed attempts there retried at once elsewhere.
+        consecutive_failures: The circuit breaker's current run.
+        circuit_opens: How often its circuit opened.
+        s_per_token: EWMA of observed seconds per output token there.
+        decode_tokens_per_s: Learned decode speed of one request there.
+        intercept_s: Learned fixed latency of an answer (time to first token, network).
+        anticipated_tokens: Predicted work left in flight there.
+        budget: Its own rate budget's state, if it has one.
+    """
+
+    name: str
+    state: str
+    circuit: str
+    inflight: int
+    sent: int
+    completed: int
+    failed_attempts: int
+    throttled: int
+    failovers: int
+    consecutive_failures: int
+    circuit_opens: int
+    s_per_token: float
+    decode_tokens_per_s: float
+    intercept_s: float
+    anticipated_tokens: float
+    budget: BudgetSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineStats:
     """A frozen snapshot of the engine's state and counters.
 
@@ -134,8 +177,9 @@ class EngineStats:
         rejects_by_bucket: Rejections per routing bucket.
         defers_by_bucket: Deferrals per routing bucket.
         allocation_state: The allocation policy's per-class state (DRR deficits).
-        budget: The rate budget's state, when one is configured.
+        budget: The fleet-wide rate budget's state, when one is configured.
         held: Sending is paused (:meth:`Engine.hold`).
+        endpoints: Per endpoint, in fleet order.
     """
 
     now: float
@@ -154,6 +198,7 @@ class EngineStats:
     allocation_state: dict[str, float]
     budget: BudgetSnapshot | None = None
     held: bool = False
+    endpoints: tuple[EndpointStats, ...] = ()
 
 
 class EngineTally:
@@ -168,6 +213,7 @@ class EngineTally:
         "deferrals",
         "expired",
         "failed",
+        "failovers",
         "infeasible_sends",
         "rejected",
         "retries",
@@ -191,6 +237,7 @@ class EngineTally:
         self.infeasible_sends = 0
         self.budget_waits = 0
         self.budget_rejects = 0
+        self.failovers = 0
 
     def freeze(self) -> EngineCounters:
         """The frozen snapshot."""

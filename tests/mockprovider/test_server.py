@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from mockprovider import MockConfig, MockStats
-from mockprovider.__main__ import build_parser, main
+from mockprovider.__main__ import build_parser, config_from_args, main
 from mockprovider.gate import GateConfig
 
 MESSAGES: Any = [{"role": "user", "content": "Say something."}]
@@ -46,6 +46,8 @@ REPO = Path(__file__).resolve().parents[2]  # `-m mockprovider` runs this checko
         ("drop_rate", True),
         ("capacity_loss", (1.0, 2.0)),
         ("capacity_loss", (-1.0, 0.5)),
+        ("outages", ((2.0, 1.0),)),
+        ("outages", [(1.0, 2.0)]),
         ("seed", 1.5),
         ("default_output_tokens", -1),
         ("model", ""),
@@ -72,6 +74,7 @@ def test_gate_config_carries_every_gate_field_with_minute_windows() -> None:
         hang_rate=0.2,
         drop_rate=0.3,
         seed=11,
+        outages=((5.0, 6.0),),
     )
     gate = config.gate_config()
     assert gate.window_s == 60.0
@@ -89,6 +92,10 @@ def test_cli_help_and_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
         (["--time-scale", "-2"], "must be a finite number > 0"),
         (["--error-rate", "2"], "must be a number in [0, 1]"),
         (["--capacity-loss", "soon"], "TIME:FRACTION"),
+        (["--outage", "120:60"], "START:END"),
+        (["--outage", "-1:5"], "START:END"),
+        (["--outage", "60"], "START:END"),
+        (["--outage", "60:inf"], "START:END"),
         (["--profile", "nope"], "invalid choice"),
         (["--api-key-env", "MOCKPROVIDER_TEST_UNSET_VARIABLE"], "unset"),
         (["--error-rate", "0.6", "--drop-rate", "0.6"], "must not exceed 1"),
@@ -100,6 +107,15 @@ def test_cli_help_and_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["--capacity-loss", "30:0.5", "--rpm", "60"])
     assert args.capacity_loss == (30.0, 0.5)
     assert args.rpm == 60
+
+
+def test_cli_outages_are_repeatable_windows() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["--outage", "60:120", "--outage", "300:330.5", "--seed", "3"])
+    config = config_from_args(args, parser)
+    assert config.outages == ((60.0, 120.0), (300.0, 330.5))
+    assert config.seed == 3
+    assert config_from_args(parser.parse_args([]), parser) == MockConfig()  # its own defaults
 
 
 # -- the real server ------------------------------------------------------------------------

@@ -194,6 +194,63 @@ async def test_hang_holds_no_slot_and_ends_when_the_client_gives_up() -> None:
     assert (stats.physics.active, stats.physics.queued) == (0, 0)
 
 
+# -- outage windows -------------------------------------------------------------------------
+
+
+async def test_an_outage_refuses_new_requests_until_its_end_and_lets_earlier_ones_finish() -> None:
+    async with serve(MockConfig(outages=((1.0, 2.0),))) as mock:
+        latencies: list[float] = []
+        start = anyio.current_time()  # the first request comes now: virtual time 0
+
+        async def through_the_outage() -> None:  # from t=0 to 1.89: admitted before it began
+            latencies.append(await mock.timed_chat(100))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(through_the_outage)
+            await anyio.sleep(1.0)  # exactly the window's start
+            raw = await mock.http.post(
+                "/v1/chat/completions", json={"model": "m", "messages": MESSAGES}
+            )
+            with pytest.raises(openai.InternalServerError) as info:
+                await mock.chat(1)
+        await anyio.sleep_until(start + 2.0)
+        after = await mock.timed_chat(1)  # exactly the window's end: served again
+        stats = await mock.stats()
+    assert raw.status_code == 503
+    error = raw.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", None, None)
+    assert "outage window" in error["message"]
+    assert "retry-after" not in raw.headers
+    assert info.value.status_code == 503
+    assert latencies == [pytest.approx(lone_time(100), rel=1e-9)]
+    assert after == pytest.approx(lone_time(1), rel=1e-9)
+    assert stats.virtual_time == pytest.approx(2.0 + lone_time(1), rel=1e-9)
+    counters = stats.counters
+    assert (counters.requests, counters.unavailable, counters.completed) == (4, 2, 2)
+    assert stats.physics.submitted == 2
+
+
+async def test_an_outage_leaves_the_seeded_fault_draws_outside_it_unchanged() -> None:
+    async def statuses(config: MockConfig) -> list[int]:
+        out = []
+        async with serve(config) as mock:
+            for i in range(11):
+                if i in (4, 7):
+                    await anyio.sleep(10.0)  # into the window [10, 20), then past it
+                response = await mock.http.post(
+                    "/v1/chat/completions",
+                    json={"model": "m", "messages": MESSAGES, "max_tokens": 1},
+                )
+                out.append(response.status_code)
+        return out
+
+    plain = await statuses(MockConfig(error_rate=0.5, seed=0))
+    gapped = await statuses(MockConfig(error_rate=0.5, seed=0, outages=((10.0, 20.0),)))
+    assert gapped[4:7] == [503] * 3
+    assert gapped[:4] + gapped[7:] == plain[:8]
+    assert 200 in plain[:8] and 500 in plain[:8]
+
+
 # -- cancellation and the shared clock ------------------------------------------------------
 
 

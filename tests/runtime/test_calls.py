@@ -23,7 +23,7 @@ def test_a_chat_call_without_any_client() -> None:
         params={"max_completion_tokens": 64, "temperature": 0.2},
     )
     assert isinstance(call, PreparedCall)
-    assert call.endpoint == "chat"
+    assert call.api == "chat"
     assert dict(call.params) == {
         "model": "m",
         "messages": MESSAGES,
@@ -41,7 +41,7 @@ def test_a_chat_call_without_any_client() -> None:
 
 def test_a_completions_call_and_its_prior_query() -> None:
     call = prepare_call(model="m", prompt="once upon", params={"max_tokens": 7})
-    assert call.endpoint == "completions"
+    assert call.api == "completions"
     query = call.prior_query("req-1")
     assert (query.request_id, query.prompt, query.messages, query.max_tokens) == (
         "req-1", "once upon", None, 7

@@ -1,0 +1,200 @@
+"""Endpoints: the deployments a :class:`~semisched.Scheduler` can send to.
+
+A production client rarely has one endpoint: several deployments of a model
+(regions, Azure deployments, keys with their own limits, a self-hosted vLLM
+beside a hosted API). :class:`Endpoint` names one of them: its client, the
+deployment name of each logical model it serves, and its own limits.
+``Scheduler(endpoints=[...])`` routes every send to one of them (the core's
+routing layer, :mod:`semisched.core.routing`); ``Scheduler(client)`` is the
+one-endpoint case of the same code.
+
+:class:`Deployments` is the runtime's side of a fleet: one
+:class:`~semisched.provider.Provider` per endpoint, the call arguments every
+endpoint accepts, and the check that some endpoint serves a call's model.
+
+What this module is not: it chooses no endpoint (the core does) and reads no
+environment (API keys stay where the caller put them: in its clients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from semisched.calls import Api
+from semisched.core.checks import check_int, check_str
+from semisched.core.config import BudgetConfig
+from semisched.core.endpoint import EndpointSpec
+from semisched.provider import Provider
+
+__all__ = ["Deployments", "Endpoint"]
+
+
+class Endpoint:
+    """One deployment a scheduler can send to.
+
+    Args:
+        name: Unique in the fleet; statistics and the core's decisions use it.
+        client: ``openai.AsyncOpenAI`` (or any OpenAI-compatible async client)
+            for this deployment; its own retries are turned off.
+        model_map: Logical model -> this deployment's model name (an Azure
+            deployment name, a vLLM served name). With a map the endpoint
+            serves only the models it names; ``None`` serves any model under
+            its own name.
+        rpm: Its own requests-per-minute limit (a key or deployment limit).
+        tpm: Its own tokens-per-minute limit.
+        max_concurrency: Most requests in flight here at once.
+        weight: Relative share for weighted routing (capacity, preference).
+        pool: ``"short"`` or ``"long"``: its pool under ``token_budget``
+            routing (seed 003); ``None`` serves both.
+        context_tokens: Largest prompt plus output it serves; bigger requests
+            never go here.
+
+    Raises:
+        ValueError: A bad value, naming the argument.
+        TypeError: ``client`` has no ``chat.completions``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        client: Any,
+        *,
+        model_map: Mapping[str, str] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
+        weight: float = 1.0,
+        pool: str | None = None,
+        context_tokens: int | None = None,
+    ) -> None:
+        check_str("name", name)
+        if getattr(getattr(client, "chat", None), "completions", None) is None:
+            raise TypeError(
+                f"client={client!r} of endpoint {name!r} must be an OpenAI-compatible client "
+                "(with chat.completions)"
+            )
+        models: frozenset[str] | None = None
+        if model_map is not None:
+            if not isinstance(model_map, Mapping) or not model_map:
+                raise ValueError(
+                    f"model_map={model_map!r} of endpoint {name!r} must be a non-empty "
+                    "mapping of logical model -> deployment name, or None"
+                )
+            for logical, deployed in model_map.items():
+                check_str(f"model_map key {logical!r}", logical)
+                check_str(f"model_map[{logical!r}]", deployed)
+            models = frozenset(model_map)
+        check_int("rpm", rpm, minimum=1, optional=True)
+        check_int("tpm", tpm, minimum=1, optional=True)
+        budget = None if rpm is None and tpm is None else BudgetConfig(rpm=rpm, tpm=tpm)
+        self.name = name
+        self.client = client
+        self.model_map: Mapping[str, str] | None = (
+            None if model_map is None else MappingProxyType(dict(model_map))
+        )
+        self.spec = EndpointSpec(
+            name=name,
+            models=models,
+            max_concurrency=max_concurrency,
+            budget=budget,
+            weight=weight,
+            pool=pool,
+            context_tokens=context_tokens,
+        )
+
+    def __repr__(self) -> str:
+        models = "any model" if self.model_map is None else sorted(self.model_map)
+        return f"<Endpoint {self.name!r} serves={models}>"
+
+    def deployment(self, model: str) -> str:
+        """This endpoint's name for the logical ``model``."""
+        return model if self.model_map is None else self.model_map.get(model, model)
+
+
+class Deployments:
+    """The runtime's fleet: a :class:`Provider` per endpoint, by name.
+
+    Raises:
+        ValueError: No endpoints, or two with one name.
+        TypeError: An item that is not an :class:`Endpoint`.
+    """
+
+    def __init__(self, endpoints: Iterable[Endpoint]) -> None:
+        self._endpoints: dict[str, Endpoint] = {}
+        self._providers: dict[str, Provider] = {}
+        self._maps: dict[str, Mapping[str, str] | None] = {}  # kept after removal, like providers
+        for endpoint in endpoints:
+            self.add(endpoint)
+        if not self._endpoints:
+            raise ValueError("endpoints=[] must name at least one Endpoint")
+
+    def __repr__(self) -> str:
+        return f"<Deployments {list(self._endpoints)}>"
+
+    def __len__(self) -> int:
+        return len(self._endpoints)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The endpoints' names, in fleet order."""
+        return tuple(self._endpoints)
+
+    def add(self, endpoint: Endpoint) -> None:
+        """Add ``endpoint`` (its provider is built now)."""
+        if not isinstance(endpoint, Endpoint):
+            raise TypeError(f"endpoint={endpoint!r} must be a semisched.Endpoint")
+        if endpoint.name in self._endpoints:
+            raise ValueError(f"duplicate endpoint name {endpoint.name!r}: names must be unique")
+        self._providers[endpoint.name] = Provider(endpoint.client)
+        self._maps[endpoint.name] = endpoint.model_map
+        self._endpoints[endpoint.name] = endpoint
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` for new calls (attempts in flight keep their provider)."""
+        self._endpoints.pop(name, None)
+
+    def endpoint(self, name: str) -> Endpoint:
+        """The endpoint called ``name``."""
+        return self._endpoints[name]
+
+    def provider(self, name: str) -> Provider:
+        """The provider of the endpoint called ``name`` (also after its removal)."""
+        return self._providers[name]
+
+    def params_for(self, name: str, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``params`` as endpoint ``name`` takes them: ``model`` renamed by its ``model_map``."""
+        model_map = self._maps[name]
+        if model_map is None:
+            return params
+        model = params.get("model")
+        deployed = model_map.get(model, model) if isinstance(model, str) else model
+        return params if deployed == model else {**params, "model": deployed}
+
+    @property
+    def allowed_params(self) -> Mapping[str, frozenset[str] | None]:
+        """Per API, the argument names every endpoint accepts (``None``: any); an API
+        some endpoint lacks is left out (:func:`semisched.calls.prepare_call`'s shape)."""
+        providers = [self._providers[name] for name in self._endpoints]
+        allowed: dict[str, frozenset[str] | None] = {}
+        apis: tuple[Api, ...] = ("chat", "completions")
+        for api in apis:
+            if not all(api in p.allowed_params for p in providers):
+                continue
+            names: frozenset[str] | None = None
+            for p in providers:
+                accepted = p.allowed_params[api]
+                if accepted is not None:
+                    names = accepted if names is None else names & accepted
+            allowed[api] = names
+        return allowed
+
+    def check_model(self, model: str) -> None:
+        """Raise ``ValueError`` unless some endpoint serves ``model``."""
+        if any(e.spec.serves(model) for e in self._endpoints.values()):
+            return
+        served = "; ".join(
+            f"{e.name}: {', '.join(sorted(e.model_map or ()))}" for e in self._endpoints.values()
+        )
+        raise ValueError(f"model={model!r} is served by no endpoint ({served})")
