@@ -23,8 +23,11 @@ RunRow = Mapping[str, object]
 RUN_COUNTS: tuple[str, ...] = ("throttled", "retries")
 
 
-def aggregate(runs: Iterable[RunRow], keys: Sequence[str]) -> list[dict[str, object]]:
-    """Group run rows by ``keys`` and add ``<metric>_mean`` / ``<metric>_std``.
+def aggregate(
+    runs: Iterable[RunRow], keys: Sequence[str], extra: Sequence[str] = ()
+) -> list[dict[str, object]]:
+    """Group run rows by ``keys`` and add ``<metric>_mean`` / ``<metric>_std``
+    (the metrics of :func:`semisched.metrics.summarize`, the core's counts, ``extra``).
 
     Groups keep first-seen order. Std is the sample std (ddof=1) over seeds;
     NaN samples (a metric undefined in that run) are left out.
@@ -37,7 +40,7 @@ def aggregate(runs: Iterable[RunRow], keys: Sequence[str]) -> list[dict[str, obj
         summary: dict[str, object] = dict(zip(keys, key, strict=True))
         summary["runs"] = len(rows)
         counts = tuple(c for c in RUN_COUNTS if all(c in r for r in rows))
-        for metric in (*METRIC_NAMES, *counts):
+        for metric in (*METRIC_NAMES, *counts, *extra):
             values = np.array([_num(r[metric]) for r in rows], dtype=np.float64)
             values = values[~np.isnan(values)]
             summary[f"{metric}_mean"] = float(values.mean()) if values.size else math.nan

@@ -186,6 +186,7 @@ def generate(
     physics: PhysicsParams,
     *,
     lengths: Callable[[np.random.Generator, int], np.ndarray] | None = None,
+    capacity_tokens_per_s: float | None = None,
 ) -> list[SimJob]:
     """Draw one seeded workload and attach priors from ``source``.
 
@@ -197,6 +198,8 @@ def generate(
         physics: Provider parameters; they set the arrival rate for the load.
         lengths: Optional sampler of ``n`` true output lengths (a real trace);
             defaults to the regime's bucket mix.
+        capacity_tokens_per_s: The capacity the load is relative to (a fleet's);
+            default ``physics.capacity_tokens_per_s()``.
     """
     rng = np.random.default_rng(seed)
     n = reg.requests
@@ -219,7 +222,8 @@ def generate(
     else:
         outputs = np.asarray(lengths(rng, n), dtype=np.int64)
         mean_out = float(np.mean(outputs))
-    rate = CONGESTION[reg.congestion] * physics.capacity_tokens_per_s() / mean_out
+    capacity = capacity_tokens_per_s or physics.capacity_tokens_per_s()
+    rate = CONGESTION[reg.congestion] * capacity / mean_out
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
     prompts = rng.integers(PROMPT_RANGE[0], PROMPT_RANGE[1] + 1, size=n)
     jobs: list[SimJob] = []

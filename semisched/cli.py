@@ -2,7 +2,11 @@
 
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
 Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
-exceeded, results appended as they complete, resumable after any crash. This
+exceeded, results appended as they complete, resumable after any crash.
+Instead of one ``--base-url`` it takes a fleet: repeated
+``--endpoint NAME=URL[,key-env=VAR][,rpm=N,...]`` options or ``--fleet
+FILE.toml`` (:mod:`semisched.fleetfile`), routed by ``--routing POLICY``
+(default: the fleet file's, else the preset's ``anticipated_load``). This
 module parses arguments, shows progress and handles signals; the job itself
 is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
 :func:`main_async` is the same command inside a running one (tests await it
@@ -18,7 +22,7 @@ every line), prints the floor's three bounds and sends nothing.
 Exit status: 0 every request answered successfully (with ``--dry-run``: the
 job could start); 1 some requests ended in an error (recorded in the
 output); 2 the job could not start (bad arguments, invalid input, unreadable
-or unwritable files, no API key); 130 interrupted (rerun the same command to
+or unwritable files, a bad fleet, no API key); 130 interrupted (rerun the same command to
 resume).
 """
 
@@ -45,8 +49,10 @@ from semisched.batch import (
     BatchRun,
     BatchSummary,
 )
+from semisched.batch.client import ClientFactory
 from semisched.clock import Clock
-from semisched.core.config import PRESETS
+from semisched.core.config import PRESETS, ROUTING_POLICY_NAMES, RoutingConfig
+from semisched.fleetfile import EndpointDef, FleetFileError, load_fleet, parse_endpoint_option
 
 __all__ = ["main", "main_async"]
 
@@ -135,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Send every request of an OpenAI Batch API input file through the scheduler and "
             "append each result to OUTPUT as it completes. Rerunning with the same OUTPUT "
-            "skips what is already answered. The API key is read from the environment only."
+            "skips what is already answered. API keys are read from the environment only."
         ),
     )
     _add_files(batch)
@@ -144,16 +150,48 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _endpoint_arg(text: str) -> EndpointDef:
+    """``--endpoint``'s value (argparse reports the message of a bad one)."""
+    try:
+        return parse_endpoint_option(text)
+    except FleetFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_files(batch: argparse.ArgumentParser) -> None:
-    """Where requests come from, where results go, and the endpoint."""
+    """Where requests come from, where results go, and the endpoints."""
     batch.add_argument("input", type=Path, help="Batch API input file (JSONL)")
     batch.add_argument("-o", "--output", type=Path, required=True, help="results file (JSONL)")
-    batch.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (…/v1)")
+    target = batch.add_mutually_exclusive_group(required=True)
+    target.add_argument("--base-url", help="OpenAI-compatible base URL (…/v1): one endpoint")
+    target.add_argument(
+        "--endpoint",
+        action="append",
+        type=_endpoint_arg,
+        dest="endpoints",
+        metavar="NAME=URL[,key-env=VAR]",
+        help="one endpoint of a fleet (repeat for each); also ,rpm=N ,tpm=N "
+        ",max-concurrency=N ,weight=X ,pool=short|long ,context-tokens=N",
+    )
+    target.add_argument(
+        "--fleet",
+        type=Path,
+        metavar="FILE",
+        help="the fleet's endpoints and routing in a TOML file (see semisched.fleetfile)",
+    )
     batch.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
         metavar="VAR",
-        help="environment variable holding the API key (default OPENAI_API_KEY)",
+        help="environment variable holding the API key (default OPENAI_API_KEY); with a "
+        "fleet, of every endpoint that names none",
+    )
+    batch.add_argument(
+        "--routing",
+        choices=ROUTING_POLICY_NAMES,
+        metavar="POLICY",
+        help="which endpoint takes each request: "
+        f"{', '.join(ROUTING_POLICY_NAMES)} (default: the fleet file's, else anticipated_load)",
     )
     batch.add_argument("--model", help="model for lines whose body names none")
 
@@ -276,12 +314,32 @@ async def _run_batch(run: BatchRun, display: _Plain | _Rich) -> BatchSummary:
     return summary
 
 
+def _fleet(args: argparse.Namespace) -> tuple[tuple[EndpointDef, ...], RoutingConfig | None]:
+    """The endpoints and routing the arguments ask for (``()`` with ``--base-url``).
+
+    Raises:
+        FleetFileError: The fleet file is unreadable or wrong (two ``--endpoint``
+            options with one name are :class:`BatchOptions`' to refuse).
+    """
+    routing: RoutingConfig | None = None
+    endpoints: tuple[EndpointDef, ...] = tuple(args.endpoints or ())
+    if args.fleet is not None:
+        fleet = load_fleet(args.fleet)
+        endpoints, routing = fleet.endpoints, fleet.routing
+    if args.routing is not None:  # overrides the file's policy, keeps its options
+        routing = replace(routing or RoutingConfig(), policy=args.routing)
+    return endpoints, routing
+
+
 def _options(args: argparse.Namespace) -> BatchOptions:
     """The job the arguments ask for (raises ``ValueError`` naming a bad one)."""
+    endpoints, routing = _fleet(args)
     return BatchOptions(
         input=args.input,
         output=args.output,
         base_url=args.base_url,
+        endpoints=endpoints,
+        routing=routing,
         api_key_env=args.api_key_env,
         model=args.model,
         max_concurrency=args.max_concurrency,
@@ -349,15 +407,20 @@ async def _dry_run(run: BatchRun, stream: TextIO) -> int:
     return 0
 
 
-async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> int:
+async def _batch(
+    args: argparse.Namespace, client: Any, make_client: ClientFactory | None, clock: Clock | None
+) -> int:
     stream = sys.stderr
     try:
         options = _options(args)
     except ValueError as exc:
         print(f"semisched batch: {exc}", file=stream)
         return 2
+    if options.fleet:
+        client = None  # a fleet makes one client per endpoint (make_client)
     if args.dry_run:
-        return await _dry_run(BatchRun(options, client=client, clock=clock), stream)
+        run = BatchRun(options, client=client, make_client=make_client, clock=clock)
+        return await _dry_run(run, stream)
     display = _display(stream, args.progress_every)
     started = False
 
@@ -372,6 +435,7 @@ async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> 
     run = BatchRun(
         options,
         client=client,
+        make_client=make_client,
         clock=clock,
         on_start=partial(_announce, stream=stream),
         on_result=on_result,
@@ -385,7 +449,11 @@ async def _batch(args: argparse.Namespace, client: Any, clock: Clock | None) -> 
 
 
 async def main_async(
-    argv: Sequence[str] | None = None, *, client: Any = None, clock: Clock | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    client: Any = None,
+    make_client: ClientFactory | None = None,
+    clock: Clock | None = None,
 ) -> int:
     """The ``semisched`` command in a running event loop.
 
@@ -393,7 +461,10 @@ async def main_async(
         argv: The arguments (default ``sys.argv[1:]``).
         client: An ``AsyncOpenAI``-compatible client to use instead of one made
             from ``--base-url`` and the API key variable (tests: an in-process
-            provider).
+            provider). Ignored with ``--endpoint`` or ``--fleet``.
+        make_client: ``make_client(base_url, api_key)`` -> a client, for each
+            endpoint (tests: in-process providers); the key variables are
+            checked first either way.
         clock: The scheduler's clock instead of real (or ``--time-scale``) time.
 
     Returns:
@@ -401,7 +472,7 @@ async def main_async(
     """
     args = _parser().parse_args(argv)
     if args.command == "batch":
-        return await _batch(args, client, clock)
+        return await _batch(args, client, make_client, clock)
     return 2  # pragma: no cover - argparse requires a command
 
 

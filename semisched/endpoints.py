@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from semisched.calls import Api
-from semisched.core.checks import check_int, check_str
+from semisched.core.checks import check_bool, check_int, check_str
 from semisched.core.config import BudgetConfig
 from semisched.core.endpoint import EndpointSpec
 from semisched.provider import Provider
@@ -50,6 +50,11 @@ class Endpoint:
             routing (seed 003); ``None`` serves both.
         context_tokens: Largest prompt plus output it serves; bigger requests
             never go here.
+        learn_limits: Keep a rate budget for it even without ``rpm``/``tpm``,
+            adopting the limits its ``x-ratelimit-*`` headers advertise (so a
+            tight limit nobody told the scheduler about is learned from the
+            first answers, not from a storm of 429s). ``Scheduler(client)``'s
+            one endpoint does not: there ``config.budget`` governs, as before.
 
     Raises:
         ValueError: A bad value, naming the argument.
@@ -68,6 +73,7 @@ class Endpoint:
         weight: float = 1.0,
         pool: str | None = None,
         context_tokens: int | None = None,
+        learn_limits: bool = True,
     ) -> None:
         check_str("name", name)
         if getattr(getattr(client, "chat", None), "completions", None) is None:
@@ -88,7 +94,9 @@ class Endpoint:
             models = frozenset(model_map)
         check_int("rpm", rpm, minimum=1, optional=True)
         check_int("tpm", tpm, minimum=1, optional=True)
-        budget = None if rpm is None and tpm is None else BudgetConfig(rpm=rpm, tpm=tpm)
+        check_bool("learn_limits", learn_limits)
+        unlimited = rpm is None and tpm is None
+        budget = None if unlimited and not learn_limits else BudgetConfig(rpm=rpm, tpm=tpm)
         self.name = name
         self.client = client
         self.model_map: Mapping[str, str] | None = (

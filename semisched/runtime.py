@@ -176,7 +176,9 @@ class Scheduler:
         ):
             raise TypeError(f"endpoints={endpoints!r} must be a sequence of semisched.Endpoint")
         self._deployments = Deployments(
-            endpoints if endpoints is not None else [Endpoint("default", client)]
+            endpoints
+            if endpoints is not None
+            else [Endpoint("default", client, learn_limits=False)]
         )
         if isinstance(routing, str):
             routing = RoutingConfig(policy=routing)

@@ -1,9 +1,13 @@
-"""The ``semisched batch`` run's client: built from the environment, and timed per attempt.
+"""The ``semisched batch`` run's clients: built from the environment, and timed per attempt.
 
-:func:`make_client` builds the ``AsyncOpenAI`` a run sends through; the API
-key comes from the environment variable the options name and goes nowhere
-else. :class:`TimedClient` wraps a client the way the scheduler calls it, to
-time each successful attempt (see the note below).
+:func:`make_client` builds the ``AsyncOpenAI`` a one-endpoint run
+(``--base-url``) sends through; :func:`make_endpoints` builds a fleet's
+endpoints (``--endpoint``, ``--fleet``), one client each
+(:func:`semisched.fleetfile.build_endpoints`). API keys come from the
+environment variables the options name and go nowhere else; a missing one
+is a :class:`BatchError` naming the variable, never showing a key.
+:class:`TimedClient` wraps a client the way the scheduler calls it, to time
+each successful attempt (see the note below).
 
 What this module is not: it schedules and retries nothing.
 """
@@ -11,37 +15,115 @@ What this module is not: it schedules and retries nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from semisched.batch.input import BatchError
 from semisched.clock import Clock
+from semisched.fleetfile import FleetFileError, build_endpoints
 
 if TYPE_CHECKING:
     from semisched.batch.options import BatchOptions
+    from semisched.endpoints import Endpoint
 
-__all__ = ["TimedClient", "make_client"]
+__all__ = ["ClientFactory", "TimedClient", "connect", "make_client", "make_endpoints"]
+
+#: ``factory(base_url, api_key)`` -> an OpenAI-compatible async client.
+ClientFactory = Callable[[str, str], Any]
 
 
-def make_client(options: BatchOptions) -> Any:
-    """An ``AsyncOpenAI`` for the job; the key comes from the environment only.
+def make_client(options: BatchOptions, *, factory: ClientFactory | None = None) -> Any:
+    """The client of a one-endpoint job (``base_url``); the key comes from the environment only.
+
+    Args:
+        options: A job with ``base_url``.
+        factory: Makes the client from the base URL and key (default:
+            ``AsyncOpenAI`` with the job's timeout, no retries of its own).
 
     Raises:
         BatchError: The API key variable is not set.
     """
-    import openai
-
     key = os.environ.get(options.api_key_env)
     if not key:
         raise BatchError(
             f"the API key variable {options.api_key_env} is not set (set it, or name another "
             "variable with --api-key-env)"
         )
-    return openai.AsyncOpenAI(
-        base_url=options.base_url,
-        api_key=key,
-        max_retries=0,
-        timeout=options.request_timeout_s / options.time_scale,
-    )
+    assert options.base_url is not None, "a fleet's clients come from make_endpoints"
+    make = _openai_factory(options) if factory is None else factory
+    return make(options.base_url, key)
+
+
+def _openai_factory(options: BatchOptions) -> ClientFactory:
+    """``AsyncOpenAI`` clients with the job's timeout and no retries of their own."""
+    import openai
+
+    timeout = options.request_timeout_s / options.time_scale
+
+    def make(base_url: str, api_key: str) -> Any:
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout
+        )
+
+    return make
+
+
+def make_endpoints(
+    options: BatchOptions,
+    *,
+    wrap: Callable[[Any], Any] | None = None,
+    factory: ClientFactory | None = None,
+) -> list[Endpoint]:
+    """The fleet's endpoints, each with its own client; keys from the environment only.
+
+    Args:
+        options: A job with ``endpoints``.
+        wrap: Applied to each endpoint's client (the run's :class:`TimedClient`).
+        factory: Makes each client from its base URL and key (default:
+            ``AsyncOpenAI`` with the job's timeout, no retries of its own).
+
+    Raises:
+        BatchError: An endpoint's key variable is not set (naming the endpoint
+            and the variable, every one that is missing).
+    """
+    make = _openai_factory(options) if factory is None else factory
+
+    def client(base_url: str, api_key: str) -> Any:
+        made = make(base_url, api_key)
+        return made if wrap is None else wrap(made)
+
+    try:
+        return build_endpoints(
+            options.endpoints, default_key_env=options.api_key_env, make_client=client
+        )
+    except FleetFileError as exc:
+        raise BatchError(
+            f"{exc} (set the variable, or name another: key-env=VAR in --endpoint, key_env in "
+            "the fleet file, or --api-key-env for every endpoint without one)"
+        ) from None
+
+
+def connect(
+    options: BatchOptions,
+    *,
+    clock: Clock,
+    sink: list[float],
+    client: Any | None = None,
+    factory: ClientFactory | None = None,
+) -> Any | list[Endpoint]:
+    """What a run sends through, each client a :class:`TimedClient` into ``sink``: the one
+    client of a ``base_url`` job (``client``, else made), or a fleet's endpoints.
+
+    Raises:
+        BatchError: An API key variable is not set.
+    """
+
+    def timed(made: Any) -> TimedClient:
+        return TimedClient(made, clock, sink)
+
+    if options.fleet:
+        return make_endpoints(options, wrap=timed, factory=factory)
+    return timed(client if client is not None else make_client(options, factory=factory))
 
 
 # -- call latency -------------------------------------------------------------------------

@@ -9,19 +9,30 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from semisched.core.checks import check_choice, check_int, check_number
-from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
+from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
+from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
+from semisched.fleetfile import EndpointDef, check_unique
 
 __all__ = ["BatchOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BatchOptions:
-    """What ``semisched batch`` was asked to do (see the CLI's ``--help``)."""
+    """What ``semisched batch`` was asked to do (see the CLI's ``--help``).
+
+    The job goes to one endpoint (``base_url``) or to a fleet (``endpoints``:
+    ``--endpoint`` options or a ``--fleet`` file); exactly one of the two.
+    ``api_key_env`` names the key variable of ``base_url`` and of every
+    endpoint without its own ``key_env``. ``routing`` replaces the preset's
+    :class:`~semisched.core.config.RoutingConfig` (``--routing``, a fleet
+    file's ``routing``); with one endpoint only its failure rules apply.
+    """
 
     input: Path
     output: Path
-    base_url: str
+    base_url: str | None = None
+    endpoints: tuple[EndpointDef, ...] = ()
+    routing: RoutingConfig | None = None
     api_key_env: str = "OPENAI_API_KEY"
     model: str | None = None
     max_concurrency: int = 32
@@ -40,6 +51,8 @@ class BatchOptions:
     request_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
+        self._check_target()
+        check_str("api_key_env", self.api_key_env)
         check_choice("policy", self.policy, PRESETS)
         check_choice("priors", self.priors, ("auto", "learned", "heuristic"))
         for name in ("max_concurrency", "window", "max_attempts"):
@@ -50,6 +63,25 @@ class BatchOptions:
         check_number("grace_s", self.grace_s, minimum=0)
         self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
 
+    def _check_target(self) -> None:
+        """Exactly one of ``base_url`` and ``endpoints``; the endpoints unique."""
+        check_str("base_url", self.base_url, optional=True)
+        check_instance("endpoints", self.endpoints, tuple)
+        for i, endpoint in enumerate(self.endpoints):
+            check_instance(f"endpoints[{i}]", endpoint, EndpointDef)
+        if (self.base_url is None) == (not self.endpoints):
+            raise ValueError(
+                f"base_url={self.base_url!r} and endpoints=({len(self.endpoints)} given): "
+                "give exactly one (--base-url, --endpoint or --fleet)"
+            )
+        check_unique(self.endpoints, "endpoints")
+        check_instance("routing", self.routing, RoutingConfig, optional=True)
+
+    @property
+    def fleet(self) -> bool:
+        """Whether the job goes to a fleet of endpoints (not one ``base_url``)."""
+        return bool(self.endpoints)
+
     @property
     def margin_s(self) -> float:
         """The rate budget's transit margin: 1 s, and never under 100 ms of wall time
@@ -59,10 +91,11 @@ class BatchOptions:
         return max(1.0, 0.1 * self.time_scale)
 
     def scheduler_config(self) -> SchedulerConfig:
-        """The policy preset with this job's concurrency and rate budget."""
+        """The policy preset with this job's concurrency, rate budget and routing."""
         base = preset(self.policy)
         return replace(
             base,
             max_inflight=self.max_concurrency,
             budget=BudgetConfig(rpm=self.rpm, tpm=self.tpm, margin_s=self.margin_s),
+            routing=base.routing if self.routing is None else self.routing,
         )

@@ -21,8 +21,10 @@ does all of that and stops: it sends nothing and changes no file.
 
 This module decides nothing about scheduling (the scheduler and its core do)
 and draws nothing (the CLI shows :class:`~semisched.batch.summary.BatchProgress`).
-The API key is read from the environment variable named by ``api_key_env``
-and is never written to the output, logs or progress.
+One job goes to one endpoint (``base_url``) or to a fleet (``endpoints``: the
+scheduler routes each send, :mod:`semisched.core.routing`). API keys are read
+from the environment variables the options name (``api_key_env``, each
+endpoint's ``key_env``) and are never written to the output, logs or progress.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import anyio
 
-from semisched.batch.client import TimedClient, make_client
+from semisched.batch.client import ClientFactory, connect
 from semisched.batch.forecast import (
     BatchForecast,
     PriorsChoice,
@@ -69,7 +71,9 @@ from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary
 from semisched.clock import AnyioClock, Clock
 from semisched.core.request import Prior, Request
+from semisched.core.stats import EndpointStats
 from semisched.default_priors import choose_priors, model_unavailable
+from semisched.endpoints import Endpoint
 from semisched.errors import SemischedError
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
@@ -168,8 +172,12 @@ class BatchRun:
 
     Args:
         options: The job.
-        client: An ``AsyncOpenAI`` (or compatible) client; by default one is
-            made from ``options`` (:func:`make_client`) when there is work.
+        client: An ``AsyncOpenAI`` (or compatible) client for a one-endpoint
+            job; by default one is made from ``options`` (:func:`make_client`)
+            when there is work. A fleet job takes ``make_client`` instead.
+        make_client: ``make_client(base_url, api_key)`` -> a client, for each
+            endpoint of the job (default: ``AsyncOpenAI`` with the job's
+            timeout); keys are read from the environment first either way.
         clock: The scheduler's clock; by default the event loop's, compressed
             ``options.time_scale`` times (the mock provider's compressed time).
         on_start: Called once before the first request is sent, with what the
@@ -182,12 +190,20 @@ class BatchRun:
         options: BatchOptions,
         *,
         client: Any | None = None,
+        make_client: ClientFactory | None = None,
         clock: Clock | None = None,
         on_start: Callable[[BatchForecast], None] | None = None,
         on_result: Callable[[BatchProgress], None] | None = None,
     ) -> None:
+        if client is not None and options.fleet:
+            raise ValueError(
+                "client= is for a one-endpoint job (base_url); a fleet's clients come from "
+                "make_client="
+            )
         self.options = options
         self._client = client
+        self._make_client = make_client
+        self._endpoint_stats: tuple[EndpointStats, ...] = ()
         self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
         self._on_start = on_start
         self._on_result = on_result
@@ -231,6 +247,7 @@ class BatchRun:
             latencies_s=tuple(self._latencies),
             priors=self._priors_used(),
             cut_bytes=self._cut_bytes,
+            endpoints=self._endpoint_stats,
         )
 
     def _priors_used(self) -> str:
@@ -317,14 +334,21 @@ class BatchRun:
         """Send what has no result and record each answer.
 
         Raises:
-            BatchError: The job cannot start (see :meth:`prepare`, :func:`make_client`).
+            BatchError: The job cannot start (see :meth:`prepare`; an API key
+                variable not set: :func:`~semisched.batch.client.connect`).
         """
         opts = self.options
         plan = self.prepare()
         todo = plan.todo
-        client = None
+        target = None  # what it sends through; a missing key stops the job here
         if todo:
-            client = self._client if self._client is not None else make_client(opts)
+            target = connect(
+                opts,
+                clock=self.clock,
+                sink=self._latencies,
+                client=self._client,
+                factory=self._make_client,
+            )
         check_writable(opts.output)  # before the priors: loading and planning take time
         streamed = None
         if todo and opts.priors != "heuristic":
@@ -350,22 +374,25 @@ class BatchRun:
         try:
             for problem in plan.new_invalid:
                 writer.write(invalid_line_record(problem))
-            if client is not None:
+            if target is not None:
                 if self._on_start is not None:
                     self._on_start(self.forecast)
                 with _open_input(opts.input) as source:
-                    await self._send_all(todo, priors, source, client, writer)
+                    await self._send_all(todo, priors, source, target, writer)
         finally:
             writer.close()
         summary = self.summary()
         assert summary is not None
         return summary
 
-    def _scheduler(self, client: Any) -> Scheduler:
-        """The run's scheduler; every call brings its planned prior, so it needs no source."""
+    def _scheduler(self, target: Any | list[Endpoint]) -> Scheduler:
+        """The run's scheduler over one client or a fleet (routing: the config's); every
+        call brings its planned prior, so it needs no source."""
         opts = self.options
+        client, endpoints = (None, target) if isinstance(target, list) else (target, None)
         return Scheduler(
-            TimedClient(client, self.clock, self._latencies),
+            client,
+            endpoints=endpoints,
             config=opts.scheduler_config(),
             priors="heuristic",  # every call brings its own prior: never load a model here
             clock=self.clock,
@@ -378,11 +405,11 @@ class BatchRun:
         todo: list[BatchLine],
         priors: list[Prior],
         source: BinaryIO,
-        client: Any,
+        target: Any | list[Endpoint],
         writer: ResultWriter,
     ) -> None:
         opts = self.options
-        scheduler = self.scheduler = self._scheduler(client)
+        scheduler = self.scheduler = self._scheduler(target)
         self._started = start = self.clock.now()
         job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
         window = anyio.Semaphore(opts.window)
@@ -478,7 +505,10 @@ class BatchRun:
     def _sync(self, scheduler: Scheduler) -> None:
         """Copy the scheduler's counters and the elapsed time into the progress."""
         assert self._progress is not None and self._started is not None
-        counters = scheduler.statistics().counters
+        stats = scheduler.statistics()
+        counters = stats.counters
+        if self.options.fleet:
+            self._endpoint_stats = stats.engine.endpoints
         self._progress = replace(
             self._progress,
             rate_limited=counters.throttled,

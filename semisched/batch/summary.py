@@ -21,6 +21,7 @@ import numpy as np
 
 from semisched.batch.forecast import eta_s
 from semisched.batch.output import ErrorCode
+from semisched.core.stats import EndpointStats
 
 __all__ = ["BatchFailures", "BatchProgress", "BatchSummary"]
 
@@ -148,11 +149,14 @@ class BatchSummary(BatchProgress):
         latencies_s: Send -> response of each successful call, clock seconds.
         priors: The output-length prior source used.
         cut_bytes: Bytes of a torn last output line cut before the run.
+        endpoints: Per endpoint of a fleet job, the scheduler's counts
+            (``()`` for a one-endpoint job).
     """
 
     latencies_s: tuple[float, ...] = ()
     priors: str = "heuristic"
     cut_bytes: int = 0
+    endpoints: tuple[EndpointStats, ...] = ()
 
     @classmethod
     def from_progress(cls, progress: BatchProgress, **extra: Any) -> BatchSummary:
@@ -193,4 +197,14 @@ class BatchSummary(BatchProgress):
             )
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
+        out.extend(_endpoint_line(e) for e in self.endpoints)
         return out
+
+
+def _endpoint_line(e: EndpointStats) -> str:
+    """One endpoint's counts; its state and circuit when not the usual ones."""
+    health = "" if e.state == "active" and e.circuit == "closed" else f"; {e.state}, {e.circuit}"
+    return (
+        f"  endpoint {e.name}: sent {e.sent}, completed {e.completed}, failed attempts "
+        f"{e.failed_attempts} (429s {e.throttled}), failovers {e.failovers}{health}"
+    )

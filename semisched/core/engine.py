@@ -355,7 +355,7 @@ class Engine:
             if elsewhere:
                 self._counters.failovers += 1
                 endpoint.failovers += 1
-                entry.avoid = endpoint
+                entry.avoid = (*entry.avoid, endpoint)
             self._entries[request_id] = entry
             entry.skip_admission = True
             self._defer(entry, decision.retry_at)

@@ -13,10 +13,10 @@ Rules (enforced by :meth:`Fleet.pick`):
    ``context_tokens`` hold its estimated total, that is not drained, removed
    or out of quota, whose circuit lets a send through, that is below its
    ``max_concurrency``, and whose own budget (and the fleet's) can pay now.
-2. A request retried after a failure avoids the endpoint that failed it while
-   another endpoint could serve it, even if that one must be waited for.
-   Endpoints that answered 429 are avoided until their retry time while
-   others can take the request now.
+2. A request retried after a failure avoids every endpoint that failed it,
+   and every request avoids an endpoint that answered 429 until its retry
+   time, while another endpoint (one it has not failed at, not throttled)
+   could serve it, even if that one must be waited for.
 3. With no such endpoint now, :meth:`Fleet.pick` says when to try again
    (:attr:`Fleet.wake`: a budget refills, a circuit half-opens; ``None``: when
    something in flight finishes). With no endpoint that could *ever* serve
@@ -177,7 +177,7 @@ class Fleet:
                 self.wake = now + wait
                 return None
         eligible = self.eligible(entry.request.model)
-        if len(eligible) == 1 and entry.avoid is None:
+        if len(eligible) == 1 and not entry.avoid:
             endpoint = eligible[0]  # the one-endpoint case, without the lists
             if self._fits(endpoint, entry) and endpoint.sendable(now):
                 if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
@@ -194,9 +194,9 @@ class Fleet:
                     return None
         candidates: list[EndpointState] = []
         later = float("inf")
-        alive = 0  # endpoints that could take it now or later
+        alive = 0  # endpoints that could take it, now or later
+        fresh = 0  # of those, ones it has not failed at and that are not throttled
         avoid = entry.avoid
-        avoid_alive = False
         for endpoint in eligible:
             if not self._fits(endpoint, entry):
                 continue
@@ -210,8 +210,8 @@ class Fleet:
             if wait is None:
                 continue
             alive += 1
-            if endpoint is avoid:
-                avoid_alive = True
+            if endpoint not in avoid and endpoint.throttled_until <= now:
+                fresh += 1
             if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
                 continue
             if wait > 0.0:
@@ -219,8 +219,13 @@ class Fleet:
                     later = now + wait
                 continue
             candidates.append(endpoint)
-        if avoid is not None and alive > (1 if avoid_alive else 0):
-            candidates = [e for e in candidates if e is not avoid]
+        if fresh and len(candidates) > 0:  # rule 2: while a fresh endpoint exists, wait for it
+            tainted = [e for e in candidates if e in avoid or e.throttled_until > now]
+            if tainted:
+                candidates = [e for e in candidates if e not in tainted]
+                for endpoint in tainted:
+                    if now < endpoint.throttled_until < later:
+                        later = endpoint.throttled_until
         if not candidates:
             if alive:
                 if later != float("inf"):
@@ -229,10 +234,6 @@ class Fleet:
             else:
                 self.refusal = self._why_never(entry)
             return None
-        if len(candidates) > 1:
-            calm = [e for e in candidates if e.throttled_until <= now]
-            if calm and len(calm) < len(candidates):
-                candidates = calm
         if len(candidates) == 1:
             return candidates[0]
         return self.policy.choose(entry, candidates, now)

@@ -68,7 +68,7 @@ class Entry:
         hopeful: Output tokens the ordering tests a deadline with: the prior's
             ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
         endpoint: Where its latest attempt was sent.
-        avoid: The endpoint a failed attempt failed at, while it fails over.
+        avoid: The endpoints its failed attempts failed at (failover avoids them).
     """
 
     request: Request
@@ -85,7 +85,7 @@ class Entry:
     charge: float = 0.0
     hopeful: float = 0.0
     endpoint: EndpointState | None = None
-    avoid: EndpointState | None = None
+    avoid: tuple[EndpointState, ...] = ()
 
 
 def _live(item: tuple[int, Entry]) -> bool:

@@ -8,8 +8,8 @@ The in-process mock provider runs in virtual time when given
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +87,45 @@ def batch_options(tmp_path: Path, **changes: Any) -> BatchOptions:
     }
     base.update(changes)
     return BatchOptions(**base)
+
+
+class MockFleet:
+    """In-process mock providers, one per endpoint name, in virtual time.
+
+    :meth:`client` is a ``make_client(base_url, api_key)`` for ``semisched
+    batch``: endpoint ``NAME`` answers at ``http://NAME/v1`` and requires
+    the key its config names (``api_key``), so a request sent with the wrong
+    key would fail with 401.
+    """
+
+    def __init__(self, apps: Mapping[str, Any], stack: AsyncExitStack) -> None:
+        self._apps = dict(apps)
+        self._stack = stack
+        self.made: list[tuple[str, str]] = []
+
+    def client(self, base_url: str, api_key: str) -> openai.AsyncOpenAI:
+        """The client of the endpoint at ``base_url`` (``http://NAME/v1``)."""
+        name = httpx2.URL(base_url).host
+        self.made.append((name, api_key))
+        transport = httpx2.ASGITransport(app=self._apps[name])
+        http = httpx2.AsyncClient(transport=transport, base_url=f"http://{name}")
+        self._stack.push_async_callback(http.aclose)
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, http_client=http, max_retries=0
+        )
+
+    def stats(self, name: str) -> MockStats:
+        """The statistics of endpoint ``name``'s provider."""
+        stats: MockStats = self._apps[name].state.mock_stats()
+        return stats
+
+
+@asynccontextmanager
+async def mock_fleet(**configs: Mapping[str, Any]) -> AsyncIterator[MockFleet]:
+    """A :class:`MockFleet` with one provider per keyword (its ``MockConfig`` fields)."""
+    apps = {
+        name: create_app(MockConfig(**config), clock=anyio.current_time)
+        for name, config in configs.items()
+    }
+    async with AsyncExitStack() as stack:
+        yield MockFleet(apps, stack)

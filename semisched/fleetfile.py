@@ -1,0 +1,426 @@
+"""Fleet files: the endpoints a scheduler sends to, described once for the batch CLI and the SDK.
+
+A fleet file is TOML (read with :mod:`tomllib`)::
+
+    routing = "anticipated_load"        # optional: a RoutingConfig.policy name
+
+    [routing_options]                   # optional: other RoutingConfig fields, by name
+    short_pool_tokens = 4096
+
+    [[endpoint]]
+    name = "east"                       # required, unique
+    base_url = "http://127.0.0.1:8000/east/v1"   # required: http(s)://host[:port][/path]
+    key_env = "EAST_KEY"                # optional: the variable holding its API key
+    model_map = { "gpt-4o-mini" = "east-deployment" }   # optional: logical -> deployed
+    rpm = 500                           # optional: also tpm, max_concurrency, weight,
+                                        # pool ("short"/"long"), context_tokens
+
+:func:`load_fleet` reads and validates it into a :class:`FleetFile` (a tuple
+of :class:`EndpointDef` and an optional
+:class:`~semisched.core.config.RoutingConfig`); :func:`parse_endpoint_option`
+reads the CLI's short form ``NAME=URL[,key-env=VAR][,rpm=N]...``; and
+:func:`build_endpoints` turns definitions into
+:class:`semisched.endpoints.Endpoint` objects, reading each API key from the
+environment::
+
+    fleet = load_fleet("fleet.toml")
+    scheduler = Scheduler(endpoints=build_endpoints(fleet.endpoints), routing=fleet.routing)
+
+Rules:
+
+1. Bad input is one exception type, :class:`FleetFileError` (a ``ValueError``),
+   raised before anything is sent, naming the culprit: the file, the endpoint
+   and the field (``fleet.toml: endpoint 'east': rpm=0 must be an int >= 1``).
+   Unknown fields are errors at every level: a typo never silently means the
+   default.
+2. Values are checked by the same rules as the SDK's own objects
+   (:class:`~semisched.core.endpoint.EndpointSpec`,
+   :class:`~semisched.core.config.BudgetConfig`,
+   :class:`~semisched.core.config.RoutingConfig`): one mistake, one message.
+3. Keys never sit in a file or on a command line: only the *name* of the
+   variable that holds one. Only :func:`build_endpoints` reads the
+   environment, and no message ever contains a key's value.
+
+What this module is not: it sends nothing and chooses no endpoint (the
+core's routing layer does). The mock provider's own fleet file
+(``python -m mockprovider --fleet``, :mod:`mockprovider.fleet`) describes
+servers, not clients, and has its own schema.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from semisched.core.checks import check_str
+from semisched.core.config import ROUTING_POLICY_NAMES, BudgetConfig, RoutingConfig
+from semisched.core.endpoint import EndpointSpec
+from semisched.endpoints import Endpoint
+
+__all__ = [
+    "ENDPOINT_FIELDS",
+    "FLEET_FIELDS",
+    "ROUTING_OPTION_FIELDS",
+    "EndpointDef",
+    "FleetFile",
+    "FleetFileError",
+    "build_endpoints",
+    "check_unique",
+    "fleet_from_dict",
+    "load_fleet",
+    "openai_client",
+    "parse_endpoint_option",
+]
+
+#: Keys of an ``[[endpoint]]`` table (:class:`EndpointDef`'s fields).
+ENDPOINT_FIELDS: Final = (
+    "name",
+    "base_url",
+    "key_env",
+    "model_map",
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "weight",
+    "pool",
+    "context_tokens",
+)
+#: Top-level keys of a fleet file.
+FLEET_FIELDS: Final = ("routing", "routing_options", "endpoint")
+#: Keys of ``[routing_options]``: every :class:`RoutingConfig` field but ``policy``.
+ROUTING_OPTION_FIELDS: Final = tuple(f.name for f in fields(RoutingConfig) if f.name != "policy")
+
+#: ``parse_endpoint_option`` keys after ``NAME=URL``, and the field and type each sets.
+_OPTION_KEYS: Final[Mapping[str, tuple[str, type]]] = MappingProxyType(
+    {
+        "key-env": ("key_env", str),
+        "rpm": ("rpm", int),
+        "tpm": ("tpm", int),
+        "max-concurrency": ("max_concurrency", int),
+        "weight": ("weight", float),
+        "pool": ("pool", str),
+        "context-tokens": ("context_tokens", int),
+    }
+)
+
+
+class FleetFileError(ValueError):
+    """A fleet description (file, ``--endpoint`` option or definitions) is not usable.
+
+    The message names the culprit: the file, the endpoint and the field.
+    """
+
+
+def _known(what: str, keys: Iterable[str], allowed: Sequence[str]) -> None:
+    """Raise for the first key of ``keys`` not in ``allowed``."""
+    for key in keys:
+        if key not in allowed:
+            raise FleetFileError(f"{what}: unknown field {key!r} (known: {', '.join(allowed)})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointDef:
+    """One endpoint as a fleet file or ``--endpoint`` describes it: everything but its client.
+
+    Attributes:
+        name: Unique in the fleet; statistics and routing decisions use it.
+        base_url: The OpenAI-compatible base URL (``http(s)://host[:port]/.../v1``).
+        key_env: The environment variable holding its API key; ``None``: the
+            caller's default (the batch CLI's ``--api-key-env``).
+        model_map: Logical model -> this deployment's model name; ``None``
+            serves any model under its own name (:class:`~semisched.Endpoint`).
+        rpm: Its own requests-per-minute limit.
+        tpm: Its own tokens-per-minute limit.
+        max_concurrency: Most requests in flight there at once.
+        weight: Relative share for weighted routing.
+        pool: ``"short"`` or ``"long"`` under ``token_budget`` routing; ``None``: both.
+        context_tokens: Largest prompt plus output it serves.
+
+    Raises:
+        ValueError: A bad value, naming the field (the same checks as
+            :class:`~semisched.Endpoint`).
+    """
+
+    name: str
+    base_url: str
+    key_env: str | None = None
+    model_map: Mapping[str, str] | None = field(default=None, hash=False)
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    weight: float = 1.0
+    pool: str | None = None
+    context_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_str("name", self.name)
+        check_str("base_url", self.base_url)
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"base_url={self.base_url!r} must be an http:// or https:// URL with a host"
+            )
+        check_str("key_env", self.key_env, optional=True)
+        if self.key_env is not None and ("=" in self.key_env or "\0" in self.key_env):
+            raise ValueError(f"key_env={self.key_env!r} must be an environment variable name")
+        if self.model_map is not None:
+            if not isinstance(self.model_map, Mapping) or not self.model_map:
+                raise ValueError(
+                    f"model_map={self.model_map!r} must be a non-empty table of "
+                    "logical model -> deployment name"
+                )
+            for logical, deployed in self.model_map.items():
+                check_str(f"model_map key {logical!r}", logical)
+                check_str(f"model_map[{logical!r}]", deployed)
+            object.__setattr__(self, "model_map", MappingProxyType(dict(self.model_map)))
+        self.spec()  # EndpointSpec's and BudgetConfig's own checks (rule 2)
+
+    def spec(self) -> EndpointSpec:
+        """What the core will know of this endpoint (as :class:`~semisched.Endpoint`
+        builds it: a budget that also adopts the limits its headers advertise)."""
+        budget = BudgetConfig(rpm=self.rpm, tpm=self.tpm)
+        return EndpointSpec(
+            name=self.name,
+            models=None if self.model_map is None else frozenset(self.model_map),
+            max_concurrency=self.max_concurrency,
+            budget=budget,
+            weight=self.weight,
+            pool=self.pool,
+            context_tokens=self.context_tokens,
+        )
+
+    def endpoint(self, client: Any) -> Endpoint:
+        """The :class:`~semisched.Endpoint` this describes, sending through ``client``."""
+        return Endpoint(
+            self.name,
+            client,
+            model_map=self.model_map,
+            rpm=self.rpm,
+            tpm=self.tpm,
+            max_concurrency=self.max_concurrency,
+            weight=float(self.weight),
+            pool=self.pool,
+            context_tokens=self.context_tokens,
+        )
+
+
+def check_unique(defs: Iterable[EndpointDef], where: str = "fleet") -> None:
+    """Raise :class:`FleetFileError` on two endpoints with one name (``where`` prefixes it)."""
+    seen: set[str] = set()
+    for d in defs:
+        if d.name in seen:
+            raise FleetFileError(
+                f"{where}: duplicate endpoint name {d.name!r}: names must be unique"
+            )
+        seen.add(d.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetFile:
+    """A fleet: its endpoints and, if the file chose one, its routing.
+
+    Attributes:
+        endpoints: At least one, with unique names, in file order.
+        routing: The file's ``routing`` and ``[routing_options]``; ``None``
+            when it sets neither (the scheduler's config decides).
+
+    Raises:
+        FleetFileError: No endpoints, or two with one name.
+        TypeError: An item of the wrong class.
+    """
+
+    endpoints: tuple[EndpointDef, ...]
+    routing: RoutingConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.endpoints, tuple):
+            raise TypeError(f"endpoints={self.endpoints!r} must be a tuple of EndpointDef")
+        for i, d in enumerate(self.endpoints):
+            if not isinstance(d, EndpointDef):
+                raise TypeError(f"endpoints[{i}]={d!r} must be an EndpointDef")
+        if not self.endpoints:
+            raise FleetFileError("fleet: no endpoints (add at least one [[endpoint]] table)")
+        check_unique(self.endpoints)
+        if self.routing is not None and not isinstance(self.routing, RoutingConfig):
+            raise TypeError(f"routing={self.routing!r} must be None or a RoutingConfig")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The endpoints' names, in order."""
+        return tuple(d.name for d in self.endpoints)
+
+
+def _endpoint_def(where: str, index: int, table: object) -> EndpointDef:
+    """The ``index``-th (1-based) ``[[endpoint]]`` table, checked (``where`` names the file)."""
+    if not isinstance(table, dict):
+        raise FleetFileError(f"{where}: endpoint #{index} must be a table ([[endpoint]])")
+    name = table.get("name")
+    usable = isinstance(name, str) and name
+    label = f"{where}: endpoint {name!r}" if usable else f"{where}: endpoint #{index}"
+    if "name" not in table:
+        raise FleetFileError(f"{label} has no 'name'")
+    _known(label, table, ENDPOINT_FIELDS)
+    if "base_url" not in table:
+        raise FleetFileError(f"{label}: missing 'base_url'")
+    model_map = table.get("model_map")
+    if model_map is not None and not isinstance(model_map, dict):
+        raise FleetFileError(f"{label}: model_map={model_map!r} must be a table")
+    try:
+        return EndpointDef(**table)
+    except (ValueError, TypeError) as exc:
+        raise FleetFileError(f"{label}: {exc}") from None
+
+
+def _routing(where: str, data: dict[str, Any]) -> RoutingConfig | None:
+    """The file's routing choice, checked (``None``: it makes none)."""
+    policy = data.get("routing")
+    options = data.get("routing_options")
+    if policy is None and options is None:
+        return None
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise FleetFileError(f"{where}: routing_options must be a table ([routing_options])")
+    _known(f"{where}: [routing_options]", options, ROUTING_OPTION_FIELDS)
+    if policy is not None and (not isinstance(policy, str) or policy not in ROUTING_POLICY_NAMES):
+        raise FleetFileError(
+            f"{where}: routing={policy!r} must be one of {', '.join(ROUTING_POLICY_NAMES)}"
+        )
+    try:
+        config = RoutingConfig(**options)
+        return config if policy is None else replace(config, policy=policy)
+    except (ValueError, TypeError) as exc:
+        raise FleetFileError(f"{where}: [routing_options]: {exc}") from None
+
+
+def fleet_from_dict(data: Mapping[str, Any], *, where: str = "fleet") -> FleetFile:
+    """A :class:`FleetFile` from parsed TOML (``where`` names the source in messages).
+
+    Raises:
+        FleetFileError: Rule 1.
+    """
+    data = dict(data)
+    _known(where, data, FLEET_FIELDS)
+    tables = data.get("endpoint")
+    if tables is None or tables == []:
+        raise FleetFileError(f"{where}: no endpoints (add at least one [[endpoint]] table)")
+    if not isinstance(tables, list):
+        raise FleetFileError(f"{where}: 'endpoint' must be an array of tables ([[endpoint]])")
+    defs = tuple(_endpoint_def(where, i, table) for i, table in enumerate(tables, 1))
+    check_unique(defs, where)
+    return FleetFile(endpoints=defs, routing=_routing(where, data))
+
+
+def load_fleet(path: str | os.PathLike[str]) -> FleetFile:
+    """Read and check the fleet file at ``path`` (reads no environment).
+
+    Raises:
+        FleetFileError: The file cannot be read, is not TOML, or breaks rule 1;
+            the message starts with the path.
+    """
+    where = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise FleetFileError(f"cannot read fleet file {where!r}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FleetFileError(f"{where}: not valid TOML: {exc}") from None
+    return fleet_from_dict(data, where=where)
+
+
+def parse_endpoint_option(text: str) -> EndpointDef:
+    """The CLI's ``NAME=URL[,key-env=VAR][,rpm=N][,tpm=N][,max-concurrency=N][,weight=X]
+    [,pool=short|long][,context-tokens=N]`` (``_`` may stand for ``-`` in keys).
+
+    The URL ends at the first comma (a base URL has none). Model maps need a fleet file.
+
+    Raises:
+        FleetFileError: A malformed option, an unknown key or a bad value, naming it.
+    """
+    name, eq, rest = text.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise FleetFileError(f"--endpoint {text!r}: must be NAME=URL[,key-env=VAR]")
+    where = f"endpoint {name!r}"
+    url, *pairs = rest.split(",")
+    values: dict[str, Any] = {"name": name, "base_url": url.strip()}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        key = key.strip().replace("_", "-")
+        if not eq or not key:
+            raise FleetFileError(f"{where}: {pair!r} must be KEY=VALUE")
+        if key not in _OPTION_KEYS:
+            raise FleetFileError(f"{where}: unknown key {key!r} (known: {', '.join(_OPTION_KEYS)})")
+        field_name, kind = _OPTION_KEYS[key]
+        if field_name in values:
+            raise FleetFileError(f"{where}: {key} given twice")
+        raw = raw.strip()
+        try:
+            values[field_name] = kind(raw)
+        except ValueError:
+            what = "an int" if kind is int else "a number"
+            raise FleetFileError(f"{where}: {key}={raw!r} must be {what}") from None
+    try:
+        return EndpointDef(**values)
+    except (ValueError, TypeError) as exc:
+        raise FleetFileError(f"{where}: {exc}") from None
+
+
+def openai_client(base_url: str, api_key: str) -> Any:
+    """``openai.AsyncOpenAI(base_url=..., api_key=..., max_retries=0)``: the default client
+    (the scheduler owns retries)."""
+    import openai
+
+    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+
+
+def build_endpoints(
+    defs: Iterable[EndpointDef],
+    *,
+    default_key_env: str = "OPENAI_API_KEY",
+    make_client: Callable[[str, str], Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[Endpoint]:
+    """The endpoints ``defs`` describe, each with its own client and key.
+
+    Every key is looked up before any client is made, so a missing one fails
+    the whole fleet at once, naming every endpoint and variable concerned (never
+    a key's value).
+
+    Args:
+        defs: The endpoint definitions (a :class:`FleetFile`'s ``endpoints``).
+        default_key_env: The variable of endpoints without their own ``key_env``.
+        make_client: ``make_client(base_url, api_key)`` -> an OpenAI-compatible
+            async client (default: :func:`openai_client`).
+        environ: Where keys are read (default ``os.environ``).
+
+    Returns:
+        One :class:`~semisched.Endpoint` per definition, in order.
+
+    Raises:
+        FleetFileError: No definitions, duplicate names, or a key variable
+            unset or empty.
+    """
+    defs = tuple(defs)
+    if not defs:
+        raise FleetFileError("fleet: no endpoints")
+    check_unique(defs)
+    env = os.environ if environ is None else environ
+    missing: list[str] = []
+    keys: list[str] = []
+    for d in defs:
+        var = d.key_env or default_key_env
+        key = env.get(var, "")
+        if not key:
+            missing.append(f"endpoint {d.name!r}: the API key variable {var} is not set")
+        keys.append(key)
+    if missing:
+        raise FleetFileError("; ".join(missing))
+    make = openai_client if make_client is None else make_client
+    return [d.endpoint(make(d.base_url, key)) for d, key in zip(defs, keys, strict=True)]
