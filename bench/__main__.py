@@ -2,7 +2,8 @@
 
 Subcommands:
   quick           balanced/high, naive vs quota-tiered vs adaptive DRR vs full stack
-  decision-cost   one scheduling decision at 100 .. 100k queued (timing benchmark)
+  decision-cost   one scheduling decision at 100 .. 100k queued, and one routing
+                  decision per policy at 16 endpoints (timing benchmark)
   sim-speed       simulated requests per wall second at ~100 in flight
   sdk-overhead    latency and throughput the async SDK adds over the bare openai client
   all             every experiment of the paper's evaluation + REPRODUCTION.md
@@ -14,6 +15,8 @@ Subcommands:
                   rate-limits (client budgets vs the provider's 429s), prior-levers
                   (issue 12: how routing reads a prior's uncertainty)
   default-prior   the SDK's default prior under overload (issue 12's run)
+  routing         routing policies over a heterogeneous fleet (issue 13), simulated;
+                  --live-check adds one regime through the SDK and the HTTP fleet mock
 """
 
 from __future__ import annotations
@@ -59,9 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--time-scale", type=float, default=25.0, help="live time compression (default 25)"
     )
-    d = sub.add_parser("decision-cost", help="decision latency vs queue length (benchmark)")
+    d = sub.add_parser(
+        "decision-cost",
+        help="decision latency vs queue length, and routing cost per policy (benchmark)",
+    )
     d.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     d.add_argument("--samples", type=int, default=2000, help="decisions timed per size")
+    d.add_argument("--endpoints", type=int, default=16, help="routing: endpoints (default 16)")
+    d.add_argument("--queued", type=int, default=10_000, help="routing: queued (default 10000)")
     s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
     s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
@@ -115,6 +123,15 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
     dp.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     dp.add_argument("--workloads", help="comma-separated: exact,bounded,sharegpt (default all)")
+    rt = sub.add_parser("routing", help="routing policies over a heterogeneous fleet (issue 13)")
+    rt.add_argument("--out", type=Path, default=Path("results/routing"), help="output folder")
+    rt.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
+    rt.add_argument("--requests", type=int, default=600, help="requests per run (600)")
+    rt.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    rt.add_argument("--regimes", help="comma-separated regimes (default: balanced and heavy, "
+                    "medium and high)")  # fmt: skip
+    rt.add_argument("--live-check", action="store_true",
+                    help="also run one regime through the SDK and the HTTP fleet mock")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     return parser
@@ -143,15 +160,32 @@ def _quick(args: argparse.Namespace) -> Path:
 
 
 def _decision_cost(args: argparse.Namespace) -> Path:
-    from bench.perf import decision_cost
+    """The queue-length table (decision_cost.csv), then routing per policy (routing_cost.csv)."""
+    from bench.perf import decision_cost, routing_cost
 
+    if args.endpoints < 1:
+        _error(f"--endpoints={args.endpoints} must be >= 1")
+    if args.queued < 0:
+        _error(f"--queued={args.queued} must be >= 0")
     rows = decision_cost(samples=args.samples)
     print(_perf_table(rows))
     ratio = rows[-1]["dispatch_p99_us"] / rows[1]["dispatch_p99_us"]
     print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
-    written = Path(args.out) / "decision_cost.csv"
-    write_csv(written, rows)
-    return written
+    write_csv(Path(args.out) / "decision_cost.csv", rows)
+    routed = routing_cost(endpoints=args.endpoints, queued=args.queued, samples=args.samples)
+    print(f"\nrouting, {args.endpoints} endpoints, {args.queued} queued (µs; pick = Fleet.pick, "
+          "dispatch = Engine.completed with routing)")  # fmt: skip
+    keys = [k for k in routed[0] if k not in ("policy", "endpoints", "queued")]
+    print(f"{'policy':>18}" + "".join(f"{k:>{len(k) + 2}}" for k in keys))
+    for row in routed:
+        print(f"{row['policy']:>18}" + "".join(f"{row[k]:>{len(k) + 2}.2f}" for k in keys))
+    worst = max(routed, key=lambda row: float(row["pick_p99_us"]))
+    met = sum(float(row["pick_p99_us"]) <= 20.0 for row in routed)
+    print(f"pick p99 <= 20 µs (issue 13's target, set at 16 endpoints and 10k queued): "
+          f"{met}/{len(routed)} policies in this run; worst {worst['policy']} "
+          f"{float(worst['pick_p99_us']):.1f} µs")  # fmt: skip
+    write_csv(Path(args.out) / "routing_cost.csv", routed)
+    return Path(args.out)
 
 
 def _experiments(args: argparse.Namespace) -> Path:
@@ -228,6 +262,25 @@ def _default_prior(args: argparse.Namespace) -> Path:
     return written
 
 
+def _routing(args: argparse.Namespace) -> Path:
+    from bench.routing import REGIMES, routing
+
+    _check_seeds(args)
+    regimes = REGIMES if args.regimes is None else tuple(args.regimes.split(","))
+    try:
+        written = routing(args.out, seeds=args.seeds, regimes=regimes, requests=args.requests,
+                          workers=args.workers)  # fmt: skip
+    except ValueError as exc:
+        _error(f"--regimes: {exc}")
+    if args.live_check:
+        from bench.routing_live import routing_live_check
+
+        routing_live_check(written / "live-check")
+        print((written / "live-check" / "tables.md").read_text())
+    print((written / "tables.md").read_text())
+    return written
+
+
 def _sdk_overhead(args: argparse.Namespace) -> Path:
     from bench.sdk_perf import sdk_overhead
 
@@ -258,6 +311,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "batch": _batch,
     "sdk-overhead": _sdk_overhead,
     "default-prior": _default_prior,
+    "routing": _routing,
 }
 
 

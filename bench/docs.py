@@ -15,6 +15,7 @@ rate-limits   ``docs/results/rate-limits/summary.csv``              rate-limits
 live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
 batch         ``docs/results/batch-mixed/table.md``                  batch
 default-prior ``docs/results/default-prior/summary.csv``             default-prior
+routing       ``docs/results/routing/summary.csv``                   routing
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes).
@@ -124,6 +125,30 @@ def _batch(root: Path) -> str:
     return _table(BATCH_COLUMNS, [[row[i] for i in keep] for row in body])
 
 
+def _seconds(row: Row, metric: str, digits: int) -> str:
+    """A ``*_ms`` metric's mean ± std in seconds."""
+    mean, std = float(row[f"{metric}_mean"]) / 1000, float(row[f"{metric}_std"]) / 1000
+    return f"{mean:,.{digits}f} ± {std:,.{digits}f}"
+
+
+def _routing(root: Path) -> str:
+    """``docs/results/routing/summary.csv``: the high regimes, both cap settings."""
+    rows = [r for r in _read(root / DOCS / "routing" / "summary.csv")
+            if r["regime"].endswith("/high")]  # fmt: skip
+    base = {(r["regime"], r["caps"]): float(r["short_p95_ms_mean"]) for r in rows
+            if r["condition"] == "round_robin"}  # fmt: skip
+    header = ("regime", "per-endpoint cap", "policy", "short P95 (s)", "vs round_robin",
+              "global P95 (s)", "CR", "failovers", "lost (failed)")  # fmt: skip
+    body = [
+        (r["regime"], r["caps"], r["condition"], _seconds(r, "short_p95_ms", 1),
+         f"{base[(r['regime'], r['caps'])] / float(r['short_p95_ms_mean']):.2f}x",
+         f"{float(r['global_p95_ms_mean']) / 1000:,.0f}", _pm(r, "completion_rate", 3),
+         _pm(r, "failovers", 0), _pm(r, "failed", 0))
+        for r in rows
+    ]  # fmt: skip
+    return _table(header, body)
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -134,6 +159,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "live-check": _live_check,
     "batch": _batch,
     "default-prior": _default_prior,
+    "routing": _routing,
 }
 
 
@@ -177,5 +203,12 @@ def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: flo
     from bench.default_prior import default_prior
 
     default_prior(out / "default-prior", seeds=min(seeds, 3))
+    from bench.routing import routing
+
+    routing(out / "routing", seeds=seeds)
+    if live:
+        from bench.routing_live import routing_live_check
+
+        routing_live_check(out / "routing" / "live-check")
     readme = root / "README.md"
     readme.write_text(render_readme(readme.read_text(), root))

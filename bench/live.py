@@ -93,7 +93,7 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
             try:
                 await scheduler.submit(
                     model="mock-1",
-                    messages=[{"role": "user", "content": _filler(job.input_tokens)}],
+                    messages=[{"role": "user", "content": filler(job.input_tokens)}],
                     prior=request.prior,
                     klass=request.klass,
                     deadline=relative,
@@ -141,7 +141,7 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
     return row
 
 
-def _filler(tokens: int) -> str:
+def filler(tokens: int) -> str:
     """About 4 UTF-8 bytes per token of English-like filler."""
     return ("lore " * (tokens + 1))[: max(1, 4 * tokens)]
 

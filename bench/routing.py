@@ -18,7 +18,10 @@ The workload is the paper's (``bench.workloads``: balanced and heavy mixes,
 coarse priors, bucket deadlines) with the offered load relative to the
 *fleet's* nominal capacity (1,288 tokens/s; medium 0.9, high 1.1). Every
 policy runs the same jobs through ``final_adrr_olc`` with a 96-request
-client budget and 32 per endpoint (the physics' slots). ``token_budget``
+client budget, twice: with no per-endpoint cap (the router alone decides how
+much each endpoint gets, as with LiteLLM's Router; a request beyond an
+endpoint's 32 slots waits in its hidden queue) and with 32 per endpoint (the
+slots: the client itself keeps every provider queue empty). ``token_budget``
 splits pools at 2,560 estimated tokens (prompts here are up to 2,048 tokens:
 the threshold separates by output size). ``random`` is LiteLLM's default
 (simple-shuffle); ``latency_ewma`` its latency-based routing;
@@ -44,12 +47,27 @@ from bench.workloads import generate, regime
 from mockprovider.gate import GateConfig
 from mockprovider.physics import PhysicsParams
 from predictors.priors import information_source
-from semisched.core.config import ROUTING_POLICY_NAMES, BudgetConfig, RoutingConfig, preset
+from semisched.core.config import (
+    ROUTING_POLICY_NAMES,
+    BudgetConfig,
+    RoutingConfig,
+    SchedulerConfig,
+    preset,
+)
 from semisched.core.endpoint import EndpointSpec
 from semisched.metrics import summarize
 from semisched.sim import ProviderModel, SimEndpoint, SimJob, Simulator
 
-__all__ = ["POLICIES", "REGIMES", "RoutingSpec", "fleet_for", "routing", "run_routing"]
+__all__ = [
+    "POLICIES",
+    "REGIMES",
+    "RoutingSpec",
+    "fleet_for",
+    "routing",
+    "routing_config",
+    "routing_jobs",
+    "run_routing",
+]
 
 #: The policies compared, the baseline first.
 POLICIES: tuple[str, ...] = (
@@ -67,7 +85,9 @@ FAST = PhysicsParams()
 SLOW = PhysicsParams(base_iter_ms=FAST.base_iter_ms * 2, per_slot_ms=FAST.per_slot_ms * 2)
 NAMES: tuple[str, ...] = ("fast-a", "fast-b", "slow")
 TIGHT_RPM = 40
-PER_ENDPOINT = 32
+#: Per-endpoint client caps compared: none (the router alone decides how much
+#: each endpoint gets, as LiteLLM's Router does) and the physics' 32 slots.
+CAPS: tuple[int | None, ...] = (None, 32)
 MAX_INFLIGHT = 96
 SHORT_POOL_TOKENS = 2560.0
 OUTAGE = (0.4, 0.6)  # of the arrivals' span
@@ -78,28 +98,33 @@ def fleet_capacity() -> float:
     return 2 * FAST.capacity_tokens_per_s() + SLOW.capacity_tokens_per_s()
 
 
-def _spec(name: str, pool: str) -> EndpointSpec:
+def _spec(name: str, pool: str, cap: int | None) -> EndpointSpec:
     # As semisched.Endpoint builds it: a budget that adopts the advertised limits.
-    return EndpointSpec(name=name, max_concurrency=PER_ENDPOINT, pool=pool, budget=BudgetConfig())
+    return EndpointSpec(name=name, max_concurrency=cap, pool=pool, budget=BudgetConfig())
 
 
-def fleet_for(jobs: Sequence[SimJob], seed: int) -> list[SimEndpoint]:
+def caps_label(cap: int | None) -> str:
+    """The ``caps`` column: ``none`` or ``N per endpoint``."""
+    return "none" if cap is None else f"{cap} per endpoint"
+
+
+def fleet_for(jobs: Sequence[SimJob], seed: int, cap: int | None = None) -> list[SimEndpoint]:
     """The fleet of the module docstring, its outage placed on these jobs' arrivals."""
     span = max(j.request.arrival for j in jobs)
     outage = ((OUTAGE[0] * span, OUTAGE[1] * span),)
     return [
         SimEndpoint(
-            spec=_spec("fast-a", "short"),
+            spec=_spec("fast-a", "short", cap),
             physics=FAST,
             provider=ProviderModel(gate=GateConfig(outages=outage, seed=seed), seed=seed),
         ),
         SimEndpoint(
-            spec=_spec("fast-b", "long"),
+            spec=_spec("fast-b", "long", cap),
             physics=FAST,
             provider=ProviderModel(gate=GateConfig(rpm=TIGHT_RPM, seed=seed), seed=seed),
         ),
         SimEndpoint(
-            spec=_spec("slow", "long"),
+            spec=_spec("slow", "long", cap),
             physics=SLOW,
             provider=ProviderModel(gate=GateConfig(seed=seed), seed=seed),
         ),
@@ -108,28 +133,40 @@ def fleet_for(jobs: Sequence[SimJob], seed: int) -> list[SimEndpoint]:
 
 @dataclass(frozen=True, slots=True)
 class RoutingSpec:
-    """One simulated run: a regime, a routing policy, a seed."""
+    """One simulated run: a regime, a routing policy, a seed, the per-endpoint cap."""
 
     regime: str
     policy: str
     seed: int
     requests: int = 600
+    cap: int | None = None
+
+
+def routing_jobs(spec: RoutingSpec) -> list[SimJob]:
+    """The workload of ``spec``: its regime at a load relative to the fleet's capacity."""
+    reg = regime(spec.regime, requests=spec.requests)
+    source = information_source("coarse", seed=spec.seed)
+    return generate(reg, spec.seed, source, FAST, capacity_tokens_per_s=fleet_capacity())
+
+
+def routing_config(policy: str) -> SchedulerConfig:
+    """The scheduler every run uses, routing by ``policy``."""
+    return preset(
+        "final_adrr_olc",
+        max_inflight=MAX_INFLIGHT,
+        routing=RoutingConfig(policy=policy, short_pool_tokens=SHORT_POOL_TOKENS),
+    )
 
 
 def run_routing(spec: RoutingSpec) -> dict[str, object]:
     """Simulate one run and return its metrics."""
-    reg = regime(spec.regime, requests=spec.requests)
-    source = information_source("coarse", seed=spec.seed)
-    jobs = generate(reg, spec.seed, source, FAST, capacity_tokens_per_s=fleet_capacity())
-    config = preset(
-        "final_adrr_olc",
-        max_inflight=MAX_INFLIGHT,
-        routing=RoutingConfig(policy=spec.policy, short_pool_tokens=SHORT_POOL_TOKENS),
-    )
-    sim = Simulator(config, fleet=fleet_for(jobs, spec.seed))
+    jobs = routing_jobs(spec)
+    config = routing_config(spec.policy)
+    sim = Simulator(config, fleet=fleet_for(jobs, spec.seed, spec.cap))
     result = sim.run(jobs)
     row: dict[str, object] = {
         "regime": spec.regime,
+        "caps": caps_label(spec.cap),
         "condition": spec.policy,
         "seed": spec.seed,
     }
@@ -186,7 +223,11 @@ def routing(
 ) -> Path:
     """Run the matrix; write ``runs.csv``, ``summary.csv``, ``tables.md``, the figure."""
     specs = [
-        RoutingSpec(r, p, s, requests) for r in regimes for p in policies for s in range(seeds)
+        RoutingSpec(r, p, s, requests, cap)
+        for r in regimes
+        for cap in CAPS
+        for p in policies
+        for s in range(seeds)
     ]
     out.mkdir(parents=True, exist_ok=True)
     progress = ProgressReporter()
@@ -203,7 +244,7 @@ def routing(
                 rows.append(row)
                 progress(i, len(specs), time.perf_counter() - start)
     write_csv(out / "runs.csv", rows)
-    summary = aggregate(rows, ("regime", "condition"), EXTRA)
+    summary = aggregate(rows, ("regime", "caps", "condition"), EXTRA)
     write_csv(out / "summary.csv", summary)
     lines = [
         "# Routing across a heterogeneous fleet (`python -m bench routing`)",
@@ -211,17 +252,16 @@ def routing(
         f"{seeds} seeds x {requests} requests per run; mean ± std over seeds. "
         "Fleet: fast-a (outage in the middle 20%), fast-b (40 RPM, unannounced), "
         "slow (half speed). Utilisation: decode tokens served / (full-batch capacity x "
-        "makespan).",
+        "makespan). Client budget 96 in flight; per-endpoint caps: none (the router "
+        "alone decides each endpoint's share) or 32 (the physics' slots).",
         "",
     ]
     for reg in regimes:
-        lines += [f"## {reg}", ""]
-        lines.append(
-            format_table(
-                [s for s in summary if s["regime"] == reg], ("condition",), COLUMNS, markdown=True
-            )
-        )
-        lines.append("")
+        for cap in CAPS:
+            lines += [f"## {reg}, per-endpoint cap: {caps_label(cap)}", ""]
+            rows_here = [s for s in summary if s["regime"] == reg and s["caps"] == caps_label(cap)]
+            lines.append(format_table(rows_here, ("condition",), COLUMNS, markdown=True))
+            lines.append("")
     (out / "tables.md").write_text("\n".join(lines))
     _figure(summary, regimes, policies, out / "routing.png")
     return out
@@ -240,6 +280,7 @@ def _figure(
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     width = 0.8 / len(policies)
+    main = [s for s in summary if s["caps"] == caps_label(None)]
     for ax, metric, title in (
         (axes[0], "short_p95_ms", "short P95 (s)"),
         (axes[1], "global_p95_ms", "global P95 (s)"),
@@ -247,15 +288,22 @@ def _figure(
         for i, policy in enumerate(policies):
             values, errors = [], []
             for reg in regimes:
-                row = next(s for s in summary if s["regime"] == reg and s["condition"] == policy)
+                row = next(s for s in main if s["regime"] == reg and s["condition"] == policy)
                 values.append(float(row[f"{metric}_mean"]) / 1000.0)  # type: ignore[arg-type]
                 errors.append(float(row[f"{metric}_std"]) / 1000.0)  # type: ignore[arg-type]
             xs = [k + (i - (len(policies) - 1) / 2) * width for k in range(len(regimes))]
             ax.bar(xs, values, width, yerr=errors, label=policy, capsize=2)
         ax.set_xticks(range(len(regimes)), list(regimes))
         ax.set_title(title)
-    axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("Routing a heterogeneous fleet (one endpoint down 20%, one RPM-limited)")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(policies), fontsize=8)
+    ax.set_yscale("log")
+    axes[0].set_yscale("log")
+    fig.suptitle(
+        "Routing a heterogeneous fleet (one endpoint down 20%, one RPM-limited, one slow; "
+        "no per-endpoint caps)",
+        fontsize=9,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -24,7 +24,7 @@ Rules (enforced by :meth:`Fleet.pick`):
 4. A single candidate needs no policy; two or more go to the routing policy.
 5. Overload control sees the fleet, not one endpoint: the load and tail
    signals are those of the least loaded endpoint that can still be used
-   (:meth:`Fleet.load_signal`, :meth:`Fleet.tail_signal`), so the scheduler
+   (:meth:`Fleet.pressure`), so the scheduler
    defers or rejects only when every eligible endpoint is loaded.
 6. The last endpoint whose circuit is closed never opens it: with nowhere
    else to send, failures are paced by the retry policy's back-off, not by a
@@ -197,22 +197,34 @@ class Fleet:
         alive = 0  # endpoints that could take it, now or later
         fresh = 0  # of those, ones it has not failed at and that are not throttled
         avoid = entry.avoid
+        total = -1.0  # the request's estimated total tokens, once a context limit asks
         for endpoint in eligible:
-            if not self._fits(endpoint, entry):
-                continue
-            if not endpoint.sendable(now):
+            limit = endpoint.spec.context_tokens
+            if limit is not None:
+                if total < 0.0:
+                    total = total_tokens(entry)
+                if total > limit:
+                    continue
+            if endpoint.circuit is not Circuit.CLOSED and not endpoint.sendable(now):
                 if endpoint.circuit is Circuit.OPEN and endpoint.open_until < later:
                     later = endpoint.open_until
                 alive += 1  # a circuit opens and closes: it comes back
                 continue
             own = endpoint.budget
-            wait = 0.0 if own is None else own.wait(now, charge)
+            full = endpoint.cap is not None and endpoint.inflight >= endpoint.cap
+            if own is None:
+                wait = 0.0
+            elif full:  # no wait() for an endpoint that cannot take it now anyway: only "never"
+                tokens = own.limits()[1]
+                wait = None if tokens is not None and charge > tokens else 0.0
+            else:
+                wait = own.wait(now, charge)
             if wait is None:
                 continue
             alive += 1
             if endpoint not in avoid and endpoint.throttled_until <= now:
                 fresh += 1
-            if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
+            if full:
                 continue
             if wait > 0.0:
                 if now + wait < later:
@@ -297,6 +309,7 @@ class Fleet:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
         endpoint = entry.endpoint
         assert endpoint is not None and entry.sent_at is not None
+        endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next
         endpoint.inflight -= 1
         if endpoint.inflight:
             endpoint.inflight_cost -= entry.cost
@@ -368,36 +381,27 @@ class Fleet:
 
     # -- what overload control and ordering see ----------------------------------------
 
-    def _usable(self, now: float) -> list[EndpointState]:
-        return [
-            e
-            for e in self._endpoints
-            if not e.out_reason and not (e.circuit is Circuit.OPEN and now < e.open_until)
-        ]
-
-    def tail_signal(self, now: float) -> float:
-        """The least stressed usable endpoint's tail signal (rule 5); 1 with none usable."""
-        endpoints = self._endpoints
-        if len(endpoints) == 1:
-            only = endpoints[0]
-            if not only.out_reason:
-                return only.signals.tail_signal()
-        best = 1.0
-        for endpoint in self._usable(now):
-            tail = endpoint.signals.tail_signal()
-            if tail < best:
-                best = tail
-        return best
-
-    def load_signal(self, now: float) -> float:
-        """The least loaded usable endpoint's in-flight / ``max_concurrency`` (0 uncapped)."""
-        best = 1.0
-        for endpoint in self._usable(now):
+    def pressure(self, now: float) -> tuple[float, float]:
+        """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
+        endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
+        when none is usable. One pass: overload control asks on every decision."""
+        tail = load = 1.0
+        for endpoint in self._endpoints:
+            if endpoint.out_reason or (
+                endpoint.circuit is Circuit.OPEN and now < endpoint.open_until
+            ):
+                continue
+            signal = endpoint.signals.tail_signal()
+            if signal < tail:
+                tail = signal
             cap = endpoint.cap
-            load = 0.0 if cap is None else min(1.0, endpoint.inflight / cap)
-            if load < best:
-                best = load
-        return best
+            if cap is None:
+                load = 0.0
+            elif load > 0.0:
+                share = endpoint.inflight / cap
+                if share < load:
+                    load = share
+        return tail, load
 
     def budget_limits(self) -> tuple[int | None, int | None]:
         """Effective (requests, tokens) per window: the fleet's budget, else the sum of

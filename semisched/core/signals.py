@@ -64,16 +64,20 @@ class Signals:
         "_tail_cache",
         "_tail_sorted",
         "_throttle",
+        "_track_tail",
         "completions",
         "failures",
         "throttles",
     )
 
-    def __init__(self, cfg: SignalsConfig) -> None:
+    def __init__(self, cfg: SignalsConfig, *, track_tail: bool = True) -> None:
+        """``track_tail=False`` keeps only the latency averages (a fleet's aggregate:
+        the tail signal comes from its endpoints' own objects)."""
         self._cfg = cfg
         self._alpha = cfg.ewma_alpha
         self._s_per_token = cfg.initial_s_per_token
         self._best = math.inf
+        self._track_tail = track_tail
         self._tail: deque[float] = deque()
         self._tail_sorted: list[float] = []
         self._tail_cache: float | None = 0.0
@@ -104,12 +108,13 @@ class Signals:
         self._s_per_token += self._alpha * (per_token - self._s_per_token)
         if per_token < self._best:
             self._best = per_token
-        self._tail.append(per_token)
-        insort(self._tail_sorted, per_token)
-        if len(self._tail) > self._cfg.tail_window:
-            oldest = self._tail.popleft()
-            del self._tail_sorted[bisect_left(self._tail_sorted, oldest)]
-        self._tail_cache = None
+        if self._track_tail:
+            self._tail.append(per_token)
+            insort(self._tail_sorted, per_token)
+            if len(self._tail) > self._cfg.tail_window:
+                oldest = self._tail.popleft()
+                del self._tail_sorted[bisect_left(self._tail_sorted, oldest)]
+            self._tail_cache = None
         bucket = bucket_for_tokens(output_tokens)
         old = self._bucket_latency.get(bucket)
         self._bucket_latency[bucket] = (

@@ -385,3 +385,46 @@ def test_overload_control_sees_the_least_loaded_endpoint() -> None:
     alone.submit(req("r1"), 0.0)
     alone.failed("r1", 0.5, K.RATE_LIMITED, retry_after=30.0)
     assert alone.signals().tail_latency_ratio == 1.0
+
+
+# -- configuration --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("policy", "fastest", "policy='fastest' must be one of"),
+        ("failure_threshold", 0, "failure_threshold=0 must be"),
+        ("cooloff_s", 0.0, "cooloff_s=0.0 must be"),
+        ("speed_decay", 1.0, "speed_decay=1.0 must be"),
+        ("spill_outstanding", 0, "spill_outstanding=0 must be"),
+    ],
+)
+def test_routing_config_names_the_bad_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RoutingConfig(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", "", "name='' must be"),
+        ("max_concurrency", 0, "max_concurrency=0 must be"),
+        ("weight", 0.0, "weight=0.0 must be"),
+        ("pool", "medium", "pool='medium' must be one of"),
+        ("context_tokens", 0, "context_tokens=0 must be"),
+    ],
+)
+def test_endpoint_spec_names_the_bad_field(field: str, value: object, message: str) -> None:
+    kwargs: dict[str, object] = {"name": "a", field: value}
+    with pytest.raises(ValueError, match=message):
+        EndpointSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_cancelled_probe_lets_the_next_one_through() -> None:
+    e = fleet("a", "b", policy="least_outstanding", failure_threshold=1, cooloff_s=10.0)
+    e.submit(req("r"), 0.0)
+    e.failed("r", 0.0, K.TIMEOUT)  # a opens; r fails over to b
+    assert where(e.submit(req("p"), 10.0)) == ["a"]  # the probe
+    e.cancel("p", 10.5)
+    assert where(e.submit(req("p2"), 11.0)) == ["a"]  # another probe, not a stuck circuit

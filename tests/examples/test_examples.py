@@ -26,6 +26,19 @@ def test_every_example_has_a_test() -> None:
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
+def test_fleet_routing_rides_out_the_outage() -> None:
+    out = run("fleet_routing.py")
+    assert "outcomes {'completed': 360}" in out  # nothing lost to fast-a's outage
+    table = re.findall(r"^(fast-a|fast-b|slow) +(\d+) +(\d+) +(\d+) +\d+ +(\d+) ", out, flags=re.M)
+    rows = {name: [int(n) for n in counts] for name, *counts in table}  # sent done failed failovers
+    assert sorted(rows) == ["fast-a", "fast-b", "slow"]
+    assert all(done > 0 for _, done, _, _ in rows.values())  # every endpoint served calls
+    _, _, failed, failovers = rows["fast-a"]
+    assert failed > 0  # the outage answered 503s ...
+    assert failovers == failed  # ... and each of those calls went on to another endpoint at once
+    assert rows["slow"][2] == 0  # a healthy endpoint fails nothing
+
+
 def test_mixed_workload_serves_both_classes() -> None:
     out = run("mixed_workload.py")
     assert "interactive  {'completed': 40}" in out

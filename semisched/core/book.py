@@ -1,0 +1,307 @@
+"""The engine's books: where every request is, and what the policies may read of it.
+
+:class:`EngineBook` holds the state of a :class:`~semisched.core.engine.Engine`
+(the class queues, the entries, the timer heap, flight and its counts, the
+fleet, the counters) and the primitives that keep it consistent: enqueue,
+dequeue, take out of flight, timers, the wake a shell is told about. It also
+answers the read-only views the policies are given
+(:class:`~semisched.core.allocation.AllocationView`,
+:class:`~semisched.core.ordering.PackingView`) and ``statistics()``.
+
+It decides nothing: every decision (admission, dispatch, routing, retries)
+is in :mod:`semisched.core.engine`, whose module rules these books uphold.
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+from semisched.core.actions import Action, Wake
+from semisched.core.allocation import AllocationPolicy, make_allocation
+from semisched.core.buckets import Bucket
+from semisched.core.config import SchedulerConfig
+from semisched.core.endpoint import EndpointSpec
+from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
+from semisched.core.lifecycle import FailureKind, JitterSource
+from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_ordering
+from semisched.core.overload import OverloadController
+from semisched.core.queue import ClassQueue, Entry, EntryState
+from semisched.core.signals import Signals, SignalSnapshot
+from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
+
+__all__ = ["DEADLINE", "WAKE", "EngineBook"]
+
+#: Timer kinds: a deferred entry's return, a deadline.
+WAKE = 0
+DEADLINE = 1
+_QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
+_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
+
+
+def _bucket_counts(counts: dict[Bucket, int]) -> BucketCounts:
+    return BucketCounts(**{bucket.value: n for bucket, n in counts.items()})
+
+
+class EngineBook:
+    """The engine's state and its bookkeeping (module docstring); no decisions."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig | None,
+        jitter: JitterSource | None,
+        endpoints: Sequence[EndpointSpec] | None,
+    ) -> None:
+        cfg = config if config is not None else SchedulerConfig()
+        self.config = cfg
+        self._jitter = jitter
+        self._alloc: AllocationPolicy = make_allocation(cfg.allocation, cfg.classes)
+        self._order: OrderingPolicy = make_ordering(cfg.ordering)
+        self._order.attach(self)
+        self._overload = OverloadController(cfg.overload)
+        # The fleet's aggregate: latency averages for ordering and queue pressure. The
+        # tail signal comes from the endpoints' own Signals (Fleet.pressure).
+        self._signals = Signals(cfg.signals, track_tail=False)
+        # Bound once: the ordering layer calls it for every candidate it scores.
+        self._estimate: LatencyEstimate = self._signals.estimate_latency
+        # The standard score of the quantile the ordering tests deadlines with.
+        self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
+        self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
+        self._class_names = tuple(c.name for c in cfg.classes)
+        self._queues = {n: ClassQueue(n, cfg.ordering.band_ratio) for n in self._class_names}
+        self._backlog: tuple[str, ...] = ()  # non-empty queues; renewed when one empties or fills
+        self._entries: dict[str, Entry] = {}
+        self._timers: list[tuple[float, int, int, Entry]] = []
+        self._seq = 0
+        self._now = float("-inf")
+        self._queued = 0
+        self._queued_tokens = 0.0
+        self._queued_charge = 0.0  # rate charges of queued entries (PackingView.backlog)
+        self._deferred = 0
+        self._inflight = 0
+        self._inflight_tokens = 0.0
+        self._inflight_by_class = dict.fromkeys(self._class_names, 0)
+        self._heads: dict[str, Entry] = {}
+        self._severity = 0.0
+        self._reported_wake: float | None = None
+        self._send_wake: float | None = None  # when the fleet can next send the head
+        self._held = False
+        self._counters = EngineTally()
+        self._fleet = Fleet(
+            cfg, endpoints if endpoints is not None else (DEFAULT_ENDPOINT,), self._counters, jitter
+        )
+        self._failures: dict[FailureKind, int] = {}
+        # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
+        self._rejects_by_bucket: dict[Bucket, int] = {}
+        self._defers_by_bucket: dict[Bucket, int] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<Engine alloc={self._alloc.name} order={self._order.name} "
+            f"overload={self.config.overload.policy} queued={self._queued} "
+            f"deferred={self._deferred} inflight={self._inflight} now={self._now:.3f}>"
+        )
+
+    # -- AllocationView ------------------------------------------------------------
+
+    @property
+    def severity(self) -> float:
+        """Overload severity computed at the start of the current decision."""
+        return self._severity
+
+    @property
+    def max_inflight(self) -> int | None:
+        """The configured concurrency budget."""
+        return self.config.max_inflight
+
+    def backlogged(self) -> Sequence[str]:
+        """Classes with queued requests, in configured order."""
+        return self._backlog
+
+    def head(self, klass: str) -> Entry:
+        """The entry the ordering policy picks next in ``klass`` (cached per decision)."""
+        entry = self._heads.get(klass)
+        if entry is None:
+            entry = self._order.choose(self._queues[klass], self._now, self._estimate)
+            self._heads[klass] = entry
+        return entry
+
+    def oldest_seq(self, klass: str) -> int:
+        """Enqueue number of the longest-queued request in ``klass``."""
+        entry = self._queues[klass].oldest()
+        if entry is None:
+            raise ValueError(f"class {klass!r} has no queued request")
+        return entry.seq
+
+    def inflight(self, klass: str) -> int:
+        """Requests of ``klass`` in flight."""
+        return self._inflight_by_class[klass]
+
+    # -- PackingView (what an ordering policy may see of the budget) ----------------
+
+    def budget_limits(self) -> tuple[int | None, int | None]:
+        """The rate budget's effective (requests, tokens) per window, if any."""
+        return self._fleet.budget_limits()
+
+    def fits_now(self, tokens: float) -> bool:
+        """Whether one request charging ``tokens`` fits the rate budget now."""
+        return self._fleet.fits_now(tokens, self._now)
+
+    def backlog(self) -> tuple[float, float]:
+        """Queued requests (all classes) and the sum of their rate charges."""
+        return float(self._queued), self._queued_charge
+
+    # -- queries ------------------------------------------------------------------
+
+    def next_wakeup(self) -> float | None:
+        """Earliest pending timer, if any (may be stale; polling then is harmless)."""
+        timers = self._timers
+        while timers and not self._timer_live(timers[0]):
+            heapq.heappop(timers)
+        first = timers[0][0] if timers else None
+        send = self._send_wake
+        if send is not None and (first is None or send < first):
+            return send
+        return first
+
+    def estimate_latency(self, output_tokens: float) -> float:
+        """Expected send-to-completion seconds for ``output_tokens`` (observed)."""
+        return self._signals.estimate_latency(output_tokens)
+
+    def signals(self) -> SignalSnapshot:
+        """The current overload signals."""
+        return self._snapshot()
+
+    def statistics(self) -> EngineStats:
+        """A frozen snapshot of queues, flight, signals and counters."""
+        return EngineStats(
+            now=self._now,
+            queued={n: len(q) for n, q in self._queues.items()},
+            queued_tokens=self._queued_tokens,
+            deferred=self._deferred,
+            inflight=self._inflight,
+            inflight_by_class=dict(self._inflight_by_class),
+            inflight_tokens=self._inflight_tokens,
+            signals=self._snapshot(),
+            s_per_token=self._signals.s_per_token,
+            counters=self._counters.freeze(),
+            failures=FailureCounts(**{k.value: n for k, n in self._failures.items()}),
+            rejects_by_bucket=_bucket_counts(self._rejects_by_bucket),
+            defers_by_bucket=_bucket_counts(self._defers_by_bucket),
+            allocation_state=self._alloc.state(),
+            budget=self._fleet.budget_snapshot(self._now),
+            held=self._held,
+            endpoints=self._fleet.statistics(self._now),
+        )
+
+    def __len__(self) -> int:
+        """Requests not yet terminal (deferred, queued or in flight)."""
+        return len(self._entries)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        if not now >= self._now:
+            raise ValueError(f"now={now!r} must not be earlier than the last now={self._now!r}")
+        self._now = now
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _snapshot(self) -> SignalSnapshot:
+        tail, load = self._fleet.pressure(self._now)
+        return self._signals.snapshot(
+            inflight=self._inflight,
+            max_inflight=self.config.max_inflight,
+            queued_tokens=self._queued_tokens,
+            weights=self.config.overload,
+            tail=tail,
+            load_floor=load,
+        )
+
+    def _current_severity(self) -> float:
+        tail, load = self._fleet.pressure(self._now)
+        return self._signals.severity(
+            inflight=self._inflight,
+            max_inflight=self.config.max_inflight,
+            queued_tokens=self._queued_tokens,
+            weights=self.config.overload,
+            tail=tail,
+            load_floor=load,
+        )
+
+    def _push_timer(self, at: float, kind: int, entry: Entry) -> None:
+        self._seq += 1  # _next_seq(), inlined: one timer per arrival and per deferral
+        heapq.heappush(self._timers, (at, self._seq, kind, entry))
+
+    def _timer_live(self, timer: tuple[float, int, int, Entry]) -> bool:
+        at, _, kind, entry = timer
+        if kind == WAKE:
+            return entry.state == _DEFERRED and entry.wake_at == at
+        return entry.state == _QUEUED or entry.state == _DEFERRED
+
+    def _enqueue(self, entry: Entry) -> None:
+        klass = entry.request.klass
+        queue = self._queues[klass]
+        entry.state = _QUEUED
+        entry.seq = self._next_seq()
+        queue.add(entry)
+        self._queued += 1
+        self._queued_tokens += entry.cost
+        self._queued_charge += entry.charge
+        self._heads.pop(klass, None)
+        if len(queue) == 1:
+            self._renew_backlog()
+
+    def _dequeue(self, entry: Entry) -> None:
+        klass = entry.request.klass
+        queue = self._queues[klass]
+        queue.remove(entry)
+        self._queued -= 1
+        tokens = self._queued_tokens - entry.cost
+        self._queued_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
+        charge = self._queued_charge - entry.charge
+        self._queued_charge = charge if charge > 0.0 else 0.0
+        self._heads.pop(klass, None)
+        if not queue:
+            self._renew_backlog()
+            self._alloc.on_idle(klass)
+
+    def _renew_backlog(self) -> None:
+        self._backlog = tuple([name for name, queue in self._queues.items() if queue])
+
+    def _terminal(self, entry: Entry) -> None:
+        entry.state = _DONE
+        self._entries.pop(entry.request.id, None)
+
+    def _take_inflight(self, request_id: str) -> Entry:
+        entry = self._entries.get(request_id)
+        if entry is None or entry.state != _INFLIGHT:
+            raise ValueError(f"request_id={request_id!r} is not in flight")
+        self._fleet.release(entry)
+        self._inflight -= 1
+        self._inflight_by_class[entry.request.klass] -= 1
+        tokens = self._inflight_tokens - entry.reserve
+        self._inflight_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
+        self._terminal(entry)
+        return entry
+
+    def _has_capacity(self, entry_reserve: float) -> bool:
+        if self._inflight >= self._inflight_cap:
+            return False
+        limit = self.config.max_inflight_tokens
+        return (
+            limit is None or self._inflight == 0 or self._inflight_tokens + entry_reserve <= limit
+        )
+
+    def _finish(self, now: float, actions: list[Action]) -> list[Action]:
+        wake = self.next_wakeup()
+        last = self._reported_wake
+        if wake is not None and (last is None or wake < last or last <= now):
+            self._reported_wake = wake
+            actions.append(Wake(wake))
+        return actions
