@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -162,8 +162,17 @@ def _check_envelope(number: int, obj: Any, first_seen: dict[str, int]) -> Invali
     return None
 
 
+#: Whether some endpoint serves a model, and what the fleet serves (for the message).
+ModelCheck = tuple[Callable[[str], bool], str]
+
+
 def _check_line_body(
-    number: int, custom_id: str, url: str, body: Any, default_model: str | None
+    number: int,
+    custom_id: str,
+    url: str,
+    body: Any,
+    default_model: str | None,
+    models: ModelCheck | None,
 ) -> InvalidLine | None:
     """The ``body``: a JSON object the SDK accepts for the line's endpoint."""
     if not isinstance(body, dict):
@@ -179,11 +188,21 @@ def _check_line_body(
         check_body(SUPPORTED_URLS[url], body)
     except (TypeError, ValueError) as exc:
         return InvalidLine(number, custom_id, f"'body' is not a valid request: {exc}")
+    if models is not None and not models[0](body["model"]):
+        model = body["model"]
+        return InvalidLine(
+            number, custom_id, f"'body.model' {model!r} is served by no endpoint ({models[1]})"
+        )
     return None
 
 
 def _check_line(
-    number: int, offset: int, text: bytes, first_seen: dict[str, int], default_model: str | None
+    number: int,
+    offset: int,
+    text: bytes,
+    first_seen: dict[str, int],
+    default_model: str | None,
+    models: ModelCheck | None,
 ) -> BatchLine | InvalidLine:
     try:
         obj = json.loads(text)
@@ -192,7 +211,7 @@ def _check_line(
     problem = _check_envelope(number, obj, first_seen)
     if problem is None:
         problem = _check_line_body(
-            number, obj["custom_id"], obj["url"], obj.get("body"), default_model
+            number, obj["custom_id"], obj["url"], obj.get("body"), default_model, models
         )
     if problem is not None:
         return problem
@@ -200,7 +219,10 @@ def _check_line(
 
 
 def read_input(
-    path: str | os.PathLike[str], *, default_model: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    default_model: str | None = None,
+    models: ModelCheck | None = None,
 ) -> tuple[list[BatchLine], list[InvalidLine]]:
     """Parse and validate a Batch API input file (blank lines are ignored).
 
@@ -209,6 +231,8 @@ def read_input(
     Args:
         path: The input file.
         default_model: The ``model`` of bodies that name none (``--model``).
+        models: Whether a fleet serves a model, and a description of what it
+            serves: a line whose model no endpoint serves is invalid.
 
     Returns:
         The valid lines and the invalid ones, each in file order.
@@ -226,7 +250,7 @@ def read_input(
                 start, offset = offset, offset + len(text)
                 if not text.strip():
                     continue
-                checked = _check_line(number, start, text, first_seen, default_model)
+                checked = _check_line(number, start, text, first_seen, default_model, models)
                 if isinstance(checked, BatchLine):
                     lines.append(checked)
                 else:

@@ -51,6 +51,7 @@ from semisched.batch.input import (
     BatchLine,
     InvalidInput,
     InvalidLine,
+    ModelCheck,
     load_body,
     read_input,
 )
@@ -268,7 +269,7 @@ class BatchRun:
             BatchError: A file cannot be read, or the output is the input.
         """
         opts = self.options
-        lines, invalid = read_input(opts.input, default_model=opts.model)
+        lines, invalid = read_input(opts.input, default_model=opts.model, models=_models(opts))
         if invalid and not opts.skip_invalid:
             raise InvalidInput(invalid)
         if opts.output.resolve() == opts.input.resolve():
@@ -520,3 +521,12 @@ class BatchRun:
 async def run_batch(options: BatchOptions, **kwargs: Any) -> BatchSummary:
     """Run a batch job (see :class:`BatchRun`)."""
     return await BatchRun(options, **kwargs).run()
+
+
+def _models(options: BatchOptions) -> ModelCheck | None:
+    """What the fleet serves, when an endpoint maps models (``None``: any model)."""
+    defs = options.endpoints
+    if not defs or any(d.model_map is None for d in defs):
+        return None
+    served = "; ".join(f"{d.name}: {', '.join(sorted(d.model_map or ()))}" for d in defs)
+    return (lambda model: any(model in (d.model_map or ()) for d in defs)), served

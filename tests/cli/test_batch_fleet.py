@@ -190,6 +190,20 @@ def test_a_bad_fleet_file_exits_2_naming_the_file_and_field(
     assert not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.usefixtures("keys")
+def test_a_model_no_endpoint_serves_is_an_invalid_line_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_lines(tmp_path / "in.jsonl", [chat_line(0), chat_line(1)])  # model "mock-1"
+    (tmp_path / "fleet.toml").write_text(FLEET_TOML)  # serves only "gpt-logical"
+    code = main(_args(tmp_path, "--fleet", str(tmp_path / "fleet.toml"), "--api-key-env",
+                      "FLEET_KEY"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "line 1: 'body.model' 'mock-1' is served by no endpoint (east: gpt-logical; " in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_missing_fleet_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(_args(tmp_path, "--fleet", str(tmp_path / "nope.toml")))
     assert code == 2 and "cannot read fleet file" in capsys.readouterr().err
