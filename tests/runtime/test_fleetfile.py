@@ -333,3 +333,16 @@ def test_building_refuses_duplicates_and_an_empty_fleet() -> None:
         build_endpoints([a, a], environ={"OPENAI_API_KEY": "k"})
     with pytest.raises(FleetFileError, match="no endpoints"):
         build_endpoints([], environ={"OPENAI_API_KEY": "k"})
+
+
+def test_the_example_client_fleet_matches_the_example_mock_fleet() -> None:
+    """The README's demo: examples/client-fleet.toml points at examples/fleet.toml's endpoints."""
+    from mockprovider.fleet import load_fleet as load_mock_fleet
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    client = load_fleet(root / "client-fleet.toml")
+    mock = load_mock_fleet(root / "fleet.toml")
+    assert client.names == mock.names
+    for endpoint in client.endpoints:
+        assert endpoint.base_url == f"http://127.0.0.1:8000/{endpoint.name}/v1"
+    assert client.routing is not None and client.routing.policy == "anticipated_load"
