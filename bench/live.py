@@ -29,6 +29,7 @@ physics. Differences from the simulator, on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from semisched.clock import ScaledClock
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
 from semisched.metrics import summarize
+from semisched.sim import SimJob
 
 __all__ = ["LiveRecord", "live_run", "mock_arguments"]
 
@@ -62,6 +64,37 @@ class LiveRecord:
     first_token: float | None = None
     end: float | None = None
     defers: int = 0
+
+
+async def submit_job(
+    scheduler: Scheduler,
+    job: SimJob,
+    rec: LiveRecord,
+    deadline: float | None,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Send one simulated job as a live call (its prompt length, prior, class, relative
+    ``deadline`` and true lengths as the mock's hints) and record its outcome in ``rec``."""
+    try:
+        await scheduler.submit(
+            model="mock-1",
+            messages=[{"role": "user", "content": filler(job.input_tokens)}],
+            prior=job.request.prior,
+            klass=job.request.klass,
+            deadline=deadline,
+            extra_headers={
+                "x-mock-output-tokens": str(job.output_tokens),
+                "x-mock-input-tokens": str(job.input_tokens),
+                **(headers or {}),
+            },
+        )
+        rec.outcome = "completed"
+    except RequestRejected:
+        rec.outcome = "rejected"
+    except DeadlineExceeded:
+        rec.outcome = "expired"
+    except SemischedError:
+        rec.outcome = "failed"
 
 
 async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, object]:
@@ -90,25 +123,7 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
             relative = None if request.deadline is None else request.deadline - request.arrival
             rec.deadline = None if relative is None else rec.arrival + relative
             records.append(rec)
-            try:
-                await scheduler.submit(
-                    model="mock-1",
-                    messages=[{"role": "user", "content": filler(job.input_tokens)}],
-                    prior=request.prior,
-                    klass=request.klass,
-                    deadline=relative,
-                    extra_headers={
-                        "x-mock-output-tokens": str(job.output_tokens),
-                        "x-mock-input-tokens": str(job.input_tokens),
-                    },
-                )
-                rec.outcome = "completed"
-            except RequestRejected:
-                rec.outcome = "rejected"
-            except DeadlineExceeded:
-                rec.outcome = "expired"
-            except SemischedError:
-                rec.outcome = "failed"
+            await submit_job(scheduler, job, rec, relative)
             rec.end = clock.now() - start
 
         async with anyio.create_task_group() as tg:

@@ -52,7 +52,7 @@ import anyio
 import httpx2
 import openai
 
-from bench.live import LiveRecord, filler
+from bench.live import LiveRecord, submit_job
 from bench.report import write_csv
 from bench.routing import (
     CAPS,
@@ -66,7 +66,7 @@ from bench.routing import (
 )
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
-from semisched import DeadlineExceeded, Endpoint, RequestRejected, Scheduler, SemischedError
+from semisched import Endpoint, Scheduler
 from semisched.core.buckets import bucket_for_tokens
 from semisched.core.config import SchedulerConfig
 from semisched.core.stats import EngineStats
@@ -297,26 +297,7 @@ async def _replay(
             start = anyio.current_time()
 
             async def one(job: SimJob, rec: LiveRecord, relative: float | None) -> None:
-                try:
-                    await scheduler.submit(
-                        model="mock-1",
-                        messages=[{"role": "user", "content": filler(job.input_tokens)}],
-                        prior=job.request.prior,
-                        klass=job.request.klass,
-                        deadline=relative,
-                        extra_headers={
-                            "x-mock-output-tokens": str(job.output_tokens),
-                            "x-mock-input-tokens": str(job.input_tokens),
-                            ID_HEADER: job.request.id,
-                        },
-                    )
-                    rec.outcome = "completed"
-                except RequestRejected:
-                    rec.outcome = "rejected"
-                except DeadlineExceeded:
-                    rec.outcome = "expired"
-                except SemischedError:
-                    rec.outcome = "failed"
+                await submit_job(scheduler, job, rec, relative, {ID_HEADER: job.request.id})
                 rec.end = anyio.current_time() - start
 
             async with anyio.create_task_group() as tg:
