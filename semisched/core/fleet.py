@@ -197,6 +197,7 @@ class Fleet:
         alive = 0  # endpoints that could take it, now or later
         fresh = 0  # of those, ones it has not failed at and that are not throttled
         avoid = entry.avoid
+        waited = False  # an endpoint's budget made it wait (statistics)
         total = -1.0  # the request's estimated total tokens, once a context limit asks
         for endpoint in eligible:
             limit = endpoint.spec.context_tokens
@@ -227,6 +228,7 @@ class Fleet:
             if full:
                 continue
             if wait > 0.0:
+                waited = True
                 if now + wait < later:
                     later = now + wait
                 continue
@@ -240,8 +242,9 @@ class Fleet:
                         later = endpoint.throttled_until
         if not candidates:
             if alive:
-                if later != float("inf"):
+                if waited:
                     self._tally.budget_waits += 1
+                if later != float("inf"):
                     self.wake = later
             else:
                 self.refusal = self._why_never(entry)
