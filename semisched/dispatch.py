@@ -15,7 +15,10 @@ the core's actions say:
 
 It feeds every attempt's result back (``completed``, ``failed`` with the
 kind from :func:`semisched.failures.classify_failure`, ``cancel``) and
-resolves each caller exactly once.
+resolves each caller exactly once. With a shared state
+(:class:`~semisched.state.guard.SharedBudget`) each attempt is reserved there
+first; a refusal goes back to the core as ``refused`` (the call is not sent),
+and the attempt's lease is returned when it ends.
 
 Rules:
 
@@ -44,6 +47,7 @@ from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall
 from semisched.clock import Clock
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.budget import rate_tokens
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
@@ -53,6 +57,7 @@ from semisched.estimate import TokenEstimator
 from semisched.failures import ProviderFailure, classify_failure, failure_outcome
 from semisched.headers import RateLimitInfo, parse_rate_limits
 from semisched.provider import usage_of
+from semisched.state.guard import SharedBudget
 from semisched.stats import RuntimeTally
 from semisched.streams import ScheduledStream
 
@@ -109,6 +114,7 @@ class Dispatcher:
         tally: The runtime's counters, updated in place.
         cancel_late: Abort an attempt still in flight at its deadline.
         calibration: Scored on every answer's length, when set.
+        shared: The shared state every attempt reserves in first, when set.
     """
 
     def __init__(
@@ -121,8 +127,10 @@ class Dispatcher:
         *,
         cancel_late: bool,
         calibration: LengthCalibration | None = None,
+        shared: SharedBudget | None = None,
     ) -> None:
         self.engine = engine
+        self.shared = shared
         self.deployments = deployments
         self.clock = clock
         self.estimator = estimator
@@ -334,14 +342,18 @@ class Dispatcher:
                 scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
             try:
                 name = pending.endpoint
+                if self.shared is not None and not await self._reserve(pending):
+                    return  # refused: back in its queue, nothing was sent
                 params = self.deployments.params_for(name, call.params)
                 response, headers = await self.deployments.provider(name).create(call.api, params)
             except Exception as exc:
+                self._release(pending)
                 self._failed(pending, exc)
                 return
             finally:
                 pending.scope = None
         if scope.cancelled_caught:
+            self._release(pending)
             if not pending.resolved:  # the deadline passed in flight
                 self.execute(self.engine.cancel(pending.id, self.now()))
                 self.tally.deadline_exceeded += 1
@@ -357,6 +369,24 @@ class Dispatcher:
         self._observe_headers(headers, pending)
         self._deliver(pending, response)
 
+    async def _reserve(self, pending: Pending) -> bool:
+        """Reserve the attempt in the shared state; on refusal tell the core (not sent)."""
+        assert self.shared is not None
+        tokens = rate_tokens(pending.request)
+        grant, fleet_wide = await self.shared.reserve(pending.id, pending.endpoint, tokens)
+        if grant.ok:
+            return True
+        if not pending.resolved:
+            now = self.now()
+            until = self.shared.refusal_until(grant, now)
+            self.execute(self.engine.refused(pending.id, now, until, fleet_wide=fleet_wide))
+        return False
+
+    def _release(self, pending: Pending) -> None:
+        """The attempt is over: its shared leases go back (in the background)."""
+        if self.shared is not None and self._tg is not None:
+            self._tg.start_soon(self.shared.release, pending.id, pending.endpoint)
+
     def _deliver(self, pending: Pending, response: Any) -> None:
         call = pending.call
         self.tally.succeeded += 1
@@ -369,6 +399,7 @@ class Dispatcher:
             )
             self._resolve(pending, value=stream, keep_inflight=True)
             return
+        self._release(pending)
         usage = usage_of(response)
         self.estimator.observe(
             call.model, call.prompt_kind, call.prompt_nbytes, usage.prompt_tokens
@@ -378,6 +409,8 @@ class Dispatcher:
             cap = call.output_cap
             charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
             self._observe_length(pending, usage.output_tokens)
+            if self.shared is not None and self._tg is not None:
+                self._tg.start_soon(self.shared.settle, pending.id, pending.endpoint, charged)
         actions = self.engine.completed(
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
         )
@@ -386,6 +419,7 @@ class Dispatcher:
 
     def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
         self.open_streams -= 1
+        self._release(pending)
         now = self.now()
         if complete:
             if tokens is not None:
@@ -404,6 +438,10 @@ class Dispatcher:
             self.tally.throttled += 1
         hint = failure.retry_after_wall_s
         retry_after = None if hint is None else hint * self._clock_per_wall()
+        throttled = failure.kind is FailureKind.RATE_LIMITED
+        if throttled and retry_after is not None and self.shared is not None and self._tg:
+            # The provider's window is full for everyone who shares it.
+            self._tg.start_soon(self.shared.pause, pending.endpoint, retry_after)
         self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
 
     def _observe_length(self, pending: Pending, output_tokens: int) -> None:

@@ -62,6 +62,8 @@ from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
 from semisched.prior_batch import PriorResolver
 from semisched.priors import Heuristic, PriorsChoice, PriorSource
+from semisched.state.base import StateBackend
+from semisched.state.guard import SharedBudget, backend_for
 from semisched.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.streams import ScheduledStream
 
@@ -94,6 +96,16 @@ class Scheduler:
             ``client``: each send goes to the endpoint the core's routing layer
             picks (``config.routing``), a failed attempt fails over to another,
             and ``statistics().engine.endpoints`` reports each.
+        state: Share budgets, leases and 429 pauses with every scheduler in
+            ``namespace`` (other processes, other machines): a Redis URL
+            (``"redis://127.0.0.1:6379/0"``; needs the ``redis`` extra) or a
+            :class:`~semisched.state.base.StateBackend`. Each send is reserved
+            there first (the fleet's ``config.budget`` and ``max_inflight``, each
+            endpoint's ``rpm``/``tpm``/``max_concurrency``: set them to the
+            *shared* limits). Unreachable on entering: :class:`StateUnavailable`.
+            Lost later: one warning, then this process runs on its share of each
+            limit until the store is back (:mod:`semisched.state.guard`).
+        namespace: The key namespace of ``state`` (one per fleet or team).
         routing: A convenience: a routing policy name
             (:data:`~semisched.core.config.ROUTING_POLICY_NAMES`) or a
             :class:`~semisched.core.RoutingConfig` that replaces ``config.routing``.
@@ -138,6 +150,8 @@ class Scheduler:
         client: Any = None,
         *,
         endpoints: Sequence[Endpoint] | None = None,
+        state: StateBackend | str | None = None,
+        namespace: str = "semisched",
         routing: str | RoutingConfig | None = None,
         config: SchedulerConfig | str = "final_adrr_olc",
         priors: PriorSource | str | None = None,
@@ -213,6 +227,8 @@ class Scheduler:
             calibration = LengthCalibration()
         self._calibration = calibration or None
         self._clock: Clock = clock if clock is not None else AnyioClock()
+        backend = backend_for(state, namespace)
+        self._shared = None if backend is None else SharedBudget(backend, self._engine, self._clock)
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._tally = RuntimeTally()
@@ -224,6 +240,7 @@ class Scheduler:
             self._tally,
             cancel_late=cancel_late,
             calibration=self._calibration,
+            shared=self._shared,
         )
         self._ids = itertools.count(1)
         self._preparing = 0
@@ -247,9 +264,13 @@ class Scheduler:
             )
             source, self._prior_choice = await anyio.to_thread.run_sync(choose)
             self._priors = self._priors.with_source(source)
+        if self._shared is not None:
+            await self._shared.open()  # StateUnavailable: a clear error, nothing started
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._dispatch.start(self._tg)
+        if self._shared is not None:
+            self._tg.start_soon(self._shared.run_heartbeat, self._shared.backend.lease_ttl_s)
         if self._priors.batched:
             self._priors.open()
             self._tg.start_soon(self._priors.run)
@@ -275,7 +296,12 @@ class Scheduler:
                 ))  # fmt: skip
             self._tg.cancel_scope.cancel()
             self._priors.close()
-            await self._tg.__aexit__(exc_type, exc, tb)
+            try:
+                await self._tg.__aexit__(exc_type, exc, tb)
+            finally:
+                if self._shared is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._shared.close()
         return None
 
     # -- the public calls ------------------------------------------------------------------
@@ -427,6 +453,7 @@ class Scheduler:
             estimator=self._estimator.statistics(),
             priors=self._prior_choice,
             calibration=None if self._calibration is None else self._calibration.statistics(),
+            state=None if self._shared is None else self._shared.statistics(),
         )
 
     # -- building the core's request -------------------------------------------------------

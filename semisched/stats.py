@@ -19,6 +19,7 @@ from semisched.core.stats import EngineStats
 from semisched.estimate import EstimatorStats
 from semisched.headers import RateLimitInfo
 from semisched.priors import PriorsChoice
+from semisched.state.base import StateStats
 
 __all__ = ["RuntimeCounters", "RuntimeTally", "SchedulerStats"]
 
@@ -134,6 +135,7 @@ class SchedulerStats:
             decision counters, failures by kind, rejects/defers per bucket).
         rate_limits: The last ``x-ratelimit-*`` headers seen.
         rate_limits_by_endpoint: The last ones seen from each endpoint.
+        state: The shared state's view (``None``: no ``state=``).
         estimator: The prompt-token estimator's calibration per model and kind.
         priors: The prior source in use, and why (``auto`` resolved to ...).
         calibration: What the length calibration learned, per source and model
@@ -149,6 +151,7 @@ class SchedulerStats:
     priors: PriorsChoice
     calibration: CalibrationStats | None
     rate_limits_by_endpoint: dict[str, RateLimitInfo] = field(default_factory=dict)
+    state: StateStats | None = None
 
     @property
     def severity(self) -> float:

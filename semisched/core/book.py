@@ -23,6 +23,7 @@ from statistics import NormalDist
 from semisched.core.actions import Action, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
+from semisched.core.budget import ProviderLimits
 from semisched.core.config import SchedulerConfig
 from semisched.core.endpoint import EndpointSpec
 from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
@@ -146,6 +147,25 @@ class EngineBook:
         """The rate budget's effective (requests, tokens) per window, if any."""
         return self._fleet.budget_limits()
 
+    def shared_limits(
+        self, endpoint: str | None
+    ) -> tuple[int | None, int | None, int | None, float]:
+        """What a shared state must hold across processes for ``endpoint`` (``None``: the
+        fleet): its (requests, tokens) per window, configured or adopted from headers,
+        its concurrency (``max_concurrency``; the fleet's ``max_inflight``) and the
+        window a charge counts for (engine seconds, the budget's margin included).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        fleet = self._fleet
+        budget = fleet.budget if endpoint is None else fleet.get(endpoint).budget
+        cap = self.config.max_inflight if endpoint is None else fleet.get(endpoint).cap
+        if budget is None:
+            return None, None, cap, 61.0
+        requests, tokens = budget.limits()
+        return requests, tokens, cap, budget.config.window_s + budget.config.margin_s
+
     def fits_now(self, tokens: float) -> bool:
         """Whether one request charging ``tokens`` fits the rate budget now."""
         return self._fleet.fits_now(tokens, self._now)
@@ -153,6 +173,33 @@ class EngineBook:
     def backlog(self) -> tuple[float, float]:
         """Queued requests (all classes) and the sum of their rate charges."""
         return float(self._queued), self._queued_charge
+
+    # -- observations (no decision follows) ------------------------------------
+
+    def observe_headroom(self, fraction: float, now: float, request_id: str | None = None) -> None:
+        """The provider reported rate-limit headroom (smallest remaining/limit) on the
+        answer to ``request_id`` (its endpoint's signal; ``None``: every endpoint's)."""
+        self._advance(now)
+        self._signals.record_headroom(fraction)
+        entry = None if request_id is None else self._entries.get(request_id)
+        if entry is not None and entry.endpoint is not None:
+            entry.endpoint.signals.record_headroom(fraction)
+        else:
+            for endpoint in self._fleet.endpoints:
+                endpoint.signals.record_headroom(fraction)
+
+    def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
+        """The provider's rate-limit headers on the response to ``request_id``.
+
+        With a rate budget (the fleet's, or the endpoint's own), tighter
+        advertised limits are adopted and traffic the provider counts beyond
+        this client's own is reserved until its reset
+        (:meth:`RateBudget.observe`); without one this is a no-op.
+        """
+        self._advance(now)
+        entry = self._entries.get(request_id)
+        endpoint = None if entry is None else entry.endpoint
+        self._fleet.observe_limits(endpoint, request_id, now, limits)
 
     # -- queries ------------------------------------------------------------------
 

@@ -233,6 +233,17 @@ class RateBudget:
             live = {id(c) for c in self._charges}
             self._by_key = {k: c for k, c in self._by_key.items() if id(c) in live}
 
+    def refund(self, key: str) -> None:
+        """The charge under ``key`` was never spent (the send did not leave): take it back."""
+        charge = self._by_key.pop(key, None)
+        if charge is None or charge.requests == 0.0:
+            return
+        self._used_requests -= charge.requests
+        self._used_tokens -= charge.tokens
+        self._sent_requests -= charge.requests
+        self._sent_tokens -= charge.tokens
+        charge.requests = charge.tokens = 0.0  # it stays in the deque, counting nothing
+
     def settle(self, key: str, tokens: float, now: float) -> None:
         """Replace the token charge of ``key`` with the provider's count (if still counted)."""
         self._expire(now)

@@ -154,6 +154,7 @@ class EndpointState:
             or ``""``.
         removed: Removed from the fleet (it only finishes what it has).
         throttled_until: Its last 429's retry time (routing prefers others until then).
+        paused_until: Nothing is sent to it before this (its shared budget refused).
         budget: Its own rate budget, if it has one.
         signals: Its own latency and throttle signals.
         fit: Its learned speed.
@@ -175,6 +176,7 @@ class EndpointState:
         "name",
         "open_until",
         "out_reason",
+        "paused_until",
         "probing",
         "removed",
         "sent",
@@ -210,6 +212,7 @@ class EndpointState:
         self.out_reason = ""
         self.removed = False
         self.throttled_until = float("-inf")
+        self.paused_until = float("-inf")
         self.budget = RateBudget(spec.budget) if spec.budget is not None else None
         self.signals = Signals(signals)
         self.fit = SpeedFit(speed_decay, signals.initial_s_per_token)

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.book import DEADLINE, WAKE, EngineBook
 from semisched.core.buckets import Bucket
-from semisched.core.budget import ProviderLimits, rate_tokens
+from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.endpoint import EndpointSpec
@@ -267,30 +267,37 @@ class Engine(EngineBook):
             actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after))
         return self._after_release(now, actions)
 
-    def observe_headroom(self, fraction: float, now: float, request_id: str | None = None) -> None:
-        """The provider reported rate-limit headroom (smallest remaining/limit) on the
-        answer to ``request_id`` (its endpoint's signal; ``None``: every endpoint's)."""
-        self._advance(now)
-        self._signals.record_headroom(fraction)
-        entry = None if request_id is None else self._entries.get(request_id)
-        if entry is not None and entry.endpoint is not None:
-            entry.endpoint.signals.record_headroom(fraction)
-        else:
-            for endpoint in self._fleet.endpoints:
-                endpoint.signals.record_headroom(fraction)
+    def refused(
+        self, request_id: str, now: float, until: float, *, fleet_wide: bool = False
+    ) -> list[Action]:
+        """A shared budget (:mod:`semisched.state`) refused a :class:`Send` before it left.
 
-    def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
-        """The provider's rate-limit headers on the response to ``request_id``.
+        The request goes back to its class queue at once (no admission check, no
+        attempt counted, its local budget charges refunded) and nothing more goes to
+        the endpoint it was sent to (``fleet_wide``: to any endpoint) before
+        ``until``, the time the shared state named; then the usual layers send it
+        again.
 
-        With a rate budget (the fleet's, or the endpoint's own), tighter
-        advertised limits are adopted and traffic the provider counts beyond
-        this client's own is reserved until its reset
-        (:meth:`RateBudget.observe`); without one this is a no-op.
+        Raises:
+            ValueError: If ``request_id`` is not in flight or ``until`` is not a number.
         """
+        check_number("until", until)
         self._advance(now)
         entry = self._entries.get(request_id)
-        endpoint = None if entry is None else entry.endpoint
-        self._fleet.observe_limits(endpoint, request_id, now, limits)
+        if entry is None or entry.state != _INFLIGHT:
+            raise ValueError(f"request_id={request_id!r} is not in flight")
+        fleet = self._fleet
+        fleet.refund(entry)
+        self._take_inflight(request_id)
+        fleet.pause(None if fleet_wide else entry.endpoint, until)
+        entry.attempts -= 1
+        self._counters.refused += 1
+        self._entries[request_id] = entry
+        self._enqueue(entry)
+        deadline = entry.request.deadline
+        if deadline is not None:  # its timer was dropped while in flight: re-arm it
+            self._push_timer(deadline, DEADLINE, entry)
+        return self._after_release(now, [])
 
     # -- the fleet ----------------------------------------------------------------
 

@@ -17,6 +17,8 @@ Rules (enforced by :meth:`Fleet.pick`):
    and every request avoids an endpoint that answered 429 until its retry
    time, while another endpoint (one it has not failed at, not throttled)
    could serve it, even if that one must be waited for.
+   An endpoint (or the whole fleet) whose shared budget refused a send is
+   paused until the time the shared state named (:meth:`Fleet.pause`).
 3. With no such endpoint now, :meth:`Fleet.pick` says when to try again
    (:attr:`Fleet.wake`: a budget refills, a circuit half-opens; ``None``: when
    something in flight finishes). With no endpoint that could *ever* serve
@@ -92,6 +94,7 @@ class Fleet:
             self.add(spec)
         self.wake: float | None = None
         self.refusal = ""
+        self.paused_until = float("-inf")  # the fleet's shared budget refused
 
     def __repr__(self) -> str:
         return f"<Fleet {self.policy.name} {[e.name for e in self._endpoints]}>"
@@ -161,6 +164,9 @@ class Fleet:
         :attr:`refusal` (rule 3)."""
         self.wake = None
         self.refusal = ""
+        if self.paused_until > now:
+            self.wake = self.paused_until
+            return None
         charge = entry.charge
         budget = self.budget
         if budget is not None:
@@ -180,6 +186,9 @@ class Fleet:
         if len(eligible) == 1 and not entry.avoid:
             endpoint = eligible[0]  # the one-endpoint case, without the lists
             if self._fits(endpoint, entry) and endpoint.sendable(now):
+                if endpoint.paused_until > now:
+                    self.wake = endpoint.paused_until
+                    return None
                 if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
                     return None
                 own = endpoint.budget
@@ -210,6 +219,11 @@ class Fleet:
                 if endpoint.circuit is Circuit.OPEN and endpoint.open_until < later:
                     later = endpoint.open_until
                 alive += 1  # a circuit opens and closes: it comes back
+                continue
+            if endpoint.paused_until > now:
+                alive += 1
+                if endpoint.paused_until < later:
+                    later = endpoint.paused_until
                 continue
             own = endpoint.budget
             full = endpoint.cap is not None and endpoint.inflight >= endpoint.cap
@@ -372,6 +386,23 @@ class Fleet:
         governing = endpoint.budget if endpoint.budget is not None else self.budget
         if governing is not None:
             governing.pause_until(until)
+
+    def pause(self, endpoint: EndpointState | None, until: float) -> None:
+        """A shared budget refused a send: nothing goes to ``endpoint`` (``None``: the
+        whole fleet) before ``until``."""
+        if endpoint is None:
+            self.paused_until = max(self.paused_until, until)
+        else:
+            endpoint.paused_until = max(endpoint.paused_until, until)
+
+    def refund(self, entry: Entry) -> None:
+        """``entry``'s send never left: its local budget charges are taken back."""
+        endpoint = entry.endpoint
+        rid = entry.request.id
+        if endpoint is not None and endpoint.budget is not None:
+            endpoint.budget.refund(rid)
+        if self.budget is not None:
+            self.budget.refund(rid)
 
     def observe_limits(
         self, endpoint: EndpointState | None, request_id: str, now: float, limits: ProviderLimits

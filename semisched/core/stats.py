@@ -41,6 +41,8 @@ class EngineCounters:
         budget_waits: Times a send waited for the rate budget.
         budget_rejects: Requests rejected because the rate budget could never pay.
         failovers: Failed attempts retried at once on another endpoint.
+        refused: Sends a shared budget refused before they left
+            (:meth:`Engine.refused`): back to the queue, not attempts.
     """
 
     submitted: int = 0
@@ -58,6 +60,7 @@ class EngineCounters:
     budget_waits: int = 0
     budget_rejects: int = 0
     failovers: int = 0
+    refused: int = 0
 
     @property
     def terminal(self) -> int:
@@ -215,6 +218,7 @@ class EngineTally:
         "failed",
         "failovers",
         "infeasible_sends",
+        "refused",
         "rejected",
         "retries",
         "sent",
@@ -238,6 +242,7 @@ class EngineTally:
         self.budget_waits = 0
         self.budget_rejects = 0
         self.failovers = 0
+        self.refused = 0
 
     def freeze(self) -> EngineCounters:
         """The frozen snapshot."""

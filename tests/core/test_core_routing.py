@@ -428,3 +428,38 @@ def test_a_cancelled_probe_lets_the_next_one_through() -> None:
     assert where(e.submit(req("p"), 10.0)) == ["a"]  # the probe
     e.cancel("p", 10.5)
     assert where(e.submit(req("p2"), 11.0)) == ["a"]  # another probe, not a stuck circuit
+
+
+# -- a shared budget's refusal (semisched.state) --------------------------------------------
+
+
+def test_a_refused_send_returns_to_the_queue_and_goes_elsewhere() -> None:
+    e = fleet("a", "b", policy="least_outstanding")
+    assert where(e.submit(req("r"), 0.0)) == ["a"]
+    assert where(e.refused("r", 0.0, until=5.0)) == ["b"]  # a is paused: b takes it
+    stats = e.statistics()
+    assert stats.counters.refused == 1 and stats.inflight == 1
+    assert where(e.submit(req("s"), 1.0)) == ["b"]  # a still paused
+    assert where(e.submit(req("t"), 6.0)) == ["a"]  # the pause is over
+
+
+def test_a_refusal_is_not_an_attempt_and_takes_its_local_charge_back() -> None:
+    specs = [EndpointSpec(name="a", budget=BudgetConfig(rpm=1))]
+    cfg = config().with_(retry=RetryPolicy(max_attempts=1, jitter=0.0))
+    e = Engine(cfg, endpoints=specs)
+    e.submit(req("r"), 0.0)
+    actions = e.refused("r", 0.0, until=2.0, fleet_wide=True)
+    (wake,) = [a for a in actions if isinstance(a, Wake)]
+    assert wake.at == 2.0 and where(actions) == []
+    (send,) = sends(e.poll(2.0))  # the rpm=1 charge was refunded: it fits again at once
+    assert send.attempt == 1
+    (fail,) = e.failed("r", 3.0, K.SERVER_ERROR)  # max_attempts=1: the refusal did not count
+    assert isinstance(fail, Fail) and fail.attempts == 1
+
+
+def test_a_refused_request_still_expires_at_its_deadline() -> None:
+    e = fleet("a")
+    e.submit(req("r", deadline=4.0), 0.0)
+    e.refused("r", 0.0, until=10.0)
+    (expire,) = [a for a in e.poll(4.0) if isinstance(a, Expire)]
+    assert expire.request.id == "r"

@@ -1,0 +1,172 @@
+"""Shared state: what several scheduler processes must agree on, behind one small protocol.
+
+Eight API replicas, or four batch workers sharing one organisation's key, each
+run their own :class:`~semisched.Scheduler`. Alone, each would spend the whole
+RPM/TPM budget; together they would storm the provider with 429s. A
+:class:`StateBackend` is where they meet: before a send goes out, the runtime
+*reserves* it against every shared scope it spends from (the fleet's budget,
+its endpoint's), atomically; a refusal comes back with the time to try again,
+and reaches the core as a pause of that scope (``Engine.refused``). The core
+itself stays pure: it never talks to a backend.
+
+What a reservation holds, per scope (:class:`Scope`):
+
+- a request charge and a token charge in a sliding window of ``window_s``
+  (wall seconds), kept until the window has passed; :meth:`StateBackend.settle`
+  replaces the token charge with the provider's count once ``usage`` is known;
+- a concurrency *lease* while the call is in flight, released by
+  :meth:`StateBackend.release`. A lease expires by itself ``lease_ttl_s`` after
+  its last renewal, so a killed process's leases come back without it; a live
+  process renews its leases and its registration (:meth:`StateBackend.heartbeat`)
+  well inside the TTL.
+
+A scope can also be *paused* for everyone (:meth:`StateBackend.pause`): a 429's
+``retry-after``, or an endpoint's open circuit, seen by one process, holds all
+of them.
+
+A backend keys a request as ``"<worker id>:<request id>"`` (its own
+``worker``), so request ids of different processes never collide. Times are
+the backend's own clock (Redis: the server's ``TIME``), never the callers', so
+processes on different machines agree.
+
+Backends: :class:`semisched.state.local.LocalState` (in-process, the default's
+equivalent; tests and one-process use) and
+:class:`semisched.state.redis.RedisState` (atomic Lua scripts on a real Redis).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Grant",
+    "Scope",
+    "StateBackend",
+    "StateStats",
+    "StateUnavailable",
+]
+
+
+class StateUnavailable(RuntimeError):
+    """The shared state cannot be reached (at start: the scheduler does not start)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """One budget several processes spend from.
+
+    Attributes:
+        key: Its name inside the namespace, e.g. ``"fleet"`` or ``"endpoint:east"``.
+        rpm: Requests per window, or ``None`` (not limited).
+        tpm: Tokens per window, or ``None``.
+        max_concurrency: Leases (calls in flight) at once, or ``None``.
+        window_s: Window length in wall seconds (60: "per minute"; shorter under a
+            compressed clock).
+    """
+
+    key: str
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    window_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError(f"key={self.key!r} must be a non-empty str")
+        for name in ("rpm", "tpm", "max_concurrency"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):  # fmt: skip
+                raise ValueError(f"{name}={value!r} must be None or an int >= 1")
+        if not (math.isfinite(self.window_s) and self.window_s > 0):
+            raise ValueError(f"window_s={self.window_s!r} must be a finite number > 0")
+
+    @property
+    def limited(self) -> bool:
+        """Whether anything in it is limited."""
+        return self.rpm is not None or self.tpm is not None or self.max_concurrency is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """The answer to a reservation.
+
+    Attributes:
+        ok: Reserved in every scope (charged and leased).
+        wait_s: When refused, wall seconds until it may fit (0 when ``ok``; for a
+            full concurrency scope, a short retry hint: a release frees it).
+        scope: When refused, the key of the scope that refused (the longest wait).
+        reason: When refused, ``"rpm"``, ``"tpm"``, ``"concurrency"``, ``"paused"``
+            or ``"never"`` (the tokens exceed the scope's whole ``tpm``).
+    """
+
+    ok: bool
+    wait_s: float = 0.0
+    scope: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateStats:
+    """A backend at one instant.
+
+    Attributes:
+        backend: ``"local"``, ``"redis"``, or ``"redis (fallback: local share)"``.
+        namespace: The key namespace.
+        workers: Processes currently registered in the namespace (1 for local).
+        reservations: Reservations asked by this process.
+        refusals: Of those, refused.
+        round_trip_p50_ms: Median wall time of a reservation, this process.
+        round_trip_p99_ms: Its 99th percentile.
+        fallbacks: Times this process lost the shared state and fell back.
+    """
+
+    backend: str
+    namespace: str
+    workers: int
+    reservations: int
+    refusals: int
+    round_trip_p50_ms: float
+    round_trip_p99_ms: float
+    fallbacks: int = 0
+
+
+@runtime_checkable
+class StateBackend(Protocol):
+    """What the runtime needs of a shared state (module docstring). Async; every
+    method may raise :class:`StateUnavailable` when the store cannot be reached."""
+
+    namespace: str
+    worker: str
+    lease_ttl_s: float
+
+    async def open(self) -> None:
+        """Connect and register this worker; :class:`StateUnavailable` if unreachable."""
+
+    async def close(self) -> None:
+        """Release this worker's leases and registration, and disconnect."""
+
+    async def reserve(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> Grant:
+        """Atomically check every scope and, when all can pay, charge one request and
+        ``tokens`` and take one lease in each; else charge nothing."""
+
+    async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
+        """Replace the request's token charge with ``tokens`` where it still counts."""
+
+    async def release(self, request_id: str, scopes: Sequence[Scope]) -> None:
+        """Return the request's leases (its charges stay until their window passes)."""
+
+    async def heartbeat(self) -> None:
+        """Renew this worker's registration and every lease it holds (``lease_ttl_s``)."""
+
+    async def pause(self, scope: Scope, seconds: float) -> None:
+        """Refuse every reservation in ``scope`` for ``seconds`` (wall), for everyone."""
+
+    async def workers(self) -> int:
+        """How many workers are registered in the namespace (at least 1)."""
+
+    def statistics(self) -> StateStats:
+        """This process's view of the backend."""

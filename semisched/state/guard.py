@@ -1,0 +1,259 @@
+"""The runtime's side of a shared state: reserve before a send, and what to do when it is lost.
+
+:class:`SharedBudget` stands between the dispatcher and a
+:class:`~semisched.state.base.StateBackend`. Before the runtime executes a
+``Send`` it reserves the call in every shared scope the call spends from: the
+fleet's (``config.budget`` and ``max_inflight``) and its endpoint's (``rpm``,
+``tpm``, ``max_concurrency``), with the limits the engine holds now (configured,
+or adopted from the provider's headers). A refusal goes back to the core as
+``Engine.refused``: the call returns to its queue and the refusing scope pauses
+until the time the backend named.
+
+Rules:
+
+1. Only limited scopes are reserved; a call with none goes straight out.
+2. Windows and waits cross the boundary in wall seconds (the backend's clock is
+   wall time; the engine's may be compressed): ``Clock.to_wall`` converts.
+3. Losing the backend mid-run never loses a request. The first failure logs one
+   warning on the ``semisched`` logger and switches to an in-process
+   :class:`~semisched.state.local.LocalState` holding this worker's share of
+   every limit (the limit divided by the workers last seen in the namespace,
+   at least 1 of each). Every ``rejoin_s`` (wall) the backend is tried again;
+   when it answers, the worker rejoins (one info line) and reserves there again.
+   Leases taken before the loss expire there by their TTL.
+4. A refusal that says ``never`` (one call's tokens exceed a scope's whole
+   ``tpm``) is passed on as a pause of one window: the core's own budget, with
+   the same limits, rejects such a call before it is sent.
+
+What this module is not: it decides nothing about scheduling (the core does)
+and holds no connection (the backend does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from semisched.clock import Clock
+from semisched.core.engine import Engine
+from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
+from semisched.state.local import LocalState
+
+__all__ = ["SharedBudget", "backend_for"]
+
+logger = logging.getLogger("semisched")
+
+FLEET = "fleet"
+
+
+def _share(limit: int | None, workers: int) -> int | None:
+    return None if limit is None else max(1, limit // workers)
+
+
+class SharedBudget:
+    """Reservations against a shared state for one scheduler (module rules).
+
+    Args:
+        backend: The shared state.
+        engine: The core whose limits the scopes carry.
+        clock: The scheduler's clock (windows and waits are converted to wall time).
+        rejoin_s: After a loss, how often (wall seconds) the backend is tried again.
+    """
+
+    def __init__(
+        self, backend: StateBackend, engine: Engine, clock: Clock, *, rejoin_s: float = 5.0
+    ) -> None:
+        self.backend = backend
+        self.engine = engine
+        self.clock = clock
+        self.rejoin_s = rejoin_s
+        self._local: LocalState | None = None  # set while the backend is lost
+        self._lost_at = 0.0
+        self._workers = 1
+        self._fallbacks = 0
+
+    def __repr__(self) -> str:
+        mode = "fallback (local share)" if self._local is not None else "shared"
+        return f"<SharedBudget {self.backend!r} {mode} workers={self._workers}>"
+
+    @property
+    def lost(self) -> bool:
+        """Whether the worker runs on its local share (rule 3)."""
+        return self._local is not None
+
+    async def open(self) -> None:
+        """Connect the backend (``StateUnavailable`` when it cannot be reached)."""
+        await self.backend.open()
+        self._workers = max(1, await self.backend.workers())
+
+    async def close(self) -> None:
+        """Deregister (quietly when the backend is gone)."""
+        with contextlib.suppress(StateUnavailable):
+            await self.backend.close()
+
+    # -- the scopes --------------------------------------------------------------------
+
+    def scopes(self, endpoint: str) -> tuple[Scope, ...]:
+        """The limited scopes a call to ``endpoint`` spends from (rule 1)."""
+        found: list[Scope] = []
+        for key, name in ((FLEET, None), (f"endpoint:{endpoint}", endpoint)):
+            try:
+                requests, tokens, concurrency, window = self.engine.shared_limits(name)
+            except ValueError:  # the endpoint was removed meanwhile
+                continue
+            scope = Scope(key=key, rpm=requests, tpm=tokens, max_concurrency=concurrency,
+                          window_s=self.clock.to_wall(window))  # fmt: skip
+            if scope.limited:
+                found.append(scope)
+        return tuple(found)
+
+    def _local_scopes(self, scopes: Sequence[Scope]) -> tuple[Scope, ...]:
+        n = self._workers
+        return tuple(
+            Scope(
+                key=s.key,
+                rpm=_share(s.rpm, n),
+                tpm=_share(s.tpm, n),
+                max_concurrency=_share(s.max_concurrency, n),
+                window_s=s.window_s,
+            )
+            for s in scopes
+        )
+
+    # -- the calls ---------------------------------------------------------------------
+
+    async def reserve(self, request_id: str, endpoint: str, tokens: float) -> tuple[Grant, bool]:
+        """Reserve one call; returns the grant and whether the refusing scope is the fleet's.
+
+        Never raises :class:`StateUnavailable` (rule 3).
+        """
+        scopes = self.scopes(endpoint)
+        if not scopes:
+            return Grant(ok=True), False
+        await self._maybe_rejoin()
+        grant: Grant | None = None
+        if self._local is None:
+            try:
+                grant = await self.backend.reserve(request_id, tokens, scopes)
+            except StateUnavailable as exc:
+                self._lose(exc)
+        if grant is None:
+            assert self._local is not None
+            grant = await self._local.reserve(request_id, tokens, self._local_scopes(scopes))
+        return grant, grant.scope == FLEET
+
+    def refusal_until(self, grant: Grant, now: float) -> float:
+        """The engine time a refused scope may be tried again (rule 2, rule 4)."""
+        wait = grant.wait_s / self.clock.to_wall(1.0)  # wall -> engine seconds
+        if grant.reason == "never":
+            wait = self.engine.shared_limits(None)[3]
+        return now + wait
+
+    async def settle(self, request_id: str, endpoint: str, tokens: float) -> None:
+        """The provider's token count for a call (quiet on a lost backend)."""
+        await self._quietly("settle", request_id, endpoint, tokens)
+
+    async def release(self, request_id: str, endpoint: str) -> None:
+        """The call is over: its leases go back."""
+        await self._quietly("release", request_id, endpoint)
+
+    async def pause(self, endpoint: str, seconds: float) -> None:
+        """A 429 said wait ``seconds`` (engine): everyone waits on this endpoint's scope."""
+        scopes = [s for s in self.scopes(endpoint) if s.key != FLEET] or list(self.scopes(endpoint))
+        wall = self.clock.to_wall(seconds)
+        for scope in scopes:
+            target = self._local if self._local is not None else self.backend
+            try:
+                await target.pause(scope, wall)
+            except StateUnavailable as exc:
+                self._lose(exc)
+
+    async def run_heartbeat(self, lease_ttl_s: float) -> None:
+        """Renew this worker's leases and registration every third of the TTL (forever)."""
+        while True:
+            await anyio.sleep(lease_ttl_s / 3.0)
+            await self._maybe_rejoin()
+            if self._local is not None:
+                continue
+            try:
+                await self.backend.heartbeat()
+                self._workers = max(1, await self.backend.workers())
+            except StateUnavailable as exc:
+                self._lose(exc)
+
+    def statistics(self) -> StateStats:
+        """The backend's statistics, with this worker's fallbacks."""
+        stats = self.backend.statistics()
+        backend = stats.backend
+        if self._local is not None:
+            backend += " (fallback: local share)"
+        return StateStats(
+            backend=backend,
+            namespace=stats.namespace,
+            workers=self._workers,
+            reservations=stats.reservations,
+            refusals=stats.refusals,
+            round_trip_p50_ms=stats.round_trip_p50_ms,
+            round_trip_p99_ms=stats.round_trip_p99_ms,
+            fallbacks=self._fallbacks,
+        )
+
+    # -- losing and rejoining (rule 3) ----------------------------------------------------
+
+    async def _quietly(self, method: str, request_id: str, endpoint: str, *args: float) -> None:
+        scopes = self.scopes(endpoint)
+        if not scopes:
+            return
+        if self._local is not None:
+            await getattr(self._local, method)(request_id, *args, self._local_scopes(scopes))
+            return
+        try:
+            await getattr(self.backend, method)(request_id, *args, scopes)
+        except StateUnavailable as exc:
+            self._lose(exc)
+
+    def _lose(self, exc: StateUnavailable) -> None:
+        if self._local is None:
+            self._local = LocalState(namespace=self.backend.namespace)
+            self._fallbacks += 1
+            logger.warning(
+                "semisched: shared state lost (%s); running on this worker's share of each "
+                "limit (1/%d) until it is back", exc, self._workers,
+            )  # fmt: skip
+        self._lost_at = anyio.current_time()
+
+    async def _maybe_rejoin(self) -> None:
+        if self._local is None or anyio.current_time() - self._lost_at < self.rejoin_s:
+            return
+        try:
+            await self.backend.heartbeat()
+            self._workers = max(1, await self.backend.workers())
+        except StateUnavailable:
+            self._lost_at = anyio.current_time()
+            return
+        self._local = None
+        logger.info("semisched: shared state is back; rejoined namespace %r",
+                    self.backend.namespace)  # fmt: skip
+
+
+def backend_for(state: StateBackend | str | None, namespace: str) -> StateBackend | None:
+    """``Scheduler(state=...)`` as a backend: a URL names a Redis server (``redis`` extra).
+
+    Raises:
+        TypeError: ``state`` is neither a URL, a backend nor ``None``.
+        ImportError: A URL without the ``redis`` package.
+    """
+    if state is None or isinstance(state, StateBackend):
+        return state
+    if not isinstance(state, str):
+        raise TypeError(f"state={state!r} must be a Redis URL, a StateBackend or None")
+    try:
+        from semisched.state.redis import RedisState
+    except ImportError as exc:  # the redis package is missing
+        raise ImportError(
+            "state='redis://...' needs the redis client: pip install 'semisched[redis]'"
+        ) from exc
+    return RedisState(state, namespace=namespace)

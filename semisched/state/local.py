@@ -1,0 +1,201 @@
+"""The in-process shared state: the same rules as Redis's, for schedulers in one process.
+
+:class:`LocalState` implements :class:`~semisched.state.base.StateBackend` with
+plain Python structures and a clock the caller may replace. Several
+:class:`~semisched.Scheduler` objects in one process can share one instance;
+the runtime also falls back to one (with a conservative share of each limit)
+when the Redis state is lost mid-run.
+
+Rules (the same as :mod:`semisched.state.redis`):
+
+1. A reservation is all or nothing across its scopes: every scope can pay (its
+   requests and tokens in the window, its live leases, no pause) or nothing is
+   charged, and the refusal names the scope with the longest wait.
+2. Charges leave the window ``window_s`` after they were made; a settled charge
+   keeps its time and takes the provider's token count.
+3. A lease lives ``lease_ttl_s`` past its last renewal (:meth:`heartbeat`) or
+   until it is released.
+
+Not thread-safe: one event loop.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from semisched.state.base import Grant, Scope, StateStats
+from semisched.state.timing import RoundTrips
+
+__all__ = ["LocalState"]
+
+#: The refusal hint for a full concurrency scope: a release usually comes first.
+CONCURRENCY_HINT_S = 0.05
+
+
+@dataclass
+class _Scope:
+    charges: deque[tuple[float, str]] = field(default_factory=deque)
+    tokens: dict[str, float] = field(default_factory=dict)
+    total: float = 0.0
+    leases: dict[str, float] = field(default_factory=dict)
+    paused_until: float = float("-inf")
+
+    def expire(self, now: float, window_s: float) -> None:
+        charges = self.charges
+        while charges and charges[0][0] <= now - window_s:
+            _, member = charges.popleft()
+            self.total -= self.tokens.pop(member, 0.0)
+        if not charges:
+            self.total = 0.0  # clamp float drift
+        self.leases = {m: t for m, t in self.leases.items() if t > now}
+
+    def wait(self, now: float, scope: Scope, tokens: float) -> tuple[float, str]:
+        """Seconds until one request of ``tokens`` fits, and why (``0``: now)."""
+        if self.paused_until > now:
+            return self.paused_until - now, "paused"
+        if scope.tpm is not None and tokens > scope.tpm:
+            return float("inf"), "never"
+        wait, reason = 0.0, ""
+        if scope.rpm is not None and len(self.charges) + 1 > scope.rpm:
+            oldest = self.charges[len(self.charges) - scope.rpm][0]
+            wait, reason = oldest + scope.window_s - now, "rpm"
+        if scope.tpm is not None and self.total + tokens > scope.tpm:
+            left = self.total
+            for at, member in self.charges:
+                left -= self.tokens.get(member, 0.0)
+                if left + tokens <= scope.tpm:
+                    if at + scope.window_s - now > wait:
+                        wait, reason = at + scope.window_s - now, "tpm"
+                    break
+        if scope.max_concurrency is not None and len(self.leases) >= scope.max_concurrency:
+            hint = min(CONCURRENCY_HINT_S, min(self.leases.values()) - now)
+            if hint > wait or not reason:
+                wait, reason = max(wait, hint), "concurrency"
+        return wait, reason
+
+
+class LocalState:
+    """An in-process :class:`~semisched.state.base.StateBackend` (module rules).
+
+    Args:
+        namespace: Reported in statistics (one process: nothing to separate).
+        lease_ttl_s: How long a lease lives past its last renewal.
+        clock: Seconds, monotonic (default :func:`time.monotonic`).
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "local",
+        lease_ttl_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.namespace = namespace
+        self.worker = uuid.uuid4().hex[:12]
+        self.lease_ttl_s = lease_ttl_s
+        self._clock = clock
+        self._scopes: dict[str, _Scope] = {}
+        self._mine: dict[str, tuple[str, ...]] = {}  # member -> scope keys it leases in
+        self._reservations = 0
+        self._refusals = 0
+        self._trips = RoundTrips()
+
+    def __repr__(self) -> str:
+        return f"<LocalState {self.namespace!r} scopes={sorted(self._scopes)}>"
+
+    def _scope(self, key: str) -> _Scope:
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = _Scope()
+        return found
+
+    def _member(self, request_id: str) -> str:
+        return f"{self.worker}:{request_id}"
+
+    async def open(self) -> None:
+        """Nothing to connect to."""
+
+    async def close(self) -> None:
+        """Release this worker's leases."""
+        for member, keys in list(self._mine.items()):
+            for key in keys:
+                self._scope(key).leases.pop(member, None)
+        self._mine.clear()
+
+    async def reserve(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> Grant:
+        """Rule 1."""
+        start = time.perf_counter()
+        now = self._clock()
+        member = self._member(request_id)
+        worst = Grant(ok=True)
+        for scope in scopes:
+            state = self._scope(scope.key)
+            state.expire(now, scope.window_s)
+            wait, reason = state.wait(now, scope, tokens)
+            if reason and (worst.ok or wait > worst.wait_s):
+                worst = Grant(ok=False, wait_s=wait, scope=scope.key, reason=reason)
+        self._reservations += 1
+        if worst.ok:
+            for scope in scopes:
+                state = self._scope(scope.key)
+                state.charges.append((now, member))
+                state.tokens[member] = tokens
+                state.total += tokens
+                state.leases[member] = now + self.lease_ttl_s
+            self._mine[member] = tuple(s.key for s in scopes)
+        else:
+            self._refusals += 1
+        self._trips.add(time.perf_counter() - start)
+        return worst
+
+    async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
+        """Rule 2."""
+        member = self._member(request_id)
+        for scope in scopes:
+            state = self._scope(scope.key)
+            old = state.tokens.get(member)
+            if old is not None:
+                state.tokens[member] = tokens
+                state.total += tokens - old
+
+    async def release(self, request_id: str, scopes: Sequence[Scope]) -> None:
+        """Rule 3: the lease goes; the charges stay."""
+        member = self._member(request_id)
+        for scope in scopes:
+            self._scope(scope.key).leases.pop(member, None)
+        self._mine.pop(member, None)
+
+    async def heartbeat(self) -> None:
+        """Rule 3: this worker's leases live another ``lease_ttl_s``."""
+        until = self._clock() + self.lease_ttl_s
+        for member, keys in self._mine.items():
+            for key in keys:
+                leases = self._scope(key).leases
+                if member in leases:
+                    leases[member] = until
+
+    async def pause(self, scope: Scope, seconds: float) -> None:
+        """Refuse every reservation in ``scope`` for ``seconds``."""
+        state = self._scope(scope.key)
+        state.paused_until = max(state.paused_until, self._clock() + seconds)
+
+    async def workers(self) -> int:
+        """One process."""
+        return 1
+
+    def statistics(self) -> StateStats:
+        """Counts and round trips of this process."""
+        p50, p99 = self._trips.percentiles()
+        return StateStats(
+            backend="local",
+            namespace=self.namespace,
+            workers=1,
+            reservations=self._reservations,
+            refusals=self._refusals,
+            round_trip_p50_ms=p50,
+            round_trip_p99_ms=p99,
+        )
