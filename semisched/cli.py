@@ -193,6 +193,17 @@ def _add_files(batch: argparse.ArgumentParser) -> None:
         help="which endpoint takes each request: "
         f"{', '.join(ROUTING_POLICY_NAMES)} (default: the fleet file's, else anticipated_load)",
     )
+    batch.add_argument(
+        "--state",
+        metavar="URL",
+        help="share the budgets with every runner in --namespace through this Redis "
+        "(redis://HOST:PORT/DB): several runners, one key, no 429 storm",
+    )
+    batch.add_argument(
+        "--namespace",
+        default="semisched",
+        help="the shared state's key namespace (default semisched)",
+    )
     batch.add_argument("--model", help="model for lines whose body names none")
 
 
@@ -340,6 +351,8 @@ def _options(args: argparse.Namespace) -> BatchOptions:
         base_url=args.base_url,
         endpoints=endpoints,
         routing=routing,
+        state=args.state,
+        namespace=args.namespace,
         api_key_env=args.api_key_env,
         model=args.model,
         max_concurrency=args.max_concurrency,

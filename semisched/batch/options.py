@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from semisched.batch.input import ModelCheck
 from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
 from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
 from semisched.fleetfile import EndpointDef, check_unique
@@ -26,6 +27,9 @@ class BatchOptions:
     endpoint without its own ``key_env``. ``routing`` replaces the preset's
     :class:`~semisched.core.config.RoutingConfig` (``--routing``, a fleet
     file's ``routing``); with one endpoint only its failure rules apply.
+    ``state`` (a Redis URL) and ``namespace`` share the budgets (``--rpm``,
+    ``--tpm``, ``--max-concurrency``, each endpoint's) with every other runner
+    in the namespace (``--state``, ``--namespace``).
     """
 
     input: Path
@@ -33,6 +37,8 @@ class BatchOptions:
     base_url: str | None = None
     endpoints: tuple[EndpointDef, ...] = ()
     routing: RoutingConfig | None = None
+    state: str | None = None
+    namespace: str = "semisched"
     api_key_env: str = "OPENAI_API_KEY"
     model: str | None = None
     max_concurrency: int = 32
@@ -53,6 +59,8 @@ class BatchOptions:
     def __post_init__(self) -> None:
         self._check_target()
         check_str("api_key_env", self.api_key_env)
+        check_str("state", self.state, optional=True)
+        check_str("namespace", self.namespace)
         check_choice("policy", self.policy, PRESETS)
         check_choice("priors", self.priors, ("auto", "learned", "heuristic"))
         for name in ("max_concurrency", "window", "max_attempts"):
@@ -76,6 +84,15 @@ class BatchOptions:
             )
         check_unique(self.endpoints, "endpoints")
         check_instance("routing", self.routing, RoutingConfig, optional=True)
+
+    def model_check(self) -> ModelCheck | None:
+        """Whether the fleet serves a model, when every endpoint maps models (else ``None``:
+        any model goes), and what it serves (for the invalid line's message)."""
+        defs = self.endpoints
+        if not defs or any(d.model_map is None for d in defs):
+            return None
+        served = "; ".join(f"{d.name}: {', '.join(sorted(d.model_map or ()))}" for d in defs)
+        return (lambda model: any(model in (d.model_map or ()) for d in defs)), served
 
     @property
     def fleet(self) -> bool:

@@ -51,7 +51,6 @@ from semisched.batch.input import (
     BatchLine,
     InvalidInput,
     InvalidLine,
-    ModelCheck,
     load_body,
     read_input,
 )
@@ -78,6 +77,7 @@ from semisched.endpoints import Endpoint
 from semisched.errors import SemischedError
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
+from semisched.state.base import StateUnavailable
 
 __all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
 
@@ -269,7 +269,7 @@ class BatchRun:
             BatchError: A file cannot be read, or the output is the input.
         """
         opts = self.options
-        lines, invalid = read_input(opts.input, default_model=opts.model, models=_models(opts))
+        lines, invalid = read_input(opts.input, default_model=opts.model, models=opts.model_check())
         if invalid and not opts.skip_invalid:
             raise InvalidInput(invalid)
         if opts.output.resolve() == opts.input.resolve():
@@ -399,6 +399,8 @@ class BatchRun:
             clock=self.clock,
             retry=RetryPolicy(max_attempts=opts.max_attempts),
             max_pending=None,
+            state=opts.state,
+            namespace=opts.namespace,
         )
 
     async def _send_all(
@@ -419,26 +421,29 @@ class BatchRun:
         if self._stopping:
             stop.set()
         streamed = self._streamed
-        async with scheduler, anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
-            if streamed is not None:
-                tg.start_soon(streamed.run, opts.input)
-            async with anyio.create_task_group() as sends:
-                for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
-                    if streamed is not None:
-                        # Rule 2 of semisched.batch.streamed: past the look-ahead, wait for
-                        # this line's prior (or a finished request) before adding more.
-                        while not (streamed.done or streamed.ready(line)) and (
-                            opts.window - window.value >= streamed.lookahead
-                        ):
-                            await streamed.changed()
-                        prior = streamed.take(i, line, prior)
-                    await window.acquire()
-                    if self._stopping:
-                        window.release()
-                        break
-                    sends.start_soon(self._send_one, line, prior, sending)
-            tg.cancel_scope.cancel()
+        try:
+            async with scheduler, anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
+                if streamed is not None:
+                    tg.start_soon(streamed.run, opts.input)
+                async with anyio.create_task_group() as sends:
+                    for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
+                        if streamed is not None:
+                            # Rule 2 of semisched.batch.streamed: past the look-ahead, wait for
+                            # this line's prior (or a finished request) before adding more.
+                            while not (streamed.done or streamed.ready(line)) and (
+                                opts.window - window.value >= streamed.lookahead
+                            ):
+                                await streamed.changed()
+                            prior = streamed.take(i, line, prior)
+                        await window.acquire()
+                        if self._stopping:
+                            window.release()
+                            break
+                        sends.start_soon(self._send_one, line, prior, sending)
+                tg.cancel_scope.cancel()
+        except StateUnavailable as exc:  # only entering can raise it (later: a fallback)
+            raise BatchError(f"the shared state cannot be reached: {exc}") from None
         self._sync(scheduler)
         assert self._progress is not None
         if self._stopping and self._progress.finished < self._progress.to_send:
@@ -521,12 +526,3 @@ class BatchRun:
 async def run_batch(options: BatchOptions, **kwargs: Any) -> BatchSummary:
     """Run a batch job (see :class:`BatchRun`)."""
     return await BatchRun(options, **kwargs).run()
-
-
-def _models(options: BatchOptions) -> ModelCheck | None:
-    """What the fleet serves, when an endpoint maps models (``None``: any model)."""
-    defs = options.endpoints
-    if not defs or any(d.model_map is None for d in defs):
-        return None
-    served = "; ".join(f"{d.name}: {', '.join(sorted(d.model_map or ()))}" for d in defs)
-    return (lambda model: any(model in (d.model_map or ()) for d in defs)), served

@@ -97,7 +97,8 @@ class Grant:
     Attributes:
         ok: Reserved in every scope (charged and leased).
         wait_s: When refused, wall seconds until it may fit (0 when ``ok``; for a
-            full concurrency scope, a short retry hint: a release frees it).
+            full concurrency scope, a short retry hint of at most 50 ms: a release
+            frees it; ``inf`` for ``never``).
         scope: When refused, the key of the scope that refused (the longest wait).
         reason: When refused, ``"rpm"``, ``"tpm"``, ``"concurrency"``, ``"paused"``
             or ``"never"`` (the tokens exceed the scope's whole ``tpm``).
@@ -116,7 +117,7 @@ class StateStats:
     Attributes:
         backend: ``"local"``, ``"redis"``, or ``"redis (fallback: local share)"``.
         namespace: The key namespace.
-        workers: Processes currently registered in the namespace (1 for local).
+        workers: Processes registered in the namespace when last asked (1 for local).
         reservations: Reservations asked by this process.
         refusals: Of those, refused.
         round_trip_p50_ms: Median wall time of a reservation, this process.

@@ -14,7 +14,10 @@ Rules (the same as :mod:`semisched.state.redis`):
 2. Charges leave the window ``window_s`` after they were made; a settled charge
    keeps its time and takes the provider's token count.
 3. A lease lives ``lease_ttl_s`` past its last renewal (:meth:`heartbeat`) or
-   until it is released.
+   until it is released; a request reserved again (a retry) keeps its one lease
+   and does not count it against the cap.
+4. Every reservation is its own charge: a retry's earlier charge keeps
+   counting until its window passes, and :meth:`settle` reaches the latest.
 
 Not thread-safe: one event loop.
 """
@@ -38,8 +41,9 @@ CONCURRENCY_HINT_S = 0.05
 
 @dataclass
 class _Scope:
-    charges: deque[tuple[float, str]] = field(default_factory=deque)
-    tokens: dict[str, float] = field(default_factory=dict)
+    charges: deque[tuple[float, str]] = field(default_factory=deque)  # (time, charge id)
+    tokens: dict[str, float] = field(default_factory=dict)  # charge id -> tokens
+    latest: dict[str, str] = field(default_factory=dict)  # member -> its latest charge id
     total: float = 0.0
     leases: dict[str, float] = field(default_factory=dict)
     paused_until: float = float("-inf")
@@ -47,13 +51,16 @@ class _Scope:
     def expire(self, now: float, window_s: float) -> None:
         charges = self.charges
         while charges and charges[0][0] <= now - window_s:
-            _, member = charges.popleft()
-            self.total -= self.tokens.pop(member, 0.0)
+            _, charge = charges.popleft()
+            self.total -= self.tokens.pop(charge, 0.0)
+            member = charge.rpartition("#")[0]
+            if self.latest.get(member) == charge:
+                del self.latest[member]
         if not charges:
             self.total = 0.0  # clamp float drift
         self.leases = {m: t for m, t in self.leases.items() if t > now}
 
-    def wait(self, now: float, scope: Scope, tokens: float) -> tuple[float, str]:
+    def wait(self, now: float, scope: Scope, tokens: float, member: str) -> tuple[float, str]:
         """Seconds until one request of ``tokens`` fits, and why (``0``: now)."""
         if self.paused_until > now:
             return self.paused_until - now, "paused"
@@ -65,13 +72,14 @@ class _Scope:
             wait, reason = oldest + scope.window_s - now, "rpm"
         if scope.tpm is not None and self.total + tokens > scope.tpm:
             left = self.total
-            for at, member in self.charges:
-                left -= self.tokens.get(member, 0.0)
+            for at, charge in self.charges:
+                left -= self.tokens.get(charge, 0.0)
                 if left + tokens <= scope.tpm:
                     if at + scope.window_s - now > wait:
                         wait, reason = at + scope.window_s - now, "tpm"
                     break
-        if scope.max_concurrency is not None and len(self.leases) >= scope.max_concurrency:
+        held = len(self.leases) - (member in self.leases)  # its own lease does not count
+        if scope.max_concurrency is not None and held >= scope.max_concurrency:
             hint = min(CONCURRENCY_HINT_S, min(self.leases.values()) - now)
             if hint > wait or not reason:
                 wait, reason = max(wait, hint), "concurrency"
@@ -102,6 +110,7 @@ class LocalState:
         self._mine: dict[str, tuple[str, ...]] = {}  # member -> scope keys it leases in
         self._reservations = 0
         self._refusals = 0
+        self._charges = 0  # charge ids
         self._trips = RoundTrips()
 
     def __repr__(self) -> str:
@@ -135,15 +144,18 @@ class LocalState:
         for scope in scopes:
             state = self._scope(scope.key)
             state.expire(now, scope.window_s)
-            wait, reason = state.wait(now, scope, tokens)
+            wait, reason = state.wait(now, scope, tokens, member)
             if reason and (worst.ok or wait > worst.wait_s):
                 worst = Grant(ok=False, wait_s=wait, scope=scope.key, reason=reason)
         self._reservations += 1
         if worst.ok:
+            self._charges += 1
+            charge = f"{member}#{self._charges}"
             for scope in scopes:
                 state = self._scope(scope.key)
-                state.charges.append((now, member))
-                state.tokens[member] = tokens
+                state.charges.append((now, charge))
+                state.tokens[charge] = tokens
+                state.latest[member] = charge
                 state.total += tokens
                 state.leases[member] = now + self.lease_ttl_s
             self._mine[member] = tuple(s.key for s in scopes)
@@ -153,13 +165,14 @@ class LocalState:
         return worst
 
     async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
-        """Rule 2."""
+        """Rules 2 and 4."""
         member = self._member(request_id)
         for scope in scopes:
             state = self._scope(scope.key)
-            old = state.tokens.get(member)
+            charge = state.latest.get(member, "")
+            old = state.tokens.get(charge)
             if old is not None:
-                state.tokens[member] = tokens
+                state.tokens[charge] = tokens
                 state.total += tokens - old
 
     async def release(self, request_id: str, scopes: Sequence[Scope]) -> None:

@@ -100,7 +100,7 @@ async def test_unreachable_at_start_is_a_clear_error() -> None:
     state = Flaky()
     state.down = True
     async with mock_client() as mock:
-        with pytest.raises(StateUnavailable, match="127.0.0.1:1"):
+        with pytest.raises(StateUnavailable, match=r"127\.0\.0\.1:1"):
             async with Scheduler(mock.client, state=state):
                 pass
     assert mock.recorder.log == []
@@ -114,6 +114,7 @@ async def test_losing_the_state_mid_run_falls_back_warns_once_and_rejoins(
     async with mock_client(rpm=60) as mock:
         s = Scheduler(mock.client, config=shared_config(60), state=state)
         async with s:
+
             async def some(n: int) -> None:
                 async with anyio.create_task_group() as tg:
                     for _ in range(n):

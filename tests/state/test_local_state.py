@@ -1,0 +1,75 @@
+"""LocalState: the in-process shared state keeps the same rules as Redis's (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from semisched.state import LocalState, Scope
+
+pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_rpm_is_exact_and_the_wait_is_until_the_oldest_charge_leaves() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock)
+    scope = Scope(key="fleet", rpm=2, window_s=60.0)
+    assert (await state.reserve("a", 1, [scope])).ok
+    clock.t += 10.0
+    assert (await state.reserve("b", 1, [scope])).ok
+    refused = await state.reserve("c", 1, [scope])
+    assert (refused.ok, refused.reason, refused.scope) == (False, "rpm", "fleet")
+    assert refused.wait_s == pytest.approx(50.0)
+    clock.t += 50.0
+    assert (await state.reserve("c", 1, [scope])).ok
+
+
+async def test_a_retry_is_charged_again_and_its_total_never_drifts() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock)
+    scope = Scope(key="fleet", tpm=1000, window_s=60.0)
+    assert (await state.reserve("r", 300, [scope])).ok
+    clock.t += 1.0
+    assert (await state.reserve("r", 300, [scope])).ok  # the retry of the same request
+    await state.settle("r", 100, [scope])  # the provider counted 100 for the latest
+    assert (await state.reserve("x", 600, [scope])).ok  # 300 + 100 + 600 = 1000
+    assert not (await state.reserve("y", 1, [scope])).ok
+    clock.t += 59.5  # the first charge (300) leaves; the retry's (100) and x's stay
+    assert (await state.reserve("y", 300, [scope])).ok
+    assert not (await state.reserve("z", 1, [scope])).ok  # 100 + 600 + 300 = 1000
+
+
+async def test_a_request_reserved_again_does_not_count_its_own_lease() -> None:
+    state = LocalState(clock=Clock())
+    scope = Scope(key="endpoint:a", max_concurrency=1)
+    assert (await state.reserve("r", 1, [scope])).ok
+    refused = await state.reserve("s", 1, [scope])
+    assert refused.reason == "concurrency" and 0 < refused.wait_s <= 0.05
+    assert (await state.reserve("r", 1, [scope])).ok  # r again: still one lease
+    await state.release("r", [scope])
+    assert (await state.reserve("s", 1, [scope])).ok
+
+
+async def test_all_or_nothing_across_scopes_and_leases_expire_without_heartbeats() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock, lease_ttl_s=10.0)
+    fleet = Scope(key="fleet", rpm=10)
+    endpoint = Scope(key="endpoint:a", max_concurrency=1)
+    assert (await state.reserve("r", 1, [fleet, endpoint])).ok
+    refused = await state.reserve("s", 1, [fleet, endpoint])
+    assert refused.scope == "endpoint:a"
+    for i in range(9):  # the refusal charged nothing in the fleet scope: 9 more fit
+        assert (await state.reserve(f"f{i}", 1, [fleet])).ok
+    clock.t += 5.0
+    await state.heartbeat()  # r's lease lives until 115
+    clock.t += 9.0
+    assert not (await state.reserve("s", 1, [endpoint])).ok
+    clock.t += 2.0  # 116: no heartbeat since 105: the lease is gone
+    assert (await state.reserve("s", 1, [endpoint])).ok
