@@ -240,3 +240,21 @@ def test_bad_target_arguments_are_usage_errors(
         main(_args(tmp_path, *target))
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_unreachable_shared_state_is_a_clean_error_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+    write_lines(tmp_path / "in.jsonl", [chat_line(0)])
+    code = main(_args(tmp_path, "--base-url", "http://127.0.0.1:9/v1",
+                      "--state", f"redis://:s3cret@127.0.0.1:{port}/0"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "the shared state cannot be reached" in err and f"127.0.0.1:{port}" in err
+    assert "s3cret" not in err and "Traceback" not in err

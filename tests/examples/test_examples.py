@@ -62,3 +62,12 @@ def test_virtual_time_runs_ten_minutes_in_seconds() -> None:
     assert "429s 0, retries 0" in out  # paced to the provider's 120 RPM
     virtual = float(re.search(r"virtual time ([\d.]+) s", out).group(1))  # type: ignore[union-attr]
     assert 600.0 <= virtual < 700.0  # 1200 arrivals, 0.5 s apart, then the last answers
+
+
+def test_shared_budget_keeps_three_processes_under_one_limit() -> None:
+    out = run("shared_budget.py")
+    alone = re.search(r"^each alone\s+completed (\d+)/90, 429s (\d+)", out, flags=re.M)
+    shared = re.search(r"^shared through Redis\s+completed (\d+)/90, 429s (\d+)", out, flags=re.M)
+    assert alone is not None and shared is not None, out
+    assert shared.group(1) == "90" and shared.group(2) == "0"  # together, under the limit
+    assert int(alone.group(2)) > 0  # alone, each at the whole limit: the storm it prevents
