@@ -106,8 +106,9 @@ def round_of(base_url: str, state: str | None) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, "--worker", base_url, str(calls), state or "", namespace],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for calls in SHARES
     ]
     results = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
@@ -126,9 +127,10 @@ def round_of(base_url: str, state: str | None) -> None:
 def main() -> None:
     with running_server("--rpm", str(LIMIT_RPM), "--time-scale", str(SCALE)) as base_url:
         round_of(base_url, None)
-    with redis_url() as url, running_server(
-        "--rpm", str(LIMIT_RPM), "--time-scale", str(SCALE)
-    ) as base_url:
+    with (
+        redis_url() as url,
+        running_server("--rpm", str(LIMIT_RPM), "--time-scale", str(SCALE)) as base_url,
+    ):
         round_of(base_url, url)
 
 

@@ -442,7 +442,14 @@ class Dispatcher:
         if throttled and retry_after is not None and self.shared is not None and self._tg:
             # The provider's window is full for everyone who shares it.
             self._tg.start_soon(self.shared.pause, pending.endpoint, retry_after)
-        self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
+        endpoint = pending.endpoint  # a failover's Send (in execute) moves pending elsewhere
+        was_open = self.engine.circuit_open_until(endpoint)
+        now = self.now()
+        self.execute(self.engine.failed(pending.id, now, failure.kind, retry_after))
+        opened = self.engine.circuit_open_until(endpoint)
+        if opened is not None and opened != was_open and self.shared is not None and self._tg:
+            # This endpoint's circuit just opened: the other processes keep off it too.
+            self._tg.start_soon(self.shared.pause, endpoint, opened - now)
 
     def _observe_length(self, pending: Pending, output_tokens: int) -> None:
         if self.calibration is not None and pending.calibrated is not None:

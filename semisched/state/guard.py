@@ -11,7 +11,8 @@ until the time the backend named.
 
 Rules:
 
-1. Only limited scopes are reserved; a call with none goes straight out.
+1. A call reserves in its endpoint's scope (where pauses and open circuits are
+   shared) and in the fleet's when the fleet is limited.
 2. Windows and waits cross the boundary in wall seconds (the backend's clock is
    wall time; the engine's may be compressed): ``Clock.to_wall`` converts.
 3. Losing the backend mid-run never loses a request. The first failure logs one
@@ -106,7 +107,7 @@ class SharedBudget:
                 continue
             scope = Scope(key=key, rpm=requests, tpm=tokens, max_concurrency=concurrency,
                           window_s=self.clock.to_wall(window))  # fmt: skip
-            if scope.limited:
+            if scope.limited or name is not None:
                 found.append(scope)
         return tuple(found)
 
@@ -161,10 +162,12 @@ class SharedBudget:
         await self._quietly("release", request_id, endpoint)
 
     async def pause(self, endpoint: str, seconds: float) -> None:
-        """A 429 said wait ``seconds`` (engine): everyone waits on this endpoint's scope."""
-        scopes = [s for s in self.scopes(endpoint) if s.key != FLEET] or list(self.scopes(endpoint))
+        """A 429 said wait ``seconds`` (engine), or the endpoint's circuit opened for
+        that long: everyone waits on this endpoint's scope."""
         wall = self.clock.to_wall(seconds)
-        for scope in scopes:
+        for scope in self.scopes(endpoint):
+            if scope.key == FLEET:
+                continue
             target = self._local if self._local is not None else self.backend
             try:
                 await target.pause(scope, wall)

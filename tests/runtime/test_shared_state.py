@@ -136,3 +136,28 @@ async def test_losing_the_state_mid_run_falls_back_warns_once_and_rejoins(
     assert back is not None and back.backend == "local"
     assert [e.status for e in mock.recorder.log].count(200) == 30
     assert mock.stats().counters.rate_limited == 0
+
+
+async def test_a_circuit_opened_by_one_scheduler_keeps_the_others_off_that_endpoint() -> None:
+    from runtime_kit import Scripted
+
+    from semisched import Endpoint
+
+    state = LocalState(clock=anyio.current_time)
+    async with mock_client(script=[Scripted(503)] * 50) as down, mock_client() as up:
+
+        def fleet() -> list[Endpoint]:
+            return [Endpoint("down", down.client), Endpoint("up", up.client)]
+
+        first = Scheduler(endpoints=fleet(), routing="least_outstanding", state=state)
+        second = Scheduler(endpoints=fleet(), routing="least_outstanding", state=state)
+        async with first, second:
+            for _ in range(8):  # five failures open first's circuit on "down"
+                await first.submit(**chat(max_tokens=5))
+            assert [e.circuit for e in first.statistics().engine.endpoints] == ["open", "closed"]
+            sent_to_down = len(down.recorder.log)
+            for _ in range(8):
+                await second.submit(**chat(max_tokens=5))
+            refused = second.statistics().engine.counters.refused
+    assert len(down.recorder.log) == sent_to_down  # the second never tried "down"
+    assert refused >= 1 and len([e for e in up.recorder.log if e.status == 200]) == 16
