@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from semisched.estimate import TokenEstimator
     from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
     from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
+    from semisched.state.base import StateUnavailable
 
 #: The package version, kept equal to ``[project] version`` in pyproject.toml
 #: (a test compares them). A literal: no metadata lookup at import time, and it
@@ -79,6 +80,7 @@ _WHERE = {
     "RequestRejected": "semisched.errors",
     "SchedulerClosed": "semisched.errors",
     "SemischedError": "semisched.errors",
+    "StateUnavailable": "semisched.state.base",
 }
 
 __all__ = [
@@ -109,6 +111,7 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerStats",
     "SemischedError",
+    "StateUnavailable",
     "TokenEstimator",
     "preset",
 ]
