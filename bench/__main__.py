@@ -17,6 +17,8 @@ Subcommands:
   default-prior   the SDK's default prior under overload (issue 12's run)
   routing         routing policies over a heterogeneous fleet (issue 13), simulated;
                   --live-check adds one regime through the SDK and the HTTP fleet mock
+  shared-budget   N worker processes on one provider limit: shared Redis state vs a
+                  static split vs uncoordinated (issue 14; real processes, real Redis)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from bench.experiments import quick
 from bench.report import write_csv
@@ -134,6 +136,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="also run one regime through the SDK and the HTTP fleet mock")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
+    sb = sub.add_parser("shared-budget", help="N workers on one limit: shared vs static vs "
+                        "uncoordinated (issue 14)")  # fmt: skip
+    sb.add_argument("--out", type=Path, default=Path("results/shared-budget"), help="output folder")
+    sb.add_argument("--workers", help="comma-separated worker counts (1,2,4,8)")
+    sb.add_argument("--modes", help="comma-separated: shared,static,uncoordinated (all)")
+    sb.add_argument("--requests", type=int, help="calls per run, split 2^-i (180)")
+    sb.add_argument("--rpm", type=int, help="the mock's request limit (60)")
+    sb.add_argument("--tpm", type=int, help="the mock's token limit (20000)")
+    sb.add_argument("--time-scale", type=float, help="time compression (30)")
+    sb.add_argument("--repeats", type=int, help="runs per configuration (2)")
+    sb.add_argument("--seed", type=int, help="the first repeat's seed (0)")
+    sb.add_argument("--margin", type=float, help="each budget's margin_s, virtual s (1)")
+    sb.add_argument("--probe", type=int, help="round-trip probe reservations per process (300)")
     return parser
 
 
@@ -292,6 +307,25 @@ def _sdk_overhead(args: argparse.Namespace) -> Path:
     return written
 
 
+def _shared_budget(args: argparse.Namespace) -> Path:
+    from bench.shared_budget import SharedBudgetConfig, shared_budget, with_options
+
+    def listed(text: str | None, kind: type[int] | type[str]) -> tuple[Any, ...] | None:
+        return None if text is None else tuple(kind(x.strip()) for x in text.split(","))
+
+    try:
+        config = with_options(SharedBudgetConfig(), workers=listed(args.workers, int),
+                              modes=listed(args.modes, str), requests=args.requests,
+                              rpm=args.rpm, tpm=args.tpm, time_scale=args.time_scale,
+                              repeats=args.repeats, seed=args.seed, margin_s=args.margin,
+                              probe=args.probe)  # fmt: skip
+    except ValueError as exc:
+        _error(str(exc))
+    written = shared_budget(args.out, config)
+    print(written.read_text())
+    return written
+
+
 def _sim_speed(args: argparse.Namespace) -> Path:
     from bench.perf import sim_speed
 
@@ -312,6 +346,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "sdk-overhead": _sdk_overhead,
     "default-prior": _default_prior,
     "routing": _routing,
+    "shared-budget": _shared_budget,
 }
 
 

@@ -228,7 +228,9 @@ class Scheduler:
         self._calibration = calibration or None
         self._clock: Clock = clock if clock is not None else AnyioClock()
         backend = backend_for(state, namespace)
-        self._shared = None if backend is None else SharedBudget(backend, self._engine, self._clock)
+        self._shared = (
+            None if backend is None else SharedBudget(backend, self._engine, self._clock, seed=seed)
+        )
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._tally = RuntimeTally()

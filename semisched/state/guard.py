@@ -25,6 +25,9 @@ Rules:
 4. A refusal that says ``never`` (one call's tokens exceed a scope's whole
    ``tpm``) is passed on as a pause of one window: the core's own budget, with
    the same limits, rejects such a call before it is sent.
+5. A refused worker waits the backend's time plus up to a fifth more, drawn at
+   random (``seed``): workers refused together do not all come back at the same
+   instant to be refused again.
 
 What this module is not: it decides nothing about scheduling (the core does)
 and holds no connection (the backend does).
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 from collections.abc import Sequence
 
 import anyio
@@ -62,12 +66,20 @@ class SharedBudget:
         engine: The core whose limits the scopes carry.
         clock: The scheduler's clock (windows and waits are converted to wall time).
         rejoin_s: After a loss, how often (wall seconds) the backend is tried again.
+        seed: Seed of rule 5's jitter (``None``: from the OS).
     """
 
     def __init__(
-        self, backend: StateBackend, engine: Engine, clock: Clock, *, rejoin_s: float = 5.0
+        self,
+        backend: StateBackend,
+        engine: Engine,
+        clock: Clock,
+        *,
+        rejoin_s: float = 5.0,
+        seed: int | None = None,
     ) -> None:
         self.backend = backend
+        self._jitter = random.Random(seed).random
         self.engine = engine
         self.clock = clock
         self.rejoin_s = rejoin_s
@@ -151,7 +163,7 @@ class SharedBudget:
         wait = grant.wait_s / self.clock.to_wall(1.0)  # wall -> engine seconds
         if grant.reason == "never":
             wait = self.engine.shared_limits(None)[3]
-        return now + wait
+        return now + wait * (1.0 + 0.2 * self._jitter())
 
     async def settle(self, request_id: str, endpoint: str, tokens: float) -> None:
         """The provider's token count for a call (quiet on a lost backend)."""

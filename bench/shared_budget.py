@@ -1,0 +1,495 @@
+"""Issue 14's benchmark: one provider budget, N worker processes: ``python -m bench shared-budget``.
+
+For N in ``--workers`` (1, 2, 4, 8) and each mode, N processes
+(:mod:`bench.shared_worker`, each a :class:`~semisched.Scheduler` over the openai
+client) send to one ``python -m mockprovider`` with RPM/TPM limits, in compressed time:
+
+- ``shared``: every worker reserves in the same Redis namespace (``state=``), each with
+  the mock's full limits as its budget;
+- ``static``: no shared state; each worker's budget is the limit divided by N (rounded
+  down), and it ignores the provider's rate-limit headers (``adapt=False``: with them it
+  would count the other workers' traffic against its own share, which is not a static
+  split);
+- ``uncoordinated``: no shared state; each worker's budget is the full limit (the
+  library's defaults, headers followed).
+
+Load: the same calls for every N and mode, :data:`REQUESTS` in all (seeded per worker,
+:func:`bench.shared_worker.request_mix`: three calls in four with ``max_tokens`` 128, the
+rest 1024, so both limits bind), split unevenly: worker i gets a share proportional to
+2^-i (N=2: 2/3, 1/3; N=4: 8/15, 4/15, 2/15, 1/15; :func:`skewed_counts`), and arrives at
+a Poisson rate proportional to its share, all together at ``load`` times the limit's
+request rate, so a queue forms at once and the limit, not the arrivals, sets the pace.
+Policy ``batch_makespan`` (one class, longest first, nothing shed).
+
+Per run, a fresh mock (fresh windows) and, for ``shared``, a fresh namespace on one
+throwaway Redis (:mod:`bench.redis_server`). Reported (virtual seconds unless named):
+
+- makespan: from the common start to the last call resolved;
+- 429s: the mock's own ``rate_limited`` counter (the truth), and what the workers saw;
+- utilisation while work was queued: at every instant when at least one call had
+  arrived and not yet been admitted (a union over all workers), the mock's sliding
+  60 s window (requests admitted, their token charges: prompt + ``max_tokens``) over
+  the limit, averaged over those instants; ``util`` is the mean of the larger of the
+  two. Admission times are the workers' HTTP send times of the calls answered 200;
+- the Redis round trip of a reservation, p50/p99 over all workers' reservations, in
+  wall milliseconds, as measured inside each worker's event loop (under time
+  compression that loop does ``time_scale`` times the work per wall second of a
+  real-time worker, and its queueing is part of the number); and, after each
+  ``shared`` run, a probe: N processes reserving one at a time (5 ms apart) with no
+  scheduler and no mock running, i.e. the shared state's own cost on loopback.
+
+What this module is not: a simulation (everything is real processes on loopback), and
+not tuned: the tables print what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from bench.redis_server import running_redis
+from bench.report import write_csv
+from bench.shared_worker import command, probe_command, worker_fleet
+from mockprovider.launch import running_server
+
+__all__ = ["MODES", "SharedBudgetConfig", "measure", "shared_budget", "skewed_counts"]
+
+MODES: Final = ("shared", "static", "uncoordinated")
+#: The mock's rate window, virtual seconds (its default).
+WINDOW_S: Final = 60.0
+#: The largest token charge of one call (prompt 64 + ``max_tokens`` 1024).
+MAX_CHARGE: Final = 64 + 1024
+#: Calls in one run, for every N and mode.
+REQUESTS: Final = 180
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedBudgetConfig:
+    """One benchmark's settings.
+
+    Attributes:
+        workers: Worker counts to run.
+        modes: Modes to run (:data:`MODES`).
+        requests: Calls per run, split by :func:`skewed_counts`.
+        rpm: The mock's request limit per virtual minute.
+        tpm: The mock's token limit per virtual minute.
+        time_scale: Virtual seconds per wall second (mock and workers).
+        load: All workers' arrival rate over the limit's request rate.
+        max_concurrency: Each worker's ``max_inflight`` (shared: the fleet's, in Redis).
+        margin_s: The budget's ``margin_s`` (virtual seconds; the library's default 1).
+        repeats: Runs per configuration (seeds ``seed``, ``seed + 1``, ...).
+        seed: The first repeat's seed.
+        probe: After each ``shared`` run, N probe processes make this many reservations
+            each, one at a time, with nothing else running (0: no probe).
+    """
+
+    workers: tuple[int, ...] = (1, 2, 4, 8)
+    modes: tuple[str, ...] = MODES
+    requests: int = REQUESTS
+    rpm: int = 60
+    tpm: int = 20_000
+    time_scale: float = 30.0
+    load: float = 8.0
+    max_concurrency: int = 32
+    margin_s: float = 1.0
+    repeats: int = 2
+    seed: int = 0
+    probe: int = 300
+
+    def __post_init__(self) -> None:
+        if not self.workers or any(n < 1 for n in self.workers):
+            raise ValueError(f"workers={self.workers!r} must be counts >= 1")
+        if not self.modes or any(m not in MODES for m in self.modes):
+            raise ValueError(f"modes={self.modes!r} must be some of {MODES}")
+        if self.requests < max(self.workers):
+            raise ValueError(f"requests={self.requests} must be >= the most workers")
+        for name in ("rpm", "tpm", "max_concurrency", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.probe < 0:
+            raise ValueError(f"probe={self.probe} must be >= 0")
+        if not (math.isfinite(self.margin_s) and self.margin_s >= 0):
+            raise ValueError(f"margin_s={self.margin_s} must be a finite number >= 0")
+        for name in ("time_scale", "load"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f"{name}={getattr(self, name)} must be a finite number > 0")
+        if "static" in self.modes and (
+            self.rpm < max(self.workers) or self.tpm // max(self.workers) < MAX_CHARGE
+        ):
+            raise ValueError(
+                f"rpm={self.rpm}, tpm={self.tpm}: a static share (limit / "
+                f"{max(self.workers)}) must hold one request of {MAX_CHARGE} tokens"
+            )
+
+
+def skewed_counts(total: int, n: int) -> list[int]:
+    """``total`` split over ``n`` workers in proportion to 2^-i (largest remainders); a
+    worker that would get none takes one from the last of the largest counts.
+
+    Raises:
+        ValueError: ``total < n`` or ``n < 1``.
+    """
+    if n < 1 or total < n:
+        raise ValueError(f"{total=} must be >= {n=} >= 1")
+    weights = [2.0**-i for i in range(n)]
+    exact = [total * w / sum(weights) for w in weights]
+    counts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(n), key=lambda i: exact[i] - counts[i], reverse=True)
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    for empty in (i for i in range(n) if counts[i] == 0):
+        counts[max(range(n), key=lambda i: (counts[i], i))] -= 1
+        counts[empty] = 1
+    return counts
+
+
+# -- one run -----------------------------------------------------------------------------
+
+
+def _commands(
+    config: SharedBudgetConfig, mode: str, n: int, seed: int, url: str, redis_url: str
+) -> list[list[str]]:
+    counts = skewed_counts(config.requests, n)
+    total_rate = config.load * config.rpm / WINDOW_S
+    share = 1 if mode != "static" else n
+    namespace = f"sb{uuid.uuid4().hex[:10]}"
+    return [
+        command(
+            url,
+            requests=count,
+            rate=total_rate * count / config.requests,
+            rpm=config.rpm // share,
+            tpm=config.tpm // share,
+            time_scale=config.time_scale,
+            seed=seed * 1000 + i,
+            max_concurrency=config.max_concurrency,
+            state=redis_url if mode == "shared" else None,
+            namespace=namespace,
+            worker_id=f"{namespace}w{i}",
+            margin=config.margin_s,
+            adapt=mode != "static",
+        )
+        for i, count in enumerate(counts)
+    ]
+
+
+def mock_counters(url: str) -> dict[str, int]:
+    """The mock's counters (``GET /v1/mock/stats``), plus ``rate_limited`` (all 429s)."""
+    with urllib.request.urlopen(f"{url}/mock/stats") as response:
+        counters: dict[str, int] = json.load(response)["counters"]
+    counters["rate_limited"] = counters["rate_limited_requests"] + counters["rate_limited_tokens"]
+    return counters
+
+
+def run_once(
+    config: SharedBudgetConfig, mode: str, n: int, seed: int, redis_url: str, logdir: Path
+) -> dict[str, Any]:
+    """One configuration once: a fresh mock, N workers started together; its measured row."""
+    args = ("--time-scale", repr(config.time_scale), "--rpm", str(config.rpm),
+            "--tpm", str(config.tpm), "--log-level", "warning")  # fmt: skip
+    wall = time.perf_counter()
+    with running_server(*args) as url:
+        commands = _commands(config, mode, n, seed, url, redis_url)
+        with worker_fleet(commands, logdir) as fleet:
+            fleet.ready()
+            fleet.go()
+            results = fleet.results()
+        counters = mock_counters(url)
+    row = {"condition": mode, "workers": n, "seed": seed,
+           **measure(results, counters, rpm=config.rpm, tpm=config.tpm),
+           "wall_s": time.perf_counter() - wall}  # fmt: skip
+    row["probe_p50_ms"] = row["probe_p99_ms"] = math.nan
+    if mode == "shared" and config.probe:
+        row["probe_p50_ms"], row["probe_p99_ms"] = probe(redis_url, n, config.probe, logdir)
+    print(f"{mode:<14} N={n} seed {seed}: makespan {row['makespan_s']:.0f} s, "
+          f"429s {row['provider_429s']}, util {row['util']:.2f}, "
+          f"completed {row['completed']}/{row['requests']}, wall {row['wall_s']:.1f} s",
+          flush=True)  # fmt: skip
+    return row
+
+
+def probe(redis_url: str, n: int, count: int, logdir: Path) -> tuple[float, float]:
+    """N probe processes at once, ``count`` reservations each, one at a time
+    (:func:`bench.shared_worker.run_probe`); the pooled (p50, p99) round trip, wall ms."""
+    namespace = f"probe{uuid.uuid4().hex[:10]}"
+    with worker_fleet([probe_command(redis_url, namespace, count)] * n, logdir) as fleet:
+        fleet.ready()
+        fleet.go()
+        trips = [x for r in fleet.results() for x in r["round_trips_ms"]]
+    return float(np.percentile(trips, 50)), float(np.percentile(trips, 99))
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+def measure(
+    results: Sequence[Mapping[str, Any]],
+    counters: Mapping[str, int],
+    *,
+    rpm: int,
+    tpm: int,
+    step_s: float = 0.05,
+) -> dict[str, Any]:
+    """A run's row from the workers' JSON lines and the mock's counters (module docstring).
+
+    ``step_s`` is the grid (virtual seconds) the utilisation is averaged on.
+    """
+    scale = float(results[0]["time_scale"])
+    go = min(float(r["start"]) for r in results)
+
+    def virtual(t: float) -> float:
+        return (t - go) * scale
+
+    admitted: list[tuple[float, int]] = []  # (time, token charge)
+    queued: list[tuple[float, float]] = []
+    for r in results:
+        first_ok: dict[int, float] = {}
+        for t, status, index in r["sends"]:
+            if status == 200 and index >= 0:
+                first_ok.setdefault(int(index), virtual(float(t)))
+        for index, (arrived, charge, ended, _) in enumerate(r["calls"]):
+            sent = first_ok.get(index)
+            if sent is not None:
+                admitted.append((sent, int(charge)))
+            queued.append((virtual(float(arrived)), sent if sent is not None else virtual(ended)))
+    end = max(virtual(float(r["end"])) for r in results)
+    req_util, tok_util, util, queued_s = _utilisation(admitted, queued, end, rpm, tpm, step_s)
+    trips = np.array([x for r in results for x in r["round_trips_ms"]], dtype=np.float64)
+    states = [r["state"] for r in results if r["state"] is not None]
+    requests = sum(int(r["requests"]) for r in results)
+    completed = sum(int(r["completed"]) for r in results)
+    failed = sum(sum(r["outcomes"].values()) for r in results)
+    return {
+        "requests": requests,
+        "completed": completed,
+        "failed": failed,
+        "lost": requests - completed - failed,
+        "makespan_s": end,
+        "provider_429s": int(counters["rate_limited"]),
+        "provider_requests": int(counters["requests"]),
+        "provider_completed": int(counters["completed"]),
+        "client_429s": sum(int(r["throttled"]) for r in results),
+        "refused": sum(int(r["refused"]) for r in results),
+        "req_util": req_util,
+        "tok_util": tok_util,
+        "util": util,
+        "queued_s": queued_s,
+        "rtt_p50_ms": float(np.percentile(trips, 50)) if trips.size else math.nan,
+        "rtt_p99_ms": float(np.percentile(trips, 99)) if trips.size else math.nan,
+        "reservations": int(trips.size),
+        "fallbacks": sum(int(s["fallbacks"]) for s in states),
+    }
+
+
+def _utilisation(
+    admitted: Sequence[tuple[float, int]],
+    queued: Sequence[tuple[float, float]],
+    end: float,
+    rpm: int,
+    tpm: int,
+    step_s: float,
+) -> tuple[float, float, float, float]:
+    """(requests, tokens, the larger of the two) window occupancy over the limit, averaged
+    over the grid instants when some call was queued; and how long that was."""
+    grid = np.arange(0.0, end + step_s, step_s)
+    if not admitted or grid.size == 0:
+        return math.nan, math.nan, math.nan, 0.0
+    depth = np.zeros(grid.size + 1)
+    for start, stop in queued:
+        a, b = np.searchsorted(grid, [start, stop], side="left")
+        depth[a] += 1
+        depth[b] -= 1
+    mask = np.cumsum(depth)[:-1] > 0
+    if not mask.any():
+        return math.nan, math.nan, math.nan, 0.0
+    ordered = sorted(admitted)
+    times = np.array([t for t, _ in ordered])
+    tokens = np.concatenate([[0.0], np.cumsum([c for _, c in ordered])])
+    upper = np.searchsorted(times, grid, side="right")  # admitted at or before t
+    lower = np.searchsorted(times, grid - WINDOW_S, side="right")  # ... and left the window
+    requests_used = (upper - lower) / rpm
+    tokens_used = (tokens[upper] - tokens[lower]) / tpm
+    larger = np.maximum(requests_used, tokens_used)
+    return (
+        float(requests_used[mask].mean()),
+        float(tokens_used[mask].mean()),
+        float(larger[mask].mean()),
+        float(mask.sum() * step_s),
+    )
+
+
+# -- the whole benchmark -----------------------------------------------------------------
+
+#: The summary's metrics (mean and std over repeats).
+METRICS: Final = ("makespan_s", "provider_429s", "client_429s", "refused", "req_util",
+                  "tok_util", "util", "rtt_p50_ms", "rtt_p99_ms", "probe_p50_ms",
+                  "probe_p99_ms", "completed", "failed",
+                  "lost", "fallbacks", "wall_s")  # fmt: skip
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Group runs by (condition, workers): ``<metric>_mean`` / ``<metric>_std`` (sample std;
+    NaN samples left out)."""
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((str(run["condition"]), int(run["workers"])), []).append(run)
+    out = []
+    for (condition, n), rows in groups.items():
+        summary: dict[str, Any] = {"condition": condition, "workers": n, "runs": len(rows)}
+        for metric in METRICS:
+            values = [float(r[metric]) for r in rows if not math.isnan(float(r[metric]))]
+            summary[f"{metric}_mean"] = statistics.fmean(values) if values else math.nan
+            summary[f"{metric}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        out.append(summary)
+    return out
+
+
+def shared_budget(out: Path, config: SharedBudgetConfig | None = None) -> Path:
+    """Run every configuration ``repeats`` times; write ``runs.csv``, ``summary.csv``,
+    ``tables.md`` and ``makespan.png`` into ``out``; return the tables' path."""
+    config = SharedBudgetConfig() if config is None else config
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    with running_redis() as redis_url, tempfile.TemporaryDirectory() as logs:
+        for repeat in range(config.repeats):
+            for n in config.workers:
+                for mode in config.modes:
+                    seed = config.seed + repeat
+                    runs.append(run_once(config, mode, n, seed, redis_url, Path(logs)))
+    summary = summarize(runs)
+    write_csv(out / "runs.csv", runs)
+    write_csv(out / "summary.csv", summary)
+    elapsed = time.perf_counter() - started
+    written = out / "tables.md"
+    written.write_text(tables(summary, config, elapsed_s=elapsed))
+    draw(summary, out / "makespan.png")
+    return written
+
+
+# -- reporting ---------------------------------------------------------------------------
+
+
+def _pm(row: Mapping[str, Any], metric: str, digits: int) -> str:
+    mean, std = float(row[f"{metric}_mean"]), float(row[f"{metric}_std"])
+    return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _find(summary: Sequence[Mapping[str, Any]], mode: str, n: int) -> Mapping[str, Any] | None:
+    return next((r for r in summary if r["condition"] == mode and r["workers"] == n), None)
+
+
+def tables(
+    summary: Sequence[Mapping[str, Any]], config: SharedBudgetConfig, *, elapsed_s: float
+) -> str:
+    """``tables.md``: the settings, one row per configuration, and the issue's targets."""
+    c = config
+    lines = [
+        "# Shared budget: N worker processes, one provider limit",
+        "",
+        f"Generated by `python -m bench shared-budget`; do not edit. Mock limits {c.rpm} RPM / "
+        f"{c.tpm} TPM (sliding 60 s windows, prompt + max_tokens charged on arrival); "
+        f"{c.requests} calls per run split 2^-i across workers, arriving at {c.load:g}x the "
+        f"request limit; `batch_makespan`, max_inflight {c.max_concurrency}, margin "
+        f"{c.margin_s:g} s; time compressed {c.time_scale:g}x; mean ± std of {c.repeats} "
+        f"runs (seeds {c.seed}..{c.seed + c.repeats - 1}); the whole benchmark took "
+        f"{elapsed_s:.0f} s of wall time. Times are virtual seconds, except the Redis round "
+        "trip (wall ms): `RTT` inside the workers' event loops during the run, `probe` "
+        "with N processes reserving one at a time and nothing else running. 429s as the mock "
+        "counted them; `seen` as the workers did; `refused`: sends the shared budget held "
+        "back. `util`: the limit's window occupancy while work was queued (the larger of "
+        "requests and tokens; `req`, `tok` each).",
+        "",
+        "| workers | condition | makespan s | static / this | 429s | 429s seen | refused | util "
+        "| req util | tok util | RTT p50 ms | RTT p99 ms | probe p50 ms | probe p99 ms "
+        "| completed | failed | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in c.workers:
+        static = _find(summary, "static", n)
+        for mode in c.modes:
+            row = _find(summary, mode, n)
+            if row is None:
+                continue
+            ratio = (
+                ""
+                if static is None
+                else (f"{float(static['makespan_s_mean']) / float(row['makespan_s_mean']):.2f}")
+            )
+            lines.append(
+                f"| {n} | {mode} | {_pm(row, 'makespan_s', 0)} | {ratio} | "
+                f"{_pm(row, 'provider_429s', 1)} | {_pm(row, 'client_429s', 1)} | "
+                f"{_pm(row, 'refused', 0)} | {_pm(row, 'util', 3)} | {_pm(row, 'req_util', 3)} | "
+                f"{_pm(row, 'tok_util', 3)} | {_pm(row, 'rtt_p50_ms', 2)} | "
+                f"{_pm(row, 'rtt_p99_ms', 2)} | {_pm(row, 'probe_p50_ms', 3)} | "
+                f"{_pm(row, 'probe_p99_ms', 3)} | {_pm(row, 'completed', 0)} | "
+                f"{_pm(row, 'failed', 0)} | {_pm(row, 'wall_s', 1)} |"
+            )  # fmt: skip
+    lines += ["", "## The issue's targets, as measured", ""]
+    for n in c.workers:
+        shared, static = _find(summary, "shared", n), _find(summary, "static", n)
+        loose = _find(summary, "uncoordinated", n)
+        parts = []
+        if shared is not None and static is not None:
+            gain = float(static["makespan_s_mean"]) / float(shared["makespan_s_mean"])
+            parts.append(f"static / shared makespan {gain:.2f}x (target >= 1.3x: "
+                         f"{'met' if gain >= 1.3 else 'not met'})")  # fmt: skip
+        if shared is not None and loose is not None:
+            parts.append(f"429s shared {float(shared['provider_429s_mean']):.1f} vs "
+                         f"uncoordinated {float(loose['provider_429s_mean']):.1f}")  # fmt: skip
+        if shared is not None:
+            for label, key in (("in run", "rtt_p99_ms_mean"), ("probe", "probe_p99_ms_mean")):
+                p99 = float(shared[key])
+                if not math.isnan(p99):
+                    parts.append(f"round trip p99 ({label}) {p99:.2f} ms (target <= 1 ms: "
+                                 f"{'met' if p99 <= 1.0 else 'not met'})")  # fmt: skip
+        if parts:
+            lines.append(f"- N={n}: " + "; ".join(parts) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def draw(summary: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Makespan vs workers, one line per mode (± std), each point labelled with its 429s."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, mode in enumerate(dict.fromkeys(str(r["condition"]) for r in summary)):
+        rows = sorted((r for r in summary if r["condition"] == mode), key=lambda r: r["workers"])
+        x = [int(r["workers"]) for r in rows]
+        y = [float(r["makespan_s_mean"]) for r in rows]
+        line = ax.errorbar(x, y, yerr=[float(r["makespan_s_std"]) for r in rows], marker="o",
+                           capsize=3, label=mode)  # fmt: skip
+        for xi, yi, r in zip(x, y, rows, strict=True):  # one label row per mode: no overlap
+            ax.annotate(f"{float(r['provider_429s_mean']):.0f}", (xi, yi), fontsize=7,
+                        color=line.lines[0].get_color(), textcoords="offset points",
+                        xytext=(6, 8 - 11 * k))  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({int(r["workers"]) for r in summary}))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("makespan (virtual s)")
+    ax.set_title("One provider limit, N workers (labels: 429s counted by the provider)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def with_options(config: SharedBudgetConfig, **changes: Any) -> SharedBudgetConfig:
+    """``config`` with the options given (``None``: unchanged), validated again."""
+    return replace(config, **{k: v for k, v in changes.items() if v is not None})
