@@ -16,9 +16,13 @@ live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
 batch         ``docs/results/batch-mixed/table.md``                  batch
 default-prior ``docs/results/default-prior/summary.csv``             default-prior
 routing       ``docs/results/routing/summary.csv``                   routing
+shared-budget ``docs/results/shared-budget/summary.csv``             shared-budget
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes).
+The shared-budget table is not (it runs real worker processes for about ten
+minutes): ``python -m bench shared-budget --out docs/results/shared-budget
+--margin 3`` regenerates it, then any ``docs`` run re-renders the README.
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --skip-live`` (or any
@@ -149,6 +153,24 @@ def _routing(root: Path) -> str:
     return _table(header, body)
 
 
+def _shared_budget(root: Path) -> str:
+    """``docs/results/shared-budget/summary.csv``: N workers on one limit, by mode."""
+    rows = _read(root / DOCS / "shared-budget" / "summary.csv")
+    static = {r["workers"]: float(r["makespan_s_mean"]) for r in rows
+              if r["condition"] == "static"}  # fmt: skip
+    header = ("workers", "mode", "makespan (s)", "static / this", "429s", "limit used",
+              "round trip p50 / p99 (ms)")  # fmt: skip
+    body = []
+    for r in rows:
+        shared = r["condition"] == "shared"
+        trip = (f"{float(r['probe_p50_ms_mean']):.2f} / {float(r['probe_p99_ms_mean']):.2f}"
+                if shared else "")  # fmt: skip
+        ratio = static[r["workers"]] / float(r["makespan_s_mean"])
+        body.append((r["workers"], r["condition"], _pm(r, "makespan_s", 0), f"{ratio:.2f}x",
+                     _pm(r, "provider_429s", 1), _pm(r, "util", 2), trip))  # fmt: skip
+    return _table(header, body)
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -160,6 +182,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "batch": _batch,
     "default-prior": _default_prior,
     "routing": _routing,
+    "shared-budget": _shared_budget,
 }
 
 
