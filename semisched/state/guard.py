@@ -19,7 +19,10 @@ Rules:
    warning on the ``semisched`` logger and switches to an in-process
    :class:`~semisched.state.local.LocalState` holding this worker's share of
    every limit (the limit divided by the workers last seen in the namespace,
-   at least 1 of each). Every ``rejoin_s`` (wall) the backend is tried again;
+   at least 1 of each), its window starting with the charges this worker
+   reserved in the last window (so it does not spend a fresh share while the
+   provider still counts what it sent; its calls in flight are not leased
+   there). Every ``rejoin_s`` (wall) the backend is tried again;
    when it answers, the worker rejoins (one info line) and reserves there again.
    Leases taken before the loss expire there by their TTL.
 4. A refusal that says ``never`` (one call's tokens exceed a scope's whole
@@ -38,6 +41,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
+from collections import deque
 from collections.abc import Sequence
 
 import anyio
@@ -80,6 +85,8 @@ class SharedBudget:
     ) -> None:
         self.backend = backend
         self._jitter = random.Random(seed).random
+        # What this worker reserved in the last window (wall time): the fallback's seed.
+        self._recent: deque[tuple[float, str, float, tuple[Scope, ...]]] = deque()
         self.engine = engine
         self.clock = clock
         self.rejoin_s = rejoin_s
@@ -153,6 +160,9 @@ class SharedBudget:
                 grant = await self.backend.reserve(request_id, tokens, scopes)
             except StateUnavailable as exc:
                 self._lose(exc)
+            else:
+                if grant.ok:
+                    self._remember(request_id, tokens, scopes)
         if grant is None:
             assert self._local is not None
             grant = await self._local.reserve(request_id, tokens, self._local_scopes(scopes))
@@ -230,9 +240,20 @@ class SharedBudget:
         except StateUnavailable as exc:
             self._lose(exc)
 
+    def _remember(self, request_id: str, tokens: float, scopes: tuple[Scope, ...]) -> None:
+        now = time.monotonic()
+        recent = self._recent
+        recent.append((now, request_id, tokens, scopes))
+        window = max(s.window_s for s in scopes)
+        while recent and recent[0][0] <= now - window:
+            recent.popleft()
+
     def _lose(self, exc: StateUnavailable) -> None:
         if self._local is None:
-            self._local = LocalState(namespace=self.backend.namespace)
+            self._local = LocalState(namespace=self.backend.namespace, clock=time.monotonic)
+            for at, request_id, tokens, scopes in self._recent:
+                self._local.seed(request_id, tokens, self._local_scopes(scopes), at)
+            self._recent.clear()
             self._fallbacks += 1
             logger.warning(
                 "semisched: shared state lost (%s); running on this worker's share of each "

@@ -164,6 +164,20 @@ class LocalState:
         self._trips.add(time.perf_counter() - start)
         return worst
 
+    def seed(self, request_id: str, tokens: float, scopes: Sequence[Scope], at: float) -> None:
+        """Count a charge made at ``at`` (this clock) elsewhere, without a lease: a worker
+        that lost its shared state starts its local window with what it already sent.
+        Seeds come in time order, before any reservation."""
+        member = self._member(request_id)
+        self._charges += 1
+        charge = f"{member}#{self._charges}"
+        for scope in scopes:
+            state = self._scope(scope.key)
+            state.charges.append((at, charge))
+            state.tokens[charge] = tokens
+            state.latest[member] = charge
+            state.total += tokens
+
     async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
         """Rules 2 and 4."""
         member = self._member(request_id)

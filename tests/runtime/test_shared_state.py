@@ -161,3 +161,21 @@ async def test_a_circuit_opened_by_one_scheduler_keeps_the_others_off_that_endpo
             refused = second.statistics().engine.counters.refused
     assert len(down.recorder.log) == sent_to_down  # the second never tried "down"
     assert refused >= 1 and len([e for e in up.recorder.log if e.status == 200]) == 16
+
+
+async def test_the_fallback_starts_with_what_this_worker_already_sent() -> None:
+    from semisched.clock import AnyioClock
+    from semisched.core import Engine
+    from semisched.state.guard import SharedBudget
+
+    engine = Engine(shared_config(4))  # 4 a minute for the namespace; 2 workers: 2 each
+    backend = Flaky()
+    guard = SharedBudget(backend, engine, AnyioClock())
+    await guard.open()
+    for i in range(2):
+        grant, _ = await guard.reserve(f"r{i}", "default", 10)
+        assert grant.ok
+    backend.down = True
+    grant, fleet_wide = await guard.reserve("r2", "default", 10)
+    # Its share (2) is already spent by its own last two sends: it waits, not storms.
+    assert guard.lost and not grant.ok and grant.reason == "rpm" and fleet_wide
