@@ -18,7 +18,7 @@ environment (API keys stay where the caller put them: in its clients).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -137,6 +137,22 @@ class Deployments:
             self.add(endpoint)
         if not self._endpoints:
             raise ValueError("endpoints=[] must name at least one Endpoint")
+
+    @classmethod
+    def of(cls, client: Any, endpoints: Sequence[Endpoint] | None) -> Deployments:
+        """``Scheduler(client)`` (one endpoint, ``"default"``, whose limits ``config.budget``
+        keeps) or ``Scheduler(endpoints=[...])``.
+
+        Raises:
+            TypeError: Both or neither, or ``endpoints`` not a sequence of endpoints.
+        """
+        if (client is None) == (endpoints is None):
+            raise TypeError("Scheduler() takes exactly one of client and endpoints=[...]")
+        if endpoints is None:
+            return cls([Endpoint("default", client, learn_limits=False)])
+        if isinstance(endpoints, str | bytes | Endpoint) or not isinstance(endpoints, Sequence):
+            raise TypeError(f"endpoints={endpoints!r} must be a sequence of semisched.Endpoint")
+        return cls(endpoints)
 
     def __repr__(self) -> str:
         return f"<Deployments {list(self._endpoints)}>"

@@ -49,7 +49,7 @@ from anyio.abc import TaskGroup
 from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall, prepare_call
 from semisched.clock import AnyioClock, Clock
-from semisched.core.checks import check_choice
+from semisched.core.checks import check_choice, check_int
 from semisched.core.config import RoutingConfig, SchedulerConfig, preset
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
@@ -165,12 +165,8 @@ class Scheduler:
         estimator: TokenEstimator | None = None,
         cancel_late: bool = True,
     ) -> None:
-        if max_pending is not None and (
-            isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1
-        ):
-            raise ValueError(f"max_pending={max_pending!r} must be None or an int >= 1")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed={seed!r} must be None or an int")
+        check_int("max_pending", max_pending, minimum=1, optional=True)
+        check_int("seed", seed, optional=True)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
         asked_by = f"priors={priors!r}"
@@ -183,17 +179,7 @@ class Scheduler:
             raise TypeError(f"priors={priors!r} must be a PriorSource, a name or None")
         if not isinstance(calibration, LengthCalibration | bool):
             raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
-        if (client is None) == (endpoints is None):
-            raise TypeError("Scheduler() takes exactly one of client and endpoints=[...]")
-        if endpoints is not None and (
-            isinstance(endpoints, str | bytes | Endpoint) or not isinstance(endpoints, Sequence)
-        ):
-            raise TypeError(f"endpoints={endpoints!r} must be a sequence of semisched.Endpoint")
-        self._deployments = Deployments(
-            endpoints
-            if endpoints is not None
-            else [Endpoint("default", client, learn_limits=False)]
-        )
+        self._deployments = Deployments.of(client, endpoints)
         if isinstance(routing, str):
             routing = RoutingConfig(policy=routing)
         elif routing is not None and not isinstance(routing, RoutingConfig):
