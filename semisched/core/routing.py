@@ -138,34 +138,39 @@ class RandomRouting(RoutingPolicy):
         return candidates[-1]
 
 
-class LeastOutstandingRouting(RoutingPolicy):
+class _LowestRouting(RoutingPolicy):
+    """The candidate with the lowest :meth:`score` (ties: fleet order)."""
+
+    name = "_lowest"
+
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:  # pragma: no cover - subclasses define it
+        raise NotImplementedError
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        return min(candidates, key=self.score)
+
+
+class LeastOutstandingRouting(_LowestRouting):
     """Fewest in flight per unit of weight (ties: fleet order)."""
 
     name = "least_outstanding"
 
-    def choose(
-        self, entry: Entry, candidates: Sequence[EndpointState], now: float
-    ) -> EndpointState:
-        return min(candidates, key=_outstanding)
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:
+        return endpoint.inflight / endpoint.weight
 
 
-def _outstanding(endpoint: EndpointState) -> float:
-    return endpoint.inflight / endpoint.weight
-
-
-class LatencyEwmaRouting(RoutingPolicy):
+class LatencyEwmaRouting(_LowestRouting):
     """Lowest observed seconds per output token (EWMA), per unit of weight."""
 
     name = "latency_ewma"
 
-    def choose(
-        self, entry: Entry, candidates: Sequence[EndpointState], now: float
-    ) -> EndpointState:
-        return min(candidates, key=_latency)
-
-
-def _latency(endpoint: EndpointState) -> float:
-    return endpoint.latency_ewma / endpoint.weight
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:
+        return endpoint.latency_ewma / endpoint.weight
 
 
 class AnticipatedLoadRouting(RoutingPolicy):
