@@ -438,18 +438,20 @@ class Dispatcher:
             self.tally.throttled += 1
         hint = failure.retry_after_wall_s
         retry_after = None if hint is None else hint * self._clock_per_wall()
-        throttled = failure.kind is FailureKind.RATE_LIMITED
-        if throttled and retry_after is not None and self.shared is not None and self._tg:
-            # The provider's window is full for everyone who shares it.
-            self._tg.start_soon(self.shared.pause, pending.endpoint, retry_after)
-        endpoint = pending.endpoint  # a failover's Send (in execute) moves pending elsewhere
-        was_open = self.engine.circuit_open_until(endpoint)
         now = self.now()
+        shared, tg = self.shared, self._tg
+        if shared is None or tg is None:
+            self.execute(self.engine.failed(pending.id, now, failure.kind, retry_after))
+            return
+        # With a shared state, what this failure says about the endpoint is said to all.
+        endpoint = pending.endpoint  # a failover's Send (in execute) moves pending elsewhere
+        if failure.kind is FailureKind.RATE_LIMITED and retry_after is not None:
+            tg.start_soon(shared.pause, endpoint, retry_after)  # its window is full for everyone
+        was_open = self.engine.circuit_open_until(endpoint)
         self.execute(self.engine.failed(pending.id, now, failure.kind, retry_after))
         opened = self.engine.circuit_open_until(endpoint)
-        if opened is not None and opened != was_open and self.shared is not None and self._tg:
-            # This endpoint's circuit just opened: the other processes keep off it too.
-            self._tg.start_soon(self.shared.pause, endpoint, opened - now)
+        if opened is not None and opened != was_open:  # its circuit just opened: keep off it
+            tg.start_soon(shared.pause, endpoint, opened - now)
 
     def _observe_length(self, pending: Pending, output_tokens: int) -> None:
         if self.calibration is not None and pending.calibrated is not None:
