@@ -24,6 +24,7 @@ from semisched.core.actions import Action, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
 from semisched.core.budget import ProviderLimits
+from semisched.core.checks import check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.endpoint import Circuit, EndpointSpec
 from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
@@ -32,7 +33,14 @@ from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_orderi
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
-from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
+from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts, TenantStats
+from semisched.core.tenants import (
+    TenantLane,
+    TenantLedger,
+    TenantPolicy,
+    entitlements,
+    make_tenant_policy,
+)
 
 __all__ = ["DEADLINE", "WAKE", "EngineBook"]
 
@@ -59,7 +67,6 @@ class EngineBook:
         cfg = config if config is not None else SchedulerConfig()
         self.config = cfg
         self._jitter = jitter
-        self._alloc: AllocationPolicy = make_allocation(cfg.allocation, cfg.classes)
         self._order: OrderingPolicy = make_ordering(cfg.ordering)
         self._order.attach(self)
         self._overload = OverloadController(cfg.overload)
@@ -72,8 +79,25 @@ class EngineBook:
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
-        self._queues = {n: ClassQueue(n, cfg.ordering.band_ratio) for n in self._class_names}
-        self._backlog: tuple[str, ...] = ()  # non-empty queues; renewed when one empties or fills
+        # The tenant layer: one lane (class queues, allocation policy, usage) per tenant.
+        self._tenant_policy: TenantPolicy = make_tenant_policy(cfg.tenants)
+        shares = entitlements(cfg.tenants.tenants)
+        lanes = [
+            TenantLane(
+                spec,
+                shares[spec.name],
+                make_allocation(cfg.allocation, cfg.classes),
+                self._class_names,
+                cfg.ordering.band_ratio,
+                self,
+            )
+            for spec in cfg.tenants.tenants
+        ]
+        self._ledger = TenantLedger(lanes, cfg.tenants.half_life_s)
+        self._lanes = self._ledger.lanes
+        self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
+        self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
+        self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
         self._entries: dict[str, Entry] = {}
         self._timers: list[tuple[float, int, int, Entry]] = []
         self._seq = 0
@@ -84,8 +108,6 @@ class EngineBook:
         self._deferred = 0
         self._inflight = 0
         self._inflight_tokens = 0.0
-        self._inflight_by_class = dict.fromkeys(self._class_names, 0)
-        self._heads: dict[str, Entry] = {}
         self._severity = 0.0
         self._reported_wake: float | None = None
         self._send_wake: float | None = None  # when the fleet can next send the head
@@ -106,7 +128,7 @@ class EngineBook:
             f"deferred={self._deferred} inflight={self._inflight} now={self._now:.3f}>"
         )
 
-    # -- AllocationView ------------------------------------------------------------
+    # -- LaneHost (what a tenant's lane reads of the engine) ----------------------------
 
     @property
     def severity(self) -> float:
@@ -118,28 +140,9 @@ class EngineBook:
         """The configured concurrency budget."""
         return self.config.max_inflight
 
-    def backlogged(self) -> Sequence[str]:
-        """Classes with queued requests, in configured order."""
-        return self._backlog
-
-    def head(self, klass: str) -> Entry:
-        """The entry the ordering policy picks next in ``klass`` (cached per decision)."""
-        entry = self._heads.get(klass)
-        if entry is None:
-            entry = self._order.choose(self._queues[klass], self._now, self._estimate)
-            self._heads[klass] = entry
-        return entry
-
-    def oldest_seq(self, klass: str) -> int:
-        """Enqueue number of the longest-queued request in ``klass``."""
-        entry = self._queues[klass].oldest()
-        if entry is None:
-            raise ValueError(f"class {klass!r} has no queued request")
-        return entry.seq
-
-    def inflight(self, klass: str) -> int:
-        """Requests of ``klass`` in flight."""
-        return self._inflight_by_class[klass]
+    def choose(self, queue: ClassQueue) -> Entry:
+        """The ordering policy's pick in ``queue`` now."""
+        return self._order.choose(queue, self._now, self._estimate)
 
     # -- PackingView (what an ordering policy may see of the budget) ----------------
 
@@ -234,11 +237,13 @@ class EngineBook:
         """A frozen snapshot of queues, flight, signals and counters."""
         return EngineStats(
             now=self._now,
-            queued={n: len(q) for n, q in self._queues.items()},
+            queued={n: sum(len(lane.queues[n]) for lane in self._lanes) for n in self._class_names},
             queued_tokens=self._queued_tokens,
             deferred=self._deferred,
             inflight=self._inflight,
-            inflight_by_class=dict(self._inflight_by_class),
+            inflight_by_class={
+                n: sum(lane.inflight_by_class[n] for lane in self._lanes) for n in self._class_names
+            },
             inflight_tokens=self._inflight_tokens,
             signals=self._snapshot(),
             s_per_token=self._signals.s_per_token,
@@ -250,7 +255,55 @@ class EngineBook:
             budget=self._fleet.budget_snapshot(self._now),
             held=self._held,
             endpoints=self._fleet.statistics(self._now),
+            tenants=tuple(self._tenant_stats(lane) for lane in self._lanes),
         )
+
+    def _tenant_stats(self, lane: TenantLane) -> TenantStats:
+        usage, total = self._ledger.decayed(lane, self._now)
+        return TenantStats(
+            name=lane.name,
+            service=lane.service.value,
+            weight=lane.weight,
+            entitlement=lane.entitlement,
+            queued=lane.queued,
+            inflight=lane.outstanding,
+            sent=lane.sent,
+            completed=lane.completed,
+            rejected=lane.rejected,
+            deferrals=lane.deferrals,
+            expired=lane.expired,
+            served_tokens=lane.served_tokens,
+            output_tokens=lane.output_tokens,
+            usage=usage,
+            share=usage / total if total > 0.0 else 0.0,
+            debt=usage - lane.entitlement * total,
+            allocation_state=lane.alloc.state(),
+        )
+
+    def tenant_usage(self, tenant: str) -> float:
+        """This process's own decayed usage of ``tenant`` now, in work tokens (what a
+        shared state adds up across processes).
+
+        Raises:
+            ValueError: ``tenant`` is not declared.
+        """
+        return self._ledger.own(self._lane(tenant), self._now)
+
+    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> None:
+        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
+        shared state): shares, debt and the tenant policy count it from now on.
+
+        Raises:
+            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
+        """
+        check_number("fleet_usage", fleet_usage, minimum=0)
+        self._advance(now)
+        self._ledger.observe_shared(self._lane(tenant), fleet_usage, now)
+
+    def _lane(self, tenant: str | None) -> TenantLane:
+        lane = self._ledger.by_name.get(self.config.tenants.tenant_for(tenant))
+        assert lane is not None
+        return lane
 
     def __len__(self) -> int:
         """Requests not yet terminal (deferred, queued or in flight)."""
@@ -300,34 +353,31 @@ class EngineBook:
         return entry.state == _QUEUED or entry.state == _DEFERRED
 
     def _enqueue(self, entry: Entry) -> None:
-        klass = entry.request.klass
-        queue = self._queues[klass]
+        lane = entry.lane
+        assert lane is not None
         entry.state = _QUEUED
         entry.seq = self._next_seq()
-        queue.add(entry)
+        lane.add(entry)
         self._queued += 1
         self._queued_tokens += entry.cost
         self._queued_charge += entry.charge
-        self._heads.pop(klass, None)
-        if len(queue) == 1:
-            self._renew_backlog()
+        if lane.queued == 1:
+            self._renew_ready()
 
     def _dequeue(self, entry: Entry) -> None:
-        klass = entry.request.klass
-        queue = self._queues[klass]
-        queue.remove(entry)
+        lane = entry.lane
+        assert lane is not None
+        lane.remove(entry)
         self._queued -= 1
         tokens = self._queued_tokens - entry.cost
         self._queued_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
         charge = self._queued_charge - entry.charge
         self._queued_charge = charge if charge > 0.0 else 0.0
-        self._heads.pop(klass, None)
-        if not queue:
-            self._renew_backlog()
-            self._alloc.on_idle(klass)
+        if not lane.queued:
+            self._renew_ready()
 
-    def _renew_backlog(self) -> None:
-        self._backlog = tuple([name for name, queue in self._queues.items() if queue])
+    def _renew_ready(self) -> None:
+        self._ready = [lane for lane in self._lanes if lane.queued]
 
     def _terminal(self, entry: Entry) -> None:
         entry.state = _DONE
@@ -339,7 +389,10 @@ class EngineBook:
             raise ValueError(f"request_id={request_id!r} is not in flight")
         self._fleet.release(entry)
         self._inflight -= 1
-        self._inflight_by_class[entry.request.klass] -= 1
+        lane = entry.lane
+        assert lane is not None
+        lane.outstanding -= 1
+        lane.inflight_by_class[entry.request.klass] -= 1
         tokens = self._inflight_tokens - entry.reserve
         self._inflight_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
         self._terminal(entry)

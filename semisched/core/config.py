@@ -33,6 +33,7 @@ from semisched.core.checks import (
     check_str,
 )
 from semisched.core.lifecycle import RetryPolicy
+from semisched.core.tenancy import TenantConfig
 
 if TYPE_CHECKING:  # the policy modules import this one
     from semisched.core.allocation import AllocationPolicy
@@ -444,6 +445,9 @@ class SchedulerConfig:
             how often, after what back-off; never past the deadline.
         routing: Which endpoint executes each send, circuit breakers and
             failover (:class:`RoutingConfig`).
+        tenants: Who shares this scheduler, with what entitlement and
+            service class (:class:`~semisched.core.tenancy.TenantConfig`;
+            default: one tenant).
         allocation, ordering, overload, signals: Layer configs.
     """
 
@@ -454,6 +458,7 @@ class SchedulerConfig:
     budget: BudgetConfig | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    tenants: TenantConfig = field(default_factory=TenantConfig)
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)
@@ -474,6 +479,7 @@ class SchedulerConfig:
         check_instance("budget", self.budget, BudgetConfig, optional=True)
         check_instance("retry", self.retry, RetryPolicy)
         check_instance("routing", self.routing, RoutingConfig)
+        check_instance("tenants", self.tenants, TenantConfig)
         check_instance("allocation", self.allocation, AllocationConfig)
         check_instance("ordering", self.ordering, OrderingConfig)
         check_instance("overload", self.overload, OverloadConfig)

@@ -56,6 +56,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
+import math
 import operator
 from collections.abc import Sequence
 
@@ -72,6 +73,7 @@ from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.stats import EngineStats
+from semisched.core.tenants import TenantLane
 
 __all__ = [
     "Action",
@@ -123,23 +125,25 @@ class Engine(EngineBook):
         """A new request arrives.
 
         Raises:
-            ValueError: Unknown class, duplicate live id, or time going backwards.
+            ValueError: Unknown class or tenant, duplicate live id, or time going backwards.
         """
-        if request.klass not in self._queues:
+        if request.klass not in self._class_names:
             raise ValueError(f"klass={request.klass!r} must be one of {list(self._class_names)}")
         if request.id in self._entries:
             raise ValueError(f"id={request.id!r} is already pending")
+        lane = self._lane(request.tenant)
         self._advance(now)
         cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
         reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
         entry = Entry(request, cost, reserve, self._next_seq())
+        entry.lane = lane
         entry.charge = rate_tokens(request)
         entry.hopeful = request.prior.quantile(self._feasibility_z)
         self._counters.submitted += 1
         actions: list[Action] = []
         self._run_timers(now, actions)
         if request.deadline is not None and request.deadline <= now:
-            self._counters.expired += 1
+            self._expired(entry)
             actions.append(Expire(request, "deadline had passed when it was submitted"))
             self._dispatch(now, actions)
             return self._finish(now, actions)
@@ -179,6 +183,17 @@ class Engine(EngineBook):
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
+        lane = entry.lane
+        assert lane is not None
+        work = tokens + self.config.input_token_weight * entry.request.input_tokens
+        ledger = self._ledger
+        ledger.charge(lane, -entry.cost, entry.sent_at)  # the estimate, replaced by
+        ledger.charge(lane, work, now)  # what was served (rule 2 of core.tenants)
+        lane.completed += 1
+        lane.served_tokens += work
+        lane.output_tokens += tokens
+        if lane.budget is not None and charged_tokens is not None:
+            lane.budget.settle(request_id, charged_tokens, now)
         self._counters.completed += 1
         return self._after_release(now, [])
 
@@ -217,7 +232,8 @@ class Engine(EngineBook):
         self._advance(now)
         entry = self._take_inflight(request_id)
         endpoint = entry.endpoint
-        assert endpoint is not None
+        assert endpoint is not None and entry.lane is not None and entry.sent_at is not None
+        self._ledger.charge(entry.lane, -entry.cost, entry.sent_at)  # nothing was served
         fleet = self._fleet
         fleet.on_failed(endpoint, now, kind)
         self._failures[kind] = self._failures.get(kind, 0) + 1
@@ -260,7 +276,7 @@ class Engine(EngineBook):
                 Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name, elsewhere)
             )
         elif decision.expired:
-            self._counters.expired += 1
+            self._expired(entry)
             actions.append(Expire(request, decision.reason))
         else:
             self._counters.failed += 1
@@ -288,6 +304,12 @@ class Engine(EngineBook):
             raise ValueError(f"request_id={request_id!r} is not in flight")
         fleet = self._fleet
         fleet.refund(entry)
+        lane = entry.lane
+        assert lane is not None and entry.sent_at is not None
+        self._ledger.charge(lane, -entry.cost, entry.sent_at)
+        if lane.budget is not None:
+            lane.budget.refund(request_id)
+        lane.sent -= 1
         self._take_inflight(request_id)
         fleet.pause(None if fleet_wide else entry.endpoint, until)
         entry.attempts -= 1
@@ -387,7 +409,7 @@ class Engine(EngineBook):
                 else:
                     self._deferred -= 1
                 self._terminal(entry)
-                self._counters.expired += 1
+                self._expired(entry)
                 actions.append(Expire(entry.request, "deadline passed before it could be sent"))
             else:
                 self._deferred -= 1
@@ -401,8 +423,11 @@ class Engine(EngineBook):
             self._enqueue(entry)
             return
         request = entry.request
+        lane = entry.lane
+        assert lane is not None
         severity = self._current_severity()
-        verdict = self._overload.shed(request.bucket, severity, now, entry.defers)
+        offset = self._tenant_policy.shed_offset(lane, self._ledger)
+        verdict = self._overload.shed(request.bucket, severity, now, entry.defers, offset)
         if verdict is None:
             self._counters.admitted += 1
             self._enqueue(entry)
@@ -413,6 +438,7 @@ class Engine(EngineBook):
             if deadline is None or verdict.until < deadline:
                 bucket = request.bucket
                 entry.defers += 1
+                lane.deferrals += 1
                 self._counters.deferrals += 1
                 self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
                 self._defer(entry, verdict.until)
@@ -428,8 +454,15 @@ class Engine(EngineBook):
 
     def _reject(self, entry: Entry, bucket: Bucket) -> None:
         self._terminal(entry)
+        assert entry.lane is not None
+        entry.lane.rejected += 1
         self._counters.rejected += 1
         self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
+
+    def _expired(self, entry: Entry) -> None:
+        self._counters.expired += 1
+        assert entry.lane is not None
+        entry.lane.expired += 1
 
     def _defer(self, entry: Entry, until: float) -> None:
         entry.state = _DEFERRED
@@ -443,18 +476,43 @@ class Engine(EngineBook):
         return self._finish(now, actions)
 
     def _dispatch(self, now: float, actions: list[Action]) -> None:
-        """Fill free send opportunities: allocation picks a class, ordering a request,
-        routing an endpoint."""
+        """Fill free send opportunities: the tenant policy picks a tenant, its allocation
+        a class, ordering a request, routing an endpoint."""
         if not self._queued or self._held or not self._has_capacity(0.0):
             return
-        self._heads.clear()
+        for ready in self._ready:
+            ready.forget_heads()
         self._severity = self._current_severity()
         fleet = self._fleet
+        ledger = self._ledger
+        blocked: list[TenantLane] = []  # lanes whose own budget cannot pay their pick now
         while True:  # checked above, and again after each send
-            klass = self._alloc.select(self)
+            picked = self._pick_lane(blocked)
+            if picked is None:
+                break
+            lane = picked
+            klass = lane.alloc.select(lane)
             if klass is None:
                 break
-            entry = self.head(klass)
+            entry = lane.head(klass)
+            budget = lane.budget
+            if budget is not None:
+                wait = budget.wait(now, entry.charge)
+                if wait is None:  # the tenant's own tpm can never pay for it
+                    self._dequeue(entry)
+                    reason = (
+                        f"tenant {lane.name!r}: {entry.charge:.0f} tokens exceed its "
+                        f"tpm={lane.spec.tpm} cap"
+                    )
+                    actions.append(Reject(entry.request, reason, self._severity, None))
+                    self._reject(entry, entry.request.bucket)
+                    continue
+                if wait > 0.0:
+                    blocked.append(lane)
+                    wake = now + wait
+                    if self._send_wake is None or wake < self._send_wake:
+                        self._send_wake = wake
+                    continue
             if not self._has_capacity(entry.reserve):
                 break
             endpoint = fleet.pick(entry, now)
@@ -464,27 +522,48 @@ class Engine(EngineBook):
                     actions.append(Reject(entry.request, fleet.refusal, self._severity, None))
                     self._reject(entry, entry.request.bucket)
                     continue
-                if fleet.wake is not None:
+                if fleet.wake is not None and (
+                    self._send_wake is None or fleet.wake < self._send_wake
+                ):
                     self._send_wake = fleet.wake
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1
             # Charge before dequeuing: a class emptied by this send then forfeits
             # its remaining deficit (on_idle) instead of carrying the charge.
-            self._alloc.on_send(klass, entry.cost)
+            lane.alloc.on_send(klass, entry.cost)
             self._dequeue(entry)
             entry.state = _INFLIGHT
             entry.attempts += 1
             entry.sent_at = now
             self._entries[entry.request.id] = entry
             self._inflight += 1
-            self._inflight_by_class[klass] += 1
+            lane.outstanding += 1
+            lane.inflight_by_class[klass] += 1
+            lane.sent += 1
+            if budget is not None:
+                budget.charge(now, entry.request.id, entry.charge)
+            ledger.charge(lane, entry.cost, now)
             self._inflight_tokens += entry.reserve
             self._counters.sent += 1
             fleet.on_send(endpoint, entry, now)
             actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
             if not self._queued or not self._has_capacity(0.0):
                 break
+
+    def _pick_lane(self, blocked: list[TenantLane]) -> TenantLane | None:
+        """The tenant policy's pick among the ready lanes (rule 1 of core.tenants)."""
+        ready = self._ready
+        if self._capped or blocked:
+            ready = [
+                lane
+                for lane in ready
+                if lane not in blocked
+                and (lane.spec.max_concurrency or math.inf) > lane.outstanding
+            ]
+        if not ready:
+            return None
+        return self._tenant_policy.select(ready, self._ledger, self.config.max_inflight)
 
 
 def _token_count(value: int) -> int:

@@ -27,6 +27,12 @@ Short requests have no level under any policy: never deferred, never
 rejected. A request of unknown size (no-information priors, seed 004 §4.4)
 gets the policy's ``unknown`` level, a uniform admission severity.
 
+A tenant policy (:mod:`semisched.core.tenants`) may shift a sheddable
+request's level by its tenant's standing (``offset``: a best-effort tenant two
+levels sooner, an elastic tenant beyond its entitlement one) or exempt it
+(``None``: a guaranteed tenant inside its entitlement). Short requests stay
+unshed whatever the tenant.
+
 Deferral is bounded: the n-th deferral lasts ``backoff_s * 2**(n-1)`` capped
 at ``max_backoff_s``, and a request already deferred ``max_defers`` times is
 admitted instead of deferred again. Rejections carry a reason and a retry hint.
@@ -131,19 +137,33 @@ class OverloadController:
         self.cfg = cfg
         self.rules = tuple((float(getattr(cfg, f)), lvl, v) for f, lvl, v in RULES)
 
-    def decide(self, bucket: Bucket, severity: float, now: float, defers: int) -> Admission:
-        """Decide for a request of routing ``bucket`` deferred ``defers`` times so far."""
-        shed = self.shed(bucket, severity, now, defers)
-        return shed if shed is not None else Admission(_ADMIT, severity, self.levels.get(bucket))
+    def decide(
+        self, bucket: Bucket, severity: float, now: float, defers: int, offset: int | None = 0
+    ) -> Admission:
+        """Decide for a request of routing ``bucket`` deferred ``defers`` times so far.
 
-    def shed(self, bucket: Bucket, severity: float, now: float, defers: int) -> Admission | None:
+        ``offset`` shifts a sheddable bucket's level for its tenant (the tenant
+        policy's ``shed_offset``: best-effort tenants sooner); ``None``: never shed.
+        """
+        shed = self.shed(bucket, severity, now, defers, offset)
+        if shed is not None:
+            return shed
+        level = self.levels.get(bucket)
+        if level is not None and offset is not None:
+            level += offset
+        return Admission(_ADMIT, severity, None if offset is None else level)
+
+    def shed(
+        self, bucket: Bucket, severity: float, now: float, defers: int, offset: int | None = 0
+    ) -> Admission | None:
         """:meth:`decide`'s defer or reject decision, or ``None`` when it admits.
 
         The engine's hot path: an admitted request needs no explanation object.
         """
         level = self.levels.get(bucket)
-        if level is None:
+        if level is None or offset is None:
             return None
+        level += offset
         for threshold, min_level, verdict in self.rules:
             if level >= min_level and severity >= threshold:
                 if verdict is _REJECT:

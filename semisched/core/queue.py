@@ -32,6 +32,7 @@ from semisched.core.request import Request
 
 if TYPE_CHECKING:
     from semisched.core.endpoint import EndpointState
+    from semisched.core.tenants import TenantLane
 
 __all__ = ["ClassQueue", "Entry", "EntryState"]
 
@@ -69,6 +70,7 @@ class Entry:
             ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
         endpoint: Where its latest attempt was sent.
         avoid: The endpoints its failed attempts failed at (failover avoids them).
+        lane: Its tenant's lane (:mod:`semisched.core.tenants`).
     """
 
     request: Request
@@ -86,6 +88,7 @@ class Entry:
     hopeful: float = 0.0
     endpoint: EndpointState | None = None
     avoid: tuple[EndpointState, ...] = ()
+    lane: TenantLane | None = None
 
 
 def _live(item: tuple[int, Entry]) -> bool:

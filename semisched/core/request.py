@@ -121,6 +121,8 @@ class Request:
             provider reserves against its token limit (a rate budget charges it).
         model: The logical model it asks for; routing sends it only to
             endpoints that serve it (``""``: any endpoint).
+        tenant: The tenant it is sent for (``""``: the configured default
+            tenant; :mod:`semisched.core.tenancy`).
     """
 
     id: str
@@ -131,6 +133,7 @@ class Request:
     deadline: float | None = None
     max_output_tokens: int | None = None
     model: str = ""
+    tenant: str = ""
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,4 +148,6 @@ class Request:
         check_int("max_output_tokens", self.max_output_tokens, minimum=0, optional=True)
         if not isinstance(self.model, str):
             raise ValueError(f"model={self.model!r} must be a str")
+        if not isinstance(self.tenant, str):
+            raise ValueError(f"tenant={self.tenant!r} must be a str")
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

@@ -17,7 +17,14 @@ from semisched.core.budget import BudgetSnapshot
 from semisched.core.lifecycle import FailureKind
 from semisched.core.signals import SignalSnapshot
 
-__all__ = ["BucketCounts", "EngineCounters", "EngineStats", "EngineTally", "FailureCounts"]
+__all__ = [
+    "BucketCounts",
+    "EngineCounters",
+    "EngineStats",
+    "EngineTally",
+    "FailureCounts",
+    "TenantStats",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +169,55 @@ class EndpointStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TenantStats:
+    """One tenant at one instant (:mod:`semisched.core.tenants`).
+
+    Usage, share and debt are in *work tokens* (output tokens plus
+    ``input_token_weight`` times prompt tokens) decayed with the tenants'
+    ``half_life_s``, and fleet-wide when a shared state adds the other processes'.
+
+    Attributes:
+        name: The tenant.
+        service: ``guaranteed``, ``elastic`` or ``best_effort``.
+        weight: Its configured weight.
+        entitlement: Its entitled share (weight over the entitled tenants'; 0
+            for best-effort).
+        queued: Its requests queued now.
+        inflight: Its requests in flight now.
+        sent: Attempts sent for it.
+        completed: Its answered requests.
+        rejected: Its requests rejected (overload, budgets, caps).
+        deferrals: Times overload control deferred one of its requests.
+        expired: Its requests expired before they could be sent.
+        served_tokens: Work tokens of its answered requests (not decayed).
+        output_tokens: Output tokens of its answered requests.
+        usage: Its decayed usage, in flight estimates included.
+        share: ``usage`` over every tenant's (0 before anything is served).
+        debt: ``usage - entitlement * total usage``: positive when served
+            beyond its entitlement (its priority is lower), negative when owed.
+        allocation_state: Its allocation policy's per-class state (DRR deficits).
+    """
+
+    name: str
+    service: str
+    weight: float
+    entitlement: float
+    queued: int
+    inflight: int
+    sent: int
+    completed: int
+    rejected: int
+    deferrals: int
+    expired: int
+    served_tokens: float
+    output_tokens: float
+    usage: float
+    share: float
+    debt: float
+    allocation_state: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineStats:
     """A frozen snapshot of the engine's state and counters.
 
@@ -179,10 +235,12 @@ class EngineStats:
         failures: Failed attempts by kind.
         rejects_by_bucket: Rejections per routing bucket.
         defers_by_bucket: Deferrals per routing bucket.
-        allocation_state: The allocation policy's per-class state (DRR deficits).
+        allocation_state: The allocation policy's per-class state (DRR deficits)
+            of the first tenant (each tenant's is in ``tenants``).
         budget: The fleet-wide rate budget's state, when one is configured.
         held: Sending is paused (:meth:`Engine.hold`).
         endpoints: Per endpoint, in fleet order.
+        tenants: Per tenant, in declared order.
     """
 
     now: float
@@ -202,6 +260,18 @@ class EngineStats:
     budget: BudgetSnapshot | None = None
     held: bool = False
     endpoints: tuple[EndpointStats, ...] = ()
+    tenants: tuple[TenantStats, ...] = ()
+
+    def tenant(self, name: str) -> TenantStats:
+        """The statistics of tenant ``name``.
+
+        Raises:
+            KeyError: No tenant has that name.
+        """
+        for stats in self.tenants:
+            if stats.name == name:
+                return stats
+        raise KeyError(name)
 
 
 class EngineTally:
