@@ -14,7 +14,11 @@ registries :data:`ALLOCATION_POLICIES`, :data:`ORDERING_POLICIES` and
 :data:`OVERLOAD_POLICIES`; a config names one of them. Routing (which
 endpoint of a fleet executes a send) has :class:`RoutingPolicy`, reading
 :class:`EndpointState`, and :data:`ROUTING_POLICIES`; an endpoint is described
-by an :class:`EndpointSpec`.
+by an :class:`EndpointSpec`. Tenants (who shares the scheduler, with what
+entitlement and service class) are a :class:`TenantConfig` of
+:class:`TenantSpec`; which tenant sends next is a :class:`TenantPolicy`
+(reading :class:`TenantLane` through a :class:`TenantView`), from
+:data:`TENANT_POLICIES`.
 """
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
@@ -54,7 +58,11 @@ from semisched.core.stats import (
     EngineCounters,
     EngineStats,
     FailureCounts,
+    TenantStats,
 )
+from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+from semisched.core.tenant_policies import TENANT_POLICIES, TenantPolicy
+from semisched.core.tenants import TenantLane, TenantView
 
 __all__ = [
     "ALLOCATION_POLICIES",
@@ -65,6 +73,7 @@ __all__ = [
     "PRESETS",
     "ROUTING_POLICIES",
     "SIZED_BUCKETS",
+    "TENANT_POLICIES",
     "Action",
     "Admission",
     "AllocationConfig",
@@ -107,8 +116,15 @@ __all__ = [
     "RoutingPolicy",
     "SchedulerConfig",
     "Send",
+    "ServiceClass",
     "SignalSnapshot",
     "SignalsConfig",
+    "TenantConfig",
+    "TenantLane",
+    "TenantPolicy",
+    "TenantSpec",
+    "TenantStats",
+    "TenantView",
     "Verdict",
     "Wake",
     "bucket_for_tokens",

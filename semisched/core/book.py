@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
-from semisched.core.actions import Action, Wake
+from semisched.core.actions import Action, Reject, Wake
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
 from semisched.core.budget import ProviderLimits
@@ -34,13 +34,8 @@ from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
 from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts, TenantStats
-from semisched.core.tenants import (
-    TenantLane,
-    TenantLedger,
-    TenantPolicy,
-    entitlements,
-    make_tenant_policy,
-)
+from semisched.core.tenant_policies import TenantPolicy, make_tenant_policy
+from semisched.core.tenants import TenantLane, TenantLedger, entitlements
 
 __all__ = ["DEADLINE", "WAKE", "EngineBook"]
 
@@ -139,6 +134,16 @@ class EngineBook:
     def max_inflight(self) -> int | None:
         """The configured concurrency budget."""
         return self.config.max_inflight
+
+    @property
+    def ledger(self) -> TenantLedger:
+        """Every tenant's lane and usage (what a tenant policy reads)."""
+        return self._ledger
+
+    @property
+    def inflight_total(self) -> int:
+        """Requests in flight now, every tenant's."""
+        return self._inflight
 
     def choose(self, queue: ClassQueue) -> Entry:
         """The ordering policy's pick in ``queue`` now."""
@@ -375,6 +380,83 @@ class EngineBook:
         self._queued_charge = charge if charge > 0.0 else 0.0
         if not lane.queued:
             self._renew_ready()
+
+    def _reject(self, entry: Entry, bucket: Bucket) -> None:
+        self._terminal(entry)
+        assert entry.lane is not None
+        entry.lane.rejected += 1
+        self._counters.rejected += 1
+        self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
+
+    def _expired(self, entry: Entry) -> None:
+        self._counters.expired += 1
+        assert entry.lane is not None
+        entry.lane.expired += 1
+
+    def _defer(self, entry: Entry, until: float) -> None:
+        entry.state = _DEFERRED
+        entry.wake_at = until
+        self._deferred += 1
+        self._push_timer(until, WAKE, entry)
+
+    def _pick_lane(self, blocked: list[TenantLane]) -> TenantLane | None:
+        """The tenant policy's pick among the ready lanes (rule 1 of core.tenants)."""
+        ready = self._ready
+        if self._capped or blocked:
+            ready = [
+                lane
+                for lane in ready
+                if lane not in blocked
+                and (lane.spec.max_concurrency or math.inf) > lane.outstanding
+            ]
+        if not ready:
+            return None
+        return self._tenant_policy.select(ready, self)
+
+    def _mark_sent(self, entry: Entry, klass: str, now: float) -> None:
+        """``entry``, the head of its lane's ``klass``, goes in flight at ``now``."""
+        lane = entry.lane
+        assert lane is not None
+        # Charge before dequeuing: a class emptied by this send then forfeits
+        # its remaining deficit (on_idle) instead of carrying the charge.
+        lane.alloc.on_send(klass, entry.cost)
+        self._dequeue(entry)
+        entry.state = _INFLIGHT
+        entry.attempts += 1
+        entry.sent_at = now
+        self._entries[entry.request.id] = entry
+        self._inflight += 1
+        self._ledger.sent(entry, klass, now)
+        self._inflight_tokens += entry.reserve
+        self._counters.sent += 1
+
+    def _lane_pays(
+        self,
+        lane: TenantLane,
+        entry: Entry,
+        now: float,
+        blocked: list[TenantLane],
+        actions: list[Action],
+    ) -> bool:
+        """Whether ``lane``'s own rate cap pays for ``entry`` now; if not, the lane sits
+        out this dispatch (a wake at the time it can), or the entry is rejected when
+        the cap never can (rule 1 of core.tenants)."""
+        assert lane.budget is not None
+        wait = lane.budget.wait(now, entry.charge)
+        if wait is None:
+            self._dequeue(entry)
+            tpm = lane.spec.tpm
+            reason = f"tenant {lane.name!r}: {entry.charge:.0f} tokens exceed its tpm={tpm} cap"
+            actions.append(Reject(entry.request, reason, self._severity, None))
+            self._reject(entry, entry.request.bucket)
+            return False
+        if wait > 0.0:
+            blocked.append(lane)
+            wake = now + wait
+            if self._send_wake is None or wake < self._send_wake:
+                self._send_wake = wake
+            return False
+        return True
 
     def _renew_ready(self) -> None:
         self._ready = [lane for lane in self._lanes if lane.queued]

@@ -45,8 +45,10 @@ Rules:
    Retries follow ``config.retry`` (:mod:`semisched.core.lifecycle`); a retried
    attempt fails over at once to another endpoint when one can serve it.
 6. The layers are consulted in a fixed order: overload control on arrival and
-   on each return from deferral; then, while a send opportunity is free,
-   allocation picks a class, ordering picks its request, routing its endpoint.
+   on each return from deferral (judging the request by its tenant's standing);
+   then, while a send opportunity is free, the tenant policy picks a tenant
+   (:mod:`semisched.core.tenants`), its allocation a class, ordering its
+   request, routing its endpoint.
 7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
    emitted when the earliest pending timer moves earlier than the last one
    reported, or the last one reported has passed. A shell keeps one timer;
@@ -56,13 +58,11 @@ Rules:
 from __future__ import annotations
 
 import heapq
-import math
 import operator
 from collections.abc import Sequence
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
-from semisched.core.book import DEADLINE, WAKE, EngineBook
-from semisched.core.buckets import Bucket
+from semisched.core.book import DEADLINE, EngineBook
 from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
@@ -183,17 +183,7 @@ class Engine(EngineBook):
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
-        lane = entry.lane
-        assert lane is not None
-        work = tokens + self.config.input_token_weight * entry.request.input_tokens
-        ledger = self._ledger
-        ledger.charge(lane, -entry.cost, entry.sent_at)  # the estimate, replaced by
-        ledger.charge(lane, work, now)  # what was served (rule 2 of core.tenants)
-        lane.completed += 1
-        lane.served_tokens += work
-        lane.output_tokens += tokens
-        if lane.budget is not None and charged_tokens is not None:
-            lane.budget.settle(request_id, charged_tokens, now)
+        self._ledger.completed(entry, tokens, self.config.input_token_weight, charged_tokens, now)
         self._counters.completed += 1
         return self._after_release(now, [])
 
@@ -232,8 +222,8 @@ class Engine(EngineBook):
         self._advance(now)
         entry = self._take_inflight(request_id)
         endpoint = entry.endpoint
-        assert endpoint is not None and entry.lane is not None and entry.sent_at is not None
-        self._ledger.charge(entry.lane, -entry.cost, entry.sent_at)  # nothing was served
+        assert endpoint is not None
+        self._ledger.refund(entry, sent=False)  # nothing was served
         fleet = self._fleet
         fleet.on_failed(endpoint, now, kind)
         self._failures[kind] = self._failures.get(kind, 0) + 1
@@ -304,12 +294,7 @@ class Engine(EngineBook):
             raise ValueError(f"request_id={request_id!r} is not in flight")
         fleet = self._fleet
         fleet.refund(entry)
-        lane = entry.lane
-        assert lane is not None and entry.sent_at is not None
-        self._ledger.charge(lane, -entry.cost, entry.sent_at)
-        if lane.budget is not None:
-            lane.budget.refund(request_id)
-        lane.sent -= 1
+        self._ledger.refund(entry, sent=True)  # it never left
         self._take_inflight(request_id)
         fleet.pause(None if fleet_wide else entry.endpoint, until)
         entry.attempts -= 1
@@ -425,8 +410,7 @@ class Engine(EngineBook):
         request = entry.request
         lane = entry.lane
         assert lane is not None
-        severity = self._current_severity()
-        offset = self._tenant_policy.shed_offset(lane, self._ledger)
+        severity, offset = self._tenant_policy.standing(lane, self, self._current_severity())
         verdict = self._overload.shed(request.bucket, severity, now, entry.defers, offset)
         if verdict is None:
             self._counters.admitted += 1
@@ -452,24 +436,6 @@ class Engine(EngineBook):
         actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
         self._reject(entry, request.bucket)
 
-    def _reject(self, entry: Entry, bucket: Bucket) -> None:
-        self._terminal(entry)
-        assert entry.lane is not None
-        entry.lane.rejected += 1
-        self._counters.rejected += 1
-        self._rejects_by_bucket[bucket] = self._rejects_by_bucket.get(bucket, 0) + 1
-
-    def _expired(self, entry: Entry) -> None:
-        self._counters.expired += 1
-        assert entry.lane is not None
-        entry.lane.expired += 1
-
-    def _defer(self, entry: Entry, until: float) -> None:
-        entry.state = _DEFERRED
-        entry.wake_at = until
-        self._deferred += 1
-        self._push_timer(until, WAKE, entry)
-
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
         self._run_timers(now, actions)
         self._dispatch(now, actions)
@@ -484,7 +450,6 @@ class Engine(EngineBook):
             ready.forget_heads()
         self._severity = self._current_severity()
         fleet = self._fleet
-        ledger = self._ledger
         blocked: list[TenantLane] = []  # lanes whose own budget cannot pay their pick now
         while True:  # checked above, and again after each send
             picked = self._pick_lane(blocked)
@@ -495,24 +460,8 @@ class Engine(EngineBook):
             if klass is None:
                 break
             entry = lane.head(klass)
-            budget = lane.budget
-            if budget is not None:
-                wait = budget.wait(now, entry.charge)
-                if wait is None:  # the tenant's own tpm can never pay for it
-                    self._dequeue(entry)
-                    reason = (
-                        f"tenant {lane.name!r}: {entry.charge:.0f} tokens exceed its "
-                        f"tpm={lane.spec.tpm} cap"
-                    )
-                    actions.append(Reject(entry.request, reason, self._severity, None))
-                    self._reject(entry, entry.request.bucket)
-                    continue
-                if wait > 0.0:
-                    blocked.append(lane)
-                    wake = now + wait
-                    if self._send_wake is None or wake < self._send_wake:
-                        self._send_wake = wake
-                    continue
+            if lane.budget is not None and not self._lane_pays(lane, entry, now, blocked, actions):
+                continue
             if not self._has_capacity(entry.reserve):
                 break
             endpoint = fleet.pick(entry, now)
@@ -529,41 +478,11 @@ class Engine(EngineBook):
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1
-            # Charge before dequeuing: a class emptied by this send then forfeits
-            # its remaining deficit (on_idle) instead of carrying the charge.
-            lane.alloc.on_send(klass, entry.cost)
-            self._dequeue(entry)
-            entry.state = _INFLIGHT
-            entry.attempts += 1
-            entry.sent_at = now
-            self._entries[entry.request.id] = entry
-            self._inflight += 1
-            lane.outstanding += 1
-            lane.inflight_by_class[klass] += 1
-            lane.sent += 1
-            if budget is not None:
-                budget.charge(now, entry.request.id, entry.charge)
-            ledger.charge(lane, entry.cost, now)
-            self._inflight_tokens += entry.reserve
-            self._counters.sent += 1
+            self._mark_sent(entry, klass, now)
             fleet.on_send(endpoint, entry, now)
             actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
             if not self._queued or not self._has_capacity(0.0):
                 break
-
-    def _pick_lane(self, blocked: list[TenantLane]) -> TenantLane | None:
-        """The tenant policy's pick among the ready lanes (rule 1 of core.tenants)."""
-        ready = self._ready
-        if self._capped or blocked:
-            ready = [
-                lane
-                for lane in ready
-                if lane not in blocked
-                and (lane.spec.max_concurrency or math.inf) > lane.outstanding
-            ]
-        if not ready:
-            return None
-        return self._tenant_policy.select(ready, self._ledger, self.config.max_inflight)
 
 
 def _token_count(value: int) -> int:

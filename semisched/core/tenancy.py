@@ -23,7 +23,7 @@ Entitlements are ``weight / sum(weights)`` over the guaranteed and elastic
 tenants (they add up to 1; best-effort tenants are weighted among themselves).
 
 Which tenant sends next is the tenant policy's choice
-(:mod:`semisched.core.tenants`), chosen by name through
+(:mod:`semisched.core.tenant_policies`), chosen by name through
 :attr:`TenantConfig.policy`. Usage (the work tokens a tenant was served)
 decays with ``half_life_s``: the tenant's *debt* is its decayed usage above its
 entitlement's part of everyone's.
@@ -39,10 +39,17 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
+from semisched.core.checks import (
+    check_choice,
+    check_fraction,
+    check_instance,
+    check_int,
+    check_number,
+    check_str,
+)
 
 if TYPE_CHECKING:
-    from semisched.core.tenants import TenantPolicy
+    from semisched.core.tenant_policies import TenantPolicy
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -55,7 +62,8 @@ __all__ = [
 #: The one tenant of a scheduler that declares none.
 DEFAULT_TENANT = "default"
 
-#: Valid ``TenantConfig.policy`` names (classes in :data:`semisched.core.tenants.TENANT_POLICIES`).
+#: Valid ``TenantConfig.policy`` names
+#: (classes in :data:`semisched.core.tenant_policies.TENANT_POLICIES`).
 TENANT_POLICY_NAMES: tuple[str, ...] = ("fair_share", "fifo", "static_quota")
 
 
@@ -121,12 +129,23 @@ class TenantConfig:
         half_life_s: Usage (and so debt) halves every this many seconds. Seed
             002's experiment decays debt with an EWMA of factor 0.7 per update
             and sees it return to near zero within ~50 s; 60 s is our default.
+        headroom: ``fair_share`` only: the fraction of ``max_inflight`` (at
+            least one request) kept for tenants inside their entitlement while
+            one of them has work or recent usage. A tenant beyond its
+            entitlement, and every best-effort tenant, then sends only below
+            ``max_inflight`` minus that, so a returning owner's request leaves
+            at once instead of waiting for a borrower's answer, and a flood
+            does not fill the provider's batch (which slows every request in
+            it). It costs throughput while the owners have little work. 1/8:
+            4 of the default 32 (``python -m bench tenants`` measures the
+            trade-off, with and without it); 0 keeps nothing.
     """
 
     tenants: tuple[TenantSpec, ...] = (TenantSpec(name=DEFAULT_TENANT),)
     default: str | None = None
     policy: str | type[TenantPolicy] = "fair_share"
     half_life_s: float = 60.0
+    headroom: float = 0.125
 
     def __post_init__(self) -> None:
         if isinstance(self.tenants, list):
@@ -148,6 +167,7 @@ class TenantConfig:
         else:
             check_choice("policy", self.policy, TENANT_POLICY_NAMES)
         check_number("half_life_s", self.half_life_s, minimum=0, strict_min=True)
+        check_fraction("headroom", self.headroom, strict_max=True)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -27,24 +27,8 @@ Rules:
    each tenant is added (:meth:`TenantLedger.observe_shared`), so shares and
    debt are fleet-wide.
 
-Policies (:data:`TENANT_POLICIES`, chosen by ``TenantConfig.policy``):
-
-``fair_share`` (seed 002)
-    Tiers first: guaranteed tenants inside their entitlement, then guaranteed
-    and elastic tenants, then best-effort ones. Within a tier, the lowest
-    usage per unit of weight (the lowest debt per weight): backlogged tenants
-    converge to their weights, an idle tenant's share goes to the busy ones
-    (work-conserving) and comes back to it when it returns, since its usage
-    decayed meanwhile. Overload control's ladder is shifted per tenant: a
-    guaranteed tenant inside its entitlement is never shed, an elastic tenant
-    beyond it one level sooner, a best-effort tenant two levels sooner.
-    Short requests stay unshed, as for everyone.
-``fifo``
-    Tenant-blind: the tenant whose oldest queued request came first.
-``static_quota``
-    A fixed per-tenant cap (LiteLLM's per-team limits): each tenant at most
-    ``floor(weight / sum(weights) * max_inflight)`` in flight (at least one),
-    never lent when idle; oldest request first among the tenants under their cap.
+The policies that choose among ready lanes are in
+:mod:`semisched.core.tenant_policies`.
 
 Pure: no clock, no I/O.
 """
@@ -52,30 +36,17 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
-from typing import ClassVar, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 from semisched.core.allocation import AllocationPolicy
 from semisched.core.budget import RateBudget
 from semisched.core.config import BudgetConfig
 from semisched.core.queue import ClassQueue, Entry
-from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+from semisched.core.tenancy import ServiceClass, TenantSpec
 
-__all__ = [
-    "TENANT_POLICIES",
-    "FairShare",
-    "FifoTenants",
-    "LaneHost",
-    "StaticQuota",
-    "TenantLane",
-    "TenantLedger",
-    "TenantPolicy",
-    "make_tenant_policy",
-]
+__all__ = ["LaneHost", "TenantLane", "TenantLedger", "TenantView", "entitlements"]
 
-_GUARANTEED, _BEST_EFFORT = ServiceClass.GUARANTEED, ServiceClass.BEST_EFFORT
 #: Rebase the usage scale when it passes 2**_REBASE (keeps floats far from overflow).
 _REBASE = 64.0
 
@@ -95,6 +66,25 @@ class LaneHost(Protocol):
 
     def choose(self, queue: ClassQueue) -> Entry:
         """The ordering policy's pick in ``queue`` now."""
+        ...
+
+
+class TenantView(Protocol):
+    """What a tenant policy reads of the engine."""
+
+    @property
+    def ledger(self) -> TenantLedger:
+        """Every tenant's lane and usage."""
+        ...
+
+    @property
+    def max_inflight(self) -> int | None:
+        """The client's concurrency budget."""
+        ...
+
+    @property
+    def inflight_total(self) -> int:
+        """Requests in flight now, every tenant's."""
         ...
 
 
@@ -281,6 +271,49 @@ class TenantLedger:
         total = self.total + amount
         self.total = total if total > 0.0 else 0.0
 
+    def sent(self, entry: Entry, klass: str, now: float) -> None:
+        """``entry`` of class ``klass`` was sent at ``now``: its lane's flight, caps
+        and usage count it (its estimate, until it completes)."""
+        lane = entry.lane
+        assert lane is not None
+        lane.outstanding += 1
+        lane.inflight_by_class[klass] += 1
+        lane.sent += 1
+        if lane.budget is not None:
+            lane.budget.charge(now, entry.request.id, entry.charge)
+        self.charge(lane, entry.cost, now)
+
+    def completed(
+        self,
+        entry: Entry,
+        output_tokens: int,
+        input_token_weight: float,
+        charged_tokens: float | None,
+        now: float,
+    ) -> None:
+        """``entry`` was answered: the estimate charged at its send becomes what was
+        served, still counted from the send (rule 2)."""
+        lane = entry.lane
+        assert lane is not None and entry.sent_at is not None
+        work = output_tokens + input_token_weight * entry.request.input_tokens
+        self.charge(lane, work - entry.cost, entry.sent_at)
+        lane.completed += 1
+        lane.served_tokens += work
+        lane.output_tokens += output_tokens
+        if lane.budget is not None and charged_tokens is not None:
+            lane.budget.settle(entry.request.id, charged_tokens, now)
+
+    def refund(self, entry: Entry, *, sent: bool) -> None:
+        """``entry``'s attempt served nothing: its usage charge is taken back, and with
+        ``sent`` (a send refused before it left) its send and rate-cap charge too."""
+        lane = entry.lane
+        assert lane is not None and entry.sent_at is not None
+        self.charge(lane, -entry.cost, entry.sent_at)
+        if sent:
+            lane.sent -= 1
+            if lane.budget is not None:
+                lane.budget.refund(entry.request.id)
+
     def observe_shared(self, lane: TenantLane, fleet_usage: float, now: float) -> None:
         """Every process's decayed usage of ``lane``'s tenant at ``now`` (work tokens);
         the part beyond this process's own becomes its shared usage."""
@@ -299,136 +332,6 @@ class TenantLedger:
     def own(self, lane: TenantLane, now: float) -> float:
         """This process's own decayed usage of ``lane``'s tenant at ``now`` (work tokens)."""
         return lane.usage / self._scale(now)
-
-
-# -- policies ---------------------------------------------------------------------------
-
-
-class TenantPolicy(ABC):
-    """Chooses the tenant whose lane sends next (subclass and set ``name``)."""
-
-    name: ClassVar[str]
-
-    def __init__(self, cfg: TenantConfig) -> None:
-        self.cfg = cfg
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
-
-    @abstractmethod
-    def select(
-        self, ready: Sequence[TenantLane], ledger: TenantLedger, max_inflight: int | None
-    ) -> TenantLane | None:
-        """One of the ``ready`` lanes (never empty), or ``None`` to send nothing now."""
-
-    def shed_offset(self, lane: TenantLane, ledger: TenantLedger) -> int | None:
-        """Ladder levels added to an arrival of ``lane``'s tenant (``None``: never shed)."""
-        return 0
-
-
-def _oldest(lanes: Sequence[TenantLane]) -> TenantLane | None:
-    best: TenantLane | None = None
-    best_seq = 0
-    for lane in lanes:
-        seq = lane.first_seq()
-        if best is None or seq < best_seq:
-            best, best_seq = lane, seq
-    return best
-
-
-def _within(lane: TenantLane, ledger: TenantLedger) -> bool:
-    """Whether ``lane``'s decayed usage is inside its entitlement's part of everyone's."""
-    return lane.scaled_usage <= lane.entitlement * ledger.total * (1.0 + 1e-9)
-
-
-class FairShare(TenantPolicy):
-    """Service-class tiers, then the lowest usage per weight (module docstring)."""
-
-    name = "fair_share"
-
-    def select(
-        self, ready: Sequence[TenantLane], ledger: TenantLedger, max_inflight: int | None
-    ) -> TenantLane | None:
-        if len(ready) == 1:
-            return ready[0]
-        best: TenantLane | None = None
-        best_key = (3, 0.0)
-        for lane in ready:
-            service = lane.spec.service
-            if service is _BEST_EFFORT:
-                tier = 2
-            elif service is _GUARANTEED and _within(lane, ledger):
-                tier = 0
-            else:
-                tier = 1
-            key = (tier, lane.scaled_usage / lane.spec.weight)
-            if key < best_key:
-                best, best_key = lane, key
-        return best
-
-    def shed_offset(self, lane: TenantLane, ledger: TenantLedger) -> int | None:
-        service = lane.spec.service
-        if service is _BEST_EFFORT:
-            return 2
-        within = _within(lane, ledger)
-        if service is _GUARANTEED:
-            return None if within else 0
-        return 0 if within else 1
-
-
-class FifoTenants(TenantPolicy):
-    """Tenant-blind: the tenant whose oldest queued request came first."""
-
-    name = "fifo"
-
-    def select(
-        self, ready: Sequence[TenantLane], ledger: TenantLedger, max_inflight: int | None
-    ) -> TenantLane | None:
-        return ready[0] if len(ready) == 1 else _oldest(ready)
-
-
-class StaticQuota(TenantPolicy):
-    """Each tenant at most its weight's share of ``max_inflight`` in flight, never lent."""
-
-    name = "static_quota"
-
-    def __init__(self, cfg: TenantConfig) -> None:
-        super().__init__(cfg)
-        total = sum(t.weight for t in cfg.tenants)
-        self._share = {t.name: t.weight / total for t in cfg.tenants}
-
-    def quota(self, lane: TenantLane, max_inflight: int | None) -> float:
-        """``lane``'s fixed cap on requests in flight."""
-        if max_inflight is None:
-            return math.inf
-        return max(1, math.floor(self._share[lane.name] * max_inflight))
-
-    def select(
-        self, ready: Sequence[TenantLane], ledger: TenantLedger, max_inflight: int | None
-    ) -> TenantLane | None:
-        under = [lane for lane in ready if lane.outstanding < self.quota(lane, max_inflight)]
-        return _oldest(under)
-
-
-#: Tenant policies by name (read-only; the names are
-#: :data:`semisched.core.tenancy.TENANT_POLICY_NAMES`).
-TENANT_POLICIES: Mapping[str, type[TenantPolicy]] = MappingProxyType(
-    {cls.name: cls for cls in (FairShare, FifoTenants, StaticQuota)}
-)
-
-
-def make_tenant_policy(cfg: TenantConfig) -> TenantPolicy:
-    """Instantiate ``cfg.policy`` (a registered name or a :class:`TenantPolicy` subclass).
-
-    Raises:
-        TypeError: A class that is not a :class:`TenantPolicy` subclass.
-    """
-    policy = cfg.policy
-    if isinstance(policy, type):
-        if not issubclass(policy, TenantPolicy):
-            raise TypeError(f"policy={policy!r} must be a TenantPolicy subclass")
-        return policy(cfg)
-    return TENANT_POLICIES[policy](cfg)
 
 
 def entitlements(specs: Sequence[TenantSpec]) -> dict[str, float]:
