@@ -130,7 +130,7 @@ class TenantConfig:
             002's experiment decays debt with an EWMA of factor 0.7 per update
             and sees it return to near zero within ~50 s; 60 s is our default.
         headroom: ``fair_share`` only: the fraction of ``max_inflight`` (at
-            least one request) kept for tenants inside their entitlement while
+            least one request, never all of them) kept for tenants inside their entitlement while
             one of them has work or recent usage. A tenant beyond its
             entitlement, and every best-effort tenant, then sends only below
             ``max_inflight`` minus that, so a returning owner's request leaves

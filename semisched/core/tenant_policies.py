@@ -125,11 +125,13 @@ class FairShare(TenantPolicy):
         cap = view.max_inflight
         headroom = self.cfg.headroom
         # The last slots are kept for tenants inside their entitlement, while one of
-        # them is around to use them (the docstring of TenantConfig.headroom).
+        # them is around to use them (the docstring of TenantConfig.headroom). Never
+        # all of them: a borrower blocked by the reserve always has a request in
+        # flight whose answer dispatches again.
         reserved = (
             cap is not None
             and headroom > 0.0
-            and view.inflight_total >= cap - max(1, round(headroom * cap))
+            and view.inflight_total >= cap - min(max(1, round(headroom * cap)), cap - 1)
             and _owners_around(ledger)
         )
         if len(ready) == 1 and not reserved:

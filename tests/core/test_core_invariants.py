@@ -32,6 +32,14 @@ from semisched.core import (
     Wake,
     preset,
 )
+from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+
+#: Three tenants, one of each class, a concurrency cap and a rate cap among them.
+TENANTS = (
+    TenantSpec(name="gold", weight=2.0, service=ServiceClass.GUARANTEED, max_concurrency=2),
+    TenantSpec(name="plain", rpm=5),
+    TenantSpec(name="spot", service=ServiceClass.BEST_EFFORT),
+)
 
 dt = st.one_of(st.sampled_from([0.0, 0.5, 2.0, 10.0]), st.floats(0.0, 30.0))
 submit = st.tuples(
@@ -39,6 +47,7 @@ submit = st.tuples(
     st.sampled_from(["interactive", "batch"]),
     st.sampled_from([8.0, 64.0, 200.0, 700.0, 3000.0]),  # every bucket
     st.one_of(st.none(), st.floats(0.5, 120.0)),  # deadline offset
+    st.integers(0, 2),  # tenant (when there are three)
     dt,
 )
 ops = st.lists(
@@ -111,6 +120,12 @@ class Ledger:
         c = stats.counters
         ended = c.completed + c.rejected + c.expired + c.failed + c.cancelled
         assert c.submitted == len(self.submitted) == ended + len(e)
+        tenants = stats.tenants
+        assert sum(t.inflight for t in tenants) == stats.inflight
+        assert sum(t.queued for t in tenants) == sum(stats.queued.values())
+        assert sum(t.completed for t in tenants) == c.completed
+        assert sum(t.rejected for t in tenants) == c.rejected
+        assert all(t.usage >= 0.0 and t.inflight >= 0 for t in tenants)
 
 
 def pick(items: set[str], index: int) -> str | None:
@@ -122,10 +137,15 @@ def pick(items: set[str], index: int) -> str | None:
     name=st.sampled_from(sorted(PRESETS)),
     max_inflight=st.sampled_from([1, 2, 3, 8]),
     load_only=st.booleans(),
+    tenancy=st.sampled_from([None, "fair_share", "fifo", "static_quota"]),
     script=ops,
 )
 def test_every_request_gets_exactly_one_outcome(
-    name: str, max_inflight: int, load_only: bool, script: list[tuple[Any, ...]]
+    name: str,
+    max_inflight: int,
+    load_only: bool,
+    tenancy: str | None,
+    script: list[tuple[Any, ...]],
 ) -> None:
     cfg = PRESETS[name]
     if cfg.max_inflight is not None:
@@ -135,6 +155,8 @@ def test_every_request_gets_exactly_one_outcome(
         # preset has it) defers and rejects often.
         overload = dataclasses.replace(cfg.overload, w_load=1.0, w_queue=0.0, w_tail=0.0)
         cfg = cfg.with_(overload=overload)
+    if tenancy is not None:
+        cfg = cfg.with_(tenants=TenantConfig(tenants=TENANTS, policy=tenancy, headroom=0.25))
     engine = Engine(cfg)
     ledger = Ledger(engine)
     now = 0.0
@@ -142,7 +164,7 @@ def test_every_request_gets_exactly_one_outcome(
         kind, *args, step = op
         now += step
         if kind == "submit":
-            klass, p50, offset = args
+            klass, p50, offset, tenant = args
             names = [c.name for c in cfg.classes]
             klass = klass if klass in names else names[0]  # single-class presets
             rid = f"r{len(ledger.submitted)}"
@@ -154,6 +176,7 @@ def test_every_request_gets_exactly_one_outcome(
                 input_tokens=50.0,
                 arrival=now,
                 deadline=deadline,
+                tenant="" if tenancy is None else TENANTS[tenant].name,
             )
             ledger.submitted.append(rid)
             ledger.live.add(rid)
