@@ -108,12 +108,10 @@ SCENARIOS: dict[str, tuple[Load, ...]] = {
         Load(TenantSpec(name="w2", weight=2.0), 1.2),
     ),
     "classes": (
-        Load(TenantSpec(name="G", weight=3.0, service="guaranteed"), 0.6),  # type: ignore[arg-type]
-        Load(TenantSpec(name="S", weight=1.0, service="best_effort"), 1.0),  # type: ignore[arg-type]
+        Load(TenantSpec(name="G", weight=3.0, service="guaranteed"), 0.6),
+        Load(TenantSpec(name="S", weight=1.0, service="best_effort"), 1.0),
     ),
-    "classes-base": (
-        Load(TenantSpec(name="G", weight=3.0, service="guaranteed"), 0.6),  # type: ignore[arg-type]
-    ),
+    "classes-base": (Load(TenantSpec(name="G", weight=3.0, service="guaranteed"), 0.6),),
 }
 
 

@@ -91,7 +91,7 @@ class TenantSpec:
 
     name: str
     weight: float = 1.0
-    service: ServiceClass = ServiceClass.ELASTIC
+    service: ServiceClass | str = ServiceClass.ELASTIC
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None

@@ -160,6 +160,8 @@ class FairShare(TenantPolicy):
         service = lane.spec.service
         if service is _BEST_EFFORT:
             return severity, 2
+        if lane.entitlement >= 1.0:  # the only entitled tenant: judged as without tenants
+            return severity, None if service is _GUARANTEED else 0
         ledger = view.ledger
         total = ledger.total
         ratio = lane.scaled_usage / (lane.entitlement * total) if total > 0.0 else 1.0

@@ -158,7 +158,7 @@ class TenantLane:
     @property
     def service(self) -> ServiceClass:
         """The tenant's service class."""
-        return self.spec.service
+        return ServiceClass(self.spec.service)
 
     @property
     def scaled_usage(self) -> float:
@@ -246,19 +246,30 @@ class TenantLedger:
         self.total = 0.0  # sum of every lane's scaled usage (own and shared)
 
     def _scale(self, at: float) -> float:
+        """``2**((at - t0) / half_life)``, moving the origin ``t0`` forward when that
+        would leave the floats' comfortable range (any clock: monotonic, epoch, scaled)."""
         exponent = (at - self._t0) / self._half_life
         if -_REBASE < exponent < _REBASE:
             return float(2.0**exponent)
-        return self._rebase(at) if math.isfinite(at) else 1.0  # no event yet: -inf
+        if not math.isfinite(at):  # no event yet (now = -inf)
+            return 1.0
+        if exponent >= _REBASE or self.total == 0.0:
+            self._rebase(at, exponent)
+            return 1.0
+        # Long before the origin (an old send settling): it has decayed away.
+        return float(2.0 ** max(exponent, -1074.0))
 
-    def _rebase(self, now: float) -> float:
-        factor = 2.0 ** ((now - self._t0) / self._half_life)
-        for lane in self.lanes:
-            lane.usage /= factor
-            lane.external /= factor
-        self.total /= factor
+    def _rebase(self, now: float, exponent: float) -> None:
+        if self.total > 0.0:
+            if exponent > 1000.0:  # a thousand half-lives: nothing is left
+                factor = math.inf
+            else:
+                factor = float(2.0**exponent)
+            for lane in self.lanes:
+                lane.usage /= factor
+                lane.external /= factor
+            self.total /= factor
         self._t0 = now
-        return 1.0
 
     def charge(self, lane: TenantLane, tokens: float, at: float) -> None:
         """Add ``tokens`` of usage charged at time ``at`` (negative: take it back)."""

@@ -88,7 +88,7 @@ class Loop:
 
 
 def test_tenant_spec_accepts_the_service_class_by_value_and_checks_its_fields() -> None:
-    assert TenantSpec(name="a", service="guaranteed").service is ServiceClass.GUARANTEED  # type: ignore[arg-type]
+    assert TenantSpec(name="a", service="guaranteed").service is ServiceClass.GUARANTEED
     with pytest.raises(ValueError, match="service="):
         TenantSpec(name="a", service="gold")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="weight="):
@@ -391,3 +391,22 @@ def test_one_tenant_alone_is_judged_as_without_tenants() -> None:
     assert seen[""] == seen["x"]
     assert any(s.startswith(("Reject", "Defer")) for s in seen[""])  # shedding ran
     assert math.isclose(plain.signals().severity, named.signals().severity)
+
+
+@pytest.mark.parametrize("start", [0.0, 1.7e9, -5.0e4])
+def test_usage_decays_the_same_on_any_clock(start: float) -> None:
+    """Monotonic, epoch or scaled clocks: the decay scale rebases instead of overflowing."""
+    engine = Engine(config(TenantSpec(name="a"), TenantSpec(name="b"), half_life_s=10.0))
+    loop = Loop(engine)
+    loop.now = start
+    loop.submit(req("a0", "a"))
+    loop.complete_next(service_s=10.0, tokens=100)
+    assert engine.statistics().tenant("a").usage == pytest.approx(50.0)
+    engine.poll(loop.now + 2_000.0)  # 200 half-lives: past the scale's comfortable range
+    assert engine.statistics().tenant("a").usage == pytest.approx(0.0, abs=1e-12)
+    loop.now += 2_000.0
+    loop.submit(req("a1", "a"))
+    loop.complete_next(service_s=10.0, tokens=100)
+    assert engine.statistics().tenant("a").usage == pytest.approx(50.0)
+    engine.poll(loop.now + 1e7)  # a million half-lives
+    assert engine.statistics().tenant("a").usage == 0.0
