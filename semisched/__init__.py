@@ -2,7 +2,8 @@
 
 What ``Scheduler(...)`` and its arguments need is importable from here: the
 scheduler and its client, the outcome exceptions (:mod:`semisched.errors`),
-the config and its presets (:mod:`semisched.core`), the retry policy, the
+the config and its presets (:mod:`semisched.core`), the tenants
+(:mod:`semisched.core.tenancy`) and their statistics, the retry policy, the
 clocks (:mod:`semisched.clock`), the prior interface (:mod:`semisched.priors`)
 and the prompt-token estimator (:mod:`semisched.estimate`).
 The README's "API at a glance" lists each name; a test keeps the two in step.
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from semisched.core.config import SchedulerConfig, preset
     from semisched.core.lifecycle import FailureKind, RetryPolicy
     from semisched.core.request import Prior
+    from semisched.core.stats import TenantStats
+    from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
     from semisched.endpoints import Endpoint
     from semisched.errors import (
         DeadlineExceeded,
@@ -52,12 +55,16 @@ _WHERE = {
     "Scheduler": "semisched.runtime",
     "Endpoint": "semisched.endpoints",
     "SchedulerStats": "semisched.runtime",
+    "TenantStats": "semisched.core.stats",
     # configuration (pure core)
     "FailureKind": "semisched.core.lifecycle",
     "Prior": "semisched.core.request",
     "RetryPolicy": "semisched.core.lifecycle",
     "SchedulerConfig": "semisched.core.config",
     "preset": "semisched.core.config",
+    "ServiceClass": "semisched.core.tenancy",
+    "TenantConfig": "semisched.core.tenancy",
+    "TenantSpec": "semisched.core.tenancy",
     "TokenEstimator": "semisched.estimate",
     # clocks
     "AnyioClock": "semisched.clock",
@@ -111,7 +118,11 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerStats",
     "SemischedError",
+    "ServiceClass",
     "StateUnavailable",
+    "TenantConfig",
+    "TenantSpec",
+    "TenantStats",
     "TokenEstimator",
     "preset",
 ]

@@ -4,8 +4,10 @@
 no client and no event loop, so the async runtime and the batch CLI validate a
 call with the same code. It checks the arguments a caller passes to
 ``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
-ones (``klass``, ``deadline``, ``prior``) from what goes to the provider, and
-returns a frozen :class:`PreparedCall`.
+ones (``klass``, ``deadline``, ``prior``, ``tenant``) from what goes to the
+provider, and returns a frozen :class:`PreparedCall`. :func:`with_tenants`
+reads the ``tenants=`` argument of a :class:`~semisched.Scheduler` (the
+tenants a call may name) into its config.
 
 Rules:
 
@@ -23,6 +25,10 @@ Rules:
    ``prior=(True, 2)`` raise ``TypeError``.
 5. Misuse raises ``ValueError`` or ``TypeError`` naming the argument, before
    anything is queued.
+6. A call's ``tenant`` must be declared (:meth:`TenantConfig.tenant_for
+   <semisched.core.tenancy.TenantConfig.tenant_for>`): an unknown name is a
+   ``ValueError`` naming the declared tenants, never silently the default
+   tenant, since a typo must not change who pays.
 
 What this module is not: it reads no clock, builds no core request (the
 deadline stays relative; the runtime anchors it on its clock) and asks no
@@ -34,11 +40,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+from semisched.core.checks import check_instance
+from semisched.core.config import SchedulerConfig
 from semisched.core.request import Prior
+from semisched.core.tenancy import TenantConfig, TenantSpec
 from semisched.estimate import prompt_bytes
 from semisched.priors import PriorQuery
 
@@ -49,10 +58,11 @@ __all__ = [
     "accepted_params",
     "output_cap",
     "prepare_call",
+    "with_tenants",
 ]
 
 #: Keyword arguments that belong to the scheduler and never reach the provider.
-SCHEDULER_ARGS = frozenset({"klass", "deadline", "prior"})
+SCHEDULER_ARGS = frozenset({"klass", "deadline", "prior", "tenant"})
 
 #: Which provider endpoint a call uses.
 Api = Literal["chat", "completions"]
@@ -78,6 +88,9 @@ class PreparedCall:
         prompt_nbytes: UTF-8 bytes of the prompt text (for the token estimate).
         prompt_kind: Content kind of the prompt (``prose``, ``code``, ``cjk``).
         output_cap: The call's output cap (module rule 3), or ``None``.
+        tenant: The tenant it is sent for: the declared tenant it names, or
+            the default tenant when it names none; when no tenants were
+            given to check it against, the name as given (``""``: none).
     """
 
     api: Api
@@ -89,6 +102,7 @@ class PreparedCall:
     prompt_nbytes: int
     prompt_kind: str
     output_cap: int | None
+    tenant: str = ""
 
     @property
     def model(self) -> str:
@@ -121,9 +135,11 @@ def prepare_call(
     klass: str | None = None,
     deadline: float | None = None,
     prior: Prior | tuple[float, float] | None = None,
+    tenant: str | None = None,
     params: Mapping[str, Any] | None = None,
     allowed_params: Mapping[str, frozenset[str] | None] | None = None,
     class_names: Sequence[str] | None = None,
+    tenants: TenantConfig | None = None,
 ) -> PreparedCall:
     """Validate one call and split it into provider and scheduler arguments.
 
@@ -134,6 +150,7 @@ def prepare_call(
         klass: Scheduling class name, or ``None``.
         deadline: Seconds from submission, or ``None``.
         prior: A :class:`~semisched.core.Prior` or ``(p50, p90)``, or ``None``.
+        tenant: The tenant it is sent for, or ``None`` (the default tenant).
         params: The provider arguments (``max_tokens``, ``temperature``,
             ``stream``, ``extra_headers``, ...).
         allowed_params: Per endpoint, the provider argument names its
@@ -141,6 +158,8 @@ def prepare_call(
             from the mapping is not available. ``None``: both endpoints, any names.
         class_names: The configured class names ``klass`` must be one of
             (``None``: not checked).
+        tenants: The declared tenants ``tenant`` must be one of (module rule
+            6; ``None``: only its type is checked).
 
     Returns:
         The frozen :class:`PreparedCall`.
@@ -159,6 +178,9 @@ def prepare_call(
     own_prior = _check_prior(prior)
     if klass is not None and class_names is not None and klass not in class_names:
         raise ValueError(f"klass={klass!r} must be one of {list(class_names)}")
+    check_instance("tenant", tenant, str, optional=True)
+    if tenants is not None:
+        tenant = tenants.tenant_for(tenant)  # rule 6: ValueError naming the declared ones
     cap = output_cap(params)
     stream = params.get("stream", False)
     if not isinstance(stream, bool):
@@ -180,7 +202,40 @@ def prepare_call(
         prompt_nbytes=nbytes,
         prompt_kind=kind,
         output_cap=cap,
+        tenant=tenant or "",
     )
+
+
+def with_tenants(
+    config: SchedulerConfig, tenants: TenantConfig | Sequence[TenantSpec] | None
+) -> SchedulerConfig:
+    """``config`` with the tenants of ``Scheduler(..., tenants=)``.
+
+    Args:
+        config: The scheduler's config.
+        tenants: A :class:`~semisched.core.tenancy.TenantConfig`, or a
+            sequence of :class:`~semisched.core.tenancy.TenantSpec` (then
+            ``TenantConfig(tenants=tuple(tenants))``: its default policy).
+            ``None`` keeps ``config.tenants``.
+
+    Raises:
+        ValueError: ``config`` declares tenants of its own as well (which
+            one was meant is not ours to guess), or the specs are not
+            valid together (no tenant, two with one name).
+        TypeError: ``tenants`` is neither of the above.
+    """
+    if tenants is None:
+        return config
+    if isinstance(tenants, TenantSpec | str) or not isinstance(tenants, TenantConfig | Sequence):
+        raise TypeError(f"tenants={tenants!r} must be a TenantConfig or a sequence of TenantSpec")
+    if config.tenants != TenantConfig():
+        raise ValueError(
+            f"tenants={tenants!r} and config.tenants={config.tenants!r} both declare "
+            "tenants: give them in one place"
+        )
+    if not isinstance(tenants, TenantConfig):
+        tenants = TenantConfig(tenants=tuple(tenants))
+    return replace(config, tenants=tenants)
 
 
 def output_cap(params: Mapping[str, Any]) -> int | None:

@@ -6,9 +6,12 @@ exceeded, results appended as they complete, resumable after any crash.
 Instead of one ``--base-url`` it takes a fleet: repeated
 ``--endpoint NAME=URL[,key-env=VAR][,rpm=N,...]`` options or ``--fleet
 FILE.toml`` (:mod:`semisched.fleetfile`), routed by ``--routing POLICY``
-(default: the fleet file's, else the preset's ``anticipated_load``). This
-module parses arguments, shows progress and handles signals; the job itself
-is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
+(default: the fleet file's, else the preset's ``anticipated_load``).
+Repeated ``--tenant NAME[,weight=W,service=CLASS,...]`` options declare who
+shares the job; each line names its tenant in ``body.metadata.tenant``
+(:mod:`semisched.batch.tenants`). This module parses arguments and handles
+signals; the progress display is :mod:`semisched.batch.display` and the job
+itself is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
 :func:`main_async` is the same command inside a running one (tests await it
 in virtual time with an in-process provider and clock).
 
@@ -29,10 +32,8 @@ resume).
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
@@ -50,84 +51,14 @@ from semisched.batch import (
     BatchSummary,
 )
 from semisched.batch.client import ClientFactory
+from semisched.batch.display import Display, progress_display
+from semisched.batch.tenants import parse_tenant_option, tenant_config
 from semisched.clock import Clock
 from semisched.core.config import PRESETS, ROUTING_POLICY_NAMES, RoutingConfig
+from semisched.core.tenancy import TENANT_POLICY_NAMES, TenantSpec
 from semisched.fleetfile import EndpointDef, FleetFileError, load_fleet, parse_endpoint_option
 
 __all__ = ["main", "main_async"]
-
-
-class _Plain:
-    """A progress line every ``every_s`` wall seconds (for logs and pipes)."""
-
-    def __init__(self, stream: TextIO, every_s: float) -> None:
-        self.stream = stream
-        self.every_s = every_s
-        self._last = -math.inf
-
-    def start(self, progress: BatchProgress) -> None:
-        print(_status(progress), file=self.stream, flush=True)
-        self._last = time.monotonic()
-
-    def update(self, progress: BatchProgress) -> None:
-        now = time.monotonic()
-        if now - self._last >= self.every_s:
-            self._last = now
-            print(_status(progress), file=self.stream, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
-class _Rich:
-    """A live progress bar on a terminal."""
-
-    def __init__(self, stream: TextIO) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self._progress = Progress(
-            TextColumn("[bold]batch"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=Console(file=stream),
-            transient=False,
-        )
-        self._task: Any = None
-
-    def start(self, progress: BatchProgress) -> None:
-        self._progress.start()
-        self._task = self._progress.add_task(
-            "batch",
-            total=progress.to_send,
-            completed=progress.finished,
-            status=_status(progress, short=True),
-        )
-
-    def update(self, progress: BatchProgress) -> None:
-        self._progress.update(
-            self._task, completed=progress.finished, status=_status(progress, short=True)
-        )
-
-    def close(self) -> None:
-        self._progress.stop()
-
-
-def _status(progress: BatchProgress, *, short: bool = False) -> str:
-    elapsed = progress.elapsed_s
-    done = progress.finished
-    limited = progress.rate_limited
-    per_min = limited / elapsed * 60 if elapsed > 0 else 0.0
-    eta_s = progress.eta_s
-    eta = "?" if eta_s is None else f"{eta_s:.0f}s"
-    core = (
-        f"failed {progress.failed.total} | {progress.tokens_per_s:.0f} tok/s | "
-        f"429s {limited} ({per_min:.1f}/min)"
-    )
-    if short:
-        return f"{core} | ETA {eta}"
-    return f"{done}/{progress.to_send} done | {core} | ETA {eta}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_files(batch)
     _add_budgets(batch)
+    _add_tenants(batch)
     _add_run_control(batch)
     return parser
 
@@ -236,6 +168,35 @@ def _add_budgets(batch: argparse.ArgumentParser) -> None:
     )
 
 
+def _tenant_arg(text: str) -> TenantSpec:
+    """``--tenant``'s value (argparse reports the message of a bad one)."""
+    try:
+        return parse_tenant_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_tenants(batch: argparse.ArgumentParser) -> None:
+    """Who shares the job: each line names its tenant in body.metadata.tenant."""
+    batch.add_argument(
+        "--tenant",
+        action="append",
+        type=_tenant_arg,
+        dest="tenants",
+        metavar="NAME[,weight=W]",
+        help="declare a tenant (repeat for each); also ,service=guaranteed|elastic|best_effort "
+        ",rpm=N ,tpm=N ,max-concurrency=N. A line names its own in body.metadata.tenant",
+    )
+    batch.add_argument(
+        "--tenant-policy",
+        choices=TENANT_POLICY_NAMES,
+        help="which tenant sends next: fair_share (the default), fifo or static_quota",
+    )
+    batch.add_argument(
+        "--default-tenant", metavar="NAME", help="the tenant of lines that name none"
+    )
+
+
 def _add_run_control(batch: argparse.ArgumentParser) -> None:
     """Invalid lines, retries of failures, priors, stopping and progress."""
     batch.add_argument(
@@ -285,7 +246,7 @@ def _add_run_control(batch: argparse.ArgumentParser) -> None:
     )
 
 
-async def _run_batch(run: BatchRun, display: _Plain | _Rich) -> BatchSummary:
+async def _run_batch(run: BatchRun, display: Display) -> BatchSummary:
     """Run ``run``; the first SIGINT/SIGTERM stops it gracefully, the second at once."""
     interrupted_twice = False
     summary: BatchSummary | None = None
@@ -351,6 +312,9 @@ def _options(args: argparse.Namespace) -> BatchOptions:
         base_url=args.base_url,
         endpoints=endpoints,
         routing=routing,
+        tenants=tenant_config(
+            args.tenants or (), policy=args.tenant_policy, default=args.default_tenant
+        ),
         state=args.state,
         namespace=args.namespace,
         api_key_env=args.api_key_env,
@@ -367,14 +331,6 @@ def _options(args: argparse.Namespace) -> BatchOptions:
         grace_s=args.grace,
         budget_margin_s=args.budget_margin,
     )
-
-
-def _display(stream: TextIO, every_s: float) -> _Plain | _Rich:
-    """A progress bar on a terminal, else plain lines every ``every_s`` seconds."""
-    try:
-        return _Rich(stream) if stream.isatty() else _Plain(stream, every_s)
-    except ImportError:
-        return _Plain(stream, every_s)
 
 
 def _report(summary: BatchSummary, stream: TextIO) -> int:
@@ -434,7 +390,7 @@ async def _batch(
     if args.dry_run:
         run = BatchRun(options, client=client, make_client=make_client, clock=clock)
         return await _dry_run(run, stream)
-    display = _display(stream, args.progress_every)
+    display = progress_display(stream, args.progress_every)
     started = False
 
     def on_result(progress: BatchProgress) -> None:

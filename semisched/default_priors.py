@@ -18,12 +18,20 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from semisched.core.checks import check_choice
 from semisched.priors import Heuristic, PriorsChoice, PriorSource
 
-__all__ = ["PRIORS_ENV", "PRIOR_CHOICES", "choose_priors", "default_choice", "model_unavailable"]
+__all__ = [
+    "PRIORS_ENV",
+    "PRIOR_CHOICES",
+    "choose_priors",
+    "default_choice",
+    "model_unavailable",
+    "scheduler_priors",
+]
 
 #: The environment variable naming the default choice.
 PRIORS_ENV = "SEMISCHED_PRIORS"
@@ -77,6 +85,36 @@ def choose_priors(choice: str, *, asked_by: str) -> tuple[PriorSource, PriorsCho
         return Heuristic(), PriorsChoice(name="heuristic", reason=missing)
     loaded = time.perf_counter() - started
     return source, PriorsChoice(name="learned", reason="MiniLM length model", load_s=loaded)
+
+
+def scheduler_priors(
+    priors: PriorSource | str | None,
+) -> tuple[PriorSource, PriorsChoice, Callable[[], tuple[PriorSource, PriorsChoice]] | None]:
+    """What ``Scheduler(priors=...)`` starts with, checked; nothing is loaded here.
+
+    Returns:
+        The source and the :class:`~semisched.priors.PriorsChoice` to use until
+        a model is loaded, and the loading to do (blocking: on entering the
+        scheduler, in a worker thread) or ``None``. A name other than
+        ``heuristic`` loads a model; ``None`` is :func:`default_choice`'s name.
+
+    Raises:
+        ValueError: An unknown name (in ``priors`` or ``$SEMISCHED_PRIORS``).
+        TypeError: ``priors`` is neither a source, a name nor ``None``.
+    """
+    asked_by = f"priors={priors!r}"
+    if priors is None:
+        priors = default_choice()
+        asked_by = f"{PRIORS_ENV}={priors}" if os.environ.get(PRIORS_ENV) else "the default"
+    if isinstance(priors, PriorSource):
+        return priors, PriorsChoice(name=priors.name, reason="the priors argument"), None
+    if not isinstance(priors, str):
+        raise TypeError(f"priors={priors!r} must be a PriorSource, a name or None")
+    check_choice("priors", priors, PRIOR_CHOICES)
+    load = None
+    if priors != "heuristic":
+        load = functools.partial(choose_priors, priors, asked_by=asked_by)
+    return Heuristic(), PriorsChoice(name="heuristic", reason=asked_by), load
 
 
 def model_unavailable() -> str | None:

@@ -3,7 +3,7 @@
 Existing code that calls ``client.chat.completions.create(...)`` or
 ``client.completions.create(...)`` changes one line: use ``scheduler.client``
 in its place. Every call goes through :meth:`semisched.Scheduler.submit`, so it
-also accepts the scheduler-only ``klass``, ``deadline`` and ``prior``.
+also accepts the scheduler-only ``klass``, ``deadline``, ``prior`` and ``tenant``.
 
 What this module is not: no other part of the OpenAI client (files, batches,
 embeddings, ``with_raw_response``) is wrapped.
@@ -25,7 +25,8 @@ class _ScheduledCompletions:
         self._endpoint = endpoint
 
     async def create(self, **kwargs: Any) -> Any:
-        """Scheduled ``create``: same arguments, plus ``klass``, ``deadline``, ``prior``."""
+        """Scheduled ``create``: same arguments, plus ``klass``, ``deadline``, ``prior``,
+        ``tenant``."""
         if self._endpoint == "chat" and "messages" not in kwargs:
             raise TypeError("chat.completions.create() needs messages=")
         if self._endpoint == "completions" and "prompt" not in kwargs:

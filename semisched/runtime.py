@@ -34,9 +34,7 @@ drop-in facade in :mod:`semisched.facade`, statistics in :mod:`semisched.stats`.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -47,21 +45,22 @@ import anyio
 from anyio.abc import TaskGroup
 
 from semisched.calibration import Calibrated, LengthCalibration
-from semisched.calls import PreparedCall, prepare_call
+from semisched.calls import PreparedCall, prepare_call, with_tenants
 from semisched.clock import AnyioClock, Clock
-from semisched.core.checks import check_choice, check_int
+from semisched.core.checks import check_int
 from semisched.core.config import RoutingConfig, SchedulerConfig, preset
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
-from semisched.default_priors import PRIOR_CHOICES, PRIORS_ENV, choose_priors, default_choice
+from semisched.core.tenancy import TenantConfig, TenantSpec
+from semisched.default_priors import scheduler_priors
 from semisched.dispatch import Dispatcher, Pending
 from semisched.endpoints import Deployments, Endpoint
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
 from semisched.prior_batch import PriorResolver
-from semisched.priors import Heuristic, PriorsChoice, PriorSource
+from semisched.priors import Heuristic, PriorSource
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget, backend_for
 from semisched.stats import RuntimeCounters, RuntimeTally, SchedulerStats
@@ -109,6 +108,11 @@ class Scheduler:
         routing: A convenience: a routing policy name
             (:data:`~semisched.core.config.ROUTING_POLICY_NAMES`) or a
             :class:`~semisched.core.RoutingConfig` that replaces ``config.routing``.
+        tenants: Who shares this scheduler (:mod:`semisched.core.tenancy`): a
+            :class:`~semisched.TenantConfig` or a sequence of
+            :class:`~semisched.TenantSpec`; it replaces ``config.tenants``
+            (``ValueError`` when that declares tenants too). Each call names
+            its own with ``submit(..., tenant=)``.
         config: A :class:`SchedulerConfig` or a preset name.
         priors: Where priors come from when a call gives none: a
             :class:`~semisched.priors.PriorSource`, or a name from
@@ -153,6 +157,7 @@ class Scheduler:
         state: StateBackend | str | None = None,
         namespace: str = "semisched",
         routing: str | RoutingConfig | None = None,
+        tenants: TenantConfig | Sequence[TenantSpec] | None = None,
         config: SchedulerConfig | str = "final_adrr_olc",
         priors: PriorSource | str | None = None,
         prior_timeout_s: float = 0.05,
@@ -169,14 +174,7 @@ class Scheduler:
         check_int("seed", seed, optional=True)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
-        asked_by = f"priors={priors!r}"
-        if priors is None:
-            priors = default_choice()
-            asked_by = f"{PRIORS_ENV}={priors}" if os.environ.get(PRIORS_ENV) else "the default"
-        if isinstance(priors, str):
-            check_choice("priors", priors, PRIOR_CHOICES)
-        elif not isinstance(priors, PriorSource):
-            raise TypeError(f"priors={priors!r} must be a PriorSource, a name or None")
+        source, self._prior_choice, self._load_priors = scheduler_priors(priors)
         if not isinstance(calibration, LengthCalibration | bool):
             raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
         self._deployments = Deployments.of(client, endpoints)
@@ -187,6 +185,7 @@ class Scheduler:
         config = preset(config) if isinstance(config, str) else config
         if retry is not None:
             config = replace(config, retry=retry)
+        config = with_tenants(config, tenants)
         self.config = config if routing is None else replace(config, routing=routing)
         self._allowed_params = self._deployments.allowed_params
         self._class_names = tuple(c.name for c in self.config.classes)
@@ -195,15 +194,6 @@ class Scheduler:
             jitter=random.Random(seed).random,
             endpoints=[self._deployments.endpoint(n).spec for n in self._deployments.names],
         )
-        # A name other than "heuristic" loads a model: on entering, in a worker thread.
-        self._load_priors = priors if isinstance(priors, str) and priors != "heuristic" else None
-        self._prior_asked_by = asked_by
-        if isinstance(priors, str):
-            source: PriorSource = Heuristic()
-            self._prior_choice = PriorsChoice(name="heuristic", reason=asked_by)
-        else:
-            source = priors
-            self._prior_choice = PriorsChoice(name=priors.name, reason="the priors argument")
         self._priors = PriorResolver(
             source,
             fallback if fallback is not None else Heuristic(),
@@ -246,11 +236,8 @@ class Scheduler:
     async def __aenter__(self) -> Scheduler:
         if self._tg is not None or self._closed:
             raise RuntimeError("a Scheduler can be entered only once")
-        if self._load_priors is not None:
-            choose = functools.partial(
-                choose_priors, self._load_priors, asked_by=self._prior_asked_by
-            )
-            source, self._prior_choice = await anyio.to_thread.run_sync(choose)
+        if self._load_priors is not None:  # a model: loaded in a worker thread
+            source, self._prior_choice = await anyio.to_thread.run_sync(self._load_priors)
             self._priors = self._priors.with_source(source)
         if self._shared is not None:
             await self._shared.open()  # StateUnavailable: a clear error, nothing started
@@ -303,6 +290,7 @@ class Scheduler:
         klass: str | None = None,
         deadline: float | None = None,
         prior: Prior | tuple[float, float] | None = None,
+        tenant: str | None = None,
         **params: Any,
     ) -> Any:
         """Schedule one chat (``messages``) or completions (``prompt``) call.
@@ -317,6 +305,8 @@ class Scheduler:
                 the answer is useless.
             prior: Output-length prior (a :class:`Prior` or ``(p50, p90)``);
                 default from the scheduler's prior source.
+            tenant: The declared tenant it is sent for (and charged to); ``None``:
+                the default tenant. An undeclared name raises ``ValueError``.
             **params: Passed to the provider unchanged (``max_completion_tokens``,
                 ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...).
 
@@ -329,7 +319,7 @@ class Scheduler:
                 (:func:`semisched.calls.prepare_call`).
             SemischedError: An outcome (see :mod:`semisched.errors`).
         """
-        call = self._prepare(model, messages, prompt, klass, deadline, prior, params)
+        call = self._prepare(model, messages, prompt, klass, deadline, prior, tenant, params)
         if self._tg is None or self._closed:
             raise SchedulerClosed(
                 "the scheduler is not running (use `async with Scheduler(...)`)",
@@ -367,6 +357,7 @@ class Scheduler:
         klass: str | None = None,
         deadline: float | None = None,
         prior: Prior | tuple[float, float] | None = None,
+        tenant: str | None = None,
         **params: Any,
     ) -> str:
         """Validate a call exactly as :meth:`submit` would, without scheduling it.
@@ -377,7 +368,7 @@ class Scheduler:
         Raises:
             ValueError, TypeError: What :meth:`submit` would raise for it.
         """
-        return self._prepare(model, messages, prompt, klass, deadline, prior, params).api
+        return self._prepare(model, messages, prompt, klass, deadline, prior, tenant, params).api
 
     def pause(self) -> None:
         """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
@@ -429,8 +420,13 @@ class Scheduler:
         self._allowed_params = self._deployments.allowed_params
 
     def statistics(self) -> SchedulerStats:
-        """A frozen snapshot: counters, the core's state (per endpoint too), rate
-        limits, the estimator."""
+        """A frozen snapshot: counters, the core's state, rate limits, the estimator.
+
+        Per endpoint: ``statistics().engine.endpoints``. Per tenant:
+        ``statistics().engine.tenants`` (or ``.engine.tenant("acme")``), each a
+        :class:`~semisched.TenantStats`: queued, in flight, completed,
+        rejected, served tokens, and its share, entitlement and debt.
+        """
         return SchedulerStats(
             pending=len(self._dispatch.pending),
             open_streams=self._dispatch.open_streams,
@@ -454,6 +450,7 @@ class Scheduler:
         klass: str | None,
         deadline: float | None,
         prior: Prior | tuple[float, float] | None,
+        tenant: str | None,
         params: dict[str, Any],
     ) -> PreparedCall:
         call = prepare_call(
@@ -463,9 +460,11 @@ class Scheduler:
             klass=klass,
             deadline=deadline,
             prior=prior,
+            tenant=tenant,
             params=params,
             allowed_params=self._allowed_params,
             class_names=self._class_names,
+            tenants=self.config.tenants,
         )
         self._deployments.check_model(call.model)
         return call
@@ -494,5 +493,6 @@ class Scheduler:
             deadline=None if call.deadline_s is None else now + call.deadline_s,
             max_output_tokens=call.output_cap,
             model=call.model,
+            tenant=call.tenant,
         )
         return request, calibrated

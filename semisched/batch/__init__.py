@@ -9,7 +9,9 @@
    Problems carry their line number; unless ``skip_invalid``,
    :class:`InvalidInput` is raised before anything is sent. With
    ``skip_invalid`` each bad line is written to the output as an error record
-   (its ``id`` is ``batch_req_invalid_line_<N>``).
+   (its ``id`` is ``batch_req_invalid_line_<N>``). A body's
+   ``metadata.tenant`` names the line's tenant among those the job declares
+   (:mod:`semisched.batch.tenants`); the provider never sees it.
 2. **Resume** (:mod:`semisched.batch.output`). The output file is read first:
    ``custom_id``\\ s already answered (successes and errors alike) are
    skipped, and a torn last line left by a killed run is cut off.

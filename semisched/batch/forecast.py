@@ -229,6 +229,7 @@ def _prepared(body: dict[str, Any]) -> PreparedCall:
         model=params.pop("model"),
         messages=params.pop("messages", None),
         prompt=params.pop("prompt", None),
+        tenant=params.pop("tenant", None),
         params=params,
     )
 

@@ -6,7 +6,9 @@ SDK would accept for that endpoint. :func:`read_input` checks all of them
 before anything is sent and returns where each valid line is (offset and
 size, not its body); :func:`load_body` reads a body again when its line is
 sent, so a job of 100,000 prompts holds a few numbers per line in memory.
-Problems carry their line number (:class:`InvalidLine`).
+Problems carry their line number (:class:`InvalidLine`). A body's
+``metadata.tenant`` names the line's tenant (:mod:`semisched.batch.tenants`):
+it is checked against the job's tenants here and never reaches the provider.
 
 This module is not the output (:mod:`semisched.batch.output`) and sends
 nothing (:mod:`semisched.batch.run`). It holds :class:`BatchError`, the one
@@ -22,7 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from semisched.batch.tenants import line_tenant_problem, take_tenant
 from semisched.calls import SCHEDULER_ARGS, accepted_params, prepare_call
+from semisched.core.tenancy import TenantConfig
 
 __all__ = [
     "SUPPORTED_URLS",
@@ -102,7 +106,8 @@ def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     The check is :func:`semisched.calls.prepare_call` (pure: no scheduler, no
     client, no event loop) against the argument names of the ``openai``
     package's own ``create`` methods. The scheduler's own arguments
-    (``klass``, ``deadline``, ``prior``) are not API parameters and are refused.
+    (``klass``, ``deadline``, ``prior``, ``tenant``) are not API parameters and
+    are refused (a line's tenant goes in ``metadata.tenant``).
 
     Raises:
         TypeError, ValueError: The body is not a valid request for ``endpoint``.
@@ -110,7 +115,8 @@ def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     params = dict(body)
     own = sorted(SCHEDULER_ARGS & params.keys())
     if own:
-        raise TypeError(f"{own} are scheduler arguments, not API parameters")
+        hint = " (a line's tenant goes in metadata.tenant)" if "tenant" in own else ""
+        raise TypeError(f"{own} are scheduler arguments, not API parameters{hint}")
     call = prepare_call(
         model=params.pop("model", None),
         messages=params.pop("messages", None),
@@ -173,11 +179,17 @@ def _check_line_body(
     body: Any,
     default_model: str | None,
     models: ModelCheck | None,
+    tenants: TenantConfig | None,
 ) -> InvalidLine | None:
-    """The ``body``: a JSON object the SDK accepts for the line's endpoint."""
+    """The ``body``: a JSON object the SDK accepts for the line's endpoint, naming
+    a declared tenant (or none when a default applies)."""
     if not isinstance(body, dict):
         return InvalidLine(number, custom_id, "'body' must be a JSON object")
     body = dict(body)
+    try:
+        tenant = take_tenant(body)  # validated without it: the provider never sees it
+    except ValueError as exc:
+        return InvalidLine(number, custom_id, str(exc))
     if default_model is not None:
         body.setdefault("model", default_model)
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -193,7 +205,8 @@ def _check_line_body(
         return InvalidLine(
             number, custom_id, f"'body.model' {model!r} is served by no endpoint ({models[1]})"
         )
-    return None
+    problem = line_tenant_problem(tenant, tenants)
+    return None if problem is None else InvalidLine(number, custom_id, problem)
 
 
 def _check_line(
@@ -203,6 +216,7 @@ def _check_line(
     first_seen: dict[str, int],
     default_model: str | None,
     models: ModelCheck | None,
+    tenants: TenantConfig | None,
 ) -> BatchLine | InvalidLine:
     try:
         obj = json.loads(text)
@@ -211,7 +225,7 @@ def _check_line(
     problem = _check_envelope(number, obj, first_seen)
     if problem is None:
         problem = _check_line_body(
-            number, obj["custom_id"], obj["url"], obj.get("body"), default_model, models
+            number, obj["custom_id"], obj["url"], obj.get("body"), default_model, models, tenants
         )
     if problem is not None:
         return problem
@@ -223,6 +237,7 @@ def read_input(
     *,
     default_model: str | None = None,
     models: ModelCheck | None = None,
+    tenants: TenantConfig | None = None,
 ) -> tuple[list[BatchLine], list[InvalidLine]]:
     """Parse and validate a Batch API input file (blank lines are ignored).
 
@@ -233,6 +248,9 @@ def read_input(
         default_model: The ``model`` of bodies that name none (``--model``).
         models: Whether a fleet serves a model, and a description of what it
             serves: a line whose model no endpoint serves is invalid.
+        tenants: The job's tenants (``--tenant``; ``None``: none declared). A
+            line naming another tenant in ``metadata.tenant``, or none when
+            no default applies, is invalid (:mod:`semisched.batch.tenants`).
 
     Returns:
         The valid lines and the invalid ones, each in file order.
@@ -250,7 +268,9 @@ def read_input(
                 start, offset = offset, offset + len(text)
                 if not text.strip():
                     continue
-                checked = _check_line(number, start, text, first_seen, default_model, models)
+                checked = _check_line(
+                    number, start, text, first_seen, default_model, models, tenants
+                )
                 if isinstance(checked, BatchLine):
                     lines.append(checked)
                 else:
@@ -263,6 +283,10 @@ def read_input(
 def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> dict[str, Any]:
     """Read ``line``'s body again from the open (binary) input file.
 
+    Returns:
+        The keyword arguments of ``Scheduler.submit``: the body, with its
+        ``metadata.tenant`` moved out of ``metadata`` to ``tenant``.
+
     Raises:
         BatchError: The input changed since it was validated.
     """
@@ -271,6 +295,7 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
     try:
         obj = json.loads(raw)
         body = dict(obj["body"])
+        tenant = take_tenant(body)
         if obj["custom_id"] != line.custom_id:
             raise ValueError
     except (ValueError, KeyError, TypeError):
@@ -279,4 +304,6 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
         ) from None
     if default_model is not None:
         body.setdefault("model", default_model)
+    if tenant is not None:
+        body["tenant"] = tenant
     return body

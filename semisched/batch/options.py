@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from semisched.batch.input import ModelCheck
 from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
 from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
+from semisched.core.tenancy import TenantConfig
 from semisched.fleetfile import EndpointDef, check_unique
 
 __all__ = ["BatchOptions"]
@@ -29,7 +31,9 @@ class BatchOptions:
     file's ``routing``); with one endpoint only its failure rules apply.
     ``state`` (a Redis URL) and ``namespace`` share the budgets (``--rpm``,
     ``--tpm``, ``--max-concurrency``, each endpoint's) with every other runner
-    in the namespace (``--state``, ``--namespace``).
+    in the namespace (``--state``, ``--namespace``). ``tenants`` (``--tenant``,
+    ``--tenant-policy``, ``--default-tenant``) replaces the preset's one tenant;
+    each line names its own in ``metadata.tenant`` (:mod:`semisched.batch.tenants`).
     """
 
     input: Path
@@ -39,6 +43,7 @@ class BatchOptions:
     routing: RoutingConfig | None = None
     state: str | None = None
     namespace: str = "semisched"
+    tenants: TenantConfig | None = None
     api_key_env: str = "OPENAI_API_KEY"
     model: str | None = None
     max_concurrency: int = 32
@@ -61,6 +66,7 @@ class BatchOptions:
         check_str("api_key_env", self.api_key_env)
         check_str("state", self.state, optional=True)
         check_str("namespace", self.namespace)
+        check_instance("tenants", self.tenants, TenantConfig, optional=True)
         check_choice("policy", self.policy, PRESETS)
         check_choice("priors", self.priors, ("auto", "learned", "heuristic"))
         for name in ("max_concurrency", "window", "max_attempts"):
@@ -94,6 +100,11 @@ class BatchOptions:
         served = "; ".join(f"{d.name}: {', '.join(sorted(d.model_map or ()))}" for d in defs)
         return (lambda model: any(model in (d.model_map or ()) for d in defs)), served
 
+    def input_checks(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~semisched.batch.input.read_input` for this
+        job: the default model, what the fleet serves, the declared tenants."""
+        return {"default_model": self.model, "models": self.model_check(), "tenants": self.tenants}
+
     @property
     def fleet(self) -> bool:
         """Whether the job goes to a fleet of endpoints (not one ``base_url``)."""
@@ -108,11 +119,12 @@ class BatchOptions:
         return max(1.0, 0.1 * self.time_scale)
 
     def scheduler_config(self) -> SchedulerConfig:
-        """The policy preset with this job's concurrency, rate budget and routing."""
+        """The policy preset with this job's concurrency, rate budget, routing and tenants."""
         base = preset(self.policy)
         return replace(
             base,
             max_inflight=self.max_concurrency,
             budget=BudgetConfig(rpm=self.rpm, tpm=self.tpm, margin_s=self.margin_s),
             routing=base.routing if self.routing is None else self.routing,
+            tenants=base.tenants if self.tenants is None else self.tenants,
         )

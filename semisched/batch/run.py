@@ -68,10 +68,10 @@ from semisched.batch.output import (
     success_record,
 )
 from semisched.batch.streamed import StreamedPriors
-from semisched.batch.summary import BatchProgress, BatchSummary
+from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
 from semisched.clock import AnyioClock, Clock
 from semisched.core.request import Prior, Request
-from semisched.core.stats import EndpointStats
+from semisched.core.stats import EngineStats
 from semisched.default_priors import choose_priors, model_unavailable
 from semisched.endpoints import Endpoint
 from semisched.errors import SemischedError
@@ -204,7 +204,7 @@ class BatchRun:
         self.options = options
         self._client = client
         self._make_client = make_client
-        self._endpoint_stats: tuple[EndpointStats, ...] = ()
+        self._engine_stats: EngineStats | None = None
         self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
         self._on_start = on_start
         self._on_result = on_result
@@ -248,7 +248,7 @@ class BatchRun:
             latencies_s=tuple(self._latencies),
             priors=self._priors_used(),
             cut_bytes=self._cut_bytes,
-            endpoints=self._endpoint_stats,
+            **engine_parts(self._engine_stats, fleet=self.options.fleet),
         )
 
     def _priors_used(self) -> str:
@@ -269,7 +269,7 @@ class BatchRun:
             BatchError: A file cannot be read, or the output is the input.
         """
         opts = self.options
-        lines, invalid = read_input(opts.input, default_model=opts.model, models=opts.model_check())
+        lines, invalid = read_input(opts.input, **opts.input_checks())
         if invalid and not opts.skip_invalid:
             raise InvalidInput(invalid)
         if opts.output.resolve() == opts.input.resolve():
@@ -513,8 +513,7 @@ class BatchRun:
         assert self._progress is not None and self._started is not None
         stats = scheduler.statistics()
         counters = stats.counters
-        if self.options.fleet:
-            self._endpoint_stats = stats.engine.endpoints
+        self._engine_stats = stats.engine
         self._progress = replace(
             self._progress,
             rate_limited=counters.throttled,

@@ -21,9 +21,10 @@ import numpy as np
 
 from semisched.batch.forecast import eta_s
 from semisched.batch.output import ErrorCode
-from semisched.core.stats import EndpointStats
+from semisched.batch.tenants import tenant_lines
+from semisched.core.stats import EndpointStats, EngineStats, TenantStats
 
-__all__ = ["BatchFailures", "BatchProgress", "BatchSummary"]
+__all__ = ["BatchFailures", "BatchProgress", "BatchSummary", "engine_parts"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,12 +152,15 @@ class BatchSummary(BatchProgress):
         cut_bytes: Bytes of a torn last output line cut before the run.
         endpoints: Per endpoint of a fleet job, the scheduler's counts
             (``()`` for a one-endpoint job).
+        tenants: Per declared tenant, the scheduler's counts, share and
+            entitlement (``()`` unless the job declares several tenants).
     """
 
     latencies_s: tuple[float, ...] = ()
     priors: str = "heuristic"
     cut_bytes: int = 0
     endpoints: tuple[EndpointStats, ...] = ()
+    tenants: tuple[TenantStats, ...] = ()
 
     @classmethod
     def from_progress(cls, progress: BatchProgress, **extra: Any) -> BatchSummary:
@@ -198,7 +202,17 @@ class BatchSummary(BatchProgress):
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
         out.extend(_endpoint_line(e) for e in self.endpoints)
+        out.extend(tenant_lines(self.tenants))
         return out
+
+
+def engine_parts(engine: EngineStats | None, *, fleet: bool) -> dict[str, Any]:
+    """The summary's share of the scheduler's statistics: per endpoint of a ``fleet``,
+    per tenant when several are declared (``engine``: ``None`` before sending)."""
+    if engine is None:
+        return {}
+    tenants = engine.tenants if len(engine.tenants) > 1 else ()
+    return {"endpoints": engine.endpoints if fleet else (), "tenants": tenants}
 
 
 def _endpoint_line(e: EndpointStats) -> str:

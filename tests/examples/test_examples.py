@@ -71,3 +71,31 @@ def test_shared_budget_keeps_three_processes_under_one_limit() -> None:
     assert alone is not None and shared is not None, out
     assert shared.group(1) == "90" and shared.group(2) == "0"  # together, under the limit
     assert int(alone.group(2)) > 0  # alone, each at the whole limit: the storm it prevents
+
+
+#: A row of examples/tenants.py's tables: name, completed, rejected, short p50, short p95.
+TENANT_ROW = re.compile(
+    r"^  (checkout|search|backfill) .* (\d+) +(\d+) +([\d.]+|-)(?: s)? +([\d.]+|-)(?: s)?$", re.M
+)
+
+
+def test_tenants_fair_share_shields_the_guaranteed_tenant_from_the_flood() -> None:
+    out = run("tenants.py")
+    runs = re.split(r"^policy (\w+):", out, flags=re.M)[1:]
+    tables = dict(zip(runs[::2], runs[1::2], strict=True))
+    assert set(tables) == {"fifo", "fair_share"}
+    rows = {
+        policy: {
+            name: (int(done), int(rejected), p50, p95)
+            for name, done, rejected, p50, p95 in TENANT_ROW.findall(text)
+        }
+        for policy, text in tables.items()
+    }
+    for policy in ("fifo", "fair_share"):
+        assert sorted(rows[policy]) == ["backfill", "checkout", "search"]
+        assert rows[policy]["checkout"][:2] == (120, 0)  # every checkout call, none shed
+        assert rows[policy]["backfill"][0] > 0  # the flood still gets the surplus
+    fifo, fair = rows["fifo"]["checkout"], rows["fair_share"]["checkout"]
+    # Behind the whole flood under fifo; ahead of it under fair_share.
+    assert float(fair[2]) * 20 < float(fifo[2])  # p50
+    assert float(fair[3]) * 5 < float(fifo[3])  # p95
