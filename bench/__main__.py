@@ -19,6 +19,8 @@ Subcommands:
                   --live-check adds one regime through the SDK and the HTTP fleet mock
   shared-budget   N worker processes on one provider limit: shared Redis state vs a
                   static split vs uncoordinated (issue 14; real processes, real Redis)
+  tenants         tenants: noisy neighbour, entitlements, service classes (issue 15),
+                  simulated; --live-check adds the noisy neighbour through the SDK
 """
 
 from __future__ import annotations
@@ -134,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
                     "medium and high)")  # fmt: skip
     rt.add_argument("--live-check", action="store_true",
                     help="also run one regime through the SDK and the HTTP fleet mock")  # fmt: skip
+    tn = sub.add_parser("tenants", help="tenants: noisy neighbour, entitlements, service "
+                        "classes (issue 15), simulated")  # fmt: skip
+    tn.add_argument("--out", type=Path, default=Path("results/tenants"), help="output folder")
+    tn.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
+    tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    tn.add_argument("--live-check", action="store_true",
+                    help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     sb = sub.add_parser("shared-budget", help="N workers on one limit: shared vs static vs "
@@ -296,6 +305,20 @@ def _routing(args: argparse.Namespace) -> Path:
     return written
 
 
+def _tenants(args: argparse.Namespace) -> Path:
+    from bench.tenants import tenants
+
+    _check_seeds(args)
+    written = tenants(args.out, seeds=args.seeds, workers=args.workers)
+    if args.live_check:
+        from bench.tenants_live import tenants_live_check
+
+        tenants_live_check(written / "live-check")
+        print((written / "live-check" / "tables.md").read_text())
+    print((written / "tables.md").read_text())
+    return written
+
+
 def _sdk_overhead(args: argparse.Namespace) -> Path:
     from bench.sdk_perf import sdk_overhead
 
@@ -347,6 +370,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "default-prior": _default_prior,
     "routing": _routing,
     "shared-budget": _shared_budget,
+    "tenants": _tenants,
 }
 
 

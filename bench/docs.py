@@ -17,6 +17,7 @@ batch         ``docs/results/batch-mixed/table.md``                  batch
 default-prior ``docs/results/default-prior/summary.csv``             default-prior
 routing       ``docs/results/routing/summary.csv``                   routing
 shared-budget ``docs/results/shared-budget/summary.csv``             shared-budget
+tenants       ``docs/results/tenants/summary.csv``                   tenants
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes).
@@ -171,6 +172,27 @@ def _shared_budget(root: Path) -> str:
     return _table(header, body)
 
 
+def _tenants(root: Path) -> str:
+    """``docs/results/tenants/summary.csv``: issue 15's targets per condition."""
+    from bench.tenants import POLICIES
+    from bench.tenants_report import headline
+
+    rows = headline(_read(root / DOCS / "tenants" / "summary.csv"), POLICIES)
+    header = ("condition", "noisy neighbour: B / C short P95, flood vs none",
+              "5/3/2 backlogged: share / entitlement", "Jain",
+              "guaranteed short P95 beside best-effort vs alone",
+              "goodput vs one tenant (noisy / 5/3/2 / classes)")  # fmt: skip
+    body = [
+        (str(r["condition"]), f"{r['noisy_b']:.2f}x / {r['noisy_c']:.2f}x",
+         f"{r['w5']:.3f} / {r['w3']:.3f} / {r['w2']:.3f}", f"{r['jain']:.3f}",
+         f"{r['guaranteed']:.2f}x",
+         f"{r['goodput_noisy']:.3f} / {r['goodput_entitlements']:.3f} / "
+         f"{r['goodput_classes']:.3f}")
+        for r in rows
+    ]  # fmt: skip
+    return _table(header, body)
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -183,6 +205,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "default-prior": _default_prior,
     "routing": _routing,
     "shared-budget": _shared_budget,
+    "tenants": _tenants,
 }
 
 
@@ -233,5 +256,12 @@ def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: flo
         from bench.routing_live import routing_live_check
 
         routing_live_check(out / "routing" / "live-check")
+    from bench.tenants import tenants
+
+    tenants(out / "tenants", seeds=seeds)
+    if live:
+        from bench.tenants_live import tenants_live_check
+
+        tenants_live_check(out / "tenants" / "live-check")
     readme = root / "README.md"
     readme.write_text(render_readme(readme.read_text(), root))

@@ -73,8 +73,9 @@ async def submit_job(
     deadline: float | None,
     headers: Mapping[str, str] | None = None,
 ) -> None:
-    """Send one simulated job as a live call (its prompt length, prior, class, relative
-    ``deadline`` and true lengths as the mock's hints) and record its outcome in ``rec``."""
+    """Send one simulated job as a live call (its prompt length, prior, class, tenant,
+    relative ``deadline`` and true lengths as the mock's hints) and record its outcome
+    in ``rec``."""
     try:
         await scheduler.submit(
             model="mock-1",
@@ -82,6 +83,7 @@ async def submit_job(
             prior=job.request.prior,
             klass=job.request.klass,
             deadline=deadline,
+            tenant=job.request.tenant or None,
             extra_headers={
                 "x-mock-output-tokens": str(job.output_tokens),
                 "x-mock-input-tokens": str(job.input_tokens),

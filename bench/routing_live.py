@@ -73,7 +73,14 @@ from semisched.core.stats import EngineStats
 from semisched.metrics import RequestRecord, summarize
 from semisched.sim import SimEndpoint, SimJob, Simulator
 
-__all__ = ["live_row", "routing_live_check", "sim_row"]
+__all__ = [
+    "ID_HEADER",
+    "Recorder",
+    "inline_platform_lookup",
+    "live_row",
+    "routing_live_check",
+    "sim_row",
+]
 
 #: The header the recording transport reads a request's id from (the mock ignores it).
 ID_HEADER = "x-bench-request"
@@ -210,7 +217,7 @@ class _Attempt:
     status: int
 
 
-class _Recorder(httpx2.AsyncBaseTransport):
+class Recorder(httpx2.AsyncBaseTransport):
     """Notes every attempt (request id, endpoint, send time, status), then passes it on."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, clock: Callable[[], float]) -> None:
@@ -234,7 +241,7 @@ def _inline(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _inline_platform_lookup() -> Iterator[None]:
+def inline_platform_lookup() -> Iterator[None]:
     """Run openai's platform lookup inline for the duration.
 
     An openai client looks up the platform in a worker thread on its first request; under
@@ -282,7 +289,7 @@ async def _replay(
     ordered = sorted(jobs, key=lambda j: (j.request.arrival, j.request.id))
     offset = ordered[0].request.arrival  # the mock's origin: the first request
     app = create_fleet_app(_mock_fleet(fleet, offset), clock=anyio.current_time)
-    recorder = _Recorder(httpx2.ASGITransport(app=app), anyio.current_time)
+    recorder = Recorder(httpx2.ASGITransport(app=app), anyio.current_time)
     records: dict[str, LiveRecord] = {}
     async with httpx2.AsyncClient(transport=recorder, base_url=_BASE) as http:
         scheduler = Scheduler(
@@ -365,7 +372,7 @@ def live_row(spec: RoutingSpec) -> dict[str, object]:
     jobs, config = _pieces(spec)
     fleet = fleet_for(jobs, spec.seed, spec.cap)
     started = time.perf_counter()
-    with _inline_platform_lookup():
+    with inline_platform_lookup():
         row = trio.run(
             _replay, spec, jobs, config, fleet, clock=trio.testing.MockClock(autojump_threshold=0)
         )

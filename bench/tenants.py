@@ -66,7 +66,18 @@ from semisched.metrics import summarize
 from semisched.sim import SimJob, Simulator
 from semisched.sim_model import TraceRow
 
-__all__ = ["POLICIES", "SCENARIOS", "TenantRun", "run_tenants", "tenants", "tenants_config"]
+__all__ = [
+    "POLICIES",
+    "SCENARIOS",
+    "TenantRun",
+    "goodput",
+    "run_tenants",
+    "scenario_jobs",
+    "served_in",
+    "tenant_of",
+    "tenants",
+    "tenants_config",
+]
 
 PHYSICS = PhysicsParams()
 MAX_INFLIGHT = 32
@@ -136,14 +147,15 @@ def tenants_config(policy: str, specs: Sequence[TenantSpec]) -> SchedulerConfig:
     return _layers(policy).with_(tenants=tenants)
 
 
-def scenario_jobs(scenario: str, seed: int) -> list[SimJob]:
-    """Every tenant's jobs of ``scenario`` merged in arrival order (ids ``TENANT-rNNNNN``)."""
+def scenario_jobs(scenario: str, seed: int, span_s: float = SPAN_S) -> list[SimJob]:
+    """Every tenant's jobs of ``scenario`` over ``span_s`` seconds of arrivals, merged in
+    arrival order (ids ``TENANT-rNNNNN``)."""
     capacity = PHYSICS.capacity_tokens_per_s()
     source = information_source("coarse", seed=seed)
     jobs: list[SimJob] = []
     for index, load in enumerate(SCENARIOS[scenario]):
         rate = load.load * capacity / mean_output_tokens(MIX)
-        n = max(1, round(rate * SPAN_S))
+        n = max(1, round(rate * span_s))
         # generate() sets the rate from its regime's congestion: the capacity it is
         # given is scaled so that the rate is ``load`` of the real one.
         part = generate(
@@ -168,13 +180,14 @@ class TenantRun:
     scenario: str
     policy: str
     seed: int
+    span_s: float = SPAN_S
 
 
-def _tenant_of(row: TraceRow) -> str:
+def tenant_of(row: TraceRow) -> str:
     return row.id.split("-", 1)[0]
 
 
-def _served_in(rows: Sequence[TraceRow], window: tuple[float, float]) -> dict[str, float]:
+def served_in(rows: Sequence[TraceRow], window: tuple[float, float]) -> dict[str, float]:
     """Output tokens each tenant was served inside ``window``: a completed request's
     tokens spread evenly over its time at the provider (send to end), so a long
     answer counts where it was decoded, not all at its end."""
@@ -188,12 +201,12 @@ def _served_in(rows: Sequence[TraceRow], window: tuple[float, float]) -> dict[st
         if overlap <= 0.0:
             continue
         part = row.output_tokens * (overlap / (end - start) if end > start else 1.0)
-        tenant = _tenant_of(row)
+        tenant = tenant_of(row)
         served[tenant] = served.get(tenant, 0.0) + part
     return served
 
 
-def _goodput(rows: Sequence[TraceRow], span: float) -> float:
+def goodput(rows: Sequence[TraceRow], span: float) -> float:
     return sum(r.output_tokens for r in rows if r.met_deadline) / span
 
 
@@ -201,7 +214,7 @@ def run_tenants(run: TenantRun) -> list[dict[str, object]]:
     """Simulate one run (and its one-tenant twin); one row per tenant plus ``all``."""
     loads = SCENARIOS[run.scenario]
     specs = [load.spec for load in loads]
-    jobs = scenario_jobs(run.scenario, run.seed)
+    jobs = scenario_jobs(run.scenario, run.seed, run.span_s)
     span = max(j.request.arrival for j in jobs)
     result = Simulator(tenants_config(run.policy, specs), PHYSICS).run(jobs)
     single_jobs = [replace(j, request=replace(j.request, tenant="")) for j in jobs]
@@ -209,12 +222,12 @@ def run_tenants(run: TenantRun) -> list[dict[str, object]]:
     weight = {s.name: s.weight for s in specs if s.has_entitlement}
     total_weight = sum(weight.values())
     window = (0.1 * span, span)
-    work = _served_in(result.rows, window)
+    work = served_in(result.rows, window)
     served_total = sum(work.values())
     out: list[dict[str, object]] = []
     base = {"scenario": run.scenario, "condition": run.policy, "seed": run.seed}
     for spec in specs:
-        mine = [r for r in result.rows if _tenant_of(r) == spec.name]
+        mine = [r for r in result.rows if tenant_of(r) == spec.name]
         entitled = weight.get(spec.name, 0.0) / total_weight if total_weight else 0.0
         share = work.get(spec.name, 0.0) / served_total if served_total else 0.0
         out.append(
@@ -222,7 +235,7 @@ def run_tenants(run: TenantRun) -> list[dict[str, object]]:
                 **base,
                 "tenant": spec.name,
                 **summarize(mine),
-                "goodput_tps": _goodput(mine, span),
+                "goodput_tps": goodput(mine, span),
                 "entitlement": entitled,
                 "share": share,
                 "share_ratio": share / entitled if entitled else math.nan,
@@ -234,21 +247,21 @@ def run_tenants(run: TenantRun) -> list[dict[str, object]]:
         )
     ratios = [float(r["share_ratio"]) for r in out if not math.isnan(float(r["share_ratio"]))]  # type: ignore[arg-type]
     jain = (sum(ratios) ** 2) / (len(ratios) * sum(x * x for x in ratios)) if ratios else math.nan
-    goodput = _goodput(result.rows, span)
-    one = _goodput(single.rows, span)
-    single_served = sum(_served_in(single.rows, window).values())
+    total_goodput = goodput(result.rows, span)
+    one = goodput(single.rows, span)
+    single_served = sum(served_in(single.rows, window).values())
     out.append(
         {
             **base,
             "tenant": "all",
             **summarize(result.rows),
-            "goodput_tps": goodput,
+            "goodput_tps": total_goodput,
             "entitlement": math.nan,
             "share": math.nan,
             "share_ratio": math.nan,
             "jain": jain,
             "one_tenant_goodput_tps": one,
-            "goodput_vs_one": goodput / one if one else math.nan,
+            "goodput_vs_one": total_goodput / one if one else math.nan,
             "throughput_vs_one": served_total / single_served if single_served else math.nan,
         }
     )
@@ -267,9 +280,13 @@ EXTRA = (
 )
 
 
-def tenants(out: Path, *, seeds: int = 5, workers: int | None = None) -> Path:
+def tenants(
+    out: Path, *, seeds: int = 5, workers: int | None = None, span_s: float = SPAN_S
+) -> Path:
     """Run every scenario x policy x seed; write runs.csv, summary.csv, tables.md, the figure."""
-    runs = [TenantRun(s, p, k) for s in SCENARIOS for p in POLICIES for k in range(seeds)]
+    runs = [
+        TenantRun(s, p, k, span_s) for s in SCENARIOS for p in POLICIES for k in range(seeds)
+    ]
     out.mkdir(parents=True, exist_ok=True)
     progress = ProgressReporter()
     start = time.perf_counter()
@@ -285,7 +302,7 @@ def tenants(out: Path, *, seeds: int = 5, workers: int | None = None) -> Path:
     preamble = (
         f"{seeds} seeds per cell; mean ± std over seeds. Default physics (32 slots), "
         f"client budget {MAX_INFLIGHT} in flight, the balanced mix with coarse priors, "
-        f"arrivals over {SPAN_S:.0f} s. Scenarios and conditions: `bench/tenants.py`'s "
+        f"arrivals over {span_s:.0f} s. Scenarios and conditions: `bench/tenants.py`'s "
         "docstring. Shares count output tokens served between 10% and 100% of the span."
     )
     scenarios = [s for s in SCENARIOS if not s.endswith("-base")]
