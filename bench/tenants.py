@@ -284,9 +284,7 @@ def tenants(
     out: Path, *, seeds: int = 5, workers: int | None = None, span_s: float = SPAN_S
 ) -> Path:
     """Run every scenario x policy x seed; write runs.csv, summary.csv, tables.md, the figure."""
-    runs = [
-        TenantRun(s, p, k, span_s) for s in SCENARIOS for p in POLICIES for k in range(seeds)
-    ]
+    runs = [TenantRun(s, p, k, span_s) for s in SCENARIOS for p in POLICIES for k in range(seeds)]
     out.mkdir(parents=True, exist_ok=True)
     progress = ProgressReporter()
     start = time.perf_counter()

@@ -18,7 +18,8 @@ kind from :func:`semisched.failures.classify_failure`, ``cancel``) and
 resolves each caller exactly once. With a shared state
 (:class:`~semisched.state.guard.SharedBudget`) each attempt is reserved there
 first; a refusal goes back to the core as ``refused`` (the call is not sent),
-and the attempt's lease is returned when it ends.
+and the attempt's lease is returned when it ends; with several tenants, each
+completion's work tokens are shared too (:mod:`semisched.state.usage`).
 
 Rules:
 
@@ -58,6 +59,7 @@ from semisched.failures import ProviderFailure, classify_failure, failure_outcom
 from semisched.headers import RateLimitInfo, parse_rate_limits
 from semisched.provider import usage_of
 from semisched.state.guard import SharedBudget
+from semisched.state.usage import SharedUsage
 from semisched.stats import RuntimeTally
 from semisched.streams import ScheduledStream
 
@@ -146,6 +148,8 @@ class Dispatcher:
         self._wake_at: float | None = None
         self._changed = anyio.Event()
         self._idle = anyio.Event()
+        # Tenants' usage shared through the state (None: no state, or one tenant).
+        self._usage: SharedUsage | None = None if shared is None else shared.track_usage(self.now)
 
     def __repr__(self) -> str:
         return (
@@ -159,6 +163,8 @@ class Dispatcher:
         """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
         self._tg = tg
         tg.start_soon(self._driver)
+        if self._usage is not None:
+            tg.start_soon(self._usage.run)
 
     def now(self) -> float:
         """The clock's now, never earlier than a time already given to the engine."""
@@ -414,6 +420,8 @@ class Dispatcher:
         actions = self.engine.completed(
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
         )
+        if self._usage is not None:
+            self._usage.served(pending.request, usage.output_tokens)
         self.execute(actions)
         self._resolve(pending, value=response)
 
@@ -425,6 +433,8 @@ class Dispatcher:
             if tokens is not None:
                 self._observe_length(pending, tokens)
             self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
+            if self._usage is not None:
+                self._usage.served(pending.request, tokens or 0)
         else:
             self.execute(self.engine.cancel(pending.id, now))
         self._check_idle()

@@ -285,13 +285,15 @@ class EngineBook:
             allocation_state=lane.alloc.state(),
         )
 
-    def tenant_usage(self, tenant: str) -> float:
-        """This process's own decayed usage of ``tenant`` now, in work tokens (what a
-        shared state adds up across processes).
+    def tenant_usage(self, tenant: str, now: float | None = None) -> float:
+        """This process's own decayed usage of ``tenant`` at ``now`` (default: the last
+        event's time), in work tokens: what a shared state adds up across processes.
 
         Raises:
-            ValueError: ``tenant`` is not declared.
+            ValueError: ``tenant`` is not declared, or ``now`` goes backwards.
         """
+        if now is not None:
+            self._advance(now)
         return self._ledger.own(self._lane(tenant), self._now)
 
     def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> None:

@@ -261,10 +261,8 @@ class TenantLedger:
 
     def _rebase(self, now: float, exponent: float) -> None:
         if self.total > 0.0:
-            if exponent > 1000.0:  # a thousand half-lives: nothing is left
-                factor = math.inf
-            else:
-                factor = float(2.0**exponent)
+            # Beyond a thousand half-lives nothing is left.
+            factor = math.inf if exponent > 1000.0 else float(2.0**exponent)
             for lane in self.lanes:
                 lane.usage /= factor
                 lane.external /= factor

@@ -24,6 +24,26 @@ A scope can also be *paused* for everyone (:meth:`StateBackend.pause`): a 429's
 ``retry-after``, or an endpoint's open circuit, seen by one process, holds all
 of them.
 
+Tenants' usage is the other shared record (:meth:`StateBackend.add_usage`):
+per namespace, one sum per tenant of the *work tokens* every process served it
+(output tokens plus ``input_token_weight`` times prompt tokens: the core's
+unit, :mod:`semisched.core.tenants`), halving every ``half_life_s`` (wall
+seconds) in place: ``x`` added at ``t`` counts ``x * 2**(-(now - t) / half_life_s)``
+at ``now``. Each process adds what it served and reads back every tenant's
+fleet-wide sum; the part beyond its own reaches its engine
+(``Engine.observe_tenant_usage``), so shares, debt (derived: usage minus
+entitlement times everyone's usage, never stored) and the tenant policy's
+choice are fleet-wide. :mod:`semisched.state.usage` does this for the runtime,
+batching completions into at most one round trip per flush interval. Every
+process of a namespace must use the same half-life (the caller's decays the sums).
+
+When the store is lost (:class:`StateUnavailable` mid-run,
+:mod:`semisched.state.guard`), budgets fall back to this worker's share of
+each limit; tenant sharing simply stops: the engine keeps counting its own
+usage, the other processes' usage it last observed decays away with the
+half-life, and what this worker serves meanwhile is pushed (decayed) when the
+store is back. The loss is counted once, in :attr:`StateStats.fallbacks`.
+
 A backend keys a request as ``"<worker id>:<request id>"`` (its own
 ``worker``), so request ids of different processes never collide. Times are
 the backend's own clock (Redis: the server's ``TIME``), never the callers', so
@@ -37,17 +57,22 @@ equivalent; tests and one-process use) and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "USAGE_FLOOR",
     "Grant",
     "Scope",
     "StateBackend",
     "StateStats",
     "StateUnavailable",
+    "check_usage",
 ]
+
+#: A tenant whose decayed usage falls under this many work tokens is forgotten.
+USAGE_FLOOR = 1e-6
 
 
 class StateUnavailable(RuntimeError):
@@ -123,6 +148,8 @@ class StateStats:
         round_trip_p50_ms: Median wall time of a reservation, this process.
         round_trip_p99_ms: Its 99th percentile.
         fallbacks: Times this process lost the shared state and fell back.
+        usage_syncs: Tenant-usage round trips of this process
+            (:meth:`StateBackend.add_usage`).
     """
 
     backend: str
@@ -133,6 +160,7 @@ class StateStats:
     round_trip_p50_ms: float
     round_trip_p99_ms: float
     fallbacks: int = 0
+    usage_syncs: int = 0
 
 
 @runtime_checkable
@@ -169,5 +197,35 @@ class StateBackend(Protocol):
     async def workers(self) -> int:
         """How many workers are registered in the namespace (at least 1)."""
 
+    async def add_usage(self, tokens: Mapping[str, float], half_life_s: float) -> dict[str, float]:
+        """Add ``tokens`` (tenant -> work tokens this process served; may be empty: only
+        read) to each tenant's sum, decaying every sum with ``half_life_s`` (wall
+        seconds) on the backend's clock, atomically; return every tenant's fleet-wide
+        decayed sum now (tenants decayed to almost nothing are forgotten)."""
+
     def statistics(self) -> StateStats:
         """This process's view of the backend."""
+
+
+def check_usage(tokens: Mapping[str, float], half_life_s: float) -> None:
+    """Validate :meth:`StateBackend.add_usage`'s arguments.
+
+    Raises:
+        ValueError: A tenant that is not a non-empty str, an amount that is not a
+            finite number >= 0, or a half-life that is not a finite number > 0.
+    """
+    if (
+        isinstance(half_life_s, bool)
+        or not isinstance(half_life_s, int | float)
+        or not (math.isfinite(half_life_s) and half_life_s > 0)
+    ):
+        raise ValueError(f"{half_life_s=} must be a finite number > 0")
+    for tenant, amount in tokens.items():
+        if not isinstance(tenant, str) or not tenant:
+            raise ValueError(f"tenant={tenant!r} must be a non-empty str")
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not (math.isfinite(amount) and amount >= 0)
+        ):
+            raise ValueError(f"tokens[{tenant!r}]={amount!r} must be a finite number >= 0")

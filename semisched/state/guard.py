@@ -31,6 +31,12 @@ Rules:
 5. A refused worker waits the backend's time plus up to a fifth more, drawn at
    random (``seed``): workers refused together do not all come back at the same
    instant to be refused again.
+6. Tenants' usage (:mod:`semisched.state.usage`, when :meth:`SharedBudget.track_usage`
+   made one) is read on :meth:`~SharedBudget.open`, before the first send, and
+   the last completions' usage is pushed on :meth:`~SharedBudget.close`. While the
+   backend is lost (rule 3) tenant sharing stops (:meth:`SharedBudget.add_usage`
+   answers ``None`` without a round trip) and resumes when the worker rejoins;
+   the loss is the one counted in ``fallbacks``.
 
 What this module is not: it decides nothing about scheduling (the core does)
 and holds no connection (the backend does).
@@ -43,7 +49,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 
@@ -51,6 +57,7 @@ from semisched.clock import Clock
 from semisched.core.engine import Engine
 from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
 from semisched.state.local import LocalState
+from semisched.state.usage import SharedUsage
 
 __all__ = ["SharedBudget", "backend_for"]
 
@@ -94,6 +101,7 @@ class SharedBudget:
         self._lost_at = 0.0
         self._workers = 1
         self._fallbacks = 0
+        self.usage: SharedUsage | None = None  # track_usage() (rule 6)
 
     def __repr__(self) -> str:
         mode = "fallback (local share)" if self._local is not None else "shared"
@@ -108,11 +116,23 @@ class SharedBudget:
         """Connect the backend (``StateUnavailable`` when it cannot be reached)."""
         await self.backend.open()
         self._workers = max(1, await self.backend.workers())
+        if self.usage is not None:
+            await self.usage.sync()  # the fleet's tenant usage, before the first send
 
     async def close(self) -> None:
-        """Deregister (quietly when the backend is gone)."""
+        """Push the last tenant usage and deregister (quietly when the backend is gone)."""
+        if self.usage is not None and self._local is None:
+            await self.usage.sync()
         with contextlib.suppress(StateUnavailable):
             await self.backend.close()
+
+    def track_usage(self, now: Callable[[], float]) -> SharedUsage | None:
+        """Share tenants' usage through the backend (rule 6), with the engine's time
+        source ``now``; ``None`` (nothing to share) when the engine declares one tenant."""
+        if len(self.engine.config.tenants.tenants) < 2:
+            return None
+        self.usage = SharedUsage(self, self.engine, now)
+        return self.usage
 
     # -- the scopes --------------------------------------------------------------------
 
@@ -196,6 +216,19 @@ class SharedBudget:
             except StateUnavailable as exc:
                 self._lose(exc)
 
+    async def add_usage(
+        self, tokens: Mapping[str, float], half_life_s: float
+    ) -> dict[str, float] | None:
+        """:meth:`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 6)."""
+        await self._maybe_rejoin()
+        if self._local is not None:
+            return None
+        try:
+            return await self.backend.add_usage(tokens, half_life_s)
+        except StateUnavailable as exc:
+            self._lose(exc)
+            return None
+
     async def run_heartbeat(self, lease_ttl_s: float) -> None:
         """Renew this worker's leases and registration every third of the TTL (forever)."""
         while True:
@@ -224,6 +257,7 @@ class SharedBudget:
             round_trip_p50_ms=stats.round_trip_p50_ms,
             round_trip_p99_ms=stats.round_trip_p99_ms,
             fallbacks=self._fallbacks,
+            usage_syncs=stats.usage_syncs,
         )
 
     # -- losing and rejoining (rule 3) ----------------------------------------------------

@@ -18,6 +18,9 @@ Rules (the same as :mod:`semisched.state.redis`):
    and does not count it against the cap.
 4. Every reservation is its own charge: a retry's earlier charge keeps
    counting until its window passes, and :meth:`settle` reaches the latest.
+5. Tenant usage (:meth:`add_usage`) is one decaying sum per tenant, on the
+   same clock: every caller's work tokens add up, and all of it halves every
+   ``half_life_s``.
 
 Not thread-safe: one event loop.
 """
@@ -27,11 +30,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from semisched.state.base import Grant, Scope, StateStats
-from semisched.state.timing import RoundTrips
+from semisched.state.base import USAGE_FLOOR, Grant, Scope, StateStats, check_usage
+from semisched.state.timing import Decaying, RoundTrips
 
 __all__ = ["LocalState"]
 
@@ -112,6 +115,8 @@ class LocalState:
         self._refusals = 0
         self._charges = 0  # charge ids
         self._trips = RoundTrips()
+        self._usage: Decaying | None = None  # tenant -> work tokens (rule 5)
+        self._usage_syncs = 0
 
     def __repr__(self) -> str:
         return f"<LocalState {self.namespace!r} scopes={sorted(self._scopes)}>"
@@ -214,6 +219,23 @@ class LocalState:
         """One process."""
         return 1
 
+    async def add_usage(self, tokens: Mapping[str, float], half_life_s: float) -> dict[str, float]:
+        """Rule 5: add each tenant's work tokens now; every tenant's decayed sum now."""
+        check_usage(tokens, half_life_s)
+        now = self._clock()
+        usage = self._usage
+        if usage is None or usage.half_life_s != half_life_s:
+            # A new half-life (one per namespace in practice) carries the sums over.
+            carried = {} if usage is None else usage.values(now)
+            usage = self._usage = Decaying(half_life_s)
+            for tenant, value in carried.items():
+                usage.add(tenant, value, now)
+        for tenant, amount in tokens.items():
+            usage.add(tenant, amount, now)
+        usage.prune(now, USAGE_FLOOR)
+        self._usage_syncs += 1
+        return usage.values(now)
+
     def statistics(self) -> StateStats:
         """Counts and round trips of this process."""
         p50, p99 = self._trips.percentiles()
@@ -225,4 +247,5 @@ class LocalState:
             refusals=self._refusals,
             round_trip_p50_ms=p50,
             round_trip_p99_ms=p99,
+            usage_syncs=self._usage_syncs,
         )

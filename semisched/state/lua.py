@@ -6,7 +6,7 @@ the server's clock in µs. Values only: nothing here talks to Redis.
 
 from __future__ import annotations
 
-__all__ = ["HEARTBEAT", "PAUSE", "PRELUDE", "RESERVE", "SETTLE", "SOURCES", "WORKERS"]
+__all__ = ["HEARTBEAT", "PAUSE", "PRELUDE", "RESERVE", "SETTLE", "SOURCES", "USAGE", "WORKERS"]
 
 PRELUDE = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -155,6 +155,41 @@ if not current or current < stop then
 end
 """
 
+# KEYS: the usage hash (tenant -> work tokens at its time), the times hash (tenant -> server
+# µs). ARGV: half-life µs, key TTL ms, floor, then tenant, work tokens pairs to add. Returns
+# {tenant, decayed value} pairs (strings: a Lua number would come back as an integer).
+USAGE = """
+local values, times = KEYS[1], KEYS[2]
+local half, ttl, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = clock()
+local function decayed(v, t)
+  return (tonumber(v) or 0) * 2 ^ (-math.max(0, now - (tonumber(t) or now)) / half)
+end
+for i = 4, #ARGV, 2 do
+  local name = ARGV[i]
+  local v = decayed(redis.call('HGET', values, name), redis.call('HGET', times, name))
+  redis.call('HSET', values, name, string.format('%.17g', v + tonumber(ARGV[i + 1])))
+  redis.call('HSET', times, name, now)
+end
+if #ARGV > 3 then arm(ttl, values, times) end
+local all = redis.call('HGETALL', values)
+local out, gone = {}, {}
+for j = 1, #all, 2 do
+  local name = all[j]
+  local v = decayed(all[j + 1], redis.call('HGET', times, name))
+  if v < floor then
+    gone[#gone + 1] = name
+  else
+    out[#out + 1] = name
+    out[#out + 1] = string.format('%.17g', v)
+  end
+end
+if #gone > 0 then
+  chunks(gone, function(...) redis.call('HDEL', values, ...) redis.call('HDEL', times, ...) end)
+end
+return out
+"""
+
 SOURCES = {
     name: PRELUDE + body
     for name, body in (
@@ -163,5 +198,6 @@ SOURCES = {
         ("heartbeat", HEARTBEAT),
         ("workers", WORKERS),
         ("pause", PAUSE),
+        ("usage", USAGE),
     )
 }

@@ -19,10 +19,14 @@ Key layout (``ns``: the namespace, ``K``: a :attr:`Scope.key`; a *member* is
 3. ``ns:scope:K:leases``: sorted set, member -> lease expiry (server µs).
 4. ``ns:scope:K:pause``: string, the pause's end (server µs); expires with it.
 5. ``ns:workers``: sorted set, worker id -> registration expiry (server µs).
-6. Writes re-arm key TTLs (a scope's keys: window + lease TTL; leases and
-   registrations: the lease TTL) and never shorten one, so an abandoned
-   namespace deletes itself. ``charges`` and ``tokens`` always share one expiry
-   time. A namespace or worker id may not contain ``:``: namespaces never share a key.
+6. ``ns:tenants:usage``: hash, tenant -> its decayed work tokens (a float) at
+   the time in ``ns:tenants:at`` (hash, tenant -> server µs of its last update).
+7. Writes re-arm key TTLs (a scope's keys: window + lease TTL; leases and
+   registrations: the lease TTL; the tenant hashes: :data:`USAGE_TTL_HALF_LIVES`
+   half-lives, after which any sum is negligible) and never shorten one, so an
+   abandoned namespace deletes itself. ``charges`` and ``tokens`` always share
+   one expiry time. A namespace or worker id may not contain ``:``: namespaces
+   never share a key.
 
 The scripts keep these rules:
 
@@ -45,6 +49,11 @@ The scripts keep these rules:
 5. ``SETTLE`` replaces a live charge's tokens and moves ``total`` by the difference.
 6. ``HEARTBEAT`` registers the worker and renews (``ZADD XX``) only leases still
    live: an expired lease is never resurrected. ``PAUSE`` never shortens a pause.
+7. ``USAGE`` decays each tenant it adds to from its last update to now
+   (``x * 2**(-dt / half_life)``), adds, stamps now, and answers every
+   tenant's sum decayed to now in the same round trip; tenants decayed below
+   :data:`~semisched.state.base.USAGE_FLOOR` are deleted. Only the server's
+   clock is read, so processes whose clocks disagree still agree on the sums.
 
 What this module is not: the fallback when Redis is lost (a wrapper's job), and
 not for Redis Cluster (one script touches the keys of several scopes).
@@ -56,7 +65,7 @@ import contextlib
 import math
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -66,7 +75,14 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from semisched.state.base import Grant, Scope, StateStats, StateUnavailable
+from semisched.state.base import (
+    USAGE_FLOOR,
+    Grant,
+    Scope,
+    StateStats,
+    StateUnavailable,
+    check_usage,
+)
 from semisched.state.lua import SOURCES
 from semisched.state.timing import RoundTrips
 
@@ -74,6 +90,8 @@ __all__ = ["RedisState"]
 
 #: Connect and command timeout of a client this module builds, seconds.
 TIMEOUT_S = 2.0
+#: The tenant-usage keys live this many half-lives past their last write (2**-32 of a sum is left).
+USAGE_TTL_HALF_LIVES = 32
 _SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -128,6 +146,8 @@ class RedisState:
         self._round_trips = RoundTrips(4096)
         self._lease_us = max(1, round(self.lease_ttl_s * 1e6))
         self._workers_key = f"{namespace}:workers"
+        self._usage_keys = [f"{namespace}:tenants:usage", f"{namespace}:tenants:at"]
+        self._usage_syncs = 0
 
     def __repr__(self) -> str:
         return (
@@ -276,6 +296,22 @@ class RedisState:
             self._workers = max(1, int(await script(keys=[self._workers_key])))
         return self._workers
 
+    async def add_usage(self, tokens: Mapping[str, float], half_life_s: float) -> dict[str, float]:
+        """Add each tenant's work tokens and read every tenant's decayed sum, in one round trip
+        (rule 7; an empty ``tokens`` only reads)."""
+        check_usage(tokens, half_life_s)
+        half_us = max(1, round(half_life_s * 1e6))
+        args: list[str | int | float] = [
+            half_us, max(1, math.ceil(half_us * USAGE_TTL_HALF_LIVES / 1000)), repr(USAGE_FLOOR)
+        ]  # fmt: skip
+        for tenant, amount in tokens.items():
+            args += [tenant, repr(float(amount))]
+        script = self._script("usage")
+        with self._mapped("usage"):
+            reply = await script(keys=self._usage_keys, args=args)
+        self._usage_syncs += 1
+        return {_text(reply[i]): float(reply[i + 1]) for i in range(0, len(reply), 2)}
+
     def statistics(self) -> StateStats:
         """This process's view: counts, round-trip percentiles, workers at the last count."""
         p50, p99 = self._round_trips.percentiles()
@@ -287,6 +323,7 @@ class RedisState:
             refusals=self._refusals,
             round_trip_p50_ms=p50,
             round_trip_p99_ms=p99,
+            usage_syncs=self._usage_syncs,
         )
 
     async def _renew(self) -> None:

@@ -73,3 +73,41 @@ async def test_all_or_nothing_across_scopes_and_leases_expire_without_heartbeats
     assert not (await state.reserve("s", 1, [endpoint])).ok
     clock.t += 2.0  # 116: no heartbeat since 105: the lease is gone
     assert (await state.reserve("s", 1, [endpoint])).ok
+
+
+async def test_tenant_usage_adds_up_across_callers_and_halves_every_half_life() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock)
+    assert await state.add_usage({}, 60.0) == {}  # nothing yet: a read answers nothing
+    assert await state.add_usage({"a": 1000.0}, 60.0) == {"a": 1000.0}
+    # Another scheduler of the process, sharing this state, adds its own.
+    assert await state.add_usage({"a": 500.0, "b": 100.0}, 60.0) == {"a": 1500.0, "b": 100.0}
+    clock.t += 60.0  # one half-life
+    assert await state.add_usage({}, 60.0) == pytest.approx({"a": 750.0, "b": 50.0})
+    clock.t += 120.0
+    found = await state.add_usage({"b": 25.0}, 60.0)  # decayed, then added
+    assert found == pytest.approx({"a": 187.5, "b": 37.5})
+    assert state.statistics().usage_syncs == 5
+
+
+async def test_tenant_usage_decays_to_nothing_and_is_forgotten() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock)
+    await state.add_usage({"a": 1000.0, "b": 1.0}, 1.0)
+    clock.t += 25.0  # b: 2**-25 < 1e-6 work tokens; a: still ~3e-5
+    assert set(await state.add_usage({}, 1.0)) == {"a"}
+
+
+async def test_tenant_usage_arguments_are_checked() -> None:
+    state = LocalState(clock=Clock())
+    bad: list[tuple[dict[str, float], float, str]] = [
+        ({"a": -1.0}, 60.0, "finite number >= 0"),
+        ({"a": float("nan")}, 60.0, "finite number >= 0"),
+        ({"a": True}, 60.0, "finite number >= 0"),
+        ({"": 1.0}, 60.0, "non-empty str"),
+        ({"a": 1.0}, 0.0, "half_life_s"),
+    ]
+    for tokens, half_life, message in bad:
+        with pytest.raises(ValueError, match=message):
+            await state.add_usage(tokens, half_life)
+    assert await state.add_usage({}, 60.0) == {}  # a refused call added nothing
