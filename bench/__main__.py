@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
     dc.add_argument("--skip-live", action="store_true", help="keep the committed live check")
     dc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
+    dc.add_argument("--render-only", action="store_true",
+                    help="rerun nothing: re-render the README from committed results")  # fmt: skip
     b = sub.add_parser("batch", help="semisched batch vs the fixed-rate recipe (benchmark)")
     b.add_argument("--out", type=Path, default=Path("results/batch"), help="output folder")
     b.add_argument(
@@ -247,7 +249,7 @@ def _docs(args: argparse.Namespace) -> Path:
 
     _check_seeds(args)
     build_docs(Path.cwd(), seeds=args.seeds, live=not args.skip_live,
-               time_scale=args.time_scale)  # fmt: skip
+               time_scale=args.time_scale, run=not args.render_only)  # fmt: skip
     return DOCS
 
 

@@ -20,13 +20,16 @@ shared-budget ``docs/results/shared-budget/summary.csv``             shared-budg
 tenants       ``docs/results/tenants/summary.csv``                   tenants
 ============  ====================================================  =========
 
-The default-prior table is rerun by ``docs`` (three seeds, a few minutes).
+The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
+are the routing and tenants matrices. ``docs --render-only`` reruns nothing and
+re-renders the README from the committed results (after one benchmark alone,
+e.g. ``python -m bench tenants --out docs/results/tenants --live-check``).
 The shared-budget table is not (it runs real worker processes for about ten
 minutes): ``python -m bench shared-budget --out docs/results/shared-budget
---margin 3`` regenerates it, then any ``docs`` run re-renders the README.
+--margin 3`` regenerates it, then ``docs --render-only`` re-renders the README.
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
-docs/results/batch-mixed`` regenerates it, then ``docs --skip-live`` (or any
+docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
 ``docs`` run) re-renders the README.
 """
 
@@ -226,8 +229,15 @@ def render_readme(text: str, root: Path) -> str:
     return re.sub(r"<!-- bench:([\w-]+) -->\n.*?<!-- /bench:\1 -->", block, text, flags=re.S)
 
 
-def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: float = 25.0) -> None:
-    """Run the README's benchmarks into ``root/docs/results`` and re-render the README."""
+def build_docs(
+    root: Path, *, seeds: int = 5, live: bool = True, time_scale: float = 25.0, run: bool = True
+) -> None:
+    """Run the README's benchmarks into ``root/docs/results`` and re-render the README
+    (``run=False``: only re-render it from the committed results)."""
+    readme = root / "README.md"
+    if not run:
+        readme.write_text(render_readme(readme.read_text(), root))
+        return
     from bench.crosscheck import live_check
     from bench.experiments import quick
     from bench.runner import run_suite
@@ -263,5 +273,4 @@ def build_docs(root: Path, *, seeds: int = 5, live: bool = True, time_scale: flo
         from bench.tenants_live import tenants_live_check
 
         tenants_live_check(out / "tenants" / "live-check")
-    readme = root / "README.md"
     readme.write_text(render_readme(readme.read_text(), root))

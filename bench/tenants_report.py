@@ -119,6 +119,13 @@ def tables_markdown(
     return "\n".join(lines)
 
 
+_LABELS = {
+    "static_quota": "static\nquota",
+    "tenant_blind": "tenant\nblind",
+    "fair_share_no_headroom": "fair_share\nno headroom",
+}
+
+
 def write_figure(summary: Summary, conditions: Sequence[str], path: Path) -> None:
     """Three panels: noisy neighbour, entitlements, service classes."""
     import matplotlib
@@ -158,8 +165,9 @@ def write_figure(summary: Summary, conditions: Sequence[str], path: Path) -> Non
     ax.set_title("guaranteed beside a best-effort flood", fontsize=9)
     ax.legend(fontsize=7)
 
+    labels = [_LABELS.get(c, c) for c in conditions]
     for ax in axes:
-        ax.set_xticks(xs, [c.replace("_", "\n", 1) for c in conditions], fontsize=7)
+        ax.set_xticks(xs, labels, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

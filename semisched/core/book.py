@@ -93,6 +93,7 @@ class EngineBook:
         self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
         self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
         self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
+        self._solo = len(lanes) == 1
         self._entries: dict[str, Entry] = {}
         self._timers: list[tuple[float, int, int, Entry]] = []
         self._seq = 0
@@ -413,6 +414,8 @@ class EngineBook:
             ]
         if not ready:
             return None
+        if self._solo:  # one declared tenant: nothing to choose
+            return ready[0]
         return self._tenant_policy.select(ready, self)
 
     def _mark_sent(self, entry: Entry, klass: str, now: float) -> None:

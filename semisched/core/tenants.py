@@ -9,7 +9,8 @@ then the ordering policy for the request; within a tenant nothing changes.
 
 Rules:
 
-1. Only a *ready* lane is offered to the policy: it has queued requests and is
+1. Only a *ready* lane is offered to the policy (with one declared tenant the
+   policy is not asked: there is nothing to choose): it has queued requests and is
    inside its own caps (``max_concurrency`` in flight; ``rpm``/``tpm``: a lane
    whose chosen request its budget cannot pay for now sits out until it can,
    and one that never can is rejected). So a capped tenant never blocks the others.
