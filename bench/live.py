@@ -29,7 +29,7 @@ physics. Differences from the simulator, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from semisched.core.config import preset
 from semisched.metrics import summarize
 from semisched.sim import SimJob
 
-__all__ = ["LiveRecord", "live_run", "mock_arguments"]
+__all__ = ["ID_HEADER", "LiveRecord", "live_run", "mock_arguments", "replay_jobs", "submit_job"]
 
 
 @dataclass(slots=True)
@@ -97,6 +97,39 @@ async def submit_job(
         rec.outcome = "expired"
     except SemischedError:
         rec.outcome = "failed"
+
+
+#: The header a recording transport reads a request's id from (the mock ignores it).
+ID_HEADER = "x-bench-request"
+
+
+async def replay_jobs(
+    scheduler: Scheduler, jobs: Sequence[SimJob]
+) -> tuple[dict[str, LiveRecord], float]:
+    """Submit each job at its arrival (seconds after the call) with :func:`submit_job`
+    and its id in :data:`ID_HEADER`; return when all have an outcome. Each job's record
+    (by request id; arrival, deadline and end relative to the start) and the start time."""
+    records: dict[str, LiveRecord] = {}
+    start = anyio.current_time()
+
+    async def one(job: SimJob, rec: LiveRecord, relative: float | None) -> None:
+        await submit_job(scheduler, job, rec, relative, {ID_HEADER: job.request.id})
+        rec.end = anyio.current_time() - start
+
+    async with anyio.create_task_group() as tg:
+        for job in jobs:
+            request = job.request
+            await anyio.sleep_until(start + request.arrival)
+            arrival = anyio.current_time() - start
+            relative = None if request.deadline is None else request.deadline - request.arrival
+            rec = records[request.id] = LiveRecord(
+                bucket=str(bucket_for_tokens(job.output_tokens)),
+                arrival=arrival,
+                deadline=None if relative is None else arrival + relative,
+                output_tokens=job.output_tokens,
+            )
+            tg.start_soon(one, job, rec, relative)
+    return records, start
 
 
 async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, object]:

@@ -52,7 +52,7 @@ import anyio
 import httpx2
 import openai
 
-from bench.live import LiveRecord, submit_job
+from bench.live import ID_HEADER, replay_jobs
 from bench.report import write_csv
 from bench.routing import (
     CAPS,
@@ -67,7 +67,6 @@ from bench.routing import (
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from semisched import Endpoint, Scheduler
-from semisched.core.buckets import bucket_for_tokens
 from semisched.core.config import SchedulerConfig
 from semisched.core.stats import EngineStats
 from semisched.metrics import RequestRecord, summarize
@@ -82,8 +81,6 @@ __all__ = [
     "sim_row",
 ]
 
-#: The header the recording transport reads a request's id from (the mock ignores it).
-ID_HEADER = "x-bench-request"
 _BASE = "http://fleet"
 
 
@@ -290,7 +287,6 @@ async def _replay(
     offset = ordered[0].request.arrival  # the mock's origin: the first request
     app = create_fleet_app(_mock_fleet(fleet, offset), clock=anyio.current_time)
     recorder = Recorder(httpx2.ASGITransport(app=app), anyio.current_time)
-    records: dict[str, LiveRecord] = {}
     async with httpx2.AsyncClient(transport=recorder, base_url=_BASE) as http:
         scheduler = Scheduler(
             endpoints=_sdk_endpoints(fleet, http),
@@ -301,27 +297,7 @@ async def _replay(
             cancel_late=False,  # a late answer counts late, as the simulator counts it
         )
         async with scheduler:
-            start = anyio.current_time()
-
-            async def one(job: SimJob, rec: LiveRecord, relative: float | None) -> None:
-                await submit_job(scheduler, job, rec, relative, {ID_HEADER: job.request.id})
-                rec.end = anyio.current_time() - start
-
-            async with anyio.create_task_group() as tg:
-                for job in ordered:
-                    request = job.request
-                    await anyio.sleep_until(start + request.arrival)
-                    arrival = anyio.current_time() - start
-                    relative = (
-                        None if request.deadline is None else request.deadline - request.arrival
-                    )
-                    rec = records[request.id] = LiveRecord(
-                        bucket=str(bucket_for_tokens(job.output_tokens)),
-                        arrival=arrival,
-                        deadline=None if relative is None else arrival + relative,
-                        output_tokens=job.output_tokens,
-                    )
-                    tg.start_soon(one, job, rec, relative)
+            records, start = await replay_jobs(scheduler, ordered)
             stats = scheduler.statistics()
         mock = app.state.fleet_stats()
         origin = anyio.current_time() - start - next(iter(mock.values())).virtual_time

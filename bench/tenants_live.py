@@ -48,9 +48,9 @@ import anyio
 import httpx2
 import openai
 
-from bench.live import LiveRecord, submit_job
+from bench.live import replay_jobs
 from bench.report import write_csv
-from bench.routing_live import ID_HEADER, Recorder, inline_platform_lookup
+from bench.routing_live import Recorder, inline_platform_lookup
 from bench.tenants import (
     PHYSICS,
     SCENARIOS,
@@ -64,7 +64,6 @@ from bench.tenants import (
 )
 from mockprovider.app import MockConfig, create_app
 from semisched import Scheduler
-from semisched.core.buckets import bucket_for_tokens
 from semisched.core.stats import EngineStats
 from semisched.core.tenancy import TenantSpec
 from semisched.metrics import summarize
@@ -165,7 +164,6 @@ async def _replay(
     """Replay ``jobs``; their trace rows (live times), the core's stats, the mock's completions."""
     app = create_app(MockConfig(physics=PHYSICS, seed=seed), clock=anyio.current_time)
     recorder = Recorder(httpx2.ASGITransport(app=app), anyio.current_time)
-    records: dict[str, LiveRecord] = {}
     async with httpx2.AsyncClient(transport=recorder, base_url=_BASE) as http:
         client = openai.AsyncOpenAI(
             base_url=f"{_BASE}/v1", api_key="tenants-live", http_client=http
@@ -179,27 +177,7 @@ async def _replay(
             cancel_late=False,  # a late answer counts late, as the simulator counts it
         )
         async with scheduler:
-            start = anyio.current_time()
-
-            async def one(job: SimJob, rec: LiveRecord, relative: float | None) -> None:
-                await submit_job(scheduler, job, rec, relative, {ID_HEADER: job.request.id})
-                rec.end = anyio.current_time() - start
-
-            async with anyio.create_task_group() as tg:
-                for job in jobs:
-                    request = job.request
-                    await anyio.sleep_until(start + request.arrival)
-                    arrival = anyio.current_time() - start
-                    relative = (
-                        None if request.deadline is None else request.deadline - request.arrival
-                    )
-                    rec = records[request.id] = LiveRecord(
-                        bucket=str(bucket_for_tokens(job.output_tokens)),
-                        arrival=arrival,
-                        deadline=None if relative is None else arrival + relative,
-                        output_tokens=job.output_tokens,
-                    )
-                    tg.start_soon(one, job, rec, relative)
+            records, start = await replay_jobs(scheduler, jobs)
             stats = scheduler.statistics()
     for attempt in recorder.attempts:
         send = attempt.time - start

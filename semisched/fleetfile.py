@@ -350,14 +350,35 @@ def parse_endpoint_option(text: str) -> EndpointDef:
     where = f"endpoint {name!r}"
     url, *pairs = rest.split(",")
     values: dict[str, Any] = {"name": name, "base_url": url.strip()}
+    try:
+        option_pairs(pairs, _OPTION_KEYS, where, values)
+        return EndpointDef(**values)
+    except (ValueError, TypeError) as exc:
+        message = str(exc) if isinstance(exc, FleetFileError) else f"{where}: {exc}"
+        raise FleetFileError(message) from None
+
+
+def option_pairs(
+    pairs: Sequence[str],
+    keys: Mapping[str, tuple[str, type]],
+    where: str,
+    values: dict[str, Any],
+) -> None:
+    """Read a CLI option's ``KEY=VALUE`` pairs into ``values`` (by field name): each key
+    one of ``keys`` (``_`` may stand for ``-``), converted by its type, given once.
+
+    Raises:
+        FleetFileError: A malformed pair, an unknown or repeated key, or a bad value,
+            the message starting with ``where``.
+    """
     for pair in pairs:
         key, eq, raw = pair.partition("=")
         key = key.strip().replace("_", "-")
         if not eq or not key:
             raise FleetFileError(f"{where}: {pair!r} must be KEY=VALUE")
-        if key not in _OPTION_KEYS:
-            raise FleetFileError(f"{where}: unknown key {key!r} (known: {', '.join(_OPTION_KEYS)})")
-        field_name, kind = _OPTION_KEYS[key]
+        if key not in keys:
+            raise FleetFileError(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+        field_name, kind = keys[key]
         if field_name in values:
             raise FleetFileError(f"{where}: {key} given twice")
         raw = raw.strip()
@@ -366,10 +387,6 @@ def parse_endpoint_option(text: str) -> EndpointDef:
         except ValueError:
             what = "an int" if kind is int else "a number"
             raise FleetFileError(f"{where}: {key}={raw!r} must be {what}") from None
-    try:
-        return EndpointDef(**values)
-    except (ValueError, TypeError) as exc:
-        raise FleetFileError(f"{where}: {exc}") from None
 
 
 def openai_client(base_url: str, api_key: str) -> Any:

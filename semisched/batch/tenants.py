@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from semisched.core.stats import TenantStats
 from semisched.core.tenancy import TENANT_POLICY_NAMES, TenantConfig, TenantSpec
+from semisched.fleetfile import FleetFileError, option_pairs
 
 __all__ = [
     "TENANT_KEY",
@@ -74,26 +75,12 @@ def parse_tenant_option(text: str) -> TenantSpec:
         raise ValueError(f"--tenant {text!r}: must be NAME[,weight=W][,service=CLASS]...")
     where = f"tenant {name!r}"
     values: dict[str, Any] = {"name": name}
-    for pair in pairs:
-        key, eq, raw = pair.partition("=")
-        key = key.strip().replace("_", "-")
-        if not eq or not key:
-            raise ValueError(f"{where}: {pair!r} must be KEY=VALUE")
-        if key not in _OPTION_KEYS:
-            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(_OPTION_KEYS)})")
-        field_name, kind = _OPTION_KEYS[key]
-        if field_name in values:
-            raise ValueError(f"{where}: {key} given twice")
-        raw = raw.strip()
-        try:
-            values[field_name] = kind(raw)
-        except ValueError:
-            what = "an int" if kind is int else "a number"
-            raise ValueError(f"{where}: {key}={raw!r} must be {what}") from None
     try:
+        option_pairs(pairs, _OPTION_KEYS, where, values)  # a FleetFileError is a ValueError
         return TenantSpec(**values)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        message = str(exc) if isinstance(exc, FleetFileError) else f"{where}: {exc}"
+        raise ValueError(message) from None
 
 
 def tenant_config(

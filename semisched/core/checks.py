@@ -36,6 +36,7 @@ __all__ = [
     "check_fraction",
     "check_instance",
     "check_int",
+    "check_named",
     "check_number",
     "check_str",
 ]
@@ -208,3 +209,23 @@ def check_instance(
         what = " or ".join(_article(c.__name__) for c in classes)
         prefix = "None or " if optional else ""
         raise TypeError(f"{name}={value!r} must be {prefix}{what}")
+
+
+def check_named(name: str, value: object, cls: type, noun: str) -> list[str]:
+    r"""Require a non-empty tuple of ``cls`` instances with unique ``.name``\ s (the
+    classes of a config, its tenants); return the names in order.
+
+    Raises:
+        TypeError: Not a tuple, or an item of another class.
+        ValueError: ``f"{name}=() must hold at least one {noun}"``, or two items of one name.
+    """
+    check_instance(name, value, tuple)
+    assert isinstance(value, tuple)
+    if not value:
+        raise ValueError(f"{name}=() must hold at least one {noun}")
+    for i, item in enumerate(value):
+        check_instance(f"{name}[{i}]", item, cls)
+    names = [item.name for item in value]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{name}={names!r} must have unique names")
+    return names

@@ -29,6 +29,7 @@ from semisched.core.checks import (
     check_fraction,
     check_instance,
     check_int,
+    check_named,
     check_number,
     check_str,
 )
@@ -465,14 +466,7 @@ class SchedulerConfig:
     signals: SignalsConfig = field(default_factory=SignalsConfig)
 
     def __post_init__(self) -> None:
-        check_instance("classes", self.classes, tuple)
-        if not self.classes:
-            raise ValueError("classes=() must name at least one class")
-        for i, spec in enumerate(self.classes):
-            check_instance(f"classes[{i}]", spec, ClassSpec)
-        names = [c.name for c in self.classes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"classes={names!r} must have unique names")
+        check_named("classes", self.classes, ClassSpec, "class")
         check_int("max_inflight", self.max_inflight, minimum=1, optional=True)
         _positive("max_inflight_tokens", self.max_inflight_tokens, optional=True)
         _positive("input_token_weight", self.input_token_weight, allow_zero=True)

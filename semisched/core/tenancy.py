@@ -44,6 +44,7 @@ from semisched.core.checks import (
     check_fraction,
     check_instance,
     check_int,
+    check_named,
     check_number,
     check_str,
 )
@@ -150,14 +151,7 @@ class TenantConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tenants, list):
             object.__setattr__(self, "tenants", tuple(self.tenants))
-        check_instance("tenants", self.tenants, tuple)
-        if not self.tenants:
-            raise ValueError("tenants=() must declare at least one tenant")
-        for i, spec in enumerate(self.tenants):
-            check_instance(f"tenants[{i}]", spec, TenantSpec)
-        names = [t.name for t in self.tenants]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tenants={names!r} must have unique names")
+        names = check_named("tenants", self.tenants, TenantSpec, "tenant")
         check_str("default", self.default, optional=True)
         if self.default is not None and self.default not in names:
             raise ValueError(f"default={self.default!r} must be one of the tenants {names}")

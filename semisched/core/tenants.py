@@ -44,9 +44,17 @@ from semisched.core.allocation import AllocationPolicy
 from semisched.core.budget import RateBudget
 from semisched.core.config import BudgetConfig
 from semisched.core.queue import ClassQueue, Entry
+from semisched.core.request import Request
 from semisched.core.tenancy import ServiceClass, TenantSpec
 
-__all__ = ["LaneHost", "TenantLane", "TenantLedger", "TenantView", "entitlements"]
+__all__ = [
+    "LaneHost",
+    "TenantLane",
+    "TenantLedger",
+    "TenantView",
+    "entitlements",
+    "work_tokens",
+]
 
 #: Rebase the usage scale when it passes 2**_REBASE (keeps floats far from overflow).
 _REBASE = 64.0
@@ -305,7 +313,7 @@ class TenantLedger:
         served, still counted from the send (rule 2)."""
         lane = entry.lane
         assert lane is not None and entry.sent_at is not None
-        work = output_tokens + input_token_weight * entry.request.input_tokens
+        work = work_tokens(entry.request, output_tokens, input_token_weight)
         self.charge(lane, work - entry.cost, entry.sent_at)
         lane.completed += 1
         lane.served_tokens += work
@@ -342,6 +350,12 @@ class TenantLedger:
     def own(self, lane: TenantLane, now: float) -> float:
         """This process's own decayed usage of ``lane``'s tenant at ``now`` (work tokens)."""
         return lane.usage / self._scale(now)
+
+
+def work_tokens(request: Request, output_tokens: int, input_token_weight: float) -> float:
+    """What answering ``request`` with ``output_tokens`` served, in work tokens (rule 2):
+    the output plus ``input_token_weight`` times its prompt estimate."""
+    return output_tokens + input_token_weight * request.input_tokens
 
 
 def entitlements(specs: Sequence[TenantSpec]) -> dict[str, float]:

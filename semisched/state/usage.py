@@ -48,6 +48,7 @@ import anyio
 
 from semisched.core.engine import Engine
 from semisched.core.request import Request
+from semisched.core.tenants import work_tokens
 from semisched.state.base import USAGE_FLOOR
 from semisched.state.timing import Decaying
 
@@ -102,7 +103,7 @@ class SharedUsage:
 
     def served(self, request: Request, output_tokens: int) -> None:
         """A completion of ``request`` generated ``output_tokens`` (rule 2)."""
-        work = output_tokens + self._input_weight * request.input_tokens
+        work = work_tokens(request, output_tokens, self._input_weight)
         if work > 0.0:
             self._unsent.add(self._tenant_for(request.tenant), work, anyio.current_time())
             self._dirty.set()

@@ -101,7 +101,7 @@ def test_the_tenants_argument_takes_specs_or_a_config_and_refuses_two_of_them() 
         Scheduler(client, tenants="acme", priors="heuristic")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must have unique names"):
         Scheduler(client, tenants=[TenantSpec(name="a"), TenantSpec(name="a")])
-    with pytest.raises(ValueError, match="must declare at least one tenant"):
+    with pytest.raises(ValueError, match="must hold at least one tenant"):
         Scheduler(client, tenants=[])
 
 
