@@ -28,9 +28,9 @@ Rules:
 4. A refusal that says ``never`` (one call's tokens exceed a scope's whole
    ``tpm``) is passed on as a pause of one window: the core's own budget, with
    the same limits, rejects such a call before it is sent.
-5. A refused worker waits the backend's time plus up to a fifth more, drawn at
-   random (``seed``): workers refused together do not all come back at the same
-   instant to be refused again.
+5. A refused worker waits the backend's time (at least :data:`MIN_REFUSAL_WAIT_S`)
+   plus up to a fifth more, drawn at random (``seed``): workers refused together
+   do not all come back at the same instant to be refused again.
 6. Tenants' usage (:mod:`semisched.state.usage`, when :meth:`SharedBudget.track_usage`
    made one) is read on :meth:`~SharedBudget.open`, before the first send, and
    the last completions' usage is pushed on :meth:`~SharedBudget.close`. While the
@@ -59,7 +59,12 @@ from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUn
 from semisched.state.local import LocalState
 from semisched.state.usage import SharedUsage
 
-__all__ = ["SharedBudget", "backend_for"]
+__all__ = ["MIN_REFUSAL_WAIT_S", "SharedBudget", "backend_for"]
+
+#: A refusal is tried again after at least this many wall seconds: a backend that
+#: answers "refused, wait 0" (a window edge) must not be asked again at the same
+#: instant, in a loop that never lets time pass.
+MIN_REFUSAL_WAIT_S = 0.001
 
 logger = logging.getLogger("semisched")
 
@@ -190,7 +195,8 @@ class SharedBudget:
 
     def refusal_until(self, grant: Grant, now: float) -> float:
         """The engine time a refused scope may be tried again (rule 2, rule 4)."""
-        wait = grant.wait_s / self.clock.to_wall(1.0)  # wall -> engine seconds
+        per_wall = 1.0 / self.clock.to_wall(1.0)  # wall -> engine seconds
+        wait = max(grant.wait_s, MIN_REFUSAL_WAIT_S) * per_wall  # never "again at once"
         if grant.reason == "never":
             wait = self.engine.shared_limits(None)[3]
         return now + wait * (1.0 + 0.2 * self._jitter())

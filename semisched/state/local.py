@@ -53,7 +53,10 @@ class _Scope:
 
     def expire(self, now: float, window_s: float) -> None:
         charges = self.charges
-        while charges and charges[0][0] <= now - window_s:
+        # ``at + window_s <= now``: the very expression wait() subtracts from, so a charge
+        # still counted always has a positive wait (``at <= now - window_s`` rounds
+        # differently, and a refusal with no wait was retried at once, forever).
+        while charges and charges[0][0] + window_s <= now:
             _, charge = charges.popleft()
             self.total -= self.tokens.pop(charge, 0.0)
             member = charge.rpartition("#")[0]

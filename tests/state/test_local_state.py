@@ -31,6 +31,19 @@ async def test_rpm_is_exact_and_the_wait_is_until_the_oldest_charge_leaves() -> 
     assert (await state.reserve("c", 1, [scope])).ok
 
 
+async def test_a_charge_at_the_window_edge_never_refuses_with_no_wait() -> None:
+    """``0.3 + 60 - 60.3 == 0`` but ``60.3 - 60 < 0.3``: a charge counted until one
+    rounding and refused with a zero wait by the other was retried at once, forever."""
+    clock = Clock()
+    clock.t = 0.3
+    state = LocalState(clock=clock)
+    scope = Scope(key="fleet", rpm=1, window_s=60.0)
+    assert (await state.reserve("a", 1, [scope])).ok
+    clock.t = 60.3
+    grant = await state.reserve("b", 1, [scope])
+    assert grant.ok or grant.wait_s > 0.0
+
+
 async def test_a_retry_is_charged_again_and_its_total_never_drifts() -> None:
     clock = Clock()
     state = LocalState(clock=clock)
