@@ -21,6 +21,8 @@ Subcommands:
                   static split vs uncoordinated (issue 14; real processes, real Redis)
   tenants         tenants: noisy neighbour, entitlements, service classes (issue 15),
                   simulated; --live-check adds the noisy neighbour through the SDK
+  dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
+                  Grafana-like panels (dashboard.png) and their series (issue 16)
 """
 
 from __future__ import annotations
@@ -145,8 +147,21 @@ def _parser() -> argparse.ArgumentParser:
     tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     tn.add_argument("--live-check", action="store_true",
                     help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
+    db = sub.add_parser("dashboard", help="an overload through the SDK's Prometheus metrics: "
+                        "Grafana-like panels and series (issue 16)")  # fmt: skip
+    db.add_argument("--out", type=Path, default=Path("results/dashboard"), help="output folder")
+    db.add_argument("--regime", default="balanced/high", help="workload regime (balanced/high)")
+    db.add_argument("--requests", type=int, default=600, help="requests (600)")
+    db.add_argument("--seed", type=int, default=0, help="workload seed (0)")
+    db.add_argument("--scrape", type=float, default=5.0,
+                    help="virtual seconds between scrapes; divides 60 (5)")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
+    o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")
+    o.add_argument("--calls", type=int, default=4000, help="calls per throughput run (4000)")
+    o.add_argument("--repeats", type=int, default=3, help="throughput rounds (3)")
+    o.add_argument("--priors", default="heuristic",
+                   help="priors (heuristic: time the scheduler, not a model)")  # fmt: skip
     sb = sub.add_parser("shared-budget", help="N workers on one limit: shared vs static vs "
                         "uncoordinated (issue 14)")  # fmt: skip
     sb.add_argument("--out", type=Path, default=Path("results/shared-budget"), help="output folder")
@@ -322,14 +337,33 @@ def _tenants(args: argparse.Namespace) -> Path:
 
 
 def _sdk_overhead(args: argparse.Namespace) -> Path:
-    from bench.sdk_perf import sdk_overhead
+    from bench.sdk_perf import sdk_overhead, table
 
-    row = sdk_overhead()
-    for key, value in row.items():
-        print(f"{key:>24}  {value:10.3f}")
+    for name, least in (("samples", 1), ("calls", 64), ("repeats", 1)):
+        if getattr(args, name) < least:
+            _error(f"--{name}={getattr(args, name)} must be >= {least}")
+    rows = sdk_overhead(samples=args.samples, calls=args.calls, repeats=args.repeats,
+                        priors=args.priors)  # fmt: skip
+    print(table(rows))
     written = Path(args.out) / "sdk_overhead.csv"
-    write_csv(written, [row])
+    write_csv(written, rows)
     return written
+
+
+def _dashboard(args: argparse.Namespace) -> Path:
+    from bench.dashboard import DashboardRun, dashboard
+    from bench.workloads import regime
+
+    try:
+        regime(args.regime)
+        run = DashboardRun(regime=args.regime, requests=args.requests, seed=args.seed,
+                           scrape_s=args.scrape)  # fmt: skip
+    except ValueError as exc:
+        _error(str(exc))
+    summary = dashboard(args.out, run)
+    for key, value in summary.items():
+        print(f"{key:>24}  {value:10.3f}" if isinstance(value, float) else f"{key:>24}  {value}")
+    return Path(args.out) / "dashboard.png"
 
 
 def _shared_budget(args: argparse.Namespace) -> Path:
@@ -373,6 +407,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "routing": _routing,
     "shared-budget": _shared_budget,
     "tenants": _tenants,
+    "dashboard": _dashboard,
 }
 
 

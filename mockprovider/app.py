@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP face of the congestion-aware mock provider (an ASGI app).
 
 ``create_app(MockConfig(...))`` returns a Starlette app serving ``POST /v1/chat/completions``
-(JSON or SSE), ``POST /v1/completions``, ``GET /v1/models``, ``GET /v1/models/{model}`` and
-``GET /v1/mock/stats``. It is a thin shell: every decision is made elsewhere.
+(JSON or SSE), ``POST /v1/completions``, ``GET /v1/models``, ``GET /v1/models/{model}``,
+``GET /v1/mock/stats`` and ``GET /metrics`` (Prometheus). It is a thin shell: every decision
+is made elsewhere.
 
 * ``mockprovider.wire``: request parsing, hints, output-length rules, bodies and SSE.
 * ``mockprovider.gate``: outage windows, quota, rate windows and the seeded fault draw.
@@ -11,6 +12,7 @@
   under ``httpx2.ASGITransport``).
 * ``mockprovider.responses``: served, hung and dropped answers; physics timeouts.
 * ``mockprovider.stats``: what ``GET /v1/mock/stats`` reports.
+* ``mockprovider.metrics``: what ``GET /metrics`` reports (Prometheus text format).
 
 Time. ``create_app(config, clock=...)`` takes a clock of wall seconds (``time.monotonic`` by
 default, as ``python -m mockprovider`` uses); virtual seconds are
@@ -53,6 +55,7 @@ from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -60,6 +63,13 @@ from starlette.routing import Route
 from mockprovider.driver import ClockOrigin, PhysicsDriver
 from mockprovider.faults import Fault, WindowKind, WindowState, rate_limit_headers
 from mockprovider.gate import GateConfig, GateDecision, GateVerdict, ProviderGate
+from mockprovider.metrics import (
+    MetricsSnapshot,
+    StatusCounter,
+    Traffic,
+    metrics_endpoint,
+    metrics_registry,
+)
 from mockprovider.physics import PROFILES, PhysicsParams
 from mockprovider.responses import ConnectionDropped, HangResponse, ServedResponse
 from mockprovider.stats import CounterName, MockStats, Tally
@@ -198,6 +208,7 @@ class _Provider:
         )
         self.gate = ProviderGate(config.gate_config())
         self.tally = Tally()
+        self.traffic = Traffic()
         self._ids = 0
         self._request_ids = 0
         self._key = None if config.api_key is None else config.api_key.encode()
@@ -217,6 +228,7 @@ class _Provider:
     def completed(self, job: Job) -> None:
         """Count a completed request and bill its tokens to the quota."""
         self.count("completed")
+        self.traffic.tokens(job.input_tokens, job.output_tokens)
         self.gate.bill(job.input_tokens + job.output_tokens)
 
     def _authorized(self, headers: Mapping[str, str]) -> JSONResponse | None:
@@ -365,6 +377,19 @@ class _Provider:
             capacity_loss_applied_at=self.driver.capacity_applied_at,
         )
 
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """What ``GET /metrics`` reports now (a scrape never starts the virtual clock)."""
+        now = self.driver.tick() if self.driver.started else 0.0
+        traffic = self.traffic
+        return MetricsSnapshot(
+            statuses=dict(traffic.statuses),
+            counters=self.tally.snapshot(),
+            prompt_tokens=traffic.prompt_tokens,
+            output_tokens=traffic.output_tokens,
+            physics=self.driver.physics.statistics(),
+            virtual_time=now,
+        )
+
 
 def _http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -394,6 +419,9 @@ def create_app(
 
     ``app.state.mock_stats()`` returns the :class:`~mockprovider.stats.MockStats` that
     ``GET /v1/mock/stats`` serves as JSON (``MockStats.from_json`` reads it back).
+    ``GET /metrics`` serves ``app.state.metrics_registry`` (the app's own
+    ``prometheus_client.CollectorRegistry``; :mod:`mockprovider.metrics`), read from
+    ``app.state.metrics_snapshot()``.
     """
     provider = _Provider(
         MockConfig() if config is None else config,
@@ -401,16 +429,21 @@ def create_app(
         origin,
     )
     handler: Callable[[Request, Exception], Response | Awaitable[Response]] = _http_error
+    registry = metrics_registry([(None, provider.metrics_snapshot)])
+    counted = [Middleware(StatusCounter, provider.traffic)]
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", provider.chat, methods=["POST"]),
-            Route("/v1/completions", provider.completions, methods=["POST"]),
+            Route("/v1/chat/completions", provider.chat, methods=["POST"], middleware=counted),
+            Route("/v1/completions", provider.completions, methods=["POST"], middleware=counted),
             Route("/v1/models", provider.models, methods=["GET"]),
             Route("/v1/models/{model:path}", provider.model, methods=["GET"]),
             Route("/v1/mock/stats", provider.stats_endpoint, methods=["GET"]),
+            Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
         ],
         exception_handlers={HTTPException: handler},
         max_body_size=_MAX_BODY_BYTES,
     )
     app.state.mock_stats = provider.stats
+    app.state.metrics_snapshot = provider.metrics_snapshot
+    app.state.metrics_registry = registry
     return app

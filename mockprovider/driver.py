@@ -141,6 +141,11 @@ class PhysicsDriver:
             f"driving={self._driver is not None} sleepers={len(self._sleepers)}>"
         )
 
+    @property
+    def started(self) -> bool:
+        """Whether virtual time has begun (the clock origin is fixed)."""
+        return self._origin.wall is not None
+
     def now(self) -> float:
         """Virtual now: ``(clock() - origin) * time_scale``, never decreasing."""
         return max(self._origin.elapsed(self._clock()) * self._scale, self.physics.now)

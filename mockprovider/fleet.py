@@ -6,7 +6,9 @@ self-hosted model beside a hosted one). Endpoint ``NAME`` is a whole ``mockprovi
 its own, mounted under the path prefix ``/NAME``: its own physics, limits, faults, outage
 windows, capacity loss and statistics, answering at ``http://HOST:PORT/NAME/v1/...`` (so an
 OpenAI client takes ``base_url="http://HOST:PORT/NAME/v1"``; its stats are at
-``/NAME/v1/mock/stats``). ``GET /v1/mock/fleet`` at the root lists the endpoints.
+``/NAME/v1/mock/stats``). ``GET /v1/mock/fleet`` at the root lists the endpoints;
+``GET /metrics`` at the root serves every endpoint's Prometheus metrics, labelled
+``endpoint="NAME"`` (``mockprovider.metrics``).
 
 One clock. Every endpoint shares the fleet's ``time_scale`` and one clock origin
 (:class:`~mockprovider.driver.ClockOrigin`): virtual time 0 is the fleet's first request to any
@@ -63,6 +65,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from mockprovider.app import MockConfig, _http_error, create_app
 from mockprovider.driver import ClockOrigin
+from mockprovider.metrics import metrics_endpoint, metrics_registry
 from mockprovider.physics import PhysicsParams, profile
 from mockprovider.stats import MockStats
 
@@ -294,6 +297,8 @@ def create_fleet_app(fleet: FleetConfig, *, clock: Callable[[], float] | None = 
     ``app.state.endpoint_apps`` maps each name to its endpoint's app (whose
     ``state.mock_stats()`` gives that endpoint's :class:`~mockprovider.stats.MockStats`), and
     ``app.state.fleet_stats()`` returns every endpoint's stats by name, at one instant.
+    ``GET /metrics`` at the root serves every endpoint's Prometheus metrics with an
+    ``endpoint`` label (``app.state.metrics_registry``; :mod:`mockprovider.metrics`).
     """
     wall = time.monotonic if clock is None else clock
     origin = ClockOrigin()
@@ -313,10 +318,15 @@ def create_fleet_app(fleet: FleetConfig, *, clock: Callable[[], float] | None = 
     def fleet_stats() -> dict[str, MockStats]:
         return {name: app.state.mock_stats() for name, app in apps.items()}
 
-    routes: list[BaseRoute] = [Route("/v1/mock/fleet", fleet_endpoint, methods=["GET"])]
+    registry = metrics_registry([(n, a.state.metrics_snapshot) for n, a in apps.items()])
+    routes: list[BaseRoute] = [
+        Route("/v1/mock/fleet", fleet_endpoint, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+    ]
     routes += [Mount(f"/{name}", app=app) for name, app in apps.items()]
     handler: Callable[[Request, Exception], Response | Awaitable[Response]] = _http_error
     root = Starlette(routes=routes, exception_handlers={HTTPException: handler})
     root.state.endpoint_apps = MappingProxyType(apps)
     root.state.fleet_stats = fleet_stats
+    root.state.metrics_registry = registry
     return root

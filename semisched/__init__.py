@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from semisched.calibration import LengthCalibration
     from semisched.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
     from semisched.core.config import SchedulerConfig, preset
+    from semisched.core.explain import Explanation
     from semisched.core.lifecycle import FailureKind, RetryPolicy
     from semisched.core.request import Prior
     from semisched.core.stats import TenantStats
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         SemischedError,
     )
     from semisched.estimate import TokenEstimator
+    from semisched.observe import RequestObserver
     from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
     from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
     from semisched.state.base import StateUnavailable
@@ -56,6 +58,8 @@ _WHERE = {
     "Endpoint": "semisched.endpoints",
     "SchedulerStats": "semisched.runtime",
     "TenantStats": "semisched.core.stats",
+    "Explanation": "semisched.core.explain",
+    "RequestObserver": "semisched.observe",
     # configuration (pure core)
     "FailureKind": "semisched.core.lifecycle",
     "Prior": "semisched.core.request",
@@ -96,6 +100,7 @@ __all__ = [
     "Clock",
     "DeadlineExceeded",
     "Endpoint",
+    "Explanation",
     "FailureKind",
     "Heuristic",
     "LengthCalibration",
@@ -108,6 +113,7 @@ __all__ = [
     "QueueFull",
     "QuotaExceeded",
     "RateLimited",
+    "RequestObserver",
     "RequestRejected",
     "RetryPolicy",
     "ScaledClock",

@@ -45,7 +45,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from semisched.core.checks import check_instance
-from semisched.core.config import SchedulerConfig
+from semisched.core.config import RoutingConfig, SchedulerConfig, preset
+from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior
 from semisched.core.tenancy import TenantConfig, TenantSpec
 from semisched.estimate import prompt_bytes
@@ -58,6 +59,7 @@ __all__ = [
     "accepted_params",
     "output_cap",
     "prepare_call",
+    "scheduler_config",
     "with_tenants",
 ]
 
@@ -204,6 +206,34 @@ def prepare_call(
         output_cap=cap,
         tenant=tenant or "",
     )
+
+
+def scheduler_config(
+    config: SchedulerConfig | str,
+    *,
+    retry: RetryPolicy | None,
+    routing: str | RoutingConfig | None,
+    tenants: TenantConfig | Sequence[TenantSpec] | None,
+) -> SchedulerConfig:
+    """``Scheduler``'s config: ``config`` (a preset's name or a config) with the
+    convenience arguments ``retry``, ``routing`` (a name or a ``RoutingConfig``) and
+    ``tenants`` (:func:`with_tenants`) put in.
+
+    Raises:
+        TypeError: ``retry`` or ``routing`` of the wrong kind.
+        ValueError: An unknown preset, or tenants declared twice.
+    """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
+    if isinstance(routing, str):
+        routing = RoutingConfig(policy=routing)
+    elif routing is not None and not isinstance(routing, RoutingConfig):
+        raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
+    config = preset(config) if isinstance(config, str) else config
+    if retry is not None:
+        config = replace(config, retry=retry)
+    config = with_tenants(config, tenants)
+    return config if routing is None else replace(config, routing=routing)
 
 
 def with_tenants(

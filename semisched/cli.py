@@ -9,7 +9,9 @@ FILE.toml`` (:mod:`semisched.fleetfile`), routed by ``--routing POLICY``
 (default: the fleet file's, else the preset's ``anticipated_load``).
 Repeated ``--tenant NAME[,weight=W,service=CLASS,...]`` options declare who
 shares the job; each line names its tenant in ``body.metadata.tenant``
-(:mod:`semisched.batch.tenants`). This module parses arguments and handles
+(:mod:`semisched.batch.tenants`). ``--metrics-port N`` serves the job's
+Prometheus metrics on ``http://127.0.0.1:N/metrics`` while it runs
+(:mod:`semisched.batch.metrics`). This module parses arguments and handles
 signals; the progress display is :mod:`semisched.batch.display` and the job
 itself is :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
 :func:`main_async` is the same command inside a running one (tests await it
@@ -34,7 +36,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -52,6 +54,7 @@ from semisched.batch import (
 )
 from semisched.batch.client import ClientFactory
 from semisched.batch.display import Display, progress_display
+from semisched.batch.metrics import serve_metrics
 from semisched.batch.tenants import parse_tenant_option, tenant_config
 from semisched.clock import Clock
 from semisched.core.config import PRESETS, ROUTING_POLICY_NAMES, RoutingConfig
@@ -197,6 +200,13 @@ def _add_tenants(batch: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(text: str) -> int:
+    """``--metrics-port``'s value: a TCP port, 1 to 65535."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
+
+
 def _add_run_control(batch: argparse.ArgumentParser) -> None:
     """Invalid lines, retries of failures, priors, stopping and progress."""
     batch.add_argument(
@@ -234,6 +244,12 @@ def _add_run_control(batch: argparse.ArgumentParser) -> None:
         action="store_true",
         help="validate the input and read OUTPUT exactly as a run would, print the makespan "
         "floor (its requests, tokens and serving bounds) and send nothing",
+    )
+    batch.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve the job's Prometheus metrics on http://127.0.0.1:PORT/metrics while it runs",
     )
     batch.add_argument(
         "--time-scale",
@@ -390,7 +406,23 @@ async def _batch(
     if args.dry_run:
         run = BatchRun(options, client=client, make_client=make_client, clock=clock)
         return await _dry_run(run, stream)
-    display = progress_display(stream, args.progress_every)
+    try:
+        with serve_metrics(args.metrics_port, stream) as registry:
+            make_run = partial(BatchRun, options, client=client, make_client=make_client,
+                               clock=clock, metrics=registry)  # fmt: skip
+            summary = await _send(make_run, args.progress_every, stream)
+    except BatchError as exc:
+        print(f"semisched batch: {exc}", file=stream)
+        return 2
+    return _report(summary, stream)
+
+
+async def _send(
+    make_run: Callable[..., BatchRun], progress_every: float, stream: TextIO
+) -> BatchSummary:
+    """Run the job (``make_run(on_start=, on_result=)``) with a progress display on
+    ``stream``; ``BatchError``: it could not start."""
+    display = progress_display(stream, progress_every)
     started = False
 
     def on_result(progress: BatchProgress) -> None:
@@ -401,20 +433,8 @@ async def _batch(
             started = True
             display.start(progress)
 
-    run = BatchRun(
-        options,
-        client=client,
-        make_client=make_client,
-        clock=clock,
-        on_start=partial(_announce, stream=stream),
-        on_result=on_result,
-    )
-    try:
-        summary = await _run_batch(run, display)
-    except BatchError as exc:
-        print(f"semisched batch: {exc}", file=stream)
-        return 2
-    return _report(summary, stream)
+    run = make_run(on_start=partial(_announce, stream=stream), on_result=on_result)
+    return await _run_batch(run, display)
 
 
 async def main_async(

@@ -38,71 +38,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from semisched.calibration import Calibrated, LengthCalibration
-from semisched.calls import PreparedCall
+from semisched.calibration import LengthCalibration
 from semisched.clock import Clock
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.budget import rate_tokens
 from semisched.core.engine import Engine
+from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
-from semisched.core.request import Request
 from semisched.endpoints import Deployments
-from semisched.errors import DeadlineExceeded, RequestRejected, SemischedError
+from semisched.errors import SemischedError
 from semisched.estimate import TokenEstimator
-from semisched.failures import ProviderFailure, classify_failure, failure_outcome
+from semisched.failures import (
+    classify_failure,
+    expire_outcome,
+    failure_outcome,
+    reject_outcome,
+)
 from semisched.headers import RateLimitInfo, parse_rate_limits
+from semisched.observe import Finished, Observers, Outcome, log_decision
+from semisched.pending import Pending
 from semisched.provider import usage_of
 from semisched.state.guard import SharedBudget
 from semisched.state.usage import SharedUsage
 from semisched.stats import RuntimeTally
 from semisched.streams import ScheduledStream
 
-__all__ = ["Dispatcher", "Pending"]
+__all__ = ["Dispatcher"]
 
 #: A timer closer than this (wall seconds) is due: polling then cannot be early
 #: by more than float rounding, and a loop clock cannot spin on a sub-ulp sleep.
 _DUE_WALL_S = 1e-9
-
-
-@dataclass(eq=False)
-class Pending:
-    """One request a caller is waiting for.
-
-    Attributes:
-        id: The scheduler's request id.
-        call: The validated call.
-        request: The core's request.
-        done: Set once the request is resolved.
-        value: The response (or stream), once resolved with one.
-        error: The outcome, once resolved with one.
-        resolved: Whether it was resolved (rule 1).
-        attempts: Sends so far.
-        scope: The cancel scope of the attempt in flight, if any.
-        failure: The last failed attempt and its exception.
-        calibrated: The calibration's record of its prior, scored on the
-            answer's length (``None``: the caller gave the prior, or
-            calibration is off).
-        endpoint: Where its latest attempt was sent.
-    """
-
-    id: str
-    call: PreparedCall
-    request: Request
-    done: anyio.Event = field(default_factory=anyio.Event)
-    value: Any = None
-    error: BaseException | None = None
-    resolved: bool = False
-    attempts: int = 0
-    scope: anyio.CancelScope | None = None
-    failure: tuple[ProviderFailure, BaseException] | None = None
-    calibrated: Calibrated | None = None
-    endpoint: str = ""
 
 
 class Dispatcher:
@@ -117,6 +87,7 @@ class Dispatcher:
         cancel_late: Abort an attempt still in flight at its deadline.
         calibration: Scored on every answer's length, when set.
         shared: The shared state every attempt reserves in first, when set.
+        observers: Told what happens to each request (:mod:`semisched.observe`).
     """
 
     def __init__(
@@ -130,8 +101,10 @@ class Dispatcher:
         cancel_late: bool,
         calibration: LengthCalibration | None = None,
         shared: SharedBudget | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.engine = engine
+        self.observers = observers if observers is not None else Observers(())
         self.shared = shared
         self.deployments = deployments
         self.clock = clock
@@ -185,6 +158,8 @@ class Dispatcher:
         """
         self.pending[pending.id] = pending
         try:
+            if self.observers:
+                self.observers.submitted(pending.request, pending.request.arrival)
             self.execute(self.engine.submit(pending.request, pending.request.arrival))
             await pending.done.wait()
         except BaseException:
@@ -215,6 +190,7 @@ class Dispatcher:
                 self.pending.pop(pending.id, None)
                 pending.done.set()
                 self._check_idle()
+            self._finished(pending, Outcome.CANCELLED)
         self.execute(self.engine.cancel(pending.id, self.now()))
 
     def execute(self, actions: list[Action]) -> None:
@@ -226,21 +202,29 @@ class Dispatcher:
                     raise RuntimeError(f"core sent unknown request {action.request.id!r}")
                 pending.attempts = action.attempt
                 pending.endpoint = action.endpoint
+                if self.observers:
+                    self.observers.sent(action.request, action.attempt, action.endpoint, self.now())
                 assert self._tg is not None, "Dispatcher.start() was not called"
                 self._tg.start_soon(self._attempt, pending)
             elif isinstance(action, Wake):
                 if self._wake_at is None or action.at < self._wake_at:
                     self._wake_at = action.at
                     self._changed.set()
-            elif isinstance(action, Retry):
-                self.tally.retries += 1
+            elif isinstance(action, Retry | Defer):
+                if isinstance(action, Retry):
+                    self.tally.retries += 1
+                why = action.explanation
+                if why is not None:
+                    log_decision(action.request, why)
+                    if self.observers:
+                        self.observers.decided(action.request, why, self.now())
             elif isinstance(action, Reject):
                 self._reject(action)
             elif isinstance(action, Expire):
                 self._expire(action)
             elif isinstance(action, Fail):
                 self._fail(action)
-            elif not isinstance(action, Defer):  # pragma: no cover
+            else:  # pragma: no cover
                 raise TypeError(f"unknown action {action!r}")
 
     # -- outcomes ----------------------------------------------------------------------------
@@ -248,31 +232,16 @@ class Dispatcher:
     def _reject(self, action: Reject) -> None:
         self.tally.rejected += 1
         pending = self.pending[action.request.id]
-        error = RequestRejected(
-            f"rejected: {action.reason}",
-            request_id=pending.id,
-            klass=action.request.klass,
-            reason=action.reason,
-            bucket=action.request.bucket.value,
-            severity=action.severity,
-            retry_after=action.retry_after,
-        )
-        self._resolve(pending, error=error)
+        error = reject_outcome(action, request_id=pending.id)
+        self._outcome(pending, error, Outcome.REJECTED)
 
     def _expire(self, action: Expire) -> None:
         self.tally.deadline_exceeded += 1
         pending = self.pending[action.request.id]
-        phase = "retry" if pending.attempts else "queued"
-        error = DeadlineExceeded(
-            f"deadline exceeded ({phase}): {action.reason}",
-            request_id=pending.id,
-            klass=action.request.klass,
-            phase=phase,
-            deadline=action.request.deadline,
-        )
-        if pending.failure is not None:
-            error.__cause__ = pending.failure[1]
-        self._resolve(pending, error=error)
+        cause = None if pending.failure is None else pending.failure[1]
+        error = expire_outcome(action, request_id=pending.id, attempts=pending.attempts,
+                               cause=cause)  # fmt: skip
+        self._outcome(pending, error, Outcome.EXPIRED)
 
     def _fail(self, action: Fail) -> None:
         pending = self.pending[action.request.id]
@@ -284,7 +253,30 @@ class Dispatcher:
             self.tally.rate_limited += 1
         else:
             self.tally.provider_errors += 1
-        self._resolve(pending, error=failure_outcome(action, failure, cause, request_id=pending.id))
+        error = failure_outcome(action, failure, cause, request_id=pending.id)
+        self._outcome(pending, error, Outcome.FAILED)
+
+    def _outcome(self, pending: Pending, error: SemischedError, outcome: Outcome) -> None:
+        """Resolve ``pending`` with a decided outcome; its explanation is logged and observed."""
+        why = error.explanation
+        if why is not None:
+            log_decision(pending.request, why)
+        self._resolve(pending, error=error)
+        self._finished(pending, outcome, explanation=why)
+
+    def _finished(
+        self,
+        pending: Pending,
+        outcome: Outcome,
+        *,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
+        explanation: Explanation | None = None,
+    ) -> None:
+        if self.observers:
+            done = Finished(outcome, pending.attempts, pending.endpoint, prompt_tokens,
+                            output_tokens, explanation)  # fmt: skip
+            self.observers.finished(pending.request, done, self.now())
 
     def _resolve(
         self,
@@ -351,7 +343,12 @@ class Dispatcher:
                 if self.shared is not None and not await self._reserve(pending):
                     return  # refused: back in its queue, nothing was sent
                 params = self.deployments.params_for(name, call.params)
-                response, headers = await self.deployments.provider(name).create(call.api, params)
+                provider = self.deployments.provider(name)
+                if self.observers:
+                    with self.observers.attempt(pending.request, pending.attempts, name):
+                        response, headers = await provider.create(call.api, params)
+                else:
+                    response, headers = await provider.create(call.api, params)
             except Exception as exc:
                 self._release(pending)
                 self._failed(pending, exc)
@@ -360,17 +357,8 @@ class Dispatcher:
                 pending.scope = None
         if scope.cancelled_caught:
             self._release(pending)
-            if not pending.resolved:  # the deadline passed in flight
-                self.execute(self.engine.cancel(pending.id, self.now()))
-                self.tally.deadline_exceeded += 1
-                error = DeadlineExceeded(
-                    "deadline exceeded while in flight; the call was aborted",
-                    request_id=pending.id,
-                    klass=pending.request.klass,
-                    phase="in_flight",
-                    deadline=deadline,
-                )
-                self._resolve(pending, error=error)
+            if not pending.resolved:  # the deadline passed in flight: the core says Expire
+                self.execute(self.engine.expire(pending.id, self.now()))
             return
         self._observe_headers(headers, pending)
         self._deliver(pending, response)
@@ -398,10 +386,18 @@ class Dispatcher:
         self.tally.succeeded += 1
         if call.stream:
             self.open_streams += 1
+            first = None
+            if self.observers:
+                request, observers = pending.request, self.observers
+
+                def first() -> None:
+                    observers.first_token(request, self.now())
+
             stream = ScheduledStream(
                 response,
                 hide_usage=call.added_usage,
                 on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
+                on_first=first,
             )
             self._resolve(pending, value=stream, keep_inflight=True)
             return
@@ -424,6 +420,11 @@ class Dispatcher:
             self._usage.served(pending.request, usage.output_tokens)
         self.execute(actions)
         self._resolve(pending, value=response)
+        if usage.known:
+            self._finished(pending, Outcome.COMPLETED, prompt_tokens=usage.prompt_tokens,
+                           output_tokens=usage.output_tokens)  # fmt: skip
+        else:
+            self._finished(pending, Outcome.COMPLETED)
 
     def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
         self.open_streams -= 1
@@ -435,8 +436,10 @@ class Dispatcher:
             self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
             if self._usage is not None:
                 self._usage.served(pending.request, tokens or 0)
+            self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
         else:
             self.execute(self.engine.cancel(pending.id, now))
+            self._finished(pending, Outcome.CANCELLED)
         self._check_idle()
 
     def _failed(self, pending: Pending, exc: Exception) -> None:

@@ -24,7 +24,12 @@ What this module is not: it raises nothing itself and reads no exception.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from semisched.core.lifecycle import FailureKind
+
+if TYPE_CHECKING:
+    from semisched.core.explain import Explanation
 
 __all__ = [
     "DeadlineExceeded",
@@ -44,7 +49,13 @@ class SemischedError(Exception):
     Attributes:
         request_id: The scheduler's id for the request.
         klass: The request's scheduling class.
+        explanation: Why, when the scheduler decided it
+            (:class:`~semisched.core.explain.Explanation`: the rule, the
+            severity and signals, the retry hint); ``None`` otherwise (a full
+            queue, a closed scheduler).
     """
+
+    explanation: Explanation | None = None
 
     def __init__(self, message: str, *, request_id: str, klass: str) -> None:
         super().__init__(message)

@@ -24,7 +24,10 @@ are mapped in exactly one place):
    becomes the caller's exception (:class:`~semisched.errors.QuotaExceeded`,
    :class:`~semisched.errors.RateLimited` or
    :class:`~semisched.errors.ProviderError`), chained to the original
-   exception (``err.__cause__``).
+   exception (``err.__cause__``). Its siblings :func:`reject_outcome` and
+   :func:`expire_outcome` do the same for :class:`~semisched.core.Reject`
+   and :class:`~semisched.core.Expire`. Each outcome carries the core's
+   explanation (``err.explanation``).
 
 What this module is not: it decides nothing. Whether and when to retry is the
 core's :mod:`semisched.core.lifecycle`; the runtime executes it.
@@ -37,12 +40,24 @@ from dataclasses import dataclass
 
 import openai
 
-from semisched.core.actions import Fail
+from semisched.core.actions import Expire, Fail, Reject
 from semisched.core.lifecycle import FailureKind
-from semisched.errors import ProviderError, QuotaExceeded, RateLimited
+from semisched.errors import (
+    DeadlineExceeded,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    RequestRejected,
+)
 from semisched.headers import retry_after_seconds
 
-__all__ = ["ProviderFailure", "classify_failure", "failure_outcome"]
+__all__ = [
+    "ProviderFailure",
+    "classify_failure",
+    "expire_outcome",
+    "failure_outcome",
+    "reject_outcome",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,4 +149,44 @@ def failure_outcome(
         reason=fail.reason,
     )
     error.__cause__ = cause
+    error.explanation = fail.explanation
+    return error
+
+
+def reject_outcome(reject: Reject, *, request_id: str) -> RequestRejected:
+    """The caller's exception for the core's :class:`~semisched.core.Reject`."""
+    error = RequestRejected(
+        f"rejected: {reject.reason}",
+        request_id=request_id,
+        klass=reject.request.klass,
+        reason=reject.reason,
+        bucket=reject.request.bucket.value,
+        severity=reject.severity,
+        retry_after=reject.retry_after,
+    )
+    error.explanation = reject.explanation
+    return error
+
+
+def expire_outcome(
+    expire: Expire, *, request_id: str, attempts: int, cause: BaseException | None
+) -> DeadlineExceeded:
+    """The caller's exception for the core's :class:`~semisched.core.Expire`: its phase is
+    ``in_flight`` (the call was aborted), ``retry`` (after ``attempts``, chained to the
+    last failure ``cause``) or ``queued``."""
+    why = expire.explanation
+    if why is not None and why.rule == "deadline.in_flight":
+        phase = "in_flight"
+    else:
+        phase = "retry" if attempts else "queued"
+    error = DeadlineExceeded(
+        f"deadline exceeded ({phase}): {expire.reason}",
+        request_id=request_id,
+        klass=expire.request.klass,
+        phase=phase,
+        deadline=expire.request.deadline,
+    )
+    if cause is not None and phase != "in_flight":
+        error.__cause__ = cause
+    error.explanation = why
     return error

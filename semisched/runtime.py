@@ -37,33 +37,38 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from semisched.calibration import Calibrated, LengthCalibration
-from semisched.calls import PreparedCall, prepare_call, with_tenants
+from semisched.calls import PreparedCall, prepare_call, scheduler_config
 from semisched.clock import AnyioClock, Clock
 from semisched.core.checks import check_int
-from semisched.core.config import RoutingConfig, SchedulerConfig, preset
+from semisched.core.config import RoutingConfig, SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
 from semisched.core.tenancy import TenantConfig, TenantSpec
 from semisched.default_priors import scheduler_priors
-from semisched.dispatch import Dispatcher, Pending
+from semisched.dispatch import Dispatcher
 from semisched.endpoints import Deployments, Endpoint
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
+from semisched.observe import RequestObserver, build_observers
+from semisched.pending import Pending
 from semisched.prior_batch import PriorResolver
 from semisched.priors import Heuristic, PriorSource
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget, backend_for
 from semisched.stats import RuntimeCounters, RuntimeTally, SchedulerStats
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 from semisched.streams import ScheduledStream
 
 __all__ = [
@@ -77,7 +82,7 @@ __all__ = [
 
 
 class Scheduler:
-    """Client-side scheduler over an OpenAI-compatible async client.
+    r"""Client-side scheduler over an OpenAI-compatible async client.
 
     Example::
 
@@ -147,6 +152,15 @@ class Scheduler:
             (``DeadlineExceeded``, phase ``in_flight``). ``False`` lets it finish
             late and returns the response, which is how the paper and the
             simulator count a late completion.
+        metrics: Prometheus metrics (:mod:`semisched.telemetry.prometheus`;
+            the ``metrics`` extra): ``True`` registers them in the default
+            registry, or give a ``prometheus_client.CollectorRegistry``.
+        tracing: One OpenTelemetry span per request
+            (:mod:`semisched.telemetry.tracing`): ``True`` uses the global
+            tracer provider (a no-op unless the application configured an
+            SDK), or give a ``TracerProvider``; ``False``: none.
+        observers: More :class:`~semisched.observe.RequestObserver`\ s, told
+            what happens to each request.
     """
 
     def __init__(
@@ -169,24 +183,17 @@ class Scheduler:
         max_pending: int | None = None,
         estimator: TokenEstimator | None = None,
         cancel_late: bool = True,
+        metrics: CollectorRegistry | bool = False,
+        tracing: TracerProvider | bool = True,
+        observers: Sequence[RequestObserver] = (),
     ) -> None:
         check_int("max_pending", max_pending, minimum=1, optional=True)
         check_int("seed", seed, optional=True)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
+        self.config = scheduler_config(config, retry=retry, routing=routing, tenants=tenants)
         source, self._prior_choice, self._load_priors = scheduler_priors(priors)
         if not isinstance(calibration, LengthCalibration | bool):
             raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
         self._deployments = Deployments.of(client, endpoints)
-        if isinstance(routing, str):
-            routing = RoutingConfig(policy=routing)
-        elif routing is not None and not isinstance(routing, RoutingConfig):
-            raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
-        config = preset(config) if isinstance(config, str) else config
-        if retry is not None:
-            config = replace(config, retry=retry)
-        config = with_tenants(config, tenants)
-        self.config = config if routing is None else replace(config, routing=routing)
         self._allowed_params = self._deployments.allowed_params
         self._class_names = tuple(c.name for c in self.config.classes)
         self._engine = Engine(
@@ -210,16 +217,12 @@ class Scheduler:
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._tally = RuntimeTally()
-        self._dispatch = Dispatcher(
-            self._engine,
-            self._deployments,
-            self._clock,
-            self._estimator,
-            self._tally,
-            cancel_late=cancel_late,
-            calibration=self._calibration,
-            shared=self._shared,
-        )
+        watchers = build_observers(observers, metrics=metrics, tracing=tracing,
+                                   statistics=self.statistics)  # fmt: skip
+        self._dispatch = Dispatcher(self._engine, self._deployments, self._clock,
+                                    self._estimator, self._tally, cancel_late=cancel_late,
+                                    calibration=self._calibration, shared=self._shared,
+                                    observers=watchers)  # fmt: skip
         self._ids = itertools.count(1)
         self._preparing = 0
         self._tg: TaskGroup | None = None

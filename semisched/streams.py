@@ -4,7 +4,8 @@ A streamed call holds its send opportunity until the stream ends, so the
 runtime must learn when that happens and how many tokens it produced. The
 stream reports back exactly once through ``on_end(tokens, complete)``: when it
 is exhausted (``complete=True``), or when it fails or the caller closes it
-early (``complete=False``).
+early (``complete=False``); and once through ``on_first()`` when its first
+content chunk arrives (the time to first token).
 
 What this module is not: it schedules nothing and talks to no engine; the
 runtime decides what an ending means.
@@ -35,10 +36,18 @@ class ScheduledStream:
         usage: The usage the provider reported, once the stream has seen it.
     """
 
-    def __init__(self, inner: Any, *, hide_usage: bool, on_end: StreamEnd) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        hide_usage: bool,
+        on_end: StreamEnd,
+        on_first: Callable[[], None] | None = None,
+    ) -> None:
         self._inner = inner
         self._hide_usage = hide_usage
         self._on_end: StreamEnd | None = on_end
+        self._on_first = on_first
         self._usage_tokens: int | None = None
         self._content_chunks = 0
         self.usage: Any = None
@@ -60,6 +69,9 @@ class ScheduledStream:
                 choices = getattr(chunk, "choices", None)
                 if choices:
                     self._content_chunks += 1
+                    if self._on_first is not None:  # the first content: time to first token
+                        on_first, self._on_first = self._on_first, None
+                        on_first()
                 elif usage is not None and self._hide_usage:
                     continue
                 yield chunk

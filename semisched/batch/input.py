@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from semisched.batch.tenants import line_tenant_problem, take_tenant
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidInput",
     "InvalidLine",
     "load_body",
+    "open_input",
     "read_input",
 ]
 
@@ -278,6 +280,19 @@ def read_input(
     except OSError as exc:
         raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc.strerror or exc}") from None
     return lines, invalid
+
+
+def open_input(path: Path) -> BinaryIO:
+    """The input, unbuffered, for :func:`load_body`: each body is read from the file as it
+    is now, so a line changed since validation is seen (a buffer could serve the old bytes).
+
+    Raises:
+        BatchError: It cannot be opened.
+    """
+    try:
+        return open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc}") from None
 
 
 def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> dict[str, Any]:

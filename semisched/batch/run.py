@@ -33,8 +33,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import anyio
 
@@ -52,6 +51,7 @@ from semisched.batch.input import (
     InvalidInput,
     InvalidLine,
     load_body,
+    open_input,
     read_input,
 )
 from semisched.batch.options import BatchOptions
@@ -78,6 +78,9 @@ from semisched.errors import SemischedError
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 from semisched.state.base import StateUnavailable
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
 
@@ -159,15 +162,6 @@ async def _planned(work: Callable[[], list[Request]], *, model: bool) -> list[Re
         ) from exc
 
 
-def _open_input(path: Path) -> BinaryIO:
-    """The input, unbuffered: each body is read from the file as it is now, so a line
-    changed since validation is seen (a buffer could serve the old bytes)."""
-    try:
-        return open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise BatchError(f"cannot read input {os.fspath(path)!r}: {exc}") from None
-
-
 class BatchRun:
     """One run of a batch job; :meth:`run` does it, :meth:`stop` asks it to stop.
 
@@ -184,6 +178,7 @@ class BatchRun:
         on_start: Called once before the first request is sent, with what the
             run will send, its priors and its makespan floor.
         on_result: Called with the progress after each recorded result.
+        metrics: The registry of the run's Prometheus metrics (``--metrics-port``).
     """
 
     def __init__(
@@ -195,6 +190,7 @@ class BatchRun:
         clock: Clock | None = None,
         on_start: Callable[[BatchForecast], None] | None = None,
         on_result: Callable[[BatchProgress], None] | None = None,
+        metrics: CollectorRegistry | None = None,
     ) -> None:
         if client is not None and options.fleet:
             raise ValueError(
@@ -207,7 +203,7 @@ class BatchRun:
         self._engine_stats: EngineStats | None = None
         self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
         self._on_start = on_start
-        self._on_result = on_result
+        self._on_result, self._metrics = on_result, metrics
         self._stopping = False
         self._stop: anyio.Event | None = None  # made in the run's event loop
         self.scheduler: Scheduler | None = None
@@ -310,7 +306,7 @@ class BatchRun:
             load = partial(load_priors, opts)
             source, choice = await _off_loop(load, thread=opts.priors != "heuristic")
         config = opts.scheduler_config()
-        with _open_input(opts.input) as handle:
+        with open_input(opts.input) as handle:
             work = partial(
                 plan_requests, handle, todo, default_model=opts.model, priors=source, config=config
             )
@@ -378,7 +374,7 @@ class BatchRun:
             if target is not None:
                 if self._on_start is not None:
                     self._on_start(self.forecast)
-                with _open_input(opts.input) as source:
+                with open_input(opts.input) as source:
                     await self._send_all(todo, priors, source, target, writer)
         finally:
             writer.close()
@@ -401,6 +397,7 @@ class BatchRun:
             max_pending=None,
             state=opts.state,
             namespace=opts.namespace,
+            metrics=False if self._metrics is None else self._metrics,
         )
 
     async def _send_all(

@@ -6,6 +6,11 @@ Each action is a frozen value. A shell executes them in the order given:
 brings it back); :class:`Reject`, :class:`Expire` and :class:`Fail` are
 terminal outcomes, each reported once per request.
 
+Every action of a decision other than sending (:class:`Reject`, :class:`Defer`,
+:class:`Expire`, :class:`Retry`, :class:`Fail`) carries its
+:class:`~semisched.core.explain.Explanation`; ``None`` only in an action built
+by hand.
+
 Values only: nothing here decides or does I/O.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
 from semisched.core.overload import Admission
 from semisched.core.request import Request
@@ -38,6 +44,7 @@ class Reject:
     reason: str
     severity: float
     retry_after: float | None
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,7 @@ class Defer:
     request: Request
     until: float
     admission: Admission
+    explanation: Explanation | None = None
 
     @property
     def severity(self) -> float:
@@ -65,6 +73,7 @@ class Expire:
 
     request: Request
     reason: str
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,7 @@ class Retry:
         attempts: Sends so far, the failed one included.
         endpoint: Where the attempt failed.
         failover: It goes at once to another endpoint (no back-off).
+        explanation: Why (``retry.backoff`` or ``retry.failover``).
     """
 
     request: Request
@@ -86,6 +96,7 @@ class Retry:
     attempts: int
     endpoint: str = ""
     failover: bool = False
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,7 @@ class Fail:
         attempts: Sends made, the failed one included.
         retry_after: The provider's last hint in engine seconds, if any
             (useful to a caller who wants to try again later).
+        explanation: Why it is not retried.
     """
 
     request: Request
@@ -106,6 +118,7 @@ class Fail:
     reason: str
     attempts: int
     retry_after: float | None
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True, slots=True)

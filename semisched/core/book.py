@@ -27,13 +27,14 @@ from semisched.core.budget import ProviderLimits
 from semisched.core.checks import check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.endpoint import Circuit, EndpointSpec
+from semisched.core.explain import Decision, Explainer
 from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_ordering
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
-from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts, TenantStats
+from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
 from semisched.core.tenant_policies import TenantPolicy, make_tenant_policy
 from semisched.core.tenants import TenantLane, TenantLedger, entitlements
 
@@ -116,6 +117,7 @@ class EngineBook:
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self._rejects_by_bucket: dict[Bucket, int] = {}
         self._defers_by_bucket: dict[Bucket, int] = {}
+        self._explain = Explainer(self._snapshot)  # explained decisions, counted by rule
 
     def __repr__(self) -> str:
         return (
@@ -261,29 +263,8 @@ class EngineBook:
             budget=self._fleet.budget_snapshot(self._now),
             held=self._held,
             endpoints=self._fleet.statistics(self._now),
-            tenants=tuple(self._tenant_stats(lane) for lane in self._lanes),
-        )
-
-    def _tenant_stats(self, lane: TenantLane) -> TenantStats:
-        usage, total = self._ledger.decayed(lane, self._now)
-        return TenantStats(
-            name=lane.name,
-            service=lane.service.value,
-            weight=lane.weight,
-            entitlement=lane.entitlement,
-            queued=lane.queued,
-            inflight=lane.outstanding,
-            sent=lane.sent,
-            completed=lane.completed,
-            rejected=lane.rejected,
-            deferrals=lane.deferrals,
-            expired=lane.expired,
-            served_tokens=lane.served_tokens,
-            output_tokens=lane.output_tokens,
-            usage=usage,
-            share=usage / total if total > 0.0 else 0.0,
-            debt=usage - lane.entitlement * total,
-            allocation_state=lane.alloc.state(),
+            tenants=tuple(self._ledger.stats(lane, self._now) for lane in self._lanes),
+            decisions=self._explain.counts(),
         )
 
     def tenant_usage(self, tenant: str, now: float | None = None) -> float:
@@ -452,7 +433,8 @@ class EngineBook:
             self._dequeue(entry)
             tpm = lane.spec.tpm
             reason = f"tenant {lane.name!r}: {entry.charge:.0f} tokens exceed its tpm={tpm} cap"
-            actions.append(Reject(entry.request, reason, self._severity, None))
+            why = self._explain(entry.request, Decision.REJECT, "tenant.tpm_cap", reason)
+            actions.append(Reject(entry.request, reason, self._severity, None, why))
             self._reject(entry, entry.request.bucket)
             return False
         if wait > 0.0:

@@ -9,7 +9,8 @@ Events (methods)                  Actions (returned, in order)
 ``completed(id, now, ...)``       :class:`Defer`, :class:`Retry` (held
 ``failed(id, now, kind, ...)``    back until a time); :class:`Reject`,
 ``cancel(id, now)``               :class:`Expire`, :class:`Fail`
-``poll(now)``                     (terminal outcomes)
+``expire(id, now)``               (terminal outcomes)
+``poll(now)``
 ================================  ======================================
 
 The actions are defined in :mod:`semisched.core.actions`, the statistics in
@@ -21,7 +22,8 @@ Rules:
 2. Every submitted request ends in exactly one terminal outcome, reported once:
    rejected (:class:`Reject`), expired (:class:`Expire`), failed
    (:class:`Fail`), or, for a request the shell was told to :class:`Send`,
-   ``completed`` or ``cancel`` as the shell reports. A failed attempt that is
+   ``completed``, ``cancel`` or ``expire`` (aborted at its deadline) as the
+   shell reports. A failed attempt that is
    retried (:class:`Retry`) is not an outcome: the request is deferred until
    its retry time, then queued again without a second admission check.
    Statistics count each.
@@ -62,11 +64,13 @@ import operator
 from collections.abc import Sequence
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
-from semisched.core.book import DEADLINE, EngineBook
+from semisched.core.book import DEADLINE
 from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
+from semisched.core.control import EngineControl
 from semisched.core.endpoint import EndpointSpec
+from semisched.core.explain import Decision
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
@@ -90,11 +94,12 @@ __all__ = [
 
 
 _DEFER = Verdict.DEFER
+_REJECT_D, _DEFER_D, _EXPIRE = Decision.REJECT, Decision.DEFER, Decision.EXPIRE
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
 
 
-class Engine(EngineBook):
+class Engine(EngineControl):
     """Three-layer client-side scheduler core (see module rules)."""
 
     def __init__(
@@ -144,7 +149,9 @@ class Engine(EngineBook):
         self._run_timers(now, actions)
         if request.deadline is not None and request.deadline <= now:
             self._expired(entry)
-            actions.append(Expire(request, "deadline had passed when it was submitted"))
+            reason = "deadline had passed when it was submitted"
+            why = self._explain(request, _EXPIRE, "deadline.at_submit", reason)
+            actions.append(Expire(request, reason, why))
             self._dispatch(now, actions)
             return self._finish(now, actions)
         self._entries[request.id] = entry
@@ -251,6 +258,8 @@ class Engine(EngineBook):
                 until = None if elsewhere else decision.retry_at
             fleet.throttle(endpoint, until, now)
         actions: list[Action] = []
+        name = endpoint.name
+        why = self._explain.failure(request, decision, kind, name, now, retry_after)
         if decision.retry_at is not None:
             self._counters.retries += 1
             if elsewhere:
@@ -262,15 +271,14 @@ class Engine(EngineBook):
             self._defer(entry, decision.retry_at)
             if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
                 self._push_timer(request.deadline, DEADLINE, entry)
-            actions.append(
-                Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name, elsewhere)
-            )
+            actions.append(Retry(request, decision.retry_at, kind, entry.attempts, name, elsewhere,
+                                 why))  # fmt: skip
         elif decision.expired:
             self._expired(entry)
-            actions.append(Expire(request, decision.reason))
+            actions.append(Expire(request, decision.reason, why))
         else:
             self._counters.failed += 1
-            actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after))
+            actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after, why))
         return self._after_release(now, actions)
 
     def refused(
@@ -306,50 +314,24 @@ class Engine(EngineBook):
             self._push_timer(deadline, DEADLINE, entry)
         return self._after_release(now, [])
 
-    # -- the fleet ----------------------------------------------------------------
+    def expire(self, request_id: str, now: float) -> list[Action]:
+        """A sent request's deadline passed in flight and the shell aborted the call.
 
-    def add_endpoint(self, spec: EndpointSpec, now: float) -> list[Action]:
-        """Add an endpoint to the fleet and dispatch (queued work may go there).
-
-        Raises:
-            ValueError: An endpoint of that name is already in the fleet.
+        Its terminal outcome is :class:`Expire` (rule ``deadline.in_flight``), not a
+        cancellation. A no-op for unknown ids, or ones not in flight.
         """
         self._advance(now)
-        self._fleet.add(spec)
-        return self._after_release(now, [])
-
-    def drain_endpoint(self, name: str, now: float) -> list[Action]:
-        """Send nothing new to ``name``; its in-flight requests finish. Queued requests
-        no remaining endpoint can serve are rejected as they come up.
-
-        Raises:
-            ValueError: No endpoint has that name.
-        """
-        self._advance(now)
-        self._fleet.drain(name)
-        return self._after_release(now, [])
-
-    def remove_endpoint(self, name: str, now: float) -> list[Action]:
-        """Drain ``name`` and drop it from the fleet (:meth:`drain_endpoint`).
-
-        Raises:
-            ValueError: No endpoint has that name.
-        """
-        self._advance(now)
-        self._fleet.remove(name)
-        return self._after_release(now, [])
-
-    def hold(self, now: float) -> list[Action]:
-        """Stop sending: queued requests stay queued (deadlines still expire them)."""
-        self._advance(now)
-        self._held = True
-        return self._finish(now, [])
-
-    def release(self, now: float) -> list[Action]:
-        """Undo :meth:`hold` and dispatch."""
-        self._advance(now)
-        self._held = False
-        return self._after_release(now, [])
+        actions: list[Action] = []
+        self._run_timers(now, actions)
+        entry = self._entries.get(request_id)
+        if entry is not None and entry.state == _INFLIGHT:
+            self._take_inflight(request_id)
+            self._expired(entry)
+            reason = "deadline passed in flight; the call was aborted"
+            name = "" if entry.endpoint is None else entry.endpoint.name
+            why = self._explain(entry.request, _EXPIRE, "deadline.in_flight", reason, endpoint=name)
+            actions.append(Expire(entry.request, reason, why))
+        return self._after_release(now, actions)
 
     def cancel(self, request_id: str, now: float) -> list[Action]:
         """The caller gave up on a request; a no-op for unknown or finished ids."""
@@ -395,7 +377,9 @@ class Engine(EngineBook):
                     self._deferred -= 1
                 self._terminal(entry)
                 self._expired(entry)
-                actions.append(Expire(entry.request, "deadline passed before it could be sent"))
+                reason = "deadline passed before it could be sent"
+                why = self._explain(entry.request, _EXPIRE, "deadline.waiting", reason)
+                actions.append(Expire(entry.request, reason, why))
             else:
                 self._deferred -= 1
                 entry.wake_at = None
@@ -416,6 +400,7 @@ class Engine(EngineBook):
             self._counters.admitted += 1
             self._enqueue(entry)
             return
+        shed = self._explain.shed
         if verdict.verdict is _DEFER:
             assert verdict.until is not None
             deadline = request.deadline
@@ -426,14 +411,21 @@ class Engine(EngineBook):
                 self._counters.deferrals += 1
                 self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
                 self._defer(entry, verdict.until)
-                actions.append(Defer(request, verdict.until, verdict))
+                why = self._explain.shed(
+                    request, _DEFER_D, verdict.rule, verdict, verdict.until - now
+                )
+                actions.append(Defer(request, verdict.until, verdict, why))
                 return
             reason = verdict.reason + "; the deferral would outlast the deadline"
-            actions.append(Reject(request, reason, severity, None))
+            why = self._explain.shed(
+                request, _REJECT_D, "overload.defer_past_deadline", verdict, None
+            )
+            actions.append(Reject(request, reason, severity, None, why))
             self._reject(entry, request.bucket)
             return
         # shed() only defers or rejects: this is a rejection.
-        actions.append(Reject(request, verdict.reason, severity, verdict.retry_after))
+        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after)
+        actions.append(Reject(request, verdict.reason, severity, verdict.retry_after, why))
         self._reject(entry, request.bucket)
 
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
@@ -468,7 +460,9 @@ class Engine(EngineBook):
             if endpoint is None:
                 if fleet.refusal:  # no endpoint can ever take it
                     self._dequeue(entry)
-                    actions.append(Reject(entry.request, fleet.refusal, self._severity, None))
+                    refusal = fleet.refusal
+                    why = self._explain(entry.request, _REJECT_D, "routing.no_endpoint", refusal)
+                    actions.append(Reject(entry.request, refusal, self._severity, None, why))
                     self._reject(entry, entry.request.bucket)
                     continue
                 if fleet.wake is not None and (

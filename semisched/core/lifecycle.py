@@ -148,11 +148,13 @@ class RetryDecision:
         retry_at: When to send again, or ``None`` when the request is finished.
         expired: It would have been retried, but no retry fits before its deadline.
         reason: Why it is not retried (empty when it is).
+        rule: The rule that decided (:data:`semisched.core.explain.RULES`).
     """
 
     retry_at: float | None
     expired: bool
     reason: str
+    rule: str = ""
 
 
 def decide_retry(
@@ -180,9 +182,10 @@ def decide_retry(
     """
     failover = elsewhere and kind is FailureKind.QUOTA_EXHAUSTED
     if kind not in policy.retry_on and not failover:
-        return RetryDecision(None, False, f"{kind.value} is not retried")
+        return RetryDecision(None, False, f"{kind.value} is not retried", "retry.not_retryable")
     if attempts >= policy.max_attempts:
-        return RetryDecision(None, False, f"gave up after {attempts} attempts ({kind.value})")
+        reason = f"gave up after {attempts} attempts ({kind.value})"
+        return RetryDecision(None, False, reason, "retry.attempts_spent")
     if elsewhere:
         delay = 0.0
     elif retry_after is not None and policy.honour_retry_after:
@@ -191,5 +194,6 @@ def decide_retry(
         delay = policy.backoff(attempts, draw)
     retry_at = now + delay
     if deadline is not None and retry_at >= deadline:
-        return RetryDecision(None, True, f"{kind.value}: no retry fits before the deadline")
-    return RetryDecision(retry_at, False, "")
+        reason = f"{kind.value}: no retry fits before the deadline"
+        return RetryDecision(None, True, reason, "retry.past_deadline")
+    return RetryDecision(retry_at, False, "", "retry.failover" if elsewhere else "retry.backoff")

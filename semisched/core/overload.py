@@ -71,6 +71,7 @@ class Admission:
         bucket: The routing bucket decided on.
         until: End of a deferral.
         retry_after: Retry hint of a rejection, seconds.
+        rule: The rule that fired (:data:`semisched.core.explain.RULES`), for a defer or reject.
     """
 
     verdict: Verdict
@@ -80,6 +81,7 @@ class Admission:
     bucket: Bucket | None = None
     until: float | None = None
     retry_after: float | None = None
+    rule: str = ""
 
     @property
     def reason(self) -> str:
@@ -113,11 +115,11 @@ OVERLOAD_POLICIES: Mapping[str, Mapping[Bucket, int]] = _read_only(
     }
 )
 
-#: (threshold field, minimum level, verdict), checked in order; first match wins.
-RULES: tuple[tuple[str, int, Verdict], ...] = (
-    ("reject_long_threshold", 1, Verdict.REJECT),
-    ("reject_xlong_threshold", 2, Verdict.REJECT),
-    ("defer_threshold", 1, Verdict.DEFER),
+#: (threshold field, minimum level, verdict, rule name), checked in order; first match wins.
+RULES: tuple[tuple[str, int, Verdict, str], ...] = (
+    ("reject_long_threshold", 1, Verdict.REJECT, "overload.reject_long"),
+    ("reject_xlong_threshold", 2, Verdict.REJECT, "overload.reject_xlong"),
+    ("defer_threshold", 1, Verdict.DEFER, "overload.defer"),
 )
 
 
@@ -135,7 +137,7 @@ class OverloadController:
                 f"policy={cfg.policy!r} must be one of {sorted(OVERLOAD_POLICIES)}"
             ) from None
         self.cfg = cfg
-        self.rules = tuple((float(getattr(cfg, f)), lvl, v) for f, lvl, v in RULES)
+        self.rules = tuple((float(getattr(cfg, f)), lvl, v, rule) for f, lvl, v, rule in RULES)
 
     def decide(
         self, bucket: Bucket, severity: float, now: float, defers: int, offset: int | None = 0
@@ -164,7 +166,7 @@ class OverloadController:
         if level is None or offset is None:
             return None
         level += offset
-        for threshold, min_level, verdict in self.rules:
+        for threshold, min_level, verdict, rule in self.rules:
             if level >= min_level and severity >= threshold:
                 if verdict is _REJECT:
                     return Admission(
@@ -174,6 +176,7 @@ class OverloadController:
                         threshold,
                         bucket,
                         retry_after=self.cfg.retry_after_s,
+                        rule=rule,
                     )
                 if defers >= self.cfg.max_defers:
                     return None
@@ -181,5 +184,5 @@ class OverloadController:
                 if backoff > self.cfg.max_backoff_s:
                     backoff = self.cfg.max_backoff_s
                 until = now + backoff  # positional below: keywords cost more on this hot path
-                return Admission(verdict, severity, level, threshold, bucket, until)
+                return Admission(verdict, severity, level, threshold, bucket, until, None, rule)
         return None

@@ -10,10 +10,11 @@ Values only: nothing here decides or does I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from semisched.core.buckets import Bucket
 from semisched.core.budget import BudgetSnapshot
+from semisched.core.explain import DecisionCounts
 from semisched.core.lifecycle import FailureKind
 from semisched.core.signals import SignalSnapshot
 
@@ -241,6 +242,8 @@ class EngineStats:
         held: Sending is paused (:meth:`Engine.hold`).
         endpoints: Per endpoint, in fleet order.
         tenants: Per tenant, in declared order.
+        decisions: How often each explained decision's rule fired
+            (:mod:`semisched.core.explain`).
     """
 
     now: float
@@ -261,6 +264,7 @@ class EngineStats:
     held: bool = False
     endpoints: tuple[EndpointStats, ...] = ()
     tenants: tuple[TenantStats, ...] = ()
+    decisions: DecisionCounts = field(default_factory=DecisionCounts)
 
     def tenant(self, name: str) -> TenantStats:
         """The statistics of tenant ``name``.

@@ -45,6 +45,7 @@ from semisched.core.budget import RateBudget
 from semisched.core.config import BudgetConfig
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Request
+from semisched.core.stats import TenantStats
 from semisched.core.tenancy import ServiceClass, TenantSpec
 
 __all__ = [
@@ -346,6 +347,29 @@ class TenantLedger:
         """``lane``'s usage and everyone's at ``now``, in work tokens."""
         scale = self._scale(now)
         return lane.scaled_usage / scale, self.total / scale
+
+    def stats(self, lane: TenantLane, now: float) -> TenantStats:
+        """``lane``'s tenant at ``now`` (:class:`~semisched.core.stats.TenantStats`)."""
+        usage, total = self.decayed(lane, now)
+        return TenantStats(
+            name=lane.name,
+            service=lane.service.value,
+            weight=lane.weight,
+            entitlement=lane.entitlement,
+            queued=lane.queued,
+            inflight=lane.outstanding,
+            sent=lane.sent,
+            completed=lane.completed,
+            rejected=lane.rejected,
+            deferrals=lane.deferrals,
+            expired=lane.expired,
+            served_tokens=lane.served_tokens,
+            output_tokens=lane.output_tokens,
+            usage=usage,
+            share=usage / total if total > 0.0 else 0.0,
+            debt=usage - lane.entitlement * total,
+            allocation_state=lane.alloc.state(),
+        )
 
     def own(self, lane: TenantLane, now: float) -> float:
         """This process's own decayed usage of ``lane``'s tenant at ``now`` (work tokens)."""

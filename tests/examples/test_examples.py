@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -99,3 +100,52 @@ def test_tenants_fair_share_shields_the_guaranteed_tenant_from_the_flood() -> No
     # Behind the whole flood under fifo; ahead of it under fair_share.
     assert float(fair[2]) * 20 < float(fifo[2])  # p50
     assert float(fair[3]) * 5 < float(fifo[3])  # p95
+
+
+def test_observability_shows_metrics_logs_traces_and_an_explained_rejection() -> None:
+    out = run("observability.py")
+    # Metrics as Prometheus scrapes them: rejected, deferred and retried requests counted.
+    for outcome in ("rejected", "deferred", "retried", "completed"):
+        line = rf'^  semisched_requests_total\{{[^}}]*outcome="{outcome}"[^}}]*\}} [1-9]'
+        assert re.search(line, out, flags=re.M), outcome
+    # The decision log's structured fields, one line per rule that fired.
+    assert re.search(r"^  reject +batch +xlong +rule=overload\.reject_xlong ", out, flags=re.M)
+    assert re.search(r"^  defer +batch .*rule=overload\.defer ", out, flags=re.M)
+    # One rejection explained: its rule, severity against the threshold, signals, hint.
+    assert "RequestRejected: rejected: overload: severity" in out
+    assert re.search(r"^  rule overload\.reject_(x?long): severity [\d.]+ >= threshold", out,
+                     flags=re.M)  # fmt: skip
+    assert re.search(r"^  signals: provider_load [\d.]+, queue_pressure", out, flags=re.M)
+    # Traces (the test extra installs opentelemetry-sdk): a span per request, rules on them.
+    assert re.search(r"^traces: \d+ spans 'semisched.request'.*'rejected': [1-9]", out, flags=re.M)
+    assert "'semisched.rule': 'overload.reject_" in out
+
+
+def test_the_grafana_dashboard_queries_only_metrics_semisched_exports() -> None:
+    from semisched.telemetry.prometheus import METRICS
+
+    dashboard = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["DS_PROMETHEUS"]["type"] == "datasource"
+    series = {name: set(spec.labels) for name, spec in METRICS.items()}
+    for name, spec in METRICS.items():
+        if spec.kind == "histogram":
+            series.update({f"{name}_{part}": set(spec.labels) for part in ("count", "sum")})
+            series[f"{name}_bucket"] = {*spec.labels, "le"}
+    titles = []
+    for panel in dashboard["panels"]:
+        titles.append(panel["title"])
+        assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            named = re.findall(r"\bsemisched_\w+", expr)
+            assert named and set(named) <= set(series), expr  # only exported series
+            labels = set().union(*(series[n] for n in named))
+            grouped = {g.strip() for by in re.findall(r"\bby \(([\w, ]+)\)", expr)
+                       for g in by.split(",")}  # fmt: skip
+            selected = set(re.findall(r"(\w+)=\"", expr))
+            assert grouped | selected <= labels, expr  # labels those series have
+            legend = set(re.findall(r"\{\{(\w+)\}\}", target["legendFormat"]))
+            assert legend <= (grouped - {"le"} if grouped else labels), target  # kept by sum by
+    assert len(titles) == 10 and len(set(titles)) == 10

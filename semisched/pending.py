@@ -1,0 +1,55 @@
+"""A request a caller is waiting for: the runtime's record of it between submit and outcome.
+
+:class:`Pending` is what :class:`~semisched.Scheduler` hands the
+:class:`~semisched.dispatch.Dispatcher` and what the dispatcher resolves exactly
+once (a response, a stream or an outcome). Values and an event; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from semisched.calibration import Calibrated
+from semisched.calls import PreparedCall
+from semisched.core.request import Request
+from semisched.failures import ProviderFailure
+
+__all__ = ["Pending"]
+
+
+@dataclass(eq=False)
+class Pending:
+    """One request a caller is waiting for.
+
+    Attributes:
+        id: The scheduler's request id.
+        call: The validated call.
+        request: The core's request.
+        done: Set once the request is resolved.
+        value: The response (or stream), once resolved with one.
+        error: The outcome, once resolved with one.
+        resolved: Whether it was resolved (rule 1).
+        attempts: Sends so far.
+        scope: The cancel scope of the attempt in flight, if any.
+        failure: The last failed attempt and its exception.
+        calibrated: The calibration's record of its prior, scored on the
+            answer's length (``None``: the caller gave the prior, or
+            calibration is off).
+        endpoint: Where its latest attempt was sent.
+    """
+
+    id: str
+    call: PreparedCall
+    request: Request
+    done: anyio.Event = field(default_factory=anyio.Event)
+    value: Any = None
+    error: BaseException | None = None
+    resolved: bool = False
+    attempts: int = 0
+    scope: anyio.CancelScope | None = None
+    failure: tuple[ProviderFailure, BaseException] | None = None
+    calibrated: Calibrated | None = None
+    endpoint: str = ""

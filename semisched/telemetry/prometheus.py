@@ -1,0 +1,500 @@
+"""Prometheus metrics of a :class:`~semisched.Scheduler`: what happened to each request, and
+the scheduler's state at scrape time.
+
+:class:`PrometheusMetrics` is a :class:`~semisched.observe.RequestObserver` that
+``Scheduler(metrics=True)`` (the default registry) or
+``Scheduler(metrics=CollectorRegistry())`` builds; it needs the ``metrics``
+extra (``prometheus-client``). Serving them is the application's:
+``prometheus_client.start_http_server(9464)`` for the default registry, or
+``semisched batch --metrics-port 9464`` for a batch job. Counters and
+histograms are updated on the scheduler's own events; the gauges are read
+from ``statistics()`` when Prometheus scrapes, so they cost nothing between
+scrapes.
+
+=========================================  ================  =======================================
+metric                                     labels            meaning
+=========================================  ================  =======================================
+``semisched_requests_submitted_total``     class, tenant     counter: requests that entered a
+                                                             scheduler
+``semisched_requests_total``               outcome, class,   counter: terminal outcomes
+                                           endpoint, tenant  (``completed``, ``rejected``,
+                                                             ``expired``, ``failed``, ``cancelled``)
+                                                             once per request, ``endpoint`` where
+                                                             its last attempt went (``""``: none);
+                                                             ``deferred`` and ``retried`` (a
+                                                             failover too) per decision,
+                                                             ``endpoint`` where the attempt failed
+``semisched_decisions_total``              decision, rule    counter: explained decisions by rule
+                                                             (:data:`~semisched.core.explain.RULES`)
+``semisched_queue_wait_seconds``           class, tenant     histogram: submission to first send
+``semisched_time_to_first_token_seconds``  class, tenant     histogram: submission to a stream's
+                                                             first content (streams only)
+``semisched_request_duration_seconds``     class, tenant,    histogram: submission to the outcome
+                                           outcome
+``semisched_prompt_tokens``                class, tenant     histogram: a completed call's prompt
+                                                             tokens (the provider's count)
+``semisched_output_tokens``                class, tenant     histogram: a completed call's output
+                                                             tokens
+``semisched_queue_depth``                  class             gauge: requests queued now
+``semisched_deferred``                                       gauge: requests held back now (overload
+                                                             deferral, retry back-off)
+``semisched_inflight``                     endpoint          gauge: requests in flight now
+``semisched_severity``                                       gauge: overload severity, in [0, 1]
+``semisched_budget_headroom``              endpoint          gauge: the smallest ``1 - used/limit``
+                                                             of a rate budget's RPM and TPM windows,
+                                                             0 while a 429 pauses it; ``fleet`` is
+                                                             ``config.budget``; absent without a
+                                                             budget
+``semisched_tenant_share``                 tenant            gauge: its share of the decayed usage
+``semisched_tenant_entitlement``           tenant            gauge: its entitled share
+``semisched_tenant_debt_tokens``           tenant            gauge: usage beyond its entitlement, in
+                                                             work tokens (negative: owed)
+=========================================  ================  =======================================
+
+Times are seconds of the scheduler's clock (``Scheduler(clock=)``: wall
+seconds by default). ``deferred`` and ``retried`` count decisions, the terminal
+outcomes count requests, so per class the terminal outcomes add up to
+``semisched_requests_submitted_total`` once nothing is pending. A call refused
+with :class:`~semisched.errors.QueueFull` never entered, so no metric counts it
+(``statistics().counters.queue_full`` does).
+
+The gauges are read on the scheduler's own event loop: ``statistics()`` also
+retires expired budget charges, so another thread must not call it while the
+loop runs. A scrape from the loop's thread (``generate_latest`` in a task)
+reads directly; one from another thread (``start_http_server``'s) asks the loop
+for the snapshot and waits up to :data:`LOOP_TIMEOUT_S` (a loop blocked that
+long leaves that scheduler's gauges out of that scrape). What decays with time
+(budget windows, tenants' usage) is as of the scheduler's last event.
+
+Labels stay few: class and tenant names come from the config, endpoints from
+the fleet, outcome, decision and rule from fixed sets. A request's default
+tenant is labelled by its resolved name (``default`` for the one built-in
+tenant; a request carrying none is labelled ``default`` too). No request id,
+prompt, parameter, model name or key ever becomes a label.
+
+Several schedulers on one registry (the default one, say) share one set of
+metrics: :class:`PrometheusMetrics` registers them in a registry once and each
+scheduler's observer updates the same counters and histograms. The gauges
+combine every live scheduler of the registry: queue depth, deferred, in
+flight and debt are summed, severity is the highest, headroom the lowest,
+entitlement the highest, and share is weighted by each scheduler's usage (one
+scheduler's own share, alone). A scheduler stops counting in the gauges once
+it is garbage.
+
+What this module is not: it decides nothing and serves nothing; it writes no
+exposition format itself (``prometheus_client`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import MappingProxyType, MethodType
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from semisched.core.budget import BudgetSnapshot
+from semisched.core.explain import Decision, Explanation
+from semisched.core.request import Request
+from semisched.core.tenancy import DEFAULT_TENANT
+from semisched.observe import Finished, RequestObserver
+
+if TYPE_CHECKING:
+    from semisched.stats import SchedulerStats
+
+__all__ = [
+    "LOOP_TIMEOUT_S",
+    "METRICS",
+    "SECONDS_BUCKETS",
+    "TOKEN_BUCKETS",
+    "MetricSpec",
+    "PrometheusMetrics",
+    "headroom",
+]
+
+_log = logging.getLogger("semisched.observe")
+
+#: Histogram buckets of the ``_seconds`` metrics: 10 ms (a warm queue) to 30 min
+#: (a batch job's queue, a long generation).
+SECONDS_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+    600.0, 1800.0,
+)  # fmt: skip
+#: Histogram buckets of the token metrics; 64, 256 and 1024 are the bucket edges of
+#: seed 004 (short, medium, long; beyond: xlong).
+TOKEN_BUCKETS = (
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    131072.0,
+)  # fmt: skip
+
+#: Longest wait (wall seconds) of a scrape from another thread for a scheduler's event
+#: loop to take its statistics; past it, that scrape leaves the scheduler's gauges out.
+LOOP_TIMEOUT_S = 2.0
+_RETRIED = {Decision.RETRY, Decision.FAILOVER}
+_CT = ("class", "tenant")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric of the module table: its kind, labels and help text."""
+
+    kind: str  # counter, histogram or gauge
+    labels: tuple[str, ...]
+    help: str
+
+
+#: Every metric as exposed (a counter's name with ``_total``; a histogram's series add
+#: ``_bucket``, ``_count``, ``_sum``), in the module table's order.
+METRICS: Mapping[str, MetricSpec] = MappingProxyType(
+    {
+        "semisched_requests_submitted_total": MetricSpec(
+            "counter", _CT, "Requests that entered a scheduler."
+        ),
+        "semisched_requests_total": MetricSpec(
+            "counter",
+            ("outcome", "class", "endpoint", "tenant"),
+            "What happened to requests: terminal outcomes once per request; deferred and retried "
+            "per decision.",
+        ),
+        "semisched_decisions_total": MetricSpec(
+            "counter", ("decision", "rule"), "Explained decisions by rule."
+        ),
+        "semisched_queue_wait_seconds": MetricSpec(
+            "histogram", _CT, "Submission to first send (scheduler clock seconds)."
+        ),
+        "semisched_time_to_first_token_seconds": MetricSpec(
+            "histogram", _CT, "Submission to a stream's first content (scheduler clock seconds)."
+        ),
+        "semisched_request_duration_seconds": MetricSpec(
+            "histogram", (*_CT, "outcome"), "Submission to the outcome (scheduler clock seconds)."
+        ),
+        "semisched_prompt_tokens": MetricSpec(
+            "histogram", _CT, "A completed call's prompt tokens (the provider's count)."
+        ),
+        "semisched_output_tokens": MetricSpec(
+            "histogram", _CT, "A completed call's output tokens."
+        ),
+        "semisched_queue_depth": MetricSpec("gauge", ("class",), "Requests queued now, per class."),
+        "semisched_deferred": MetricSpec(
+            "gauge", (), "Requests held back now (overload deferral or retry back-off)."
+        ),
+        "semisched_inflight": MetricSpec(
+            "gauge", ("endpoint",), "Requests in flight now, per endpoint."
+        ),
+        "semisched_severity": MetricSpec("gauge", (), "Overload severity, in [0, 1]."),
+        "semisched_budget_headroom": MetricSpec(
+            "gauge",
+            ("endpoint",),
+            "Smallest 1 - used/limit of a rate budget's RPM and TPM windows (fleet: the "
+            "scheduler's own budget); 0 while a 429 pauses it.",
+        ),
+        "semisched_tenant_share": MetricSpec(
+            "gauge", ("tenant",), "A tenant's share of the decayed usage."
+        ),
+        "semisched_tenant_entitlement": MetricSpec(
+            "gauge", ("tenant",), "A tenant's entitled share."
+        ),
+        "semisched_tenant_debt_tokens": MetricSpec(
+            "gauge",
+            ("tenant",),
+            "A tenant's usage beyond its entitlement, in work tokens (negative: owed).",
+        ),
+    }
+)
+
+
+def headroom(budget: BudgetSnapshot, now: float) -> float | None:
+    """The smallest ``1 - used/limit`` of ``budget``'s limited windows, in [0, 1]; 0 while a
+    429 pauses it at ``now``; ``None`` when it limits nothing."""
+    pairs = ((budget.limit_requests, budget.used_requests),
+             (budget.limit_tokens, budget.used_tokens))  # fmt: skip
+    fractions = [min(1.0, max(0.0, 1.0 - used / limit)) for limit, used in pairs if limit]
+    if not fractions:
+        return None
+    if budget.paused_until is not None and budget.paused_until > now:
+        return 0.0
+    return min(fractions)
+
+
+def _call_soon() -> Callable[[Callable[[], object]], object] | None:
+    """How another thread runs a callable on the running event loop (asyncio's
+    ``call_soon_threadsafe``, trio's ``run_sync_soon``); ``None``: neither."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        pass
+    try:
+        import trio
+    except ImportError:
+        return None
+    try:
+        return trio.lowlevel.current_trio_token().run_sync_soon
+    except RuntimeError:
+        return None
+
+
+def _tenant(name: str) -> str:
+    return name or DEFAULT_TENANT
+
+
+class _Gauges(Collector):
+    """The gauges, read from every live scheduler of one registry at scrape time."""
+
+    def __init__(self) -> None:
+        self.sources: weakref.WeakSet[PrometheusMetrics] = weakref.WeakSet()
+        self._complained = False
+
+    def describe(self) -> Iterable[Metric]:
+        return list(_Reading().families())
+
+    def collect(self) -> Iterable[Metric]:
+        reading = _Reading()
+        with _LOCK:
+            sources = list(self.sources)
+        for source in sources:
+            stats = self._read(source)
+            if stats is not None:
+                reading.add(stats)
+        return list(reading.families())
+
+    def _read(self, source: PrometheusMetrics) -> SchedulerStats | None:
+        try:
+            return source.read_statistics()
+        except Exception:
+            if not self._complained:
+                self._complained = True
+                _log.warning("metrics: statistics() of %r failed", source, exc_info=True)
+            return None
+
+
+@dataclass
+class _Reading:
+    """The gauges' values combined over the schedulers of one scrape (module docstring)."""
+
+    queue_depth: dict[str, float] = field(default_factory=dict)
+    deferred: float = 0.0
+    inflight: dict[str, float] = field(default_factory=dict)
+    severity: float = 0.0
+    headroom: dict[str, float] = field(default_factory=dict)
+    entitlement: dict[str, float] = field(default_factory=dict)
+    debt: dict[str, float] = field(default_factory=dict)
+    weighted_share: dict[str, float] = field(default_factory=dict)
+    share: dict[str, float] = field(default_factory=dict)
+    usage: float = 0.0
+
+    def add(self, stats: SchedulerStats) -> None:
+        engine = stats.engine
+        for klass, n in engine.queued.items():
+            self.queue_depth[klass] = self.queue_depth.get(klass, 0.0) + n
+        self.deferred += engine.deferred
+        for endpoint in engine.endpoints:
+            self.inflight[endpoint.name] = self.inflight.get(endpoint.name, 0.0) + endpoint.inflight
+        if not engine.endpoints:
+            self.inflight[""] = self.inflight.get("", 0.0) + engine.inflight
+        self.severity = max(self.severity, engine.signals.severity)
+        budgets = [("fleet", engine.budget)] + [(e.name, e.budget) for e in engine.endpoints]
+        for name, budget in budgets:
+            value = None if budget is None else headroom(budget, engine.now)
+            if value is not None:
+                self.headroom[name] = min(self.headroom.get(name, 1.0), value)
+        usage = sum(t.usage for t in engine.tenants)
+        self.usage += usage
+        for t in engine.tenants:
+            self.entitlement[t.name] = max(self.entitlement.get(t.name, 0.0), t.entitlement)
+            self.debt[t.name] = self.debt.get(t.name, 0.0) + t.debt
+            self.share[t.name] = self.share.get(t.name, 0.0) + t.share
+            self.weighted_share[t.name] = self.weighted_share.get(t.name, 0.0) + t.share * usage
+
+    def families(self) -> Iterator[Metric]:
+        if self.usage > 0:
+            share = {name: w / self.usage for name, w in self.weighted_share.items()}
+        else:
+            share = self.share
+        yield _gauge("semisched_queue_depth", self.queue_depth)
+        yield _gauge("semisched_deferred", {"": self.deferred})
+        yield _gauge("semisched_inflight", self.inflight)
+        yield _gauge("semisched_severity", {"": self.severity})
+        yield _gauge("semisched_budget_headroom", self.headroom)
+        yield _gauge("semisched_tenant_share", share)
+        yield _gauge("semisched_tenant_entitlement", self.entitlement)
+        yield _gauge("semisched_tenant_debt_tokens", self.debt)
+
+
+def _gauge(name: str, values: dict[str, float]) -> Metric:
+    """Gauge ``name`` (:data:`METRICS`) with a value per label value (``""``: no label)."""
+    spec = METRICS[name]
+    family = GaugeMetricFamily(name, spec.help, labels=spec.labels)
+    for key, value in values.items():
+        family.add_metric([key] if spec.labels else [], value)
+    return family
+
+
+class _Instruments:
+    """One registry's counters, histograms and gauge collector (shared by its schedulers)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.submitted = _counter("semisched_requests_submitted_total", registry)
+        self.requests = _counter("semisched_requests_total", registry)
+        self.decisions = _counter("semisched_decisions_total", registry)
+        self.queue_wait = _histogram("semisched_queue_wait_seconds", registry, SECONDS_BUCKETS)
+        self.ttft = _histogram("semisched_time_to_first_token_seconds", registry, SECONDS_BUCKETS)
+        self.duration = _histogram("semisched_request_duration_seconds", registry, SECONDS_BUCKETS)
+        self.prompt_tokens = _histogram("semisched_prompt_tokens", registry, TOKEN_BUCKETS)
+        self.output_tokens = _histogram("semisched_output_tokens", registry, TOKEN_BUCKETS)
+        self.gauges = _Gauges()
+        registry.register(self.gauges)
+
+
+def _counter(name: str, registry: CollectorRegistry) -> Counter:
+    spec = METRICS[name]
+    return Counter(name.removesuffix("_total"), spec.help, spec.labels, registry=registry)
+
+
+def _histogram(name: str, registry: CollectorRegistry, buckets: tuple[float, ...]) -> Histogram:
+    spec = METRICS[name]
+    return Histogram(name, spec.help, spec.labels, registry=registry, buckets=buckets)
+
+
+_LOCK = threading.Lock()
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _instruments(registry: CollectorRegistry) -> _Instruments:
+    with _LOCK:
+        found = _BY_REGISTRY.get(registry)
+        if found is None:
+            found = _BY_REGISTRY[registry] = _Instruments(registry)
+        return found
+
+
+class _Open:
+    """One request's times and labels while it is open."""
+
+    __slots__ = ("klass", "sent", "submitted", "tenant")
+
+    def __init__(self, request: Request, now: float) -> None:
+        self.klass = request.klass
+        self.tenant = _tenant(request.tenant)
+        self.submitted = now
+        self.sent = False
+
+
+class PrometheusMetrics(RequestObserver):
+    """One scheduler's Prometheus metrics (module docstring).
+
+    Args:
+        statistics: The scheduler's ``statistics()`` (the gauges read it at scrape
+            time; a bound method is held weakly, so the metrics never keep a
+            scheduler alive).
+        registry: Where the metrics live (``None``: ``prometheus_client.REGISTRY``).
+            They are registered there once and shared by every scheduler using it.
+
+    Raises:
+        ValueError: Another collector already registered one of these names.
+    """
+
+    def __init__(
+        self,
+        statistics: Callable[[], SchedulerStats],
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._statistics: Callable[[], Callable[[], SchedulerStats] | None]
+        if isinstance(statistics, MethodType):
+            self._statistics = weakref.WeakMethod(statistics)
+        else:
+            self._statistics = lambda: statistics
+        self.registry = REGISTRY if registry is None else registry
+        self._m = _instruments(self.registry)
+        with _LOCK:
+            self._m.gauges.sources.add(self)
+        self._open: dict[str, _Open] = {}
+        self._loop: tuple[Callable[[Callable[[], object]], object] | None, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"<PrometheusMetrics open={len(self._open)}>"
+
+    def read_statistics(self, timeout_s: float | None = None) -> SchedulerStats | None:
+        """The scheduler's statistics now, taken on its event loop (module docstring);
+        ``None``: the scheduler is gone, or its loop did not answer within ``timeout_s``
+        (default :data:`LOOP_TIMEOUT_S`)."""
+        read = self._statistics()
+        if read is None:
+            return None
+        if self._loop is None or self._loop[0] is None or self._loop[1] == threading.get_ident():
+            return read()  # not running yet, an unknown loop, or the loop's own thread
+        done: Future[SchedulerStats] = Future()
+
+        def on_loop() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(read())
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+        try:
+            self._loop[0](on_loop)
+        except RuntimeError:  # its loop has finished: nothing changes the scheduler now
+            return read()
+        try:
+            return done.result(timeout=LOOP_TIMEOUT_S if timeout_s is None else timeout_s)
+        except TimeoutError:
+            done.cancel()
+            return None
+
+    def submitted(self, request: Request, now: float) -> None:
+        if self._loop is None:
+            self._loop = (_call_soon(), threading.get_ident())
+        state = self._open[request.id] = _Open(request, now)
+        self._m.submitted.labels(state.klass, state.tenant).inc()
+
+    def sent(self, request: Request, attempt: int, endpoint: str, now: float) -> None:
+        state = self._open.get(request.id)
+        if state is not None and not state.sent:
+            state.sent = True
+            self._m.queue_wait.labels(state.klass, state.tenant).observe(now - state.submitted)
+
+    def decided(self, request: Request, explanation: Explanation, now: float) -> None:
+        self._decision(explanation)
+        decision = explanation.decision
+        if decision is Decision.DEFER:
+            outcome = "deferred"
+        elif decision in _RETRIED:
+            outcome = "retried"
+        else:  # pragma: no cover - terminal decisions come with finished()
+            return
+        self._m.requests.labels(outcome, request.klass, explanation.endpoint,
+                                _tenant(request.tenant)).inc()  # fmt: skip
+
+    def first_token(self, request: Request, now: float) -> None:
+        state = self._open.get(request.id)
+        if state is not None:
+            self._m.ttft.labels(state.klass, state.tenant).observe(now - state.submitted)
+
+    def finished(self, request: Request, finished: Finished, now: float) -> None:
+        state = self._open.pop(request.id, None)
+        klass, tenant = request.klass, _tenant(request.tenant)
+        outcome = finished.outcome.value
+        m = self._m
+        m.requests.labels(outcome, klass, finished.endpoint, tenant).inc()
+        if finished.explanation is not None:
+            self._decision(finished.explanation)
+        if state is not None:
+            m.duration.labels(klass, tenant, outcome).observe(now - state.submitted)
+        if finished.prompt_tokens is not None:
+            m.prompt_tokens.labels(klass, tenant).observe(finished.prompt_tokens)
+        if finished.output_tokens is not None:
+            m.output_tokens.labels(klass, tenant).observe(finished.output_tokens)
+
+    def _decision(self, explanation: Explanation) -> None:
+        self._m.decisions.labels(explanation.decision.value, explanation.rule).inc()

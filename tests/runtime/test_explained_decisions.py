@@ -1,0 +1,217 @@
+"""Explained decisions reach the caller's exception, the statistics and the logs; spans too.
+
+Virtual time, the in-process mock. A rejected, deferred, retried, expired or
+failed request carries the core's explanation (rule, severity, signals, retry
+hint); ``semisched.decisions`` logs it at DEBUG with structured ``extra``; no
+semisched log line ever holds a prompt or a key; an OpenTelemetry SDK sees one
+span per request, with the client's HTTP spans under it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import openai
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from runtime_kit import FOREVER, Recorder, Scripted, chat
+
+from mockprovider.app import MockConfig, create_app
+from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler
+from semisched.core import preset
+from semisched.core.config import OverloadConfig
+from semisched.core.lifecycle import RetryPolicy
+from semisched.observe import Finished, RequestObserver
+
+pytestmark = pytest.mark.anyio
+
+SECRET_PROMPT = "TOP-SECRET-PROMPT-TEXT"
+SECRET_KEY = "sk-SECRET-KEY-0123456789"
+
+
+@asynccontextmanager
+async def client(
+    script: tuple[Scripted, ...] = (), **mock: Any
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    app = create_app(MockConfig(**mock), clock=anyio.current_time)
+    transport = Recorder(httpx2.ASGITransport(app=app), script)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
+        yield openai.AsyncOpenAI(base_url="http://mock/v1", api_key=SECRET_KEY, http_client=http)
+
+
+def overloaded() -> Any:
+    # A full budget (load 1.0 * w_load 0.3) crosses these lowered thresholds: long
+    # requests are deferred, xlong ones rejected, short ones admitted.
+    overload = OverloadConfig(defer_threshold=0.25, reject_xlong_threshold=0.28,
+                              reject_long_threshold=0.95, max_defers=2)  # fmt: skip
+    return preset("final_adrr_olc", max_inflight=2, overload=overload,
+                  retry=RetryPolicy(max_attempts=2, base_delay_s=1.0))  # fmt: skip
+
+
+async def scenario(s: Scheduler) -> dict[str, Any]:
+    """Fill the budget, then a short, a long (deferred) and an xlong (rejected) call."""
+    results: dict[str, Any] = {}
+    fills = [anyio.CancelScope(), anyio.CancelScope()]
+
+    async def fill(scope: anyio.CancelScope) -> None:
+        with scope:
+            await s.submit(**chat(SECRET_PROMPT, max_tokens=FOREVER), prior=(200.0, 256.0))
+
+    async def call(name: str, prior: tuple[float, float]) -> None:
+        try:
+            results[name] = await s.submit(**chat(SECRET_PROMPT, max_tokens=20), prior=prior,
+                                           deadline=600)  # fmt: skip
+        except RequestRejected as exc:
+            results[name] = exc
+
+    async with anyio.create_task_group() as tg:
+        for scope in fills:
+            tg.start_soon(fill, scope)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(call, "short", (30.0, 60.0))
+        tg.start_soon(call, "long", (600.0, 1000.0))
+        tg.start_soon(call, "xlong", (3000.0, 4000.0))
+        await anyio.wait_all_tasks_blocked()
+        for scope in fills:
+            scope.cancel()
+    return results
+
+
+async def test_a_rejection_carries_its_explanation_and_the_statistics_count_rules() -> None:
+    async with client() as c, Scheduler(c, config=overloaded()) as s:
+        results = await scenario(s)
+        stats = s.statistics()
+    rejected = results["xlong"]
+    assert isinstance(rejected, RequestRejected)
+    why = rejected.explanation
+    assert why is not None
+    assert (why.decision.value, why.rule, why.bucket) == (
+        "reject",
+        "overload.reject_xlong",
+        "xlong",
+    )
+    assert why.threshold == 0.28 and why.level == 2 and why.severity >= 0.28
+    assert why.retry_after == rejected.retry_after
+    assert why.signals.provider_load == pytest.approx(1.0)
+    assert stats.engine.decisions.overload_reject_xlong == 1
+    assert stats.engine.decisions.overload_defer >= 1  # the long one, then served
+
+
+async def test_failures_and_deadlines_carry_theirs() -> None:
+    script = (Scripted(500), Scripted(500))
+    async with client(script) as c, Scheduler(c, config=overloaded()) as s:
+        with pytest.raises(ProviderError) as failed:
+            await s.submit(**chat(SECRET_PROMPT, max_tokens=5))
+        with pytest.raises(DeadlineExceeded) as late:
+            await s.submit(**chat(SECRET_PROMPT, max_tokens=FOREVER), deadline=30)
+    assert failed.value.explanation is not None
+    assert failed.value.explanation.rule == "retry.attempts_spent"
+    assert late.value.phase == "in_flight"
+    assert late.value.explanation is not None
+    assert late.value.explanation.rule == "deadline.in_flight"
+
+
+async def test_decisions_are_logged_at_debug_without_prompt_or_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    script = (Scripted(429, {"retry-after": "1"}), Scripted(500))  # a retry, then it gives up
+    async with client(script) as c, Scheduler(c, config=overloaded()) as s:
+        with pytest.raises(ProviderError):
+            await s.submit(**chat(SECRET_PROMPT, max_tokens=5))
+        await scenario(s)
+    decisions = [r for r in caplog.records if r.name == "semisched.decisions"]
+    rules = {r.semisched["rule"] for r in decisions}  # type: ignore[attr-defined]
+    assert {
+        "overload.reject_xlong",
+        "overload.defer",
+        "retry.backoff",
+        "retry.attempts_spent",
+    } <= rules
+    rejected = next(r for r in decisions if r.semisched["rule"] == "overload.reject_xlong")  # type: ignore[attr-defined]
+    assert rejected.levelno == logging.DEBUG
+    assert rejected.semisched["severity"] >= 0.28 and rejected.semisched["klass"] == "batch"  # type: ignore[attr-defined]
+    ours = [r for r in caplog.records if r.name.startswith("semisched")]
+    assert ours
+    for record in ours:
+        text = f"{record.getMessage()} {record.args!r} {record.__dict__!r}"
+        assert SECRET_PROMPT not in text and SECRET_KEY not in text, record.name
+
+
+class Raising(RequestObserver):
+    def __init__(self) -> None:
+        self.finished_seen = 0
+
+    def submitted(self, request: Any, now: float) -> None:
+        raise RuntimeError("observer bug")
+
+    def finished(self, request: Any, finished: Finished, now: float) -> None:
+        self.finished_seen += 1
+
+
+async def test_an_observer_that_raises_is_logged_once_and_scheduling_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    observer = Raising()
+    async with client() as c, Scheduler(c, observers=[observer]) as s:
+        for _ in range(3):
+            await s.submit(**chat(max_tokens=5))
+    warnings = [r for r in caplog.records if r.name == "semisched.observe"]
+    assert len(warnings) == 1 and "submitted" in warnings[0].getMessage()
+    assert observer.finished_seen == 3
+    with pytest.raises(TypeError, match="RequestObserver"):
+        Scheduler(c, observers=[object()])  # type: ignore[list-item]
+
+
+class HttpSpans(httpx2.AsyncBaseTransport):
+    """What an instrumented httpx does: a client span per request, in the current context."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, tracer: trace.Tracer) -> None:
+        self.inner, self.tracer = inner, tracer
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        with self.tracer.start_as_current_span(f"HTTP {request.method}"):
+            return await self.inner.handle_async_request(request)
+
+
+async def test_one_span_per_request_with_the_http_spans_under_it() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = create_app(MockConfig(), clock=anyio.current_time)
+    transport = HttpSpans(httpx2.ASGITransport(app=app), provider.get_tracer("http"))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
+        c = openai.AsyncOpenAI(base_url="http://mock/v1", api_key=SECRET_KEY, http_client=http)
+        async with Scheduler(c, config=overloaded(), tracing=provider) as s:
+            with provider.get_tracer("app").start_as_current_span("handler"):
+                await s.submit(**chat(SECRET_PROMPT, max_tokens=7), tenant=None)
+            results = await scenario(s)
+    assert isinstance(results["xlong"], RequestRejected)
+    spans = exporter.get_finished_spans()
+    requests = [sp for sp in spans if sp.name == "semisched.request"]
+    handler = next(sp for sp in spans if sp.name == "handler")
+    first = requests[0]
+    assert first.parent is not None and first.parent.span_id == handler.context.span_id
+    attrs = first.attributes or {}
+    assert attrs["semisched.outcome"] == "completed" and attrs["semisched.attempts"] == 1
+    assert attrs["gen_ai.usage.output_tokens"] == 7 and attrs["semisched.queue_wait_s"] == 0.0
+    http = [sp for sp in spans if sp.name.startswith("HTTP") and sp.parent is not None
+            and sp.parent.span_id == first.context.span_id]  # fmt: skip
+    assert len(http) == 1  # the client's own span nests under the request's
+    rejected = next(sp for sp in requests if (sp.attributes or {}).get("semisched.outcome")
+                    == "rejected")  # fmt: skip
+    assert rejected.status.status_code is trace.StatusCode.ERROR
+    assert (rejected.attributes or {})["semisched.rule"] == "overload.reject_xlong"
+    deferred = [sp for sp in requests if any(e.name == "semisched.decision" for e in sp.events)]
+    assert deferred  # the long call's deferral is an event of its span
+    for span in spans:
+        text = repr(span.attributes) + repr([e.attributes for e in span.events])
+        assert SECRET_PROMPT not in text and SECRET_KEY not in text
