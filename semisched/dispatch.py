@@ -181,7 +181,8 @@ class Dispatcher:
         """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
         if pending.scope is not None:
             pending.scope.cancel()
-        if not pending.resolved:
+        was_pending = not pending.resolved
+        if was_pending:
             if error is not None:
                 self.tally.closed += 1
                 self._resolve(pending, error=error)
@@ -190,8 +191,9 @@ class Dispatcher:
                 self.pending.pop(pending.id, None)
                 pending.done.set()
                 self._check_idle()
-            self._finished(pending, Outcome.CANCELLED)
         self.execute(self.engine.cancel(pending.id, self.now()))
+        if was_pending:
+            self._finished(pending, Outcome.CANCELLED)
 
     def execute(self, actions: list[Action]) -> None:
         """Do what the engine's ``actions`` say (module docstring)."""
@@ -203,7 +205,9 @@ class Dispatcher:
                 pending.attempts = action.attempt
                 pending.endpoint = action.endpoint
                 if self.observers:
-                    self.observers.sent(action.request, action.attempt, action.endpoint, self.now())
+                    # The engine's now, just given: no second clock read per event.
+                    now = self._last_now
+                    self.observers.sent(action.request, action.attempt, action.endpoint, now)
                 assert self._tg is not None, "Dispatcher.start() was not called"
                 self._tg.start_soon(self._attempt, pending)
             elif isinstance(action, Wake):
@@ -217,7 +221,7 @@ class Dispatcher:
                 if why is not None:
                     log_decision(action.request, why)
                     if self.observers:
-                        self.observers.decided(action.request, why, self.now())
+                        self.observers.decided(action.request, why, self._last_now)
             elif isinstance(action, Reject):
                 self._reject(action)
             elif isinstance(action, Expire):
@@ -276,7 +280,7 @@ class Dispatcher:
         if self.observers:
             done = Finished(outcome, pending.attempts, pending.endpoint, prompt_tokens,
                             output_tokens, explanation)  # fmt: skip
-            self.observers.finished(pending.request, done, self.now())
+            self.observers.finished(pending.request, done, self._last_now)
 
     def _resolve(
         self,

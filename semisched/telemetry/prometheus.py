@@ -27,6 +27,7 @@ metric                                     labels            meaning
 ``semisched_decisions_total``              decision, rule    counter: explained decisions by rule
                                                              (:data:`~semisched.core.explain.RULES`)
 ``semisched_queue_wait_seconds``           class, tenant     histogram: submission to first send
+                                                             (observed when the request ends)
 ``semisched_time_to_first_token_seconds``  class, tenant     histogram: submission to a stream's
                                                              first content (streams only)
 ``semisched_request_duration_seconds``     class, tenant,    histogram: submission to the outcome
@@ -95,7 +96,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType, MethodType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -168,7 +169,9 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
             "counter", ("decision", "rule"), "Explained decisions by rule."
         ),
         "semisched_queue_wait_seconds": MetricSpec(
-            "histogram", _CT, "Submission to first send (scheduler clock seconds)."
+            "histogram",
+            _CT,
+            "Submission to first send (scheduler clock seconds), observed when the request ends.",
         ),
         "semisched_time_to_first_token_seconds": MetricSpec(
             "histogram", _CT, "Submission to a stream's first content (scheduler clock seconds)."
@@ -386,7 +389,7 @@ class _Open:
         self.klass = request.klass
         self.tenant = _tenant(request.tenant)
         self.submitted = now
-        self.sent = False
+        self.sent: float | None = None  # the first send
 
 
 class PrometheusMetrics(RequestObserver):
@@ -419,6 +422,7 @@ class PrometheusMetrics(RequestObserver):
         with _LOCK:
             self._m.gauges.sources.add(self)
         self._open: dict[str, _Open] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._loop: tuple[Callable[[Callable[[], object]], object] | None, int] | None = None
 
     def __repr__(self) -> str:
@@ -456,13 +460,14 @@ class PrometheusMetrics(RequestObserver):
         if self._loop is None:
             self._loop = (_call_soon(), threading.get_ident())
         state = self._open[request.id] = _Open(request, now)
-        self._m.submitted.labels(state.klass, state.tenant).inc()
+        self._child(self._m.submitted, state.klass, state.tenant).inc()
 
     def sent(self, request: Request, attempt: int, endpoint: str, now: float) -> None:
+        # Only noted here: the histogram is observed at the end, off the request's way
+        # to the provider.
         state = self._open.get(request.id)
-        if state is not None and not state.sent:
-            state.sent = True
-            self._m.queue_wait.labels(state.klass, state.tenant).observe(now - state.submitted)
+        if state is not None and state.sent is None:
+            state.sent = now
 
     def decided(self, request: Request, explanation: Explanation, now: float) -> None:
         self._decision(explanation)
@@ -473,28 +478,40 @@ class PrometheusMetrics(RequestObserver):
             outcome = "retried"
         else:  # pragma: no cover - terminal decisions come with finished()
             return
-        self._m.requests.labels(outcome, request.klass, explanation.endpoint,
+        self._child(self._m.requests, outcome, request.klass, explanation.endpoint,
                                 _tenant(request.tenant)).inc()  # fmt: skip
 
     def first_token(self, request: Request, now: float) -> None:
         state = self._open.get(request.id)
         if state is not None:
-            self._m.ttft.labels(state.klass, state.tenant).observe(now - state.submitted)
+            self._child(self._m.ttft, state.klass, state.tenant).observe(now - state.submitted)
 
     def finished(self, request: Request, finished: Finished, now: float) -> None:
         state = self._open.pop(request.id, None)
         klass, tenant = request.klass, _tenant(request.tenant)
         outcome = finished.outcome.value
         m = self._m
-        m.requests.labels(outcome, klass, finished.endpoint, tenant).inc()
+        self._child(m.requests, outcome, klass, finished.endpoint, tenant).inc()
         if finished.explanation is not None:
             self._decision(finished.explanation)
         if state is not None:
-            m.duration.labels(klass, tenant, outcome).observe(now - state.submitted)
+            self._child(m.duration, klass, tenant, outcome).observe(now - state.submitted)
+            if state.sent is not None:
+                wait = state.sent - state.submitted
+                self._child(m.queue_wait, state.klass, state.tenant).observe(wait)
         if finished.prompt_tokens is not None:
-            m.prompt_tokens.labels(klass, tenant).observe(finished.prompt_tokens)
+            self._child(m.prompt_tokens, klass, tenant).observe(finished.prompt_tokens)
         if finished.output_tokens is not None:
-            m.output_tokens.labels(klass, tenant).observe(finished.output_tokens)
+            self._child(m.output_tokens, klass, tenant).observe(finished.output_tokens)
 
     def _decision(self, explanation: Explanation) -> None:
-        self._m.decisions.labels(explanation.decision.value, explanation.rule).inc()
+        self._child(self._m.decisions, explanation.decision.value, explanation.rule).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: the label sets are few (classes, tenants,
+        endpoints, fixed outcomes), and ``labels()`` checks and locks on every call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child

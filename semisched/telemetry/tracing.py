@@ -37,13 +37,15 @@ it. A rejected, expired or failed request ends with status ``ERROR`` and the
 reason. Span times are the SDK's (wall clock); the ``_s`` attributes are the
 scheduler's clock, which differs only under a scaled or virtual clock.
 
-No prompt, parameter or key is ever recorded. Without an SDK (the API's
-no-op provider) a request costs one ``start_span`` and nothing else.
+No prompt, parameter or key is ever recorded. While no SDK is configured (the
+API's proxy provider) a request costs one check; with a provider that records
+nothing, one ``start_span``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -63,12 +65,13 @@ _OK = {Outcome.COMPLETED, Outcome.CANCELLED}
 class _Open:
     """One request's span and its times."""
 
-    __slots__ = ("first_send", "span", "submitted")
+    __slots__ = ("attempts", "first_send", "span", "submitted")
 
     def __init__(self, span: trace.Span, submitted: float) -> None:
         self.span = span
         self.submitted = submitted
         self.first_send: float | None = None
+        self.attempts: list[tuple[int, str, int]] = []  # attempt, endpoint, wall ns
 
 
 class RequestTracing(RequestObserver):
@@ -81,12 +84,15 @@ class RequestTracing(RequestObserver):
 
     def __init__(self, provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("semisched", tracer_provider=provider)
+        self._global = provider is None
         self._open: dict[str, _Open] = {}
 
     def __repr__(self) -> str:
         return f"<RequestTracing open={len(self._open)}>"
 
     def submitted(self, request: Request, now: float) -> None:
+        if self._global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return  # no SDK configured (yet): a span would record nothing
         attributes: dict[str, Any] = {
             "semisched.request_id": request.id,
             "semisched.class": request.klass,
@@ -100,13 +106,14 @@ class RequestTracing(RequestObserver):
             self._open[request.id] = _Open(span, now)
 
     def sent(self, request: Request, attempt: int, endpoint: str, now: float) -> None:
+        # Only noted here: the events and attributes are written at the end, off the
+        # request's way to the provider (each event keeps its own time).
         state = self._open.get(request.id)
         if state is None:
             return
         if state.first_send is None:
             state.first_send = now
-            state.span.set_attribute("semisched.queue_wait_s", now - state.submitted)
-        state.span.add_event("semisched.attempt", {"attempt": attempt, "endpoint": endpoint})
+        state.attempts.append((attempt, endpoint, time.time_ns()))
 
     def attempt(
         self, request: Request, attempt: int, endpoint: str
@@ -131,6 +138,11 @@ class RequestTracing(RequestObserver):
         if state is None:
             return
         span = state.span
+        if state.first_send is not None:
+            span.set_attribute("semisched.queue_wait_s", state.first_send - state.submitted)
+        for attempt, endpoint, at in state.attempts:
+            span.add_event("semisched.attempt", {"attempt": attempt, "endpoint": endpoint},
+                           timestamp=at)  # fmt: skip
         span.set_attribute("semisched.outcome", finished.outcome.value)
         span.set_attribute("semisched.attempts", finished.attempts)
         if finished.endpoint:
