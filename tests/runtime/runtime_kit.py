@@ -12,7 +12,7 @@ other test folder uses.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,3 +127,41 @@ async def mock_client(*, script: Sequence[Scripted] = (), **config: Any) -> Asyn
 def chat(content: str = "hello", **kwargs: Any) -> dict[str, Any]:
     """Arguments of a small chat call."""
     return {"model": "mock-1", "messages": [{"role": "user", "content": content}], **kwargs}
+
+
+async def overload_scenario(
+    s: Any, prompt: str, during: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+    """Fill a two-slot flight, then submit a short, a long and an xlong call while it is
+    full (under lowered thresholds: the long one is deferred, the xlong one rejected);
+    ``during()`` runs while all three wait (its value under ``"during"``); then the
+    fill is cancelled. The results (responses or ``RequestRejected``) by name."""
+    from semisched import RequestRejected
+
+    results: dict[str, Any] = {}
+    fills = [anyio.CancelScope(), anyio.CancelScope()]
+
+    async def fill(scope: anyio.CancelScope) -> None:
+        with scope:
+            await s.submit(**chat(prompt, max_tokens=FOREVER), prior=(200.0, 256.0))
+
+    async def call(name: str, prior: tuple[float, float]) -> None:
+        try:
+            results[name] = await s.submit(**chat(prompt, max_tokens=20), prior=prior,
+                                           deadline=600)  # fmt: skip
+        except RequestRejected as exc:
+            results[name] = exc
+
+    async with anyio.create_task_group() as tg:
+        for scope in fills:
+            tg.start_soon(fill, scope)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(call, "short", (30.0, 60.0))
+        tg.start_soon(call, "long", (600.0, 1000.0))
+        tg.start_soon(call, "xlong", (3000.0, 4000.0))
+        await anyio.wait_all_tasks_blocked()
+        if during is not None:
+            results["during"] = during()
+        for scope in fills:
+            scope.cancel()
+    return results

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from runtime_kit import FOREVER, Recorder, Scripted, chat
+from runtime_kit import FOREVER, Recorder, Scripted, chat, overload_scenario
 
 from mockprovider.app import MockConfig, create_app
 from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler
@@ -56,38 +56,9 @@ def overloaded() -> Any:
                   retry=RetryPolicy(max_attempts=2, base_delay_s=1.0))  # fmt: skip
 
 
-async def scenario(s: Scheduler) -> dict[str, Any]:
-    """Fill the budget, then a short, a long (deferred) and an xlong (rejected) call."""
-    results: dict[str, Any] = {}
-    fills = [anyio.CancelScope(), anyio.CancelScope()]
-
-    async def fill(scope: anyio.CancelScope) -> None:
-        with scope:
-            await s.submit(**chat(SECRET_PROMPT, max_tokens=FOREVER), prior=(200.0, 256.0))
-
-    async def call(name: str, prior: tuple[float, float]) -> None:
-        try:
-            results[name] = await s.submit(**chat(SECRET_PROMPT, max_tokens=20), prior=prior,
-                                           deadline=600)  # fmt: skip
-        except RequestRejected as exc:
-            results[name] = exc
-
-    async with anyio.create_task_group() as tg:
-        for scope in fills:
-            tg.start_soon(fill, scope)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(call, "short", (30.0, 60.0))
-        tg.start_soon(call, "long", (600.0, 1000.0))
-        tg.start_soon(call, "xlong", (3000.0, 4000.0))
-        await anyio.wait_all_tasks_blocked()
-        for scope in fills:
-            scope.cancel()
-    return results
-
-
 async def test_a_rejection_carries_its_explanation_and_the_statistics_count_rules() -> None:
     async with client() as c, Scheduler(c, config=overloaded()) as s:
-        results = await scenario(s)
+        results = await overload_scenario(s, SECRET_PROMPT)
         stats = s.statistics()
     rejected = results["xlong"]
     assert isinstance(rejected, RequestRejected)
@@ -127,7 +98,7 @@ async def test_decisions_are_logged_at_debug_without_prompt_or_key(
     async with client(script) as c, Scheduler(c, config=overloaded()) as s:
         with pytest.raises(ProviderError):
             await s.submit(**chat(SECRET_PROMPT, max_tokens=5))
-        await scenario(s)
+        await overload_scenario(s, SECRET_PROMPT)
     decisions = [r for r in caplog.records if r.name == "semisched.decisions"]
     rules = {r.semisched["rule"] for r in decisions}  # type: ignore[attr-defined]
     assert {
@@ -193,7 +164,7 @@ async def test_one_span_per_request_with_the_http_spans_under_it() -> None:
         async with Scheduler(c, config=overloaded(), tracing=provider) as s:
             with provider.get_tracer("app").start_as_current_span("handler"):
                 await s.submit(**chat(SECRET_PROMPT, max_tokens=7), tenant=None)
-            results = await scenario(s)
+            results = await overload_scenario(s, SECRET_PROMPT)
     assert isinstance(results["xlong"], RequestRejected)
     spans = exporter.get_finished_spans()
     requests = [sp for sp in spans if sp.name == "semisched.request"]

@@ -25,7 +25,7 @@ import trio.testing
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from runtime_kit import FOREVER, Recorder, Scripted, chat
+from runtime_kit import FOREVER, Recorder, Scripted, chat, overload_scenario
 
 from mockprovider.app import MockConfig, create_app
 from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler, TenantSpec
@@ -90,37 +90,6 @@ def values(samples: list[Sample], name: str, label: str) -> dict[str, float]:
     return {s.labels[label]: s.value for s in samples if s.name == name}
 
 
-async def overload_scenario(s: Scheduler) -> dict[str, Any]:
-    """Fill the flight (then cancel both), and a short, a long (deferred) and an xlong
-    (rejected) call while it is full."""
-    results: dict[str, Any] = {}
-    fills = [anyio.CancelScope(), anyio.CancelScope()]
-
-    async def fill(scope: anyio.CancelScope) -> None:
-        with scope:
-            await s.submit(**chat(SECRET_PROMPT, max_tokens=FOREVER), prior=(200.0, 256.0))
-
-    async def call(name: str, prior: tuple[float, float]) -> None:
-        try:
-            results[name] = await s.submit(**chat(SECRET_PROMPT, max_tokens=20), prior=prior,
-                                           deadline=600)  # fmt: skip
-        except RequestRejected as exc:
-            results[name] = exc
-
-    async with anyio.create_task_group() as tg:
-        for scope in fills:
-            tg.start_soon(fill, scope)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(call, "short", (30.0, 60.0))
-        tg.start_soon(call, "long", (600.0, 1000.0))
-        tg.start_soon(call, "xlong", (3000.0, 4000.0))
-        await anyio.wait_all_tasks_blocked()
-        results["during"] = scrape(s_registry(s))[1]
-        for scope in fills:
-            scope.cancel()
-    return results
-
-
 def s_registry(s: Scheduler) -> CollectorRegistry:
     """The registry ``s``'s metrics live in."""
     (metrics,) = [o for o in s._dispatch.observers.items if isinstance(o, PrometheusMetrics)]
@@ -135,7 +104,7 @@ async def mixed_run(registry: CollectorRegistry) -> tuple[dict[str, Any], Any]:
         with pytest.raises(ProviderError):  # 500, retried, 500: attempts spent
             await s.submit(**chat(SECRET_PROMPT, max_tokens=5), klass="interactive")
         await s.submit(**chat(SECRET_PROMPT, max_tokens=5), klass="interactive")  # 503, then ok
-        results = await overload_scenario(s)
+        results = await overload_scenario(s, SECRET_PROMPT, lambda: scrape(s_registry(s))[1])
         with pytest.raises(DeadlineExceeded):  # in flight past its deadline
             await s.submit(**chat(SECRET_PROMPT, max_tokens=FOREVER), deadline=30)
         stream = await s.submit(**chat(SECRET_PROMPT, max_tokens=12), stream=True)
