@@ -157,15 +157,9 @@ class LocalState:
                 worst = Grant(ok=False, wait_s=wait, scope=scope.key, reason=reason)
         self._reservations += 1
         if worst.ok:
-            self._charges += 1
-            charge = f"{member}#{self._charges}"
+            self._charge(member, tokens, scopes, now)
             for scope in scopes:
-                state = self._scope(scope.key)
-                state.charges.append((now, charge))
-                state.tokens[charge] = tokens
-                state.latest[member] = charge
-                state.total += tokens
-                state.leases[member] = now + self.lease_ttl_s
+                self._scope(scope.key).leases[member] = now + self.lease_ttl_s
             self._mine[member] = tuple(s.key for s in scopes)
         else:
             self._refusals += 1
@@ -176,7 +170,10 @@ class LocalState:
         """Count a charge made at ``at`` (this clock) elsewhere, without a lease: a worker
         that lost its shared state starts its local window with what it already sent.
         Seeds come in time order, before any reservation."""
-        member = self._member(request_id)
+        self._charge(self._member(request_id), tokens, scopes, at)
+
+    def _charge(self, member: str, tokens: float, scopes: Sequence[Scope], at: float) -> None:
+        """Count one charge of ``tokens`` made at ``at`` by ``member`` in every scope."""
         self._charges += 1
         charge = f"{member}#{self._charges}"
         for scope in scopes:
