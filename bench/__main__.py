@@ -21,6 +21,9 @@ Subcommands:
                   static split vs uncoordinated (issue 14; real processes, real Redis)
   tenants         tenants: noisy neighbour, entitlements, service classes (issue 15),
                   simulated; --live-check adds the noisy neighbour through the SDK
+  plan            the capacity planner (issue 17): plans for the paper's mixes and ShareGPT,
+                  analytic vs simulated tails at the planned size and one unit smaller,
+                  compress-and-route
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
                   Grafana-like panels (dashboard.png) and their series (issue 16)
 """
@@ -147,6 +150,12 @@ def _parser() -> argparse.ArgumentParser:
     tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     tn.add_argument("--live-check", action="store_true",
                     help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
+    pl = sub.add_parser("plan", help="the capacity planner (issue 17): plans, analytic vs "
+                        "simulated tails, compress-and-route")  # fmt: skip
+    pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
+    pl.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    pl.add_argument("--cases", default=None,
+                    help="comma-separated cases (default: balanced,heavy,sharegpt)")  # fmt: skip
     db = sub.add_parser("dashboard", help="an overload through the SDK's Prometheus metrics: "
                         "Grafana-like panels and series (issue 16)")  # fmt: skip
     db.add_argument("--out", type=Path, default=Path("results/dashboard"), help="output folder")
@@ -336,6 +345,23 @@ def _tenants(args: argparse.Namespace) -> Path:
     return written
 
 
+def _plan(args: argparse.Namespace) -> Path:
+    from bench.plan import CASES
+    from bench.plan_report import plan_benchmark
+
+    cases = CASES
+    if args.cases:
+        names = [n.strip() for n in args.cases.split(",")]
+        unknown = sorted(set(names) - {c.name for c in CASES})
+        if unknown:
+            _error(f"--cases: unknown {unknown}; known: {[c.name for c in CASES]}")
+        cases = tuple(c for c in CASES if c.name in names)
+    written = plan_benchmark(Path(args.out), cases=cases, workers=args.workers)
+    print((written / "plans.md").read_text())
+    print((written / "summary.md").read_text())
+    return written
+
+
 def _sdk_overhead(args: argparse.Namespace) -> Path:
     from bench.sdk_perf import sdk_overhead, table
 
@@ -407,6 +433,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "routing": _routing,
     "shared-budget": _shared_budget,
     "tenants": _tenants,
+    "plan": _plan,
     "dashboard": _dashboard,
 }
 

@@ -10,6 +10,8 @@ mix                    short / medium / long / xlong request share
 ``heavy70``            15 / 15 / 40 / 30  (§4.6: 70% long/xlong)
 =====================  ==========================================
 
+(Defined in :mod:`semisched.plan.mixes`, which the capacity planner shares.)
+
 Congestion is *offered load*: the decode tokens requested per second divided
 by the provider's decode capacity at a full batch
 (:meth:`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.9 of
@@ -47,6 +49,7 @@ from mockprovider.physics import PhysicsParams
 from predictors.base import PriorQuery, PriorSource
 from semisched.core.buckets import SIZED_BUCKETS, Bucket
 from semisched.core.request import Prior, Request
+from semisched.plan.mixes import MIXES, OUTPUT_RANGES, PROMPT_RANGE
 from semisched.sim import SimJob
 
 __all__ = [
@@ -59,12 +62,6 @@ __all__ = [
     "klass_for",
     "regime",
 ]
-
-MIXES: dict[str, tuple[float, float, float, float]] = {
-    "balanced": (0.50, 0.25, 0.15, 0.10),
-    "heavy": (0.20, 0.20, 0.30, 0.30),
-    "heavy70": (0.15, 0.15, 0.40, 0.30),
-}
 
 CONGESTION: dict[str, float] = {"medium": 0.9, "high": 1.1}
 
@@ -119,21 +116,12 @@ def trace_population(name: str) -> TracePopulation:
     return _POPULATIONS[name]
 
 
-OUTPUT_RANGES: dict[Bucket, tuple[int, int]] = {
-    Bucket.SHORT: (8, 64),
-    Bucket.MEDIUM: (65, 256),
-    Bucket.LONG: (257, 1024),
-    Bucket.XLONG: (1025, 4096),
-}
-
 DEADLINES_S: dict[Bucket, float] = {
     Bucket.SHORT: 15.0,
     Bucket.MEDIUM: 45.0,
     Bucket.LONG: 150.0,
     Bucket.XLONG: 360.0,
 }
-
-PROMPT_RANGE = (32, 2048)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,8 @@
 """The ``semisched`` command line.
 
+``semisched plan ...`` is the capacity planner (:mod:`semisched.plan.cli`):
+it runs without an event loop and is handed its arguments before any parsing here.
+
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
 Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
 exceeded, results appended as they complete, resumable after any crash.
@@ -82,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_budgets(batch)
     _add_tenants(batch)
     _add_run_control(batch)
+    # Listed for --help; `main` hands `plan ...` to semisched.plan.cli before parsing.
+    sub.add_parser(
+        "plan",
+        help="capacity planning: units for a workload's SLOs, one pool or two "
+        "(semisched plan --help)",
+        add_help=False,
+    )
     return parser
 
 
@@ -467,7 +477,12 @@ async def main_async(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``semisched`` command."""
-    return anyio.run(partial(main_async, argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["plan"]:  # synchronous: no event loop, no scheduler
+        from semisched.plan.cli import plan_main
+
+        return plan_main(args[1:], sys.stdout)
+    return anyio.run(partial(main_async, args))
 
 
 if __name__ == "__main__":  # pragma: no cover

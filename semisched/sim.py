@@ -28,7 +28,11 @@ A *fleet* (``Simulator(..., fleet=[SimEndpoint(...), ...])``) runs one
 physics and one gate per endpoint, each with its own limits, faults, outage
 windows and capacity loss; the engine's routing layer picks the endpoint of
 every send, exactly as in the async runtime. Without ``fleet`` the one
-``physics``/``provider`` pair is the endpoint ``"default"``.
+``physics``/``provider`` pair is the endpoint ``"default"``. Compress-and-route:
+a job with ``compressed_input_tokens`` (its request's ``compressed_tokens`` the
+client's estimate of them) is prefilled with those tokens when the core's
+:func:`~semisched.core.routing.sends_compressed` holds for the endpoint of its
+send, as the runtime would send its compressed prompt there (``TraceRow.compressed``).
 
 Every job ends in exactly one terminal outcome: ``completed``, ``rejected``,
 ``expired`` or ``failed``. :meth:`Simulator.run` checks this before returning
@@ -55,6 +59,7 @@ from semisched.core.engine import Engine
 from semisched.core.fleet import DEFAULT_ENDPOINT
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
+from semisched.core.routing import sends_compressed
 from semisched.sim_model import (
     PLAIN,
     Outcome,
@@ -87,10 +92,11 @@ _FAIL, _OTHER, _CAPACITY = 0, 1, 2
 class _Backend:
     """One endpoint's physics and door, and when its physics next has an event."""
 
-    __slots__ = ("dirty", "gate", "model", "name", "open_door", "physics", "t_next")
+    __slots__ = ("dirty", "gate", "model", "name", "open_door", "physics", "spec", "t_next")
 
     def __init__(self, endpoint: SimEndpoint) -> None:
         self.name = endpoint.spec.name
+        self.spec = endpoint.spec
         self.physics = ProviderPhysics(endpoint.physics)
         self.model = endpoint.provider
         self.gate = ProviderGate(endpoint.provider.gate)
@@ -275,6 +281,7 @@ class Simulator:
                 request.arrival,
                 request.deadline,
                 job.output_tokens,
+                job.input_tokens,
             )
             self._arrivals.append(job)
 
@@ -391,12 +398,17 @@ class Simulator:
         rid = request.id
         job = self._jobs[rid]
         backend = self._by_name[endpoint]
+        tokens = job.input_tokens
+        if job.compressed_input_tokens is not None:  # compress-and-route: which prompt goes
+            row = self._rows[rid]
+            row.compressed = sends_compressed(request, backend.spec)
+            tokens = row.input_tokens = job.compressed_input_tokens if row.compressed else tokens
         if backend.open_door:
-            backend.physics.submit(now, rid, job.input_tokens, job.output_tokens)
+            backend.physics.submit(now, rid, tokens, job.output_tokens)
             backend.dirty = True
             return
         out_cap = request.max_output_tokens
-        charge = job.input_tokens + (out_cap if out_cap is not None else job.output_tokens)
+        charge = tokens + (out_cap if out_cap is not None else job.output_tokens)
         decision = backend.gate.admit(now, charge)
         verdict = decision.verdict
         if verdict is GateVerdict.UNAVAILABLE:  # an outage: a 503 at once, no headers
@@ -410,7 +422,7 @@ class Simulator:
                 return
             if decision.fault is Fault.DROP:
                 self._dropped.add(rid)
-            backend.physics.submit(now, rid, job.input_tokens, job.output_tokens)
+            backend.physics.submit(now, rid, tokens, job.output_tokens)
             backend.dirty = True
             return
         if verdict is GateVerdict.ADMITTED:  # an injected 5xx, answered at once

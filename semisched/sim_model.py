@@ -93,16 +93,30 @@ class SimJob:
         request: What the client submits (its prior may be wrong).
         output_tokens: The length the provider will really generate.
         input_tokens: The real prompt length the provider prefills.
+        compressed_input_tokens: The real prompt length after compress-and-route's
+            compression (``None``: no compressed prompt); prefilled instead of
+            ``input_tokens`` when the send goes compressed
+            (:func:`~semisched.core.routing.sends_compressed`). Its request carries
+            the client's estimate of it, ``Request.compressed_tokens``.
     """
 
     request: Request
     output_tokens: int
     input_tokens: int
+    compressed_input_tokens: int | None = None
 
 
 @dataclass(slots=True)
 class TraceRow:
-    """Per-request record of one simulated job (times in seconds)."""
+    """Per-request record of one simulated job (times in seconds).
+
+    ``output_tokens`` and ``input_tokens`` are the job's true lengths (what the
+    provider generates and prefills), not the client's estimates; with
+    ``first_send`` and ``end`` of a job sent once they are what
+    ``semisched plan fit`` fits the endpoint's speed from. ``compressed``: its
+    latest attempt went with the compressed prompt (``input_tokens`` is then
+    the job's ``compressed_input_tokens``).
+    """
 
     id: str
     klass: str
@@ -111,6 +125,7 @@ class TraceRow:
     arrival: float
     deadline: float | None
     output_tokens: int
+    input_tokens: int = 0
     outcome: str = ""
     first_send: float | None = None
     first_token: float | None = None
@@ -120,6 +135,7 @@ class TraceRow:
     throttled: int = 0
     failures: int = 0
     endpoint: str = ""
+    compressed: bool = False
 
     @property
     def latency(self) -> float | None:
@@ -147,6 +163,11 @@ class SimResult:
     engine: EngineStats
     end_time: float
     events: int
+
+    @property
+    def compressed(self) -> int:
+        """Jobs whose latest attempt went with the compressed prompt (compress-and-route)."""
+        return sum(row.compressed for row in self.rows)
 
     def trace_csv(self) -> str:
         """The per-request trace as CSV with exact (``repr``) floats."""

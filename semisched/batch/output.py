@@ -2,7 +2,8 @@
 
 The output is an OpenAI Batch API output file: one record per line, ``id``,
 ``custom_id``, ``response`` (``status_code``, ``request_id``, ``body``) and
-``error``. :class:`ResultWriter` appends each record as one ``write`` of a
+``error``; a success record adds ``semisched``, when it was sent and answered
+(:mod:`semisched.batch.timing`). :class:`ResultWriter` appends each record as one ``write`` of a
 whole line on an ``O_APPEND`` descriptor with no user-space buffer, so after
 ``kill -9`` every finished result is on disk. :func:`read_answered` is the
 resume state: which ``custom_id``\\ s already have a record (a torn last line
@@ -239,11 +240,14 @@ def _new_id() -> str:
     return f"batch_req_{uuid.uuid4().hex}"
 
 
-def success_record(custom_id: str, response: Any) -> dict[str, Any]:
-    """A Batch API output record for a provider response."""
+def success_record(
+    custom_id: str, response: Any, timing: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Batch API output record for a provider response; ``timing`` (when it was sent
+    and answered, :mod:`semisched.batch.timing`) goes under the extra key ``semisched``."""
     dump = getattr(response, "model_dump", None)
     body = dump(mode="json") if callable(dump) else response
-    return {
+    record: dict[str, Any] = {
         "id": _new_id(),
         "custom_id": custom_id,
         "response": {
@@ -253,6 +257,9 @@ def success_record(custom_id: str, response: Any) -> dict[str, Any]:
         },
         "error": None,
     }
+    if timing is not None:
+        record["semisched"] = dict(timing)
+    return record
 
 
 def error_record(

@@ -69,7 +69,9 @@ from semisched.batch.output import (
 )
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
+from semisched.batch.timing import BatchTiming
 from semisched.clock import AnyioClock, Clock
+from semisched.compression import CompressionStats
 from semisched.core.request import Prior, Request
 from semisched.core.stats import EngineStats
 from semisched.default_priors import choose_priors, model_unavailable
@@ -124,6 +126,7 @@ class _Sending:
     writer: ResultWriter
     window: anyio.Semaphore
     job_deadline: float | None
+    timing: BatchTiming
 
 
 def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
@@ -201,6 +204,7 @@ class BatchRun:
         self._client = client
         self._make_client = make_client
         self._engine_stats: EngineStats | None = None
+        self._compression: CompressionStats | None = None
         self.clock: Clock = clock if clock is not None else AnyioClock(options.time_scale)
         self._on_start = on_start
         self._on_result, self._metrics = on_result, metrics
@@ -244,6 +248,7 @@ class BatchRun:
             latencies_s=tuple(self._latencies),
             priors=self._priors_used(),
             cut_bytes=self._cut_bytes,
+            compression=self._compression,
             **engine_parts(self._engine_stats, fleet=self.options.fleet),
         )
 
@@ -382,9 +387,9 @@ class BatchRun:
         assert summary is not None
         return summary
 
-    def _scheduler(self, target: Any | list[Endpoint]) -> Scheduler:
+    def _scheduler(self, target: Any | list[Endpoint], timing: BatchTiming) -> Scheduler:
         """The run's scheduler over one client or a fleet (routing: the config's); every
-        call brings its planned prior, so it needs no source."""
+        call brings its planned prior, so it needs no source; ``timing`` observes it."""
         opts = self.options
         client, endpoints = (None, target) if isinstance(target, list) else (target, None)
         return Scheduler(
@@ -398,6 +403,7 @@ class BatchRun:
             state=opts.state,
             namespace=opts.namespace,
             metrics=False if self._metrics is None else self._metrics,
+            observers=(timing,),
         )
 
     async def _send_all(
@@ -409,11 +415,12 @@ class BatchRun:
         writer: ResultWriter,
     ) -> None:
         opts = self.options
-        scheduler = self.scheduler = self._scheduler(target)
-        self._started = start = self.clock.now()
+        timing = BatchTiming(self.clock.now())
+        scheduler = self.scheduler = self._scheduler(target, timing)
+        self._started = start = timing.started
         job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
         window = anyio.Semaphore(opts.window)
-        sending = _Sending(scheduler, source, writer, window, job_deadline)
+        sending = _Sending(scheduler, source, writer, window, job_deadline, timing)
         stop = self._stop = anyio.Event()
         if self._stopping:
             stop.set()
@@ -482,7 +489,8 @@ class BatchRun:
         except BatchError as exc:
             return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc))
         try:
-            response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
+            with sending.timing.track(line.custom_id) as timed:
+                response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
         except SemischedError as exc:
             code, status = error_code(exc)
             return self._failure(line, code, str(exc), status)
@@ -496,7 +504,7 @@ class BatchRun:
             completion_tokens=self._progress.completion_tokens
             + int(getattr(usage, "completion_tokens", 0) or 0),
         )
-        return success_record(line.custom_id, response)
+        return success_record(line.custom_id, response, timed.record())
 
     def _failure(
         self, line: BatchLine, code: ErrorCode, message: str, status: int | None = None
@@ -510,7 +518,7 @@ class BatchRun:
         assert self._progress is not None and self._started is not None
         stats = scheduler.statistics()
         counters = stats.counters
-        self._engine_stats = stats.engine
+        self._engine_stats, self._compression = stats.engine, stats.compression
         self._progress = replace(
             self._progress,
             rate_limited=counters.throttled,

@@ -402,6 +402,15 @@ class RoutingConfig:
             endpoints has this many requests in flight (or its
             ``max_concurrency``, whichever is smaller); a request then goes
             to the other pool if that pool is not overloaded too.
+        pool_policy: ``token_budget``'s choice inside a pool: any other policy
+            name. ``anticipated_load`` balances predicted work;
+            ``least_outstanding`` balances requests, which keeps each unit's
+            batch (and so its per-token time) even: what ``semisched plan``
+            writes, since its model assumes evenly loaded units.
+        compress_band: ``token_budget``'s compress-and-route bandwidth γ (seed
+            000 §5): a request whose total is in ``(B_short, γ B_short]`` and
+            whose prompt compresses to fit ``B_short`` goes to the short pool,
+            sent compressed. 1.0 (the default) turns it off.
     """
 
     policy: str | type[RoutingPolicy] = "anticipated_load"
@@ -411,6 +420,8 @@ class RoutingConfig:
     speed_decay: float = 0.98
     short_pool_tokens: float = 8192.0
     spill_outstanding: int = 16
+    pool_policy: str = "anticipated_load"
+    compress_band: float = 1.0
 
     def __post_init__(self) -> None:
         _check_policy(self.policy, ROUTING_POLICY_NAMES)
@@ -420,6 +431,12 @@ class RoutingConfig:
         check_fraction("speed_decay", self.speed_decay, strict_min=True, strict_max=True)
         _positive("short_pool_tokens", self.short_pool_tokens)
         check_int("spill_outstanding", self.spill_outstanding, minimum=1)
+        check_choice(
+            "pool_policy",
+            self.pool_policy,
+            [n for n in ROUTING_POLICY_NAMES if n != "token_budget"],
+        )
+        check_number("compress_band", self.compress_band, minimum=1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

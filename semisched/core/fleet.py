@@ -45,7 +45,7 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.endpoint import Circuit, EndpointSpec, EndpointState
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.queue import Entry
-from semisched.core.routing import RoutingPolicy, make_routing, total_tokens
+from semisched.core.routing import RoutingPolicy, make_routing, smallest_total
 from semisched.core.stats import EndpointStats, EngineTally
 
 __all__ = ["DEFAULT_ENDPOINT", "Fleet"]
@@ -212,7 +212,7 @@ class Fleet:
             limit = endpoint.spec.context_tokens
             if limit is not None:
                 if total < 0.0:
-                    total = total_tokens(entry)
+                    total = smallest_total(entry)
                 if total > limit:
                     continue
             if endpoint.circuit is not Circuit.CLOSED and not endpoint.sendable(now):
@@ -270,7 +270,7 @@ class Fleet:
     @staticmethod
     def _fits(endpoint: EndpointState, entry: Entry) -> bool:
         limit = endpoint.spec.context_tokens
-        return limit is None or total_tokens(entry) <= limit
+        return limit is None or smallest_total(entry) <= limit
 
     def _why_never(self, entry: Entry) -> str:
         model = entry.request.model
@@ -285,7 +285,7 @@ class Fleet:
         fitting = [e for e in live if self._fits(e, entry)]
         if not fitting:
             return (
-                f"its estimated {total_tokens(entry):.0f} tokens exceed every endpoint's "
+                f"its estimated {smallest_total(entry):.0f} tokens exceed every endpoint's "
                 f"context ({', '.join(f'{e.name}: {e.spec.context_tokens}' for e in live)})"
             )
         return (

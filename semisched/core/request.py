@@ -123,6 +123,11 @@ class Request:
             endpoints that serve it (``""``: any endpoint).
         tenant: The tenant it is sent for (``""``: the configured default
             tenant; :mod:`semisched.core.tenancy`).
+        compressed_tokens: Estimated prompt tokens after compress-and-route's
+            compression, when the caller prepared a compressed prompt (``None``:
+            none; :class:`~semisched.core.config.RoutingConfig` ``compress_band``).
+            An endpoint whose context holds the compressed request but not the
+            original may take it; the caller then sends the compressed prompt.
     """
 
     id: str
@@ -134,6 +139,7 @@ class Request:
     max_output_tokens: int | None = None
     model: str = ""
     tenant: str = ""
+    compressed_tokens: float | None = None
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,4 +156,7 @@ class Request:
             raise ValueError(f"model={self.model!r} must be a str")
         if not isinstance(self.tenant, str):
             raise ValueError(f"tenant={self.tenant!r} must be a str")
+        if self.compressed_tokens is not None:
+            check_number("compressed_tokens", self.compressed_tokens, minimum=0,
+                         maximum=self.input_tokens)  # fmt: skip
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

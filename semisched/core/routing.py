@@ -34,7 +34,12 @@ Policies implement :class:`RoutingPolicy` and are chosen by name through
     hard constraint, enforced by the fleet for every policy). Spillover: when
     every endpoint of the preferred pool is overloaded
     (``RoutingConfig.spill_outstanding``) and the other pool is not, it goes
-    there. Inside a pool: ``anticipated_load``.
+    there. Inside a pool: ``RoutingConfig.pool_policy`` (``anticipated_load``
+    by default). Compress-and-route (seed 000 §5, ``RoutingConfig.compress_band``
+    γ > 1): a request in ``(B_short, γ B_short]`` whose
+    ``Request.compressed_tokens`` (its prompt after compression, which the
+    runtime sets when compression is on) fits ``B_short`` prefers the short
+    pool; the runtime sends it compressed only if it lands there.
 
 Pure: no clock, no randomness of its own (``random`` draws from the source the
 shell seeds), no I/O.
@@ -49,9 +54,10 @@ from typing import ClassVar
 
 from semisched.core.checks import check_choice
 from semisched.core.config import RoutingConfig
-from semisched.core.endpoint import EndpointState
+from semisched.core.endpoint import EndpointSpec, EndpointState
 from semisched.core.lifecycle import JitterSource
 from semisched.core.queue import Entry
+from semisched.core.request import Request
 
 __all__ = [
     "ROUTING_POLICIES",
@@ -63,15 +69,46 @@ __all__ = [
     "RoutingPolicy",
     "TokenBudgetRouting",
     "make_routing",
+    "request_total",
+    "sends_compressed",
+    "smallest_total",
     "total_tokens",
 ]
 
 
 def total_tokens(entry: Entry) -> float:
     """Seed 003 eq. 3: prompt tokens plus ``max_tokens`` (the prior's p90 without a cap)."""
-    request = entry.request
+    return request_total(entry.request)
+
+
+def request_total(request: Request) -> float:
+    """:func:`total_tokens` of a request: its prompt estimate plus its reserved output."""
     out = request.max_output_tokens
     return request.input_tokens + (out if out is not None else request.prior.p90)
+
+
+def sends_compressed(request: Request, endpoint: EndpointSpec) -> bool:
+    """Whether ``request``, sent to ``endpoint``, goes with its compressed prompt.
+
+    The one rule of compress-and-route's send: the request has a compressed prompt
+    (``compressed_tokens``) and the endpoint's ``context_tokens`` cannot hold its
+    original total (:func:`request_total`). Anywhere else (a long endpoint it spilled
+    to, an endpoint without a declared context) the original prompt goes.
+    """
+    if request.compressed_tokens is None:
+        return False
+    limit = endpoint.context_tokens
+    return limit is not None and request_total(request) > limit
+
+
+def smallest_total(entry: Entry) -> float:
+    """:func:`total_tokens` with the compressed prompt, when the request has one: the least
+    context an endpoint needs to take it (compressed, if the original does not fit)."""
+    request = entry.request
+    compressed = request.compressed_tokens
+    if compressed is None:
+        return total_tokens(entry)
+    return total_tokens(entry) - request.input_tokens + compressed
 
 
 class RoutingPolicy(ABC):
@@ -201,17 +238,34 @@ class TokenBudgetRouting(RoutingPolicy):
 
     name = "token_budget"
 
+    def __init__(self, config: RoutingConfig, draw: JitterSource) -> None:
+        super().__init__(config, draw)
+        self._inner = ROUTING_POLICIES[config.pool_policy](config, draw)
+
     def choose(
         self, entry: Entry, candidates: Sequence[EndpointState], now: float
     ) -> EndpointState:
-        cfg = self.config
-        want = "short" if total_tokens(entry) <= cfg.short_pool_tokens else "long"
+        want = "short" if self.fits_short(entry) else "long"
         preferred = [e for e in candidates if e.spec.pool in (want, None)]
         other = [e for e in candidates if e.spec.pool not in (want, None)]
         pool = preferred
         if not preferred or (other and self._overloaded(preferred) and not self._overloaded(other)):
             pool = other
-        return _least_anticipated(pool, entry.cost, now)
+        return pool[0] if len(pool) == 1 else self._inner.choose(entry, pool, now)
+
+    def fits_short(self, entry: Entry) -> bool:
+        """The request belongs in the short pool: its total fits ``B_short``, or it is in
+        the compress band ``(B_short, γ B_short]`` and its compressed prompt fits."""
+        cfg = self.config
+        total = total_tokens(entry)
+        if total <= cfg.short_pool_tokens:
+            return True
+        if (
+            entry.request.compressed_tokens is None
+            or total > cfg.compress_band * cfg.short_pool_tokens
+        ):
+            return False
+        return smallest_total(entry) <= cfg.short_pool_tokens
 
     def _overloaded(self, pool: Sequence[EndpointState]) -> bool:
         limit = self.config.spill_outstanding

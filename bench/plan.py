@@ -1,0 +1,375 @@
+"""``python -m bench plan``: the capacity planner's answers checked against the simulator.
+
+Issue 17's evidence. For each workload the planner (:mod:`semisched.plan`)
+sizes a one-pool fleet and the best two-pool split; the simulator then runs
+the *same requests* (the planned sample, Poisson arrivals at the planned
+rate) through the real core against the mock's physics:
+
+- **per pool** (the queueing model's own claim): the requests the split
+  sends to a pool, on that pool's units, each endpoint capped at its slots so
+  the client holds the one queue (M/G/c); at the recommended size and one
+  unit smaller. Analytic against simulated tail, per SLO.
+- **the deployed fleet**: the recommended fleet as ``semisched plan
+  --fleet-out`` writes it (``token_budget`` routing with its spillover), to
+  say whether the SLOs hold as a user would run it.
+- **a curve**: the one-pool tail at sizes around the recommendation, analytic
+  and simulated (the P99-against-units figure).
+
+Workloads: seed 004's ``balanced`` and ``heavy`` mixes (:mod:`semisched.plan.mixes`)
+and ShareGPT conversations (each request the whole conversation so far,
+:mod:`predictors.conversations`). Two planner settings: the paper's
+utilisation cap (``ϱ_max = 0.85``) and ``0.99``, where the SLO alone sizes
+the fleet (the setting in which "one unit fewer misses the SLO" can be tested:
+under the paper's cap, one unit fewer often still meets it, by design).
+
+Nothing here is typed in: every number comes from the planner or a simulation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+
+from semisched.core.config import ClassSpec, RoutingConfig, preset
+from semisched.core.endpoint import EndpointSpec
+from semisched.core.request import Prior, Request
+from semisched.plan.planner import Plan, assign, make_plan, predict_pool
+from semisched.plan.pools import PoolPlan
+from semisched.plan.profile import UnitProfile, named_profile
+from semisched.plan.slo import Slo, parse_slo
+from semisched.plan.workload import Workload, mix_workload
+from semisched.sim import SimEndpoint, SimJob, Simulator
+
+__all__ = ["CASES", "SETTINGS", "Case", "PoolRun", "plan_case", "run_checks", "simulate_pool"]
+
+#: Planner settings compared: name -> utilisation cap.
+SETTINGS: dict[str, float] = {"paper cap 0.85": 0.85, "SLO-bound 0.99": 0.99}
+NO_TIMEOUT_S = 1e7  # a saturated pool's queue grows; nothing times out, every wait is counted
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload to plan and check."""
+
+    name: str
+    rate: float
+    slos: tuple[str, ...]
+    requests: int
+    context_tokens: int = 8192
+
+    def profile(self) -> UnitProfile:
+        return named_profile("default").with_(context_tokens=self.context_tokens)
+
+
+CASES: tuple[Case, ...] = (
+    Case("balanced", 20.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
+    Case("heavy", 10.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
+    Case("sharegpt", 20.0, ("ttft_p99<=2", "e2e_p95<=60"), 40_000, context_tokens=32_768),
+)
+
+
+@cache
+def sample(case: Case, seed: int = 0) -> Workload:
+    """The case's planned requests, with Poisson arrival times (one process-wide copy)."""
+    rng = np.random.default_rng(seed)
+    if case.name == "sharegpt":
+        from predictors.conversations import conversation_requests
+
+        data = conversation_requests()
+        ok = np.flatnonzero(data.prompt_tokens + data.output_tokens <= case.context_tokens)
+        pick = rng.choice(ok, size=case.requests, replace=True)
+        prompt, output = data.prompt_tokens[pick], data.output_tokens[pick]
+        classes = np.zeros(case.requests, dtype=np.int64)
+        names: tuple[str, ...] = ("default",)
+    else:
+        mix = mix_workload(case.name, requests=case.requests, seed=seed)
+        prompt, output = mix.prompt_tokens, mix.output_tokens
+        classes, names = mix.classes, mix.class_names
+    arrivals = np.cumsum(rng.exponential(1.0 / case.rate, size=case.requests))
+    return Workload(
+        prompt_tokens=np.asarray(prompt, dtype=np.int64),
+        output_tokens=np.asarray(output, dtype=np.int64),
+        reserve_tokens=np.asarray(output, dtype=np.int64),
+        classes=classes,
+        class_names=names,
+        arrivals=arrivals,
+        source=case.name,
+    )
+
+
+def plan_case(case: Case, cap: float) -> Plan:
+    """The planner's answer for ``case`` under utilisation cap ``cap``."""
+    slos = [parse_slo(s) for s in case.slos]
+    return make_plan(
+        sample(case), rate=case.rate, slos=slos, profile=case.profile(), max_utilisation=cap
+    )
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """One simulated pool (or fleet) and its analytic twin."""
+
+    case: str
+    setting: str
+    pool: str  # "one", "short", "long" or "fleet"
+    units: int
+    delta: int  # units relative to the recommendation
+    utilisation: float  # analytic
+    p_wait: float  # analytic
+    slo: str
+    analytic_s: float
+    simulated_s: float
+    requests: int
+
+    @property
+    def error(self) -> float:
+        """(analytic - simulated) / simulated."""
+        return (self.analytic_s - self.simulated_s) / self.simulated_s
+
+
+def _jobs(workload: Workload, idx: np.ndarray, prompt: np.ndarray) -> list[SimJob]:
+    jobs = []
+    assert workload.arrivals is not None
+    for i in idx:
+        out, tokens = int(workload.output_tokens[i]), int(prompt[i])
+        request = Request(
+            id=f"r{i}",
+            klass=workload.class_names[int(workload.classes[i])],
+            prior=Prior(p50=max(1, out), p90=max(1, out)),
+            input_tokens=float(tokens),
+            arrival=float(workload.arrivals[i]),
+            max_output_tokens=int(workload.reserve_tokens[i]),
+        )
+        jobs.append(SimJob(request=request, output_tokens=out, input_tokens=tokens))
+    return jobs
+
+
+def simulate_pool(
+    workload: Workload,
+    idx: np.ndarray,
+    prompt: np.ndarray,
+    pools: Sequence[tuple[str | None, int, UnitProfile, int]],
+    boundary: int | None,
+) -> dict[str, np.ndarray]:
+    """Simulate ``idx``'s requests on ``pools`` (``(pool, units, profile, context)`` each).
+
+    Returns per-request arrays in ``idx`` order: ``ttft`` and ``e2e`` seconds
+    (``inf`` for a request that did not complete) and the ``pool`` it ran in.
+    """
+    fleet = []
+    for pool, units, profile, context in pools:
+        physics = replace(profile.physics(context), timeout_s=NO_TIMEOUT_S)
+        for u in range(units):
+            spec = EndpointSpec(
+                name=f"{pool or 'unit'}-{u}",
+                max_concurrency=physics.slots,
+                pool=pool,
+                context_tokens=context,
+            )
+            fleet.append(SimEndpoint(spec=spec, physics=physics))
+    routing = RoutingConfig(policy="least_outstanding")
+    if boundary is not None:
+        routing = RoutingConfig(
+            policy="token_budget",
+            short_pool_tokens=float(boundary),
+            pool_policy="least_outstanding",
+        )
+    config = preset(
+        "direct_naive",
+        classes=tuple(ClassSpec(name=n) for n in workload.class_names),
+        routing=routing,
+    )
+    result = Simulator(config, fleet=fleet).run(_jobs(workload, idx, prompt))
+    rows = {r.id: r for r in result.rows}
+    ttft, e2e, where = [], [], []
+    for i in idx:
+        row = rows[f"r{i}"]
+        done = row.outcome == "completed" and row.end is not None
+        ttft.append(
+            row.first_token - row.arrival if done and row.first_token is not None else np.inf
+        )
+        e2e.append(row.end - row.arrival if done and row.end is not None else np.inf)
+        where.append(row.endpoint.rsplit("-", 1)[0])
+    return {"ttft": np.array(ttft), "e2e": np.array(e2e), "pool": np.array(where)}
+
+
+def measured(workload: Workload, idx: np.ndarray, times: dict[str, np.ndarray], slo: Slo) -> float:
+    """The simulated quantile of ``slo`` over ``idx``'s requests (its class only)."""
+    values = times[slo.metric]
+    if slo.klass is not None:
+        values = values[workload.classes[idx] == workload.class_names.index(slo.klass)]
+    return float(np.quantile(values, slo.quantile)) if values.size else float("nan")
+
+
+@dataclass(frozen=True)
+class _Task:
+    case: Case
+    setting: str
+    pool: str
+    delta: int
+
+
+def _pool_task(task: _Task) -> list[PoolRun]:
+    """Simulate one pool of one case's plan at the recommended size + ``delta``."""
+    case, cap = task.case, SETTINGS[task.setting]
+    plan = plan_case(case, cap)
+    workload = sample(case)
+    profile = case.profile()
+    slos = plan.slos
+    if task.pool in ("one", "curve"):
+        target: PoolPlan = plan.one_pool
+        idx, prompt, context = (
+            np.arange(len(workload)),
+            workload.prompt_tokens,
+            profile.context_tokens,
+        )
+        pool_name: str | None = None
+    else:
+        split = plan.best
+        assert split is not None and split.short is not None and split.long is not None
+        short, prompt = assign(workload, split.boundary, split.gamma)
+        if task.pool == "fleet":
+            return _fleet_runs(task, plan, workload, short, prompt)
+        is_short = task.pool == "short"
+        target = split.short if is_short else split.long
+        idx = np.flatnonzero(short if is_short else ~short)
+        context = split.boundary if is_short else profile.context_tokens
+        pool_name = None
+    units = target.units + task.delta
+    if units < 1:
+        return []
+    times = simulate_pool(workload, idx, prompt, [(pool_name, units, profile, context)], None)
+    predicted = _predict(workload, idx, prompt, profile, context, units, slos, case.rate)
+    runs = []
+    for tail in predicted.tails:
+        runs.append(
+            PoolRun(
+                case.name,
+                task.setting,
+                task.pool,
+                units,
+                task.delta,
+                predicted.utilisation,
+                predicted.p_wait,
+                tail.slo.key(),
+                tail.seconds,
+                measured(workload, idx, times, tail.slo),
+                len(idx),
+            )
+        )
+    return runs
+
+
+def _predict(
+    workload: Workload,
+    idx: np.ndarray,
+    prompt: np.ndarray,
+    profile: UnitProfile,
+    context: int,
+    units: int,
+    slos: Sequence[Slo],
+    rate: float,
+) -> PoolPlan:
+    """The planner's model of exactly these requests on ``units`` units."""
+    sub = Workload(
+        prompt_tokens=prompt[idx],
+        output_tokens=workload.output_tokens[idx],
+        reserve_tokens=workload.reserve_tokens[idx],
+        classes=workload.classes[idx],
+        class_names=workload.class_names,
+    )
+    share = len(idx) / len(workload)
+    return predict_pool(
+        sub, rate=rate * share, profile=profile, context_tokens=context, units=units, slos=slos
+    )
+
+
+def _fleet_runs(
+    task: _Task, plan: Plan, workload: Workload, short: np.ndarray, prompt: np.ndarray
+) -> list[PoolRun]:
+    split = plan.best
+    assert split is not None and split.short is not None and split.long is not None
+    profile = task.case.profile()
+    pools = [
+        ("short", split.short.units, profile, split.boundary),
+        ("long", split.long.units, profile, profile.context_tokens),
+    ]
+    idx = np.arange(len(workload))
+    times = simulate_pool(workload, idx, prompt, pools, split.boundary)
+    runs = []
+    for pool, plan_pool, mask in (("short", split.short, short), ("long", split.long, ~short)):
+        for tail in plan_pool.tails:
+            got = measured(workload, idx[mask], {k: v[mask] for k, v in times.items()}, tail.slo)
+            runs.append(
+                PoolRun(
+                    task.case.name,
+                    task.setting,
+                    f"fleet:{pool}",
+                    plan_pool.units,
+                    0,
+                    plan_pool.utilisation,
+                    plan_pool.p_wait,
+                    tail.slo.key(),
+                    tail.seconds,
+                    got,
+                    int(mask.sum()),
+                )
+            )
+    spilled = float(np.mean(times["pool"][short] == "long")) if short.any() else 0.0
+    runs.append(
+        PoolRun(
+            task.case.name,
+            task.setting,
+            "fleet:spill",
+            0,
+            0,
+            0.0,
+            0.0,
+            "short requests run on the long pool",
+            0.0,
+            spilled,
+            int(short.sum()),
+        )
+    )
+    return runs
+
+
+def tasks(cases: Sequence[Case]) -> list[_Task]:
+    """Every simulation of the check."""
+    out = []
+    for case in cases:
+        for setting in SETTINGS:
+            for delta in (0, -1):
+                out.append(_Task(case, setting, "one", delta))
+            plan = plan_case(case, SETTINGS[setting])
+            if plan.best is not None:
+                for pool in ("short", "long"):
+                    for delta in (0, -1):
+                        out.append(_Task(case, setting, pool, delta))
+                out.append(_Task(case, setting, "fleet", 0))
+        for delta in (-3, -2, 1, 2):
+            out.append(_Task(case, "SLO-bound 0.99", "curve", delta))
+    return out
+
+
+def run_checks(
+    cases: Sequence[Case] = CASES,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[PoolRun]:
+    """Run every check (in ``workers`` processes) and return the rows."""
+    todo = tasks(cases)
+    workers = workers or min(len(todo), os.cpu_count() or 1)
+    rows: list[PoolRun] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for done, result in enumerate(pool.map(_pool_task, todo), start=1):
+            rows.extend(result)
+            if progress is not None:
+                progress(done, len(todo))
+    return rows

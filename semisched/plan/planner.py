@@ -1,0 +1,465 @@
+"""FleetOpt's offline planner (seed 000 Algorithm 1) for a client's fleet.
+
+Given a workload (:mod:`semisched.plan.workload`), an arrival rate, SLOs and a
+unit profile, :func:`make_plan` answers:
+
+1. **One pool**: the fewest units, every unit configured for the profile's full
+   context, that meet the SLOs (the paper's "homogeneous" fleet).
+2. **Two pools** (Algorithm 1): for every candidate boundary ``B`` and
+   compression bandwidth ``γ``, requests whose routed total (prompt + reserved
+   output, :attr:`Workload.route_tokens`) is at most ``B`` go to a short pool of
+   units configured for context ``B`` (``slots * context // B`` slots each,
+   :meth:`UnitProfile.slots_for`); the borderline band ``(B, γB]`` goes there
+   too when its prompt can be compressed to ``B - reserved output`` (seed 000
+   eq. 15's ``T_c``); the rest to the long pool. Each pool is sized on its own
+   (:func:`semisched.plan.pools.size_pool`) from the requests it receives
+   (lines 7-8: the long pool's service law is recalibrated for every ``γ``).
+   The cheapest ``(B, γ)`` is the plan. Proposition 1's equal-marginal-cost
+   condition is what the sweep finds at integer granularity; we do not solve
+   it in closed form, as the paper does not.
+3. **Compress-and-route**: the borderline fraction ``β = F(γB) - F(B)`` and
+   what compression saves over the best plan without it (``γ = 1``).
+
+Which borderline requests compress: where the workload knows each prompt's
+compression floor (``floor_tokens``, from the prompt text), exactly those
+whose floor fits ``B - reserved output``; otherwise a seeded draw of the
+given compressibility ``p_c`` (eq. 1's ``α' = α + β p_c``).
+
+Candidate boundaries (the paper's "hardware-feasible" set): the profile's
+context divided by powers of two and by 1.5 times powers of two (8192, 6144,
+4096, 3072, ... for an 8K unit: 8K, 4K and 1.5K are the paper's), where a
+short slot count exceeds the long one and both pools get traffic.
+
+Pure numpy; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from semisched.core.checks import check_fraction, check_number
+from semisched.plan.pools import (
+    Histogram,
+    Infeasible,
+    PoolDemand,
+    PoolPlan,
+    Unit,
+    bin_index,
+    bin_values,
+    evaluate,
+    size_pool,
+)
+from semisched.plan.profile import UnitProfile
+from semisched.plan.slo import Slo
+from semisched.plan.workload import Workload
+
+__all__ = [
+    "GAMMAS",
+    "MAX_UTILISATION",
+    "Infeasible",
+    "Plan",
+    "Split",
+    "assign",
+    "candidates",
+    "make_plan",
+    "predict_pool",
+]
+
+#: The paper's γ sweep: 1.0, 1.1, ..., 2.0.
+GAMMAS: tuple[float, ...] = tuple(round(1.0 + 0.1 * i, 1) for i in range(11))
+#: The paper's utilisation cap (§4.1).
+MAX_UTILISATION = 0.85
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One two-pool candidate ``(B, γ)``.
+
+    Attributes:
+        boundary: ``B_short``: the short pool's context.
+        gamma: The compression bandwidth (1.0: no compression).
+        alpha: ``F(B)``: the share of requests routed short as they are.
+        beta: ``F(γB) - F(B)``: the borderline share.
+        compressed: The share of all requests compressed into the short pool.
+        short: The sized short pool (``None`` when infeasible).
+        long: The sized long pool (``None`` when infeasible).
+        infeasible: Why no size works (``""`` when sized).
+    """
+
+    boundary: int
+    gamma: float
+    alpha: float
+    beta: float
+    compressed: float
+    short: PoolPlan | None
+    long: PoolPlan | None
+    infeasible: str = ""
+
+    @property
+    def cost_per_hour(self) -> float:
+        if self.short is None or self.long is None:
+            return math.inf
+        return self.short.cost_per_hour + self.long.cost_per_hour
+
+    @property
+    def units(self) -> int:
+        if self.short is None or self.long is None:
+            return 0
+        return self.short.units + self.long.units
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The planner's answer (module docstring).
+
+    Attributes:
+        rate: Arrivals per second planned for.
+        slos: The objectives.
+        profile: The unit.
+        requests: Requests in the workload.
+        one_pool: The one-pool fleet.
+        routed: The cheapest two-pool split without compression (``None``: none feasible).
+        best: The cheapest two-pool split, compression allowed (``routed`` without it).
+        splits: Every candidate evaluated (for the cost-against-``B`` figure).
+        compressibility: ``p_c`` assumed (``None``: per-request floors were used).
+    """
+
+    rate: float
+    slos: tuple[Slo, ...]
+    profile: UnitProfile
+    requests: int
+    one_pool: PoolPlan
+    routed: Split | None
+    best: Split | None
+    splits: tuple[Split, ...]
+    compressibility: float | None
+
+    @property
+    def two_pools_win(self) -> bool:
+        """The best two-pool split costs less than one pool."""
+        return self.best is not None and self.best.cost_per_hour < self.one_pool.cost_per_hour
+
+    @property
+    def saving(self) -> float:
+        """The best split's cost saving over one pool (a fraction; <= 0: no saving)."""
+        if self.best is None:
+            return 0.0
+        return 1.0 - self.best.cost_per_hour / self.one_pool.cost_per_hour
+
+    @property
+    def compress_gain(self) -> float:
+        """What compression saves over the best split without it, per hour."""
+        if self.best is None or self.routed is None:
+            return 0.0
+        return self.routed.cost_per_hour - self.best.cost_per_hour
+
+
+def candidates(profile: UnitProfile, route_tokens: IntArray) -> tuple[int, ...]:
+    """The boundaries worth trying (module docstring), smallest first."""
+    top = int(route_tokens.max())
+    found = set()
+    power = 2
+    while profile.context_tokens // power >= 128:
+        for value in (profile.context_tokens // power, 3 * profile.context_tokens // (2 * power)):
+            if value < profile.context_tokens:
+                found.add(value)
+        power *= 2
+    keep = []
+    for value in sorted(found):
+        share = float(np.mean(route_tokens <= value))
+        if share > 0.0 and value < top and profile.slots_for(value) > profile.slots:
+            keep.append(value)
+    return tuple(keep)
+
+
+class _Requests:
+    """The workload's per-request numbers the sweep reuses, sorted by routed tokens.
+
+    Sorted, a boundary's short pool is a prefix and ``(γB, ∞)`` a suffix: their
+    sums come from prefix sums and their histograms from contiguous slices.
+    """
+
+    def __init__(self, workload: Workload, profile: UnitProfile, p_c: float, seed: int) -> None:
+        order = np.argsort(workload.route_tokens, kind="stable")
+        self.chunk = profile.prefill_chunk
+        self.prompt = workload.prompt_tokens[order]
+        self.output = workload.output_tokens[order]
+        self.reserve = workload.reserve_tokens[order]
+        self.route = workload.route_tokens[order]
+        self.classes = workload.classes[order]
+        self.names = workload.class_names
+        self.n = len(workload)
+        self.floor = None if workload.floor_tokens is None else workload.floor_tokens[order]
+        self.draw = (np.random.default_rng(seed).random(self.n) < p_c)[order]
+        self.ttft_bins, self.e2e_bins, iters = self.iterations(self.prompt, self.output)
+        self.bins = int(max(self.ttft_bins.max(), self.e2e_bins.max())) + 64
+        self.values = bin_values(self.bins)
+        self.keyed_ttft = self.classes * self.bins + self.ttft_bins
+        self.keyed_e2e = self.classes * self.bins + self.e2e_bins
+        as_float = iters.astype(np.float64)
+        self.sum1 = np.concatenate([[0.0], np.cumsum(as_float)])
+        self.sum2 = np.concatenate([[0.0], np.cumsum(as_float * as_float)])
+
+    def index(self, tokens: float) -> int:
+        """How many requests route at most ``tokens``."""
+        return int(np.searchsorted(self.route, tokens, side="right"))
+
+    def iterations(self, prompt: IntArray, output: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        prefill = -(-prompt // self.chunk)
+        e2e = np.maximum(1, prefill + output)
+        ttft = np.maximum(1, prefill + (output >= 1))
+        return bin_index(ttft), bin_index(e2e), e2e
+
+    def counts(self, keyed: IntArray) -> npt.NDArray[np.float64]:
+        size = len(self.names) * self.bins
+        return np.bincount(keyed, minlength=size).astype(np.float64)
+
+    def part(self, start: int, stop: int, picked: IntArray | None = None, budget: int = 0) -> _Part:
+        """Requests ``start:stop`` (or, with ``picked``, those indices compressed to ``budget``)."""
+        if picked is None:
+            return _Part(
+                stop - start,
+                float(self.sum1[stop] - self.sum1[start]),
+                float(self.sum2[stop] - self.sum2[start]),
+                self.counts(self.keyed_ttft[start:stop]),
+                self.counts(self.keyed_e2e[start:stop]),
+            )
+        prompt = self.prompt[picked]
+        if budget:
+            prompt = np.minimum(prompt, budget - self.reserve[picked])
+        ttft, e2e, iters = self.iterations(prompt, self.output[picked])
+        classes = self.classes[picked] * self.bins
+        as_float = iters.astype(np.float64)
+        return _Part(
+            len(picked),
+            float(as_float.sum()),
+            float(as_float @ as_float),
+            self.counts(classes + ttft),
+            self.counts(classes + e2e),
+        )
+
+    def demand(self, rate: float, parts: Sequence[_Part]) -> PoolDemand:
+        """The demand of the union of ``parts``."""
+        count = sum(p.count for p in parts)
+        mean = sum(p.sum1 for p in parts) / count
+        scv = max(0.0, sum(p.sum2 for p in parts) / count - mean * mean) / (mean * mean)
+        ttft = np.sum([p.ttft for p in parts], axis=0).reshape(len(self.names), self.bins)
+        e2e = np.sum([p.e2e for p in parts], axis=0).reshape(len(self.names), self.bins)
+        return PoolDemand(
+            rate=rate * count / self.n,
+            mean_iterations=mean,
+            scv=scv,
+            ttft={name: Histogram(self.values, ttft[i]) for i, name in enumerate(self.names)},
+            e2e={name: Histogram(self.values, e2e[i]) for i, name in enumerate(self.names)},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """Some requests' count, iteration sums and keyed histograms (class-major)."""
+
+    count: int
+    sum1: float
+    sum2: float
+    ttft: npt.NDArray[np.float64]
+    e2e: npt.NDArray[np.float64]
+
+
+def _unit(profile: UnitProfile, context: int) -> Unit:
+    return Unit(
+        w=profile.base_iter_ms / 1e3,
+        h=profile.per_slot_ms / 1e3,
+        slots=profile.slots_for(context),
+        context_tokens=context,
+        overhead=profile.overhead_ms / 1e3,
+        cost=profile.cost_per_hour,
+    )
+
+
+def make_plan(
+    workload: Workload,
+    *,
+    rate: float,
+    slos: Sequence[Slo],
+    profile: UnitProfile,
+    compressibility: float = 0.0,
+    max_utilisation: float = MAX_UTILISATION,
+    boundaries: Sequence[int] | None = None,
+    gammas: Sequence[float] | None = None,
+    seed: int = 0,
+) -> Plan:
+    """Plan a fleet (module docstring).
+
+    Args:
+        workload: The requests.
+        rate: Arrivals per second (> 0).
+        slos: At least one objective.
+        profile: The unit.
+        compressibility: ``p_c``, the share of borderline requests whose prompt
+            compresses into the short pool, where the workload has no
+            per-request floors (0: no compression planned).
+        max_utilisation: The utilisation cap ``ϱ_max`` in (0, 1).
+        boundaries: Candidate ``B`` values (default: :func:`candidates`).
+        gammas: Candidate ``γ`` values (default :data:`GAMMAS` when compression is
+            planned, else ``(1.0,)``).
+        seed: The draw of compressible requests under ``compressibility``.
+
+    Raises:
+        ValueError: Bad arguments, or requests longer than the unit's context.
+        Infeasible: No one-pool fleet meets the SLOs (the message says what it would take).
+    """
+    check_number("rate", rate, minimum=0.0, strict_min=True)
+    check_fraction("compressibility", compressibility)
+    check_number(
+        "max_utilisation",
+        max_utilisation,
+        minimum=0.0,
+        maximum=1.0,
+        strict_min=True,
+        strict_max=True,
+    )
+    if not slos:
+        raise ValueError("slos must name at least one objective (e.g. ttft_p99<=2)")
+    for slo in slos:
+        if slo.klass is not None and slo.klass not in workload.class_names:
+            known = ", ".join(workload.class_names)
+            raise ValueError(f"{slo.label()}: the workload has no class {slo.klass!r} ({known})")
+    route = workload.route_tokens
+    too_long = int(np.count_nonzero(route > profile.context_tokens))
+    if too_long:
+        raise ValueError(
+            f"{too_long} request(s) need more than the unit's {profile.context_tokens}-token "
+            f"context (the longest needs {int(route.max())}): give a profile with a larger "
+            "context_tokens, or leave those requests out of the workload"
+        )
+    reqs = _Requests(workload, profile, compressibility, seed)
+    slos = tuple(slos)
+    full = _unit(profile, profile.context_tokens)
+    one = size_pool(
+        reqs.demand(rate, [reqs.part(0, reqs.n)]), full, slos, max_utilisation=max_utilisation
+    )
+    compress = workload.floor_tokens is not None or compressibility > 0.0
+    gamma_set = tuple(gammas) if gammas is not None else (GAMMAS if compress else (1.0,))
+    splits: list[Split] = []
+    long_cache: dict[tuple[int, bytes], PoolPlan | str] = {}
+    for boundary in boundaries if boundaries is not None else candidates(profile, reqs.route):
+        short_unit = _unit(profile, boundary)
+        cut = reqs.index(boundary)
+        plain = reqs.part(0, cut)
+        for gamma in gamma_set:
+            top = reqs.index(gamma * boundary) if gamma > 1.0 else cut
+            band = np.arange(cut, top)
+            need = (
+                reqs.floor[cut:top]
+                if reqs.floor is not None
+                else np.where(reqs.draw[cut:top], 1, 2**62)
+            )
+            fits = boundary - reqs.reserve[cut:top] >= need
+            moved, kept = band[fits], band[~fits]
+            split = Split(
+                boundary,
+                gamma,
+                cut / reqs.n,
+                (top - cut) / reqs.n,
+                len(moved) / reqs.n,
+                None,
+                None,
+            )
+            if top == reqs.n and not len(kept):
+                continue
+            parts = [plain] + ([reqs.part(0, 0, moved, boundary)] if len(moved) else [])
+            try:
+                short = size_pool(
+                    reqs.demand(rate, parts), short_unit, slos, max_utilisation=max_utilisation
+                )
+            except Infeasible as exc:
+                splits.append(_with(split, infeasible=f"short pool: {exc}"))
+                continue
+            key = (top, np.packbits(fits).tobytes())
+            if key not in long_cache:
+                long_parts = [reqs.part(top, reqs.n)] + (
+                    [reqs.part(0, 0, kept)] if len(kept) else []
+                )
+                try:
+                    long_cache[key] = size_pool(
+                        reqs.demand(rate, long_parts), full, slos, max_utilisation=max_utilisation
+                    )
+                except Infeasible as exc:
+                    long_cache[key] = f"long pool: {exc}"
+            long = long_cache[key]
+            if isinstance(long, str):
+                splits.append(_with(split, infeasible=long))
+                continue
+            splits.append(_with(split, short=short, long=long))
+    feasible = [s for s in splits if not s.infeasible]
+
+    def best_of(options: list[Split]) -> Split | None:
+        if not options:
+            return None
+        return min(options, key=lambda s: (s.cost_per_hour, s.units, s.gamma, -s.boundary))
+
+    return Plan(
+        rate=rate,
+        slos=slos,
+        profile=profile,
+        requests=reqs.n,
+        one_pool=one,
+        routed=best_of([s for s in feasible if s.gamma == 1.0]),
+        best=best_of(feasible),
+        splits=tuple(splits),
+        compressibility=None if workload.floor_tokens is not None else compressibility,
+    )
+
+
+def predict_pool(
+    workload: Workload,
+    *,
+    rate: float,
+    profile: UnitProfile,
+    context_tokens: int,
+    units: int,
+    slos: Sequence[Slo],
+) -> PoolPlan:
+    """The model's state and tails of ``units`` units (configured for ``context_tokens``)
+    serving every request of ``workload`` at ``rate`` (no search: what-if for one size)."""
+    reqs = _Requests(workload, profile, 0.0, 0)
+    demand = reqs.demand(rate, [reqs.part(0, reqs.n)])
+    return evaluate(demand, _unit(profile, context_tokens), units, tuple(slos))
+
+
+def assign(
+    workload: Workload, boundary: int, gamma: float, *, compressibility: float = 0.0, seed: int = 0
+) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    """Which requests a split sends to the short pool, and the prompt tokens each is sent with.
+
+    The same rule :func:`make_plan` sizes the pools by (module docstring), in
+    the workload's order: ``(short, prompt_tokens)``, compressed prompts cut to
+    ``boundary - reserved output``.
+    """
+    route = workload.route_tokens
+    short = route <= boundary
+    prompt = workload.prompt_tokens.copy()
+    if gamma > 1.0:
+        band = ~short & (route <= gamma * boundary)
+        budget = boundary - workload.reserve_tokens
+        if workload.floor_tokens is not None:
+            fits = budget >= workload.floor_tokens
+        else:
+            fits = (np.random.default_rng(seed).random(len(workload)) < compressibility) & (
+                budget >= 1
+            )
+        moved = band & fits
+        prompt[moved] = np.minimum(prompt[moved], budget[moved])
+        short |= moved
+    return short, prompt
+
+
+def _with(split: Split, **changes: object) -> Split:
+    return replace(split, **changes)  # type: ignore[arg-type]

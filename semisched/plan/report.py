@@ -1,0 +1,220 @@
+"""A plan as people and programs read it: a table, and JSON.
+
+:func:`plan_table` prints the one-pool fleet, the best two-pool split without
+compression, the best with it (when compression is planned) and the
+recommendation; :func:`plan_json` gives the same numbers, and every candidate
+split, as one JSON-ready dict (``semisched plan --json``). Numbers are the
+planner's; nothing here computes a plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from semisched.plan.planner import Plan, Split
+from semisched.plan.pools import PoolPlan
+
+__all__ = ["plan_json", "plan_table", "recommendation"]
+
+
+def _tails(*pools: PoolPlan | None) -> str:
+    cells = []
+    for pool in pools:
+        if pool is not None:
+            cells.append("/".join(f"{t.seconds:.3g}" for t in pool.tails) or "-")
+    return " | ".join(cells)
+
+
+def _row(
+    label: str,
+    units: str,
+    short: str,
+    long: str,
+    b: str,
+    g: str,
+    cost: float,
+    saving: str,
+    tails: str,
+    bound: str,
+) -> str:
+    return (
+        f"{label:<22}{units:>6}{short:>12}{long:>12}{b:>9}{g:>5}{cost:>10.2f}{saving:>8}"
+        f"  {tails:<24}{bound}"
+    )
+
+
+def _pool(pool: PoolPlan) -> str:
+    return f"{pool.units}x{pool.slots}"
+
+
+def _split_row(label: str, split: Split, one: PoolPlan) -> str:
+    assert split.short is not None and split.long is not None
+    saving = 1.0 - split.cost_per_hour / one.cost_per_hour
+    return _row(
+        label,
+        str(split.units),
+        _pool(split.short),
+        _pool(split.long),
+        f"{split.boundary:,}",
+        f"{split.gamma:.1f}",
+        split.cost_per_hour,
+        f"{100 * saving:.1f}%",
+        _tails(split.short, split.long),
+        f"{split.short.bound}/{split.long.bound}",
+    )
+
+
+def recommendation(plan: Plan) -> str:
+    """One sentence: what to build."""
+    one = plan.one_pool
+    if not plan.two_pools_win or plan.best is None:
+        return (
+            f"Recommended: one pool of {one.units} units ({one.slots} slots each, "
+            f"{one.cost_per_hour:.2f}/h): no two-pool split is cheaper."
+        )
+    best = plan.best
+    assert best.short is not None and best.long is not None
+    text = (
+        f"Recommended: two pools split at B_short = {best.boundary:,} tokens: {best.short.units} "
+        f"short units ({best.short.slots} slots of {best.boundary:,} tokens) and "
+        f"{best.long.units} long units ({best.long.slots} slots of "
+        f"{best.long.context_tokens:,}), {best.cost_per_hour:.2f}/h, "
+        f"{100 * plan.saving:.1f}% less than one pool"
+    )
+    if best.gamma > 1.0:
+        text += (
+            f"; compress-and-route at γ = {best.gamma:.1f} moves {100 * best.compressed:.1f}% "
+            f"of requests into the short pool"
+        )
+    return text + "."
+
+
+def plan_table(plan: Plan, *, source: str = "") -> str:
+    """The plan as a fixed-width table with a header and the recommendation."""
+    p = plan.profile
+    slos = ", ".join(s.label() for s in plan.slos)
+    lines = [
+        f"Capacity plan: {plan.requests:,} requests{f' ({source})' if source else ''}, "
+        f"{plan.rate:g} req/s; SLO: {slos}",
+        f"Unit '{p.name}': W {p.base_iter_ms:g} ms, H {p.per_slot_ms:g} ms/slot, {p.slots} slots "
+        f"of {p.context_tokens:,} tokens (at most {p.max_slots}), prefill chunk {p.prefill_chunk}, "
+        f"overhead {p.overhead_ms:g} ms, {p.cost_per_hour:g}/h",
+        "",
+        _row(
+            "plan",
+            "units",
+            "short",
+            "long",
+            "B_short",
+            "γ",
+            0.0,
+            "saving",
+            "predicted tails (s)",
+            "bound by",
+        ).replace("      0.00", "    cost/h"),
+    ]
+    one = plan.one_pool
+    lines.append(
+        _row(
+            "one pool",
+            str(one.units),
+            "-",
+            f"{one.units}x{one.slots}",
+            "-",
+            "-",
+            one.cost_per_hour,
+            "-",
+            _tails(one),
+            one.bound,
+        )
+    )
+    if plan.routed is not None:
+        lines.append(_split_row("two pools", plan.routed, one))
+    if plan.best is not None and plan.best is not plan.routed:
+        lines.append(_split_row("two pools + C&R", plan.best, one))
+    if plan.routed is None:
+        reasons = {s.infeasible for s in plan.splits if s.infeasible}
+        lines.append(
+            "two pools: no feasible split" + (f" ({sorted(reasons)[0]})" if reasons else "")
+        )
+    lines.append("")
+    tails = "; ".join(s.label() for s in plan.slos)
+    lines.append(f"Tails are per pool (short | long), one per SLO in order: {tails}.")
+    best = plan.best
+    if best is not None and (best.gamma > 1.0 or plan.compressibility != 0.0):
+        pc = (
+            "per-request compression floors"
+            if plan.compressibility is None
+            else f"compressibility p_c = {plan.compressibility:g}"
+        )
+        gain = plan.compress_gain
+        lines.append(
+            f"Borderline band at B_short = {best.boundary:,}, γ = {best.gamma:.1f}: "
+            f"β = {100 * best.beta:.1f}% of requests, {100 * best.compressed:.1f}% compressed "
+            f"({pc}); compress-and-route saves {gain:.2f}/h over the best split without it."
+        )
+    lines.append(recommendation(plan))
+    return "\n".join(lines)
+
+
+def _pool_json(pool: PoolPlan | None) -> dict[str, Any] | None:
+    if pool is None:
+        return None
+    return {
+        "units": pool.units,
+        "slots": pool.slots,
+        "context_tokens": pool.context_tokens,
+        "rate": pool.rate,
+        "utilisation": pool.utilisation,
+        "iteration_ms": pool.iteration_ms,
+        "p_wait": pool.p_wait,
+        "tails": [
+            {"slo": t.slo.key(), "seconds": _finite(t.seconds), "met": t.met} for t in pool.tails
+        ],
+        "bound": pool.bound,
+        "cost_per_hour": pool.cost_per_hour,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _split_json(split: Split | None) -> dict[str, Any] | None:
+    if split is None:
+        return None
+    return {
+        "boundary": split.boundary,
+        "gamma": split.gamma,
+        "alpha": split.alpha,
+        "beta": split.beta,
+        "compressed": split.compressed,
+        "units": split.units,
+        "cost_per_hour": _finite(split.cost_per_hour),
+        "short": _pool_json(split.short),
+        "long": _pool_json(split.long),
+        "infeasible": split.infeasible or None,
+    }
+
+
+def plan_json(plan: Plan, *, source: str = "", elapsed_s: float | None = None) -> dict[str, Any]:
+    """The plan as a JSON-ready dict (``semisched plan --json``)."""
+    p = plan.profile
+    return {
+        "source": source,
+        "requests": plan.requests,
+        "rate": plan.rate,
+        "slos": [s.key() for s in plan.slos],
+        "profile": asdict(p),
+        "compressibility": plan.compressibility,
+        "one_pool": _pool_json(plan.one_pool),
+        "two_pools": _split_json(plan.routed),
+        "best": _split_json(plan.best),
+        "recommended": "two_pools" if plan.two_pools_win else "one_pool",
+        "saving": plan.saving if plan.two_pools_win else 0.0,
+        "compress_gain_per_hour": plan.compress_gain,
+        "splits": [_split_json(s) for s in plan.splits],
+        "planning_s": elapsed_s,
+    }
