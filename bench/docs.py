@@ -18,10 +18,11 @@ default-prior ``docs/results/default-prior/summary.csv``             default-pri
 routing       ``docs/results/routing/summary.csv``                   routing
 shared-budget ``docs/results/shared-budget/summary.csv``             shared-budget
 tenants       ``docs/results/tenants/summary.csv``                   tenants
+plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
-are the routing and tenants matrices. ``docs --render-only`` reruns nothing and
+are the routing, tenants and plan runs. ``docs --render-only`` reruns nothing and
 re-renders the README from the committed results (after one benchmark alone,
 e.g. ``python -m bench tenants --out docs/results/tenants --live-check``).
 The shared-budget table is not (it runs real worker processes for about ten
@@ -196,6 +197,41 @@ def _tenants(root: Path) -> str:
     return _table(header, body)
 
 
+def _plan(root: Path) -> str:
+    """``docs/results/plan/``: each workload's plan and how the simulator judged it."""
+    plans = _read(root / DOCS / "plan" / "plans.csv")
+    checks = _read(root / DOCS / "plan" / "checks.csv")
+    header = ("workload", "req/s", "SLOs", "one pool", "two pools: short + long @ B_short (γ)",
+              "saving", "worst model error at plan", "one unit fewer misses (sim)",
+              "plan time, 100k req")  # fmt: skip
+    body = []
+    for r in plans:
+        if r["setting"] == "SLO-bound 0.99":
+            continue
+        mine = [c for c in checks if c["case"] == r["case"] and c["setting"] == r["setting"]
+                and c["pool"] in ("one", "short", "long")]  # fmt: skip
+        at_plan = [c for c in mine if c["vs plan"] == "+0" and c["error"]]
+        worst = max(at_plan, key=lambda c: abs(float(c["error"].rstrip("%"))))
+        smaller: dict[str, bool] = {}
+        for c in mine:
+            if c["vs plan"] == "-1":
+                smaller[c["pool"]] = smaller.get(c["pool"], False) or c["sim meets SLO"] == "no"
+        split = "none feasible"
+        if r["B_short"]:
+            split = (f"{r['n_s']}x{r['short_slots']} + {r['n_l']}x{r['long_slots']} @ "
+                     f"{int(r['B_short']):,} ({float(r['gamma']):.1f})")  # fmt: skip
+        label = r["case"] + (" + C&R" if r["setting"].startswith("C&R") else "")
+        timing = r["planning_ms_100k"]
+        body.append((
+            label, f"{float(r['rate']):g}", r["slos"].replace("<=", " ≤ "),
+            r["one_pool_units"], split, f"{100 * float(r['saving']):.1f}%",
+            f"{worst['error']} ({worst['pool']}, {worst['slo'].split('<=')[0]})",
+            f"{sum(smaller.values())} of {len(smaller)} pools",
+            f"{float(timing):.0f} ms" if timing and timing != "nan" else "",
+        ))  # fmt: skip
+    return _table(header, body)
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -209,6 +245,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "routing": _routing,
     "shared-budget": _shared_budget,
     "tenants": _tenants,
+    "plan": _plan,
 }
 
 
@@ -273,4 +310,7 @@ def build_docs(
         from bench.tenants_live import tenants_live_check
 
         tenants_live_check(out / "tenants" / "live-check")
+    from bench.plan_report import plan_benchmark
+
+    plan_benchmark(out / "plan")
     readme.write_text(render_readme(readme.read_text(), root))

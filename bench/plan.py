@@ -27,17 +27,24 @@ Nothing here is typed in: every number comes from the planner or a simulation.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tomllib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
+import threadpoolctl  # type: ignore[import-untyped]
 
+import semisched.plan.compress as compress_module
 from semisched.core.config import ClassSpec, RoutingConfig, preset
 from semisched.core.endpoint import EndpointSpec
 from semisched.core.request import Prior, Request
+from semisched.fleetfile import fleet_from_dict
+from semisched.plan.fleetout import client_fleet_toml
 from semisched.plan.planner import Plan, assign, make_plan, predict_pool
 from semisched.plan.pools import PoolPlan
 from semisched.plan.profile import UnitProfile, named_profile
@@ -60,17 +67,28 @@ class Case:
     rate: float
     slos: tuple[str, ...]
     requests: int
-    context_tokens: int = 8192
+    context_tokens: int = 32_768
 
     def profile(self) -> UnitProfile:
-        return named_profile("default").with_(context_tokens=self.context_tokens)
+        """The mock's default speed, KV-bound at 16 sequences of ``context_tokens``."""
+        return named_profile("default").with_(slots=16, context_tokens=self.context_tokens)
 
 
 CASES: tuple[Case, ...] = (
     Case("balanced", 20.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
     Case("heavy", 10.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
-    Case("sharegpt", 20.0, ("ttft_p99<=2", "e2e_p95<=60"), 40_000, context_tokens=32_768),
+    Case("sharegpt", 100.0, ("ttft_p99<=2", "e2e_p95<=60"), 40_000),
 )
+
+
+def sharegpt_picks(case: Case, seed: int = 0) -> np.ndarray:
+    """Which ShareGPT requests (:func:`predictors.conversations.conversation_requests`
+    indices) a ShareGPT case draws, with replacement, among those that fit the context."""
+    from predictors.conversations import conversation_requests
+
+    data = conversation_requests()
+    ok = np.flatnonzero(data.prompt_tokens + data.output_tokens <= case.context_tokens)
+    return np.random.default_rng(seed).choice(ok, size=case.requests, replace=True)
 
 
 @cache
@@ -81,8 +99,8 @@ def sample(case: Case, seed: int = 0) -> Workload:
         from predictors.conversations import conversation_requests
 
         data = conversation_requests()
-        ok = np.flatnonzero(data.prompt_tokens + data.output_tokens <= case.context_tokens)
-        pick = rng.choice(ok, size=case.requests, replace=True)
+        pick = sharegpt_picks(case, seed)
+        rng = np.random.default_rng(seed + 1)
         prompt, output = data.prompt_tokens[pick], data.output_tokens[pick]
         classes = np.zeros(case.requests, dtype=np.int64)
         names: tuple[str, ...] = ("default",)
@@ -108,6 +126,72 @@ def plan_case(case: Case, cap: float) -> Plan:
     return make_plan(
         sample(case), rate=case.rate, slos=slos, profile=case.profile(), max_utilisation=cap
     )
+
+
+#: The compress-and-route setting: ShareGPT's plan at the paper's cap, redone at its
+#: B_short with every borderline prompt's compression floor (:mod:`semisched.plan.compress`).
+CR_SETTING = "C&R at B_short*"
+CR_GAMMA_MAX = 2.0
+
+
+def _floors_file(case: Case, boundary: int) -> Path:
+    from predictors.tokens import cache_dir
+
+    code = hashlib.blake2b(Path(compress_module.__file__).read_bytes(), digest_size=4).hexdigest()
+    return cache_dir() / "plan" / f"floors-{case.name}-{case.requests}-{boundary}-{code}.npy"
+
+
+def _floor_chunk(indices: Sequence[int]) -> list[int]:
+    from bench.plan_compress import o200k_counter
+    from predictors.conversations import conversation_requests
+
+    data = conversation_requests()
+    compressor = compress_module.ExtractiveCompressor(o200k_counter())
+    with threadpoolctl.threadpool_limits(1, "blas"):
+        return [compressor.floor(data.messages(int(i))) for i in indices]
+
+
+def compression_floors(case: Case, boundary: int, workers: int | None = None) -> np.ndarray:
+    """Each sampled request's prompt after maximal compression (o200k tokens), for those in
+    the widest band ``(B, 2B]``; others keep their prompt. Computed once, then cached."""
+    path = _floors_file(case, boundary)
+    if path.exists():
+        return np.asarray(np.load(path), dtype=np.int64)
+    work = sample(case)
+    picks = sharegpt_picks(case)
+    band = (work.route_tokens > boundary) & (work.route_tokens <= CR_GAMMA_MAX * boundary)
+    wanted = np.unique(picks[band])
+    chunks = np.array_split(wanted, max(1, 4 * (workers or os.cpu_count() or 1)))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        found = [f for chunk in pool.map(_floor_chunk, chunks) for f in chunk]
+    floor_of = dict(zip(wanted.tolist(), found, strict=True))
+    floors = work.prompt_tokens.copy()
+    for i in np.flatnonzero(band):
+        floors[i] = min(int(floors[i]), floor_of[int(picks[i])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, floors)
+    return floors
+
+
+def cr_boundary(case: Case) -> int:
+    """The B_short compress-and-route is planned at: the best split's without compression."""
+    base = plan_case(case, SETTINGS["paper cap 0.85"])
+    assert base.routed is not None
+    return base.routed.boundary
+
+
+def plan_for(case: Case, setting: str) -> tuple[Plan, Workload]:
+    """The plan a setting makes for ``case`` and the workload it was made on."""
+    if setting != CR_SETTING:
+        return plan_case(case, SETTINGS[setting]), sample(case)
+    boundary = cr_boundary(case)
+    work = replace(sample(case), floor_tokens=np.load(_floors_file(case, boundary)))
+    slos = [parse_slo(s) for s in case.slos]
+    plan = make_plan(
+        work, rate=case.rate, slos=slos, profile=case.profile(),
+        max_utilisation=SETTINGS["paper cap 0.85"], boundaries=[boundary],
+    )  # fmt: skip
+    return plan, work
 
 
 @dataclass(frozen=True)
@@ -154,7 +238,7 @@ def simulate_pool(
     idx: np.ndarray,
     prompt: np.ndarray,
     pools: Sequence[tuple[str | None, int, UnitProfile, int]],
-    boundary: int | None,
+    routing: RoutingConfig | None = None,
 ) -> dict[str, np.ndarray]:
     """Simulate ``idx``'s requests on ``pools`` (``(pool, units, profile, context)`` each).
 
@@ -172,13 +256,7 @@ def simulate_pool(
                 context_tokens=context,
             )
             fleet.append(SimEndpoint(spec=spec, physics=physics))
-    routing = RoutingConfig(policy="least_outstanding")
-    if boundary is not None:
-        routing = RoutingConfig(
-            policy="token_budget",
-            short_pool_tokens=float(boundary),
-            pool_policy="least_outstanding",
-        )
+    routing = routing or RoutingConfig(policy="least_outstanding")
     config = preset(
         "direct_naive",
         classes=tuple(ClassSpec(name=n) for n in workload.class_names),
@@ -216,9 +294,8 @@ class _Task:
 
 def _pool_task(task: _Task) -> list[PoolRun]:
     """Simulate one pool of one case's plan at the recommended size + ``delta``."""
-    case, cap = task.case, SETTINGS[task.setting]
-    plan = plan_case(case, cap)
-    workload = sample(case)
+    case = task.case
+    plan, workload = plan_for(case, task.setting)
     profile = case.profile()
     slos = plan.slos
     if task.pool in ("one", "curve"):
@@ -243,7 +320,7 @@ def _pool_task(task: _Task) -> list[PoolRun]:
     units = target.units + task.delta
     if units < 1:
         return []
-    times = simulate_pool(workload, idx, prompt, [(pool_name, units, profile, context)], None)
+    times = simulate_pool(workload, idx, prompt, [(pool_name, units, profile, context)])
     predicted = _predict(workload, idx, prompt, profile, context, units, slos, case.rate)
     runs = []
     for tail in predicted.tails:
@@ -300,7 +377,9 @@ def _fleet_runs(
         ("long", split.long.units, profile, profile.context_tokens),
     ]
     idx = np.arange(len(workload))
-    times = simulate_pool(workload, idx, prompt, pools, split.boundary)
+    # The routing `semisched plan --fleet-out` writes: what a user deploys.
+    fleet = fleet_from_dict(tomllib.loads(client_fleet_toml(plan)))
+    times = simulate_pool(workload, idx, prompt, pools, fleet.routing)
     runs = []
     for pool, plan_pool, mask in (("short", split.short, short), ("long", split.long, ~short)):
         for tail in plan_pool.tails:
@@ -354,6 +433,11 @@ def tasks(cases: Sequence[Case]) -> list[_Task]:
                 out.append(_Task(case, setting, "fleet", 0))
         for delta in (-3, -2, 1, 2):
             out.append(_Task(case, "SLO-bound 0.99", "curve", delta))
+        if case.name == "sharegpt":
+            for pool in ("short", "long"):
+                for delta in (0, -1):
+                    out.append(_Task(case, CR_SETTING, pool, delta))
+            out.append(_Task(case, CR_SETTING, "fleet", 0))
     return out
 
 
@@ -364,6 +448,9 @@ def run_checks(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[PoolRun]:
     """Run every check (in ``workers`` processes) and return the rows."""
+    for case in cases:
+        if case.name == "sharegpt":
+            compression_floors(case, cr_boundary(case), workers)
     todo = tasks(cases)
     workers = workers or min(len(todo), os.cpu_count() or 1)
     rows: list[PoolRun] = []

@@ -25,7 +25,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-from bench.plan import CASES, SETTINGS, Case, PoolRun, plan_case, sample
+from bench.plan import (
+    CASES,
+    CR_SETTING,
+    SETTINGS,
+    Case,
+    PoolRun,
+    cr_boundary,
+    plan_case,
+    plan_for,
+    sample,
+)
 from bench.report import write_csv
 from semisched.plan.planner import Plan, predict_pool
 
@@ -54,6 +64,7 @@ def plan_rows(
             "n_s": best.short.units if best and best.short else "",
             "short_slots": best.short.slots if best and best.short else "",
             "n_l": best.long.units if best and best.long else "",
+            "long_slots": best.long.slots if best and best.long else "",
             "two_pool_units": best.units if best else "",
             "saving": plan.saving,
             "recommended": "two pools" if plan.two_pools_win else "one pool",
@@ -259,5 +270,42 @@ def plan_benchmark(out: Path, *, cases: Sequence[Case] = CASES, workers: int | N
 
     runs = run_checks(cases, workers=workers, progress=progress)
     print()
-    write_plan_report(out, plans, runs, timings)
+    extra: list[str] = []
+    for case in cases:
+        if case.name == "sharegpt":
+            plans[(case.name, CR_SETTING)] = plan_for(case, CR_SETTING)[0]
+            extra += compress_and_route(case, plans[(case.name, CR_SETTING)], out / "compress")
+    write_plan_report(out, plans, runs, timings, extra)
     return out
+
+
+def compress_and_route(case: Case, plan: Plan, out: Path) -> list[str]:
+    """The compression study on ShareGPT (``out/compress.md``) and the summary lines of the
+    compress-and-route plan."""
+    from bench.plan_compress import compress_study, o200k_counter, write_compress_tables
+
+    boundary = cr_boundary(case)
+    rows = compress_study(
+        boundaries=tuple(sorted({1024, 2048, 4096, boundary})), gammas=(1.5, 2.0),
+        limit=None, count_tokens=o200k_counter(),
+    )  # fmt: skip
+    write_compress_tables(rows, out)
+    routed, best, one = plan.routed, plan.best, plan.one_pool
+    assert routed is not None and best is not None
+    base = plan_case(case, SETTINGS["paper cap 0.85"])
+    assert base.routed is not None
+    p_c = best.compressed / best.beta if best.beta else float("nan")
+    return [
+        "",
+        "# Compress-and-route (ShareGPT, per-request compression floors, o200k tokens)",
+        "",
+        f"- At B_short = {boundary:,}: γ* = {best.gamma:.1f}, β = {100 * best.beta:.1f}% of "
+        f"requests in the band, {100 * best.compressed:.1f}% compressed into the short pool "
+        f"(p_c = {p_c:.3f}).",
+        f"- Units: one pool {one.units}; two pools without compression {base.routed.units} "
+        f"(best B_short {base.routed.boundary:,}), {routed.units} at B_short {boundary:,}; "
+        f"with compress-and-route {best.units} ({best.short.units if best.short else 0} short + "
+        f"{best.long.units if best.long else 0} long): {routed.units - best.units} fewer than "
+        f"without it at the same B_short, saving {100 * plan.saving:.1f}% against one pool.",
+        f"- Compression study: {out.name}/compress.md.",
+    ]

@@ -58,6 +58,7 @@ __all__ = [
     "Pair",
     "Split",
     "cache_dir",
+    "cache_path",
     "conversation_root",
     "count_tokens",
     "dataset_stats",
@@ -66,6 +67,8 @@ __all__ = [
     "iter_conversations",
     "iter_pairs",
     "load_pairs",
+    "parsed_message",
+    "read_cache",
     "response_lengths",
     "split_by_conversation",
 ]
@@ -145,7 +148,7 @@ class _RawPair:
 _Batch: TypeAlias = tuple[list[_RawPair], list[str]]
 
 
-def _message(raw: object) -> tuple[str, str] | None:
+def parsed_message(raw: object) -> tuple[str, str] | None:
     """(speaker, text) of a well-formed, non-empty message; None otherwise."""
     if not isinstance(raw, dict):
         return None
@@ -179,7 +182,7 @@ def _extract(record: dict[str, Any], texts: list[str], context_chars: int) -> li
     conversation_id, messages = record.get("id"), record.get("conversations")
     if not isinstance(conversation_id, str) or not isinstance(messages, list):
         return []
-    parsed = [_message(m) for m in messages]
+    parsed = [parsed_message(m) for m in messages]
     lines: list[str] = []
     text_index: dict[int, int] = {}  # message position -> index in ``texts``
     pairs: list[_RawPair] = []
@@ -284,14 +287,18 @@ def iter_pairs(
 # Loading with a cache of counts
 
 
-def _cache_file(data: Path, encoding: str, limit: int | None) -> Path:
+def cache_path(data: Path, prefix: str, scope: str) -> Path:
+    """A cache file for arrays derived from the dataset file ``data``: its name carries the
+    file's size, modification time and path, so a changed dataset never reads a stale cache."""
     stat = data.stat()
     where = hashlib.blake2b(str(data.resolve()).encode(), digest_size=4).hexdigest()
-    scope = "all" if limit is None else f"first{limit}"
-    name = (
-        f"counts-v{_CACHE_FORMAT}-{encoding}-{stat.st_size}-{stat.st_mtime_ns}-{where}-{scope}.npz"
-    )
+    name = f"{prefix}-{stat.st_size}-{stat.st_mtime_ns}-{where}-{scope}.npz"
     return cache_dir() / "sharegpt" / name
+
+
+def _cache_file(data: Path, encoding: str, limit: int | None) -> Path:
+    scope = "all" if limit is None else f"first{limit}"
+    return cache_path(data, f"counts-v{_CACHE_FORMAT}-{encoding}", scope)
 
 
 def _fingerprint(raws: Iterable[_RawPair]) -> str:
@@ -301,7 +308,8 @@ def _fingerprint(raws: Iterable[_RawPair]) -> str:
     return digest.hexdigest()
 
 
-def _read_cache(file: Path) -> dict[str, npt.NDArray[Any]] | None:
+def read_cache(file: Path) -> dict[str, npt.NDArray[Any]] | None:
+    """The arrays of a cache file, or ``None`` (missing or unreadable: logged, then ignored)."""
     try:
         with np.load(file, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
@@ -347,7 +355,7 @@ def load_pairs(
     raws = [raw for batch_raws, _ in batches for raw in batch_raws]
     fingerprint = _fingerprint(raws)
 
-    cached = _read_cache(cache_file) if cache_file is not None else None
+    cached = read_cache(cache_file) if cache_file is not None else None
     if (
         cached is not None
         and str(cached.get("fingerprint", "")) == fingerprint
@@ -428,7 +436,7 @@ def response_lengths(
     runs :func:`load_pairs` once, which writes it.
     """
     data = resolve_path(path)
-    cached = _read_cache(_cache_file(data, encoding, None))
+    cached = read_cache(_cache_file(data, encoding, None))
     if cached is not None and "response_tokens" in cached:
         return cached["response_tokens"].astype(np.int64)
     pairs = load_pairs(encoding=encoding, path=data)

@@ -45,6 +45,7 @@ from anyio.abc import TaskGroup
 
 from semisched.calibration import LengthCalibration
 from semisched.clock import Clock
+from semisched.compression import PromptCompression
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
 from semisched.core.budget import rate_tokens
 from semisched.core.engine import Engine
@@ -88,6 +89,7 @@ class Dispatcher:
         calibration: Scored on every answer's length, when set.
         shared: The shared state every attempt reserves in first, when set.
         observers: Told what happens to each request (:mod:`semisched.observe`).
+        compression: Chooses each attempt's prompt (:mod:`semisched.compression`).
     """
 
     def __init__(
@@ -102,8 +104,10 @@ class Dispatcher:
         calibration: LengthCalibration | None = None,
         shared: SharedBudget | None = None,
         observers: Observers | None = None,
+        compression: PromptCompression | None = None,
     ) -> None:
         self.engine = engine
+        self.compression = compression
         self.observers = observers if observers is not None else Observers(())
         self.shared = shared
         self.deployments = deployments
@@ -204,6 +208,9 @@ class Dispatcher:
                     raise RuntimeError(f"core sent unknown request {action.request.id!r}")
                 pending.attempts = action.attempt
                 pending.endpoint = action.endpoint
+                if pending.compressed is not None and self.compression is not None:
+                    spec = self.deployments.endpoint(action.endpoint).spec
+                    self.compression.on_send(pending, spec)  # which prompt this attempt sends
                 if self.observers:
                     # The engine's now, just given: no second clock read per event.
                     now = self._last_now
@@ -346,7 +353,7 @@ class Dispatcher:
                 name = pending.endpoint
                 if self.shared is not None and not await self._reserve(pending):
                     return  # refused: back in its queue, nothing was sent
-                params = self.deployments.params_for(name, call.params)
+                params = self.deployments.params_for(name, pending.params)
                 provider = self.deployments.provider(name)
                 if self.observers:
                     with self.observers.attempt(pending.request, pending.attempts, name):
@@ -408,7 +415,7 @@ class Dispatcher:
         self._release(pending)
         usage = usage_of(response)
         self.estimator.observe(
-            call.model, call.prompt_kind, call.prompt_nbytes, usage.prompt_tokens
+            call.model, call.prompt_kind, pending.prompt_nbytes, usage.prompt_tokens
         )
         charged = None
         if usage.known:  # what the provider's token window charged: prompt + the cap

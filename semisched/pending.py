@@ -7,6 +7,7 @@ once (a response, a stream or an outcome). Values and an event; no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ import anyio
 
 from semisched.calibration import Calibrated
 from semisched.calls import PreparedCall
+from semisched.compression import CompressedPrompt
 from semisched.core.request import Request
 from semisched.failures import ProviderFailure
 
@@ -39,6 +41,9 @@ class Pending:
             answer's length (``None``: the caller gave the prior, or
             calibration is off).
         endpoint: Where its latest attempt was sent.
+        compressed: Its compressed prompt, when compress-and-route prepared one
+            (:mod:`semisched.compression`).
+        sent_compressed: Its latest attempt goes with the compressed prompt.
     """
 
     id: str
@@ -53,3 +58,17 @@ class Pending:
     failure: tuple[ProviderFailure, BaseException] | None = None
     calibrated: Calibrated | None = None
     endpoint: str = ""
+    compressed: CompressedPrompt | None = None
+    sent_compressed: bool = False
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The provider arguments of its latest attempt."""
+        sent = self.compressed if self.sent_compressed else None
+        return self.call.params if sent is None else sent.params
+
+    @property
+    def prompt_nbytes(self) -> int:
+        """UTF-8 bytes of the prompt its latest attempt sent (the estimator learns from them)."""
+        sent = self.compressed if self.sent_compressed else None
+        return self.call.prompt_nbytes if sent is None else sent.nbytes

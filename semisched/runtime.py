@@ -46,6 +46,7 @@ from anyio.abc import TaskGroup
 from semisched.calibration import Calibrated, LengthCalibration
 from semisched.calls import PreparedCall, prepare_call, scheduler_config
 from semisched.clock import AnyioClock, Clock
+from semisched.compression import PromptCompression
 from semisched.core.checks import check_int
 from semisched.core.config import RoutingConfig, SchedulerConfig
 from semisched.core.engine import Engine
@@ -217,12 +218,13 @@ class Scheduler:
         self._max_pending = max_pending
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._tally = RuntimeTally()
+        self._compression = PromptCompression(self.config.routing, self._estimator)
         watchers = build_observers(observers, metrics=metrics, tracing=tracing,
                                    statistics=self.statistics)  # fmt: skip
         self._dispatch = Dispatcher(self._engine, self._deployments, self._clock,
                                     self._estimator, self._tally, cancel_late=cancel_late,
                                     calibration=self._calibration, shared=self._shared,
-                                    observers=watchers)  # fmt: skip
+                                    observers=watchers, compression=self._compression)  # fmt: skip
         self._ids = itertools.count(1)
         self._preparing = 0
         self._tg: TaskGroup | None = None
@@ -343,12 +345,14 @@ class Scheduler:
         self._preparing += 1  # counts towards max_pending while its prior is resolved
         try:
             request, calibrated = await self._request(rid, call)
+            request, compressed = await self._compression.prepare(request, call)
         except BaseException:  # only cancellation: the prior resolver never fails
             self._tally.cancelled += 1
             raise
         finally:
             self._preparing -= 1
-        pending = Pending(id=rid, call=call, request=request, calibrated=calibrated)
+        pending = Pending(id=rid, call=call, request=request, calibrated=calibrated,
+                          compressed=compressed)  # fmt: skip
         return await self._dispatch.run(pending)
 
     def check(
@@ -441,6 +445,7 @@ class Scheduler:
             priors=self._prior_choice,
             calibration=None if self._calibration is None else self._calibration.statistics(),
             state=None if self._shared is None else self._shared.statistics(),
+            compression=self._compression.statistics(),
         )
 
     # -- building the core's request -------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from semisched.calibration import CalibrationStats
+from semisched.compression import CompressionStats
 from semisched.core.stats import EngineStats
 from semisched.estimate import EstimatorStats
 from semisched.headers import RateLimitInfo
@@ -140,6 +141,8 @@ class SchedulerStats:
         priors: The prior source in use, and why (``auto`` resolved to ...).
         calibration: What the length calibration learned, per source and model
             (``None``: calibration is off).
+        compression: What compress-and-route did (``None``: it is off,
+            ``RoutingConfig.compress_band`` 1; :mod:`semisched.compression`).
     """
 
     pending: int
@@ -152,6 +155,7 @@ class SchedulerStats:
     calibration: CalibrationStats | None
     rate_limits_by_endpoint: dict[str, RateLimitInfo] = field(default_factory=dict)
     state: StateStats | None = None
+    compression: CompressionStats | None = None
 
     @property
     def severity(self) -> float:

@@ -76,7 +76,7 @@ def _sim_tail(workload: Workload, rate: float, units: int, slo: Slo) -> float:
     arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / rate, len(workload)))
     timed = replace(workload, arrivals=arrivals)
     idx = np.arange(len(workload))
-    times = simulate_pool(timed, idx, workload.prompt_tokens, [(None, units, PROFILE, 8192)], None)
+    times = simulate_pool(timed, idx, workload.prompt_tokens, [(None, units, PROFILE, 8192)])
     values = times[slo.metric]
     if slo.klass is not None:
         values = values[workload.classes == workload.class_names.index(slo.klass)]

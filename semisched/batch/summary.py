@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from semisched.batch.forecast import eta_s
 from semisched.batch.output import ErrorCode
 from semisched.batch.tenants import tenant_lines
 from semisched.core.stats import EndpointStats, EngineStats, TenantStats
+
+if TYPE_CHECKING:
+    from semisched.compression import CompressionStats
 
 __all__ = ["BatchFailures", "BatchProgress", "BatchSummary", "engine_parts"]
 
@@ -154,6 +157,7 @@ class BatchSummary(BatchProgress):
             (``()`` for a one-endpoint job).
         tenants: Per declared tenant, the scheduler's counts, share and
             entitlement (``()`` unless the job declares several tenants).
+        compression: What compress-and-route did (``None``: off).
     """
 
     latencies_s: tuple[float, ...] = ()
@@ -161,6 +165,7 @@ class BatchSummary(BatchProgress):
     cut_bytes: int = 0
     endpoints: tuple[EndpointStats, ...] = ()
     tenants: tuple[TenantStats, ...] = ()
+    compression: CompressionStats | None = None
 
     @classmethod
     def from_progress(cls, progress: BatchProgress, **extra: Any) -> BatchSummary:
@@ -203,6 +208,11 @@ class BatchSummary(BatchProgress):
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
         out.extend(_endpoint_line(e) for e in self.endpoints)
         out.extend(tenant_lines(self.tenants))
+        c = self.compression
+        if c is not None and c.sent_compressed:
+            out.append(f"  compress-and-route: {c.sent_compressed} sent compressed "
+                       f"({c.tokens_removed} prompt tokens removed), {c.spilled} spilled "
+                       f"whole, {c.not_fitting} too long to compress")  # fmt: skip
         return out
 
 

@@ -8,7 +8,11 @@ unit's full context, and ``token_budget`` routing at ``short_pool_tokens =
 B_short`` (with ``compress_band = γ`` when the plan compresses), choosing
 inside a pool by ``least_outstanding``: the plan assumes evenly loaded units,
 and balancing predicted *work* instead puts many short requests on one unit,
-whose fuller batch decodes each of their tokens more slowly. Each
+whose fuller batch decodes each of their tokens more slowly. Spillover waits
+until a pool's every slot is busy (``spill_outstanding`` = the most slots of
+any unit): at the default 16, a short pool of 128-slot units counts as
+"overloaded" at an eighth of its capacity and pours its requests into the
+long pool, which was not sized for them. Each
 endpoint's ``max_concurrency`` is its slots, so the client holds the queue
 and a unit never queues hidden work: the pool is the one-queue M/G/c the plan
 assumed. A one-pool plan names ``unit-0 ..`` with no pools. ``base_url``
@@ -85,6 +89,7 @@ def client_fleet_toml(
         lines += ['routing = "token_budget"', "", "[routing_options]"]
         lines.append(f"short_pool_tokens = {boundary}")
         lines.append('pool_policy = "least_outstanding"')
+        lines.append(f"spill_outstanding = {max(e.slots for e in endpoints)}")
         if gamma > 1.0:
             lines.append(f"compress_band = {gamma}")
     for endpoint in endpoints:

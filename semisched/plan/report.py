@@ -78,8 +78,9 @@ def recommendation(plan: Plan) -> str:
     assert best.short is not None and best.long is not None
     text = (
         f"Recommended: two pools split at B_short = {best.boundary:,} tokens: {best.short.units} "
-        f"short units ({best.short.slots} slots of {best.boundary:,} tokens) and "
-        f"{best.long.units} long units ({best.long.slots} slots of "
+        f"short unit{'s' if best.short.units > 1 else ''} ({best.short.slots} slots of "
+        f"{best.boundary:,} tokens) and {best.long.units} long "
+        f"unit{'s' if best.long.units > 1 else ''} ({best.long.slots} slots of "
         f"{best.long.context_tokens:,}), {best.cost_per_hour:.2f}/h, "
         f"{100 * plan.saving:.1f}% less than one pool"
     )

@@ -40,6 +40,25 @@ def test_fleet_routing_rides_out_the_outage() -> None:
     assert rows["slow"][2] == 0  # a healthy endpoint fails nothing
 
 
+def test_compress_and_route_sends_borderline_prompts_compressed_to_the_short_pool() -> None:
+    out = run("compress_and_route.py")
+    on, off = re.split(r"^compress_band 1\.0 ", out, flags=re.M)
+    row = re.compile(r"^  ([\w-]+) +(\d+)  (short-a|short-b|long) +(\d+)$", re.M)
+    rows = {"on": {n: r for n, *r in row.findall(on)}, "off": {n: r for n, *r in row.findall(off)}}
+    borderline = [f"borderline-{k}" for k in range(1, 7)]
+    assert len(rows["on"]) == len(rows["off"]) == 13
+    for name in borderline:
+        total, endpoint, sent = rows["on"][name]
+        assert 1024 < int(total) <= 1536 and endpoint.startswith("short-")
+        assert int(sent) <= 1024 - 128  # compressed to fit beside its max_tokens
+        assert rows["off"][name][1] == "long" and int(rows["off"][name][2]) > int(sent)
+    assert rows["on"]["mostly-code"][1] == rows["off"]["mostly-code"][1] == "long"
+    assert rows["on"]["mostly-code"][2] == rows["off"]["mostly-code"][2]  # sent whole
+    assert "compressed 6 of 6 prepared, 0 spilled, 1 too long to compress" in on
+    assert "system prompt and code block verbatim in 6 of 6 sent short" in on
+    assert "compressed" not in off.split("\n", 1)[1]  # off: no compression line
+
+
 def test_mixed_workload_serves_both_classes() -> None:
     out = run("mixed_workload.py")
     assert "interactive  {'completed': 40}" in out
@@ -149,3 +168,15 @@ def test_the_grafana_dashboard_queries_only_metrics_semisched_exports() -> None:
             legend = set(re.findall(r"\{\{(\w+)\}\}", target["legendFormat"]))
             assert legend <= (grouped - {"le"} if grouped else labels), target  # kept by sum by
     assert len(titles) == 10 and len(set(titles)) == 10
+
+
+def test_capacity_plan_meets_its_slo_as_planned_and_not_one_unit_smaller() -> None:
+    out = run("capacity_plan.py")
+    assert "Recommended: two pools split at B_short" in out
+    planned = re.search(r"^as planned +(\d+) +([\d.]+) +yes", out, flags=re.M)
+    smaller = re.search(r"^one short unit fewer +(\d+) +([\d.]+) +no", out, flags=re.M)
+    assert planned and smaller, out
+    assert int(smaller[1]) == int(planned[1]) - 1
+    predicted = [float(x) for x in re.findall(r"([\d.]+) s", out.splitlines()[-1])]
+    measured = float(planned[2])
+    assert min(abs(p - measured) / measured for p in predicted) <= 0.15  # the short pool's tail
