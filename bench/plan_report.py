@@ -128,6 +128,19 @@ def summary_lines(runs: Sequence[PoolRun]) -> list[str]:
                 f"rho {r.utilisation:.3f}, P(wait) {r.p_wait:.2g}, analytic {r.analytic_s:.3g} s"
                 f" vs simulated {r.simulated_s:.3g} s ({100 * r.error:+.0f}%)"
             )
+    deployed = [r for r in runs if r.pool in ("fleet:short", "fleet:long")]
+    missed = [r for r in deployed if r.simulated_s > float(r.slo.split("<=")[1])]
+    lines.append(
+        f"- Deployed fleets (the recommended split with the routing `--fleet-out` writes, "
+        f"spillover on): {len(deployed) - len(missed)} of {len(deployed)} (pool, SLO) pairs "
+        "meet the SLO in simulation"
+        + "".join(
+            f"; missed: {r.case} {r.setting} {r.pool.split(':')[1]} pool {r.slo} at "
+            f"{r.simulated_s:.3g} s (analytic {r.analytic_s:.3g} s)"
+            for r in missed
+        )
+        + "."
+    )
     spills = [r for r in runs if r.pool == "fleet:spill"]
     for r in spills:
         lines.append(
@@ -168,7 +181,9 @@ def _curve(ax: Axes, case: Case, runs: Sequence[PoolRun]) -> None:
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color="tab:orange", label="simulated")
     ax.axhline(slo.seconds, color="grey", linestyle="--", label=slo.label())
     ax.axvline(plan.one_pool.units, color="tab:green", linestyle=":", label="planned")
-    ax.set_yscale("log")
+    values = [m for _, m in shown] + [p[1] for p in pts]
+    if max(values) > 10 * min(values):
+        ax.set_yscale("log")
     ax.set_xlabel("units (one pool)")
     ax.set_ylabel(f"P{100 * slo.quantile:g} {slo.metric.upper()} (s)")
     ax.set_title(f"{case.name}, {case.rate:g} req/s")
@@ -181,17 +196,15 @@ def _cost_figure(plans: Mapping[tuple[str, str], Plan], out: Path) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         plan = plans[(name, setting)]
-        by_b: dict[int, dict[str, float]] = {}
-        for split in plan.splits:
-            if split.infeasible:
-                continue
-            cell = by_b.setdefault(split.boundary, {})
-            cell["γ=1"] = split.cost_per_hour if split.gamma == 1.0 else cell.get("γ=1", math.nan)
-            cell["best γ"] = min(cell.get("best γ", math.inf), split.cost_per_hour)
-        bs = sorted(by_b)
-        for label, style in (("γ=1", "o-"), ("best γ", "s--")):
-            ax.plot(bs, [by_b[b].get(label, math.nan) for b in bs], style, label=label)
+        cost = {s.boundary: s.cost_per_hour for s in plan.splits
+                if not s.infeasible and s.gamma == 1.0}  # fmt: skip
+        bs = sorted(cost)
+        ax.plot(bs, [cost[b] for b in bs], "o-", label="two pools (γ = 1)")
         ax.axhline(plan.one_pool.cost_per_hour, color="grey", linestyle=":", label="one pool")
+        cr = plans.get((name, CR_SETTING))
+        if cr is not None and cr.best is not None:
+            ax.plot([cr.best.boundary], [cr.best.cost_per_hour], "*", markersize=12,
+                    color="tab:red", label=f"with C&R (γ* = {cr.best.gamma:.1f})")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_xlabel("B_short (tokens)")
         ax.set_ylabel("fleet cost (units/h)")

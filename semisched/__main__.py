@@ -1,5 +1,5 @@
 """``python -m semisched ...``: the same as the ``semisched`` command."""
 
-from semisched.cli import main
+from semisched.command import main
 
 raise SystemExit(main())

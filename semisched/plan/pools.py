@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -168,45 +168,29 @@ def evaluate(demand: PoolDemand, unit: Unit, units: int, slos: Sequence[Slo]) ->
     """The predicted state and tails of ``units`` units serving ``demand``."""
     rho = utilisation(demand, unit, units)
     servers = units * unit.slots
-    if not rho < 1.0:
-        t_iter = unit.w + unit.h * unit.slots
-        tails = tuple(Tail(s, math.inf) for s in slos if _histogram(demand, s) is not None)
-        return PoolPlan(
-            units,
-            unit.slots,
-            unit.context_tokens,
-            demand.rate,
-            rho,
-            t_iter * 1e3,
-            1.0,
-            tails,
-            "slo",
-            units * unit.cost,
-        )
-    t_iter = unit.w + unit.h * (1.0 + rho * (unit.slots - 1))
-    service = demand.mean_iterations * t_iter
-    p_wait = erlang_c(servers, rho * servers)
-    theta = kimura_rate(servers, 1.0 / service, demand.rate, demand.scv)
+    stable = rho < 1.0  # else the queue grows without bound: every tail is infinite
+    t_iter = unit.w + unit.h * (1.0 + min(rho, 1.0) * (unit.slots - 1))
+    p_wait = erlang_c(servers, rho * servers) if stable else 1.0
+    theta = kimura_rate(servers, 1.0 / (demand.mean_iterations * t_iter), demand.rate, demand.scv)
     found: list[Tail] = []
     for slo in slos:
         hist = _histogram(demand, slo)
         if hist is None:
             continue
         seconds = hist.values * t_iter + unit.overhead
-        found.append(
-            Tail(slo, sojourn_quantile(seconds, hist.weights, p_wait, theta, slo.quantile))
-        )
+        tail = sojourn_quantile(seconds, hist.weights, p_wait, theta, slo.quantile)
+        found.append(Tail(slo, tail if stable else math.inf))
     return PoolPlan(
-        units,
-        unit.slots,
-        unit.context_tokens,
-        demand.rate,
-        rho,
-        t_iter * 1e3,
-        p_wait,
-        tuple(found),
-        "slo",
-        units * unit.cost,
+        units=units,
+        slots=unit.slots,
+        context_tokens=unit.context_tokens,
+        rate=demand.rate,
+        utilisation=rho,
+        iteration_ms=t_iter * 1e3,
+        p_wait=p_wait,
+        tails=tuple(found),
+        bound="slo",
+        cost_per_hour=units * unit.cost,
     )
 
 
@@ -281,18 +265,7 @@ def size_pool(
 
 
 def _bound(plan: PoolPlan, bound: str) -> PoolPlan:
-    return PoolPlan(
-        plan.units,
-        plan.slots,
-        plan.context_tokens,
-        plan.rate,
-        plan.utilisation,
-        plan.iteration_ms,
-        plan.p_wait,
-        plan.tails,
-        bound,
-        plan.cost_per_hour,
-    )
+    return replace(plan, bound=bound)
 
 
 def _impossible(demand: PoolDemand, unit: Unit, slo: Slo, idle: float) -> str:

@@ -71,7 +71,8 @@ def recommendation(plan: Plan) -> str:
     one = plan.one_pool
     if not plan.two_pools_win or plan.best is None:
         return (
-            f"Recommended: one pool of {one.units} units ({one.slots} slots each, "
+            f"Recommended: one pool of {one.units} unit{'s' if one.units > 1 else ''} "
+            f"({one.slots} slots each, "
             f"{one.cost_per_hour:.2f}/h): no two-pool split is cheaper."
         )
     best = plan.best
@@ -151,11 +152,15 @@ def plan_table(plan: Plan, *, source: str = "") -> str:
             else f"compressibility p_c = {plan.compressibility:g}"
         )
         gain = plan.compress_gain
-        lines.append(
-            f"Borderline band at B_short = {best.boundary:,}, γ = {best.gamma:.1f}: "
-            f"β = {100 * best.beta:.1f}% of requests, {100 * best.compressed:.1f}% compressed "
-            f"({pc}); compress-and-route saves {gain:.2f}/h over the best split without it."
-        )
+        if best.gamma > 1.0:
+            lines.append(
+                f"Borderline band at B_short = {best.boundary:,}, γ = {best.gamma:.1f}: "
+                f"β = {100 * best.beta:.1f}% of requests, {100 * best.compressed:.1f}% "
+                f"compressed ({pc}); compress-and-route saves {gain:.2f}/h over the best "
+                "split without it."
+            )
+        else:
+            lines.append(f"Compress-and-route ({pc}): no γ > 1 is cheaper at any B_short.")
     lines.append(recommendation(plan))
     return "\n".join(lines)
 

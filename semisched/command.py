@@ -1,0 +1,25 @@
+"""The ``semisched`` command's entry point: hands each subcommand to its module.
+
+``semisched plan ...`` goes to :mod:`semisched.plan.cli` without importing the
+SDK (no anyio, no openai: the planner starts in a fraction of a second);
+everything else goes to :mod:`semisched.cli`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``semisched`` command with ``argv`` (default ``sys.argv[1:]``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["plan"]:
+        from semisched.plan.cli import plan_main
+
+        return plan_main(args[1:], sys.stdout)
+    from semisched.cli import main as sdk_main
+
+    return sdk_main(args)
