@@ -15,6 +15,13 @@ rate) through the real core against the mock's physics:
 - **a curve**: the one-pool tail at sizes around the recommendation, analytic
   and simulated (the P99-against-units figure).
 
+A simulated tail is measured over the requests that arrived between 20% and
+90% of the arrival span (:data:`STEADY`): the simulated fleet starts empty and
+drains after the last arrival, while the model is a steady state. Near its
+load-dependent fixed point a pool of large batches takes minutes of arrivals
+to settle (a 2% change in offered work moves its per-token time by ~8%), so
+whole-run tails read ~5% faster than the steady state the plan is for.
+
 Workloads: seed 004's ``balanced`` and ``heavy`` mixes (:mod:`semisched.plan.mixes`)
 and ShareGPT conversations (each request the whole conversation so far,
 :mod:`predictors.conversations`). Two planner settings: the paper's
@@ -54,6 +61,10 @@ from semisched.sim import SimEndpoint, SimJob, Simulator
 
 __all__ = ["CASES", "SETTINGS", "Case", "PoolRun", "plan_case", "run_checks", "simulate_pool"]
 
+#: The share of the arrival span whose requests a simulated tail is measured over: the
+#: simulated fleet starts empty and drains after the last arrival, the model is a steady
+#: state (a pool near its load-dependent fixed point takes minutes to reach it).
+STEADY = (0.2, 0.9)
 #: Planner settings compared: name -> utilisation cap.
 SETTINGS: dict[str, float] = {"paper cap 0.85": 0.85, "SLO-bound 0.99": 0.99}
 NO_TIMEOUT_S = 1e7  # a saturated pool's queue grows; nothing times out, every wait is counted
@@ -77,7 +88,7 @@ class Case:
 CASES: tuple[Case, ...] = (
     Case("balanced", 20.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
     Case("heavy", 10.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 40_000),
-    Case("sharegpt", 100.0, ("ttft_p99<=2", "e2e_p95<=60"), 40_000),
+    Case("sharegpt", 100.0, ("ttft_p99<=2", "e2e_p95<=60"), 80_000),
 )
 
 
@@ -277,10 +288,16 @@ def simulate_pool(
 
 
 def measured(workload: Workload, idx: np.ndarray, times: dict[str, np.ndarray], slo: Slo) -> float:
-    """The simulated quantile of ``slo`` over ``idx``'s requests (its class only)."""
-    values = times[slo.metric]
+    """The simulated quantile of ``slo`` over ``idx``'s requests (its class only) that
+    arrived inside :data:`STEADY` (module docstring: the model is a steady state)."""
+    assert workload.arrivals is not None
+    arrivals = workload.arrivals[idx]
+    first, last = workload.arrivals[0], workload.arrivals[-1]
+    low, high = (first + share * (last - first) for share in STEADY)
+    keep = (arrivals >= low) & (arrivals <= high)
     if slo.klass is not None:
-        values = values[workload.classes[idx] == workload.class_names.index(slo.klass)]
+        keep &= workload.classes[idx] == workload.class_names.index(slo.klass)
+    values = times[slo.metric][keep]
     return float(np.quantile(values, slo.quantile)) if values.size else float("nan")
 
 

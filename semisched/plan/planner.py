@@ -347,6 +347,8 @@ def make_plan(
     )
     compress = workload.floor_tokens is not None or compressibility > 0.0
     gamma_set = tuple(gammas) if gammas is not None else (GAMMAS if compress else (1.0,))
+    for gamma in gamma_set:
+        check_number("gamma", gamma, minimum=1.0)
     splits: list[Split] = []
     long_cache: dict[tuple[int, bytes], PoolPlan | str] = {}
     for boundary in boundaries if boundaries is not None else candidates(profile, reqs.route):
@@ -364,13 +366,13 @@ def make_plan(
             fits = boundary - reqs.reserve[cut:top] >= need
             moved, kept = band[fits], band[~fits]
             split = Split(
-                boundary,
-                gamma,
-                cut / reqs.n,
-                (top - cut) / reqs.n,
-                len(moved) / reqs.n,
-                None,
-                None,
+                boundary=boundary,
+                gamma=gamma,
+                alpha=cut / reqs.n,
+                beta=(top - cut) / reqs.n,
+                compressed=len(moved) / reqs.n,
+                short=None,
+                long=None,
             )
             if top == reqs.n and not len(kept):
                 continue
