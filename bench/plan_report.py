@@ -150,8 +150,8 @@ def summary_lines(runs: Sequence[PoolRun]) -> list[str]:
     return lines
 
 
-def _curve_figure(runs: Sequence[PoolRun], out: Path) -> None:
-    cases = [c for c in CASES if any(r.case == c.name for r in runs)]
+def _curve_figure(runs: Sequence[PoolRun], cases: Sequence[Case], out: Path) -> None:
+    cases = [c for c in cases if any(r.case == c.name and r.pool in ("one", "curve") for r in runs)]
     fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.6), squeeze=False)
     for ax, case in zip(axes[0], cases, strict=True):
         _curve(ax, case, runs)
@@ -161,11 +161,13 @@ def _curve_figure(runs: Sequence[PoolRun], out: Path) -> None:
 
 
 def _curve(ax: Axes, case: Case, runs: Sequence[PoolRun]) -> None:
-    setting = "SLO-bound 0.99"
+    mine = [r for r in runs if r.case == case.name and r.pool in ("one", "curve")]
+    setting = (
+        "SLO-bound 0.99" if any(r.setting == "SLO-bound 0.99" for r in mine) else mine[0].setting
+    )
     plan = plan_case(case, SETTINGS[setting])
     slo = plan.slos[0]
-    points = [r for r in runs if r.case == case.name and r.setting == setting
-              and r.pool in ("one", "curve") and r.slo == slo.key()]  # fmt: skip
+    points = [r for r in mine if r.setting == setting and r.slo == slo.key()]
     low = min(r.units for r in points)
     high = max(r.units for r in points)
     work = sample(case)
@@ -221,8 +223,10 @@ def write_plan_report(
     runs: Sequence[PoolRun],
     timings: Mapping[str, float],
     extra: Sequence[str] = (),
+    cases: Sequence[Case] = CASES,
 ) -> None:
-    """Write every table and figure of the module docstring to ``out``."""
+    """Write every table and figure of the module docstring to ``out`` (``cases``: the
+    workloads the runs are of)."""
     out.mkdir(parents=True, exist_ok=True)
     plans_table = plan_rows(plans, timings)
     write_csv(out / "plans.csv", plans_table)
@@ -232,7 +236,7 @@ def write_plan_report(
     (out / "checks.md").write_text(_markdown(checks) + "\n", encoding="utf-8")
     (out / "summary.md").write_text("\n".join([*summary_lines(runs), *extra]) + "\n",
                                     encoding="utf-8")  # fmt: skip
-    _curve_figure(runs, out)
+    _curve_figure(runs, cases, out)
     _cost_figure(plans, out)
 
 
@@ -288,7 +292,7 @@ def plan_benchmark(out: Path, *, cases: Sequence[Case] = CASES, workers: int | N
         if case.name == "sharegpt":
             plans[(case.name, CR_SETTING)] = plan_for(case, CR_SETTING)[0]
             extra += compress_and_route(case, plans[(case.name, CR_SETTING)], out / "compress")
-    write_plan_report(out, plans, runs, timings, extra)
+    write_plan_report(out, plans, runs, timings, extra, cases)
     return out
 
 
