@@ -1,7 +1,7 @@
 """The ``semisched`` command line.
 
-``semisched plan ...`` is the capacity planner (:mod:`semisched.plan.cli`):
-it runs without an event loop and is handed its arguments before any parsing here.
+``semisched plan ...`` is the capacity planner (:mod:`semisched.plan.cli`): the
+entry point (:mod:`semisched.command`) hands it its arguments, without the SDK's imports.
 
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
 Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_budgets(batch)
     _add_tenants(batch)
     _add_run_control(batch)
-    # Listed for --help; `main` hands `plan ...` to semisched.plan.cli before parsing.
+    # Listed for --help; semisched.command hands `plan ...` to semisched.plan.cli first.
     sub.add_parser(
         "plan",
         help="capacity planning: units for a workload's SLOs, one pool or two "
@@ -477,12 +477,11 @@ async def main_async(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``semisched`` command."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["plan"]:  # synchronous: no event loop, no scheduler
-        from semisched.plan.cli import plan_main
+    if argv is None or list(argv)[:1] == ["plan"]:  # the entry point decides: one path
+        from semisched.command import main as command
 
-        return plan_main(args[1:], sys.stdout)
-    return anyio.run(partial(main_async, args))
+        return command(argv)
+    return anyio.run(partial(main_async, argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

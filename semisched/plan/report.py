@@ -10,7 +10,7 @@ planner's; nothing here computes a plan.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from semisched.plan.planner import Plan, Split
@@ -168,24 +168,18 @@ def plan_table(plan: Plan, *, source: str = "") -> str:
 def _pool_json(pool: PoolPlan | None) -> dict[str, Any] | None:
     if pool is None:
         return None
-    return {
-        "units": pool.units,
-        "slots": pool.slots,
-        "context_tokens": pool.context_tokens,
-        "rate": pool.rate,
-        "utilisation": pool.utilisation,
-        "iteration_ms": pool.iteration_ms,
-        "p_wait": pool.p_wait,
-        "tails": [
-            {"slo": t.slo.key(), "seconds": _finite(t.seconds), "met": t.met} for t in pool.tails
-        ],
-        "bound": pool.bound,
-        "cost_per_hour": pool.cost_per_hour,
+    out: dict[str, Any] = {
+        f.name: _finite(getattr(pool, f.name)) for f in fields(pool) if f.name != "tails"
     }
+    out["tails"] = [
+        {"slo": t.slo.key(), "seconds": _finite(t.seconds), "met": t.met} for t in pool.tails
+    ]
+    return out
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _finite(value: Any) -> Any:
+    """A number JSON can hold: ``None`` for an infinite one (an unstable pool's tail)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _split_json(split: Split | None) -> dict[str, Any] | None:
