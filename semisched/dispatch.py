@@ -46,7 +46,7 @@ from anyio.abc import TaskGroup
 from semisched.calibration import LengthCalibration
 from semisched.clock import Clock
 from semisched.compression import PromptCompression
-from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.budget import rate_tokens
 from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
@@ -126,7 +126,9 @@ class Dispatcher:
         self._changed = anyio.Event()
         self._idle = anyio.Event()
         # Tenants' usage shared through the state (None: no state, or one tenant).
-        self._usage: SharedUsage | None = None if shared is None else shared.track_usage(self.now)
+        self._usage: SharedUsage | None = (
+            None if shared is None else shared.track_usage(self.now, self.execute)
+        )
 
     def __repr__(self) -> str:
         return (
@@ -229,6 +231,11 @@ class Dispatcher:
                     log_decision(action.request, why)
                     if self.observers:
                         self.observers.decided(action.request, why, self._last_now)
+            elif isinstance(action, Pause):
+                # What the engine keeps off, every process sharing the state keeps off.
+                if self.shared is not None and self._tg is not None:
+                    wait = action.until - self._last_now  # the engine's now, just given
+                    self._tg.start_soon(self.shared.pause, action.endpoint, wait)
             elif isinstance(action, Reject):
                 self._reject(action)
             elif isinstance(action, Expire):
@@ -462,20 +469,7 @@ class Dispatcher:
             self.tally.throttled += 1
         hint = failure.retry_after_wall_s
         retry_after = None if hint is None else hint * self._clock_per_wall()
-        now = self.now()
-        shared, tg = self.shared, self._tg
-        if shared is None or tg is None:
-            self.execute(self.engine.failed(pending.id, now, failure.kind, retry_after))
-            return
-        # With a shared state, what this failure says about the endpoint is said to all.
-        endpoint = pending.endpoint  # a failover's Send (in execute) moves pending elsewhere
-        if failure.kind is FailureKind.RATE_LIMITED and retry_after is not None:
-            tg.start_soon(shared.pause, endpoint, retry_after)  # its window is full for everyone
-        was_open = self.engine.circuit_open_until(endpoint)
-        self.execute(self.engine.failed(pending.id, now, failure.kind, retry_after))
-        opened = self.engine.circuit_open_until(endpoint)
-        if opened is not None and opened != was_open:  # its circuit just opened: keep off it
-            tg.start_soon(shared.pause, endpoint, opened - now)
+        self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
 
     def _observe_length(self, pending: Pending, output_tokens: int) -> None:
         if self.calibration is not None and pending.calibrated is not None:

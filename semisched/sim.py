@@ -51,7 +51,7 @@ from mockprovider.faults import Fault, capacity_slots
 from mockprovider.gate import GateVerdict, ProviderGate
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 from semisched.calibration import Calibrated, LengthCalibration
-from semisched.core.actions import Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.actions import Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.buckets import bucket_for_tokens
 from semisched.core.budget import ProviderLimits
 from semisched.core.config import SchedulerConfig
@@ -455,8 +455,8 @@ class Simulator:
                 self._push_wake(action.at)
             elif isinstance(action, Defer):
                 self._rows[action.request.id].defers += 1
-            elif isinstance(action, Retry):
-                continue  # the engine sends it again at its time
+            elif isinstance(action, Retry | Pause):
+                continue  # the engine sends it again at its time; one process, nothing to share
             elif isinstance(action, Reject):
                 self._end(self._rows[action.request.id], Outcome.REJECTED, now)
             elif isinstance(action, Expire):

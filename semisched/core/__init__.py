@@ -21,7 +21,17 @@ entitlement and service class) are a :class:`TenantConfig` of
 :data:`TENANT_POLICIES`.
 """
 
-from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.actions import (
+    Action,
+    Defer,
+    Expire,
+    Fail,
+    Pause,
+    Reject,
+    Retry,
+    Send,
+    Wake,
+)
 from semisched.core.allocation import ALLOCATION_POLICIES, AllocationPolicy, AllocationView
 from semisched.core.buckets import BUCKET_BOUNDS, SIZED_BUCKETS, Bucket, bucket_for_tokens
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
@@ -105,6 +115,7 @@ __all__ = [
     "OverloadConfig",
     "OverloadController",
     "PackingView",
+    "Pause",
     "Prior",
     "ProviderLimits",
     "RateBudget",

@@ -4,7 +4,8 @@ Each action is a frozen value. A shell executes them in the order given:
 :class:`Send` and :class:`Wake` ask for work; :class:`Defer` and
 :class:`Retry` say a request is held back until a time (the engine itself
 brings it back); :class:`Reject`, :class:`Expire` and :class:`Fail` are
-terminal outcomes, each reported once per request.
+terminal outcomes, each reported once per request; :class:`Pause` says an
+endpoint is kept off until a time (for a shell that shares it).
 
 Every action of a decision other than sending (:class:`Reject`, :class:`Defer`,
 :class:`Expire`, :class:`Retry`, :class:`Fail`) carries its
@@ -23,7 +24,7 @@ from semisched.core.lifecycle import FailureKind
 from semisched.core.overload import Admission
 from semisched.core.request import Request
 
-__all__ = ["Action", "Defer", "Expire", "Fail", "Reject", "Retry", "Send", "Wake"]
+__all__ = ["Action", "Defer", "Expire", "Fail", "Pause", "Reject", "Retry", "Send", "Wake"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,4 +129,19 @@ class Wake:
     at: float
 
 
-Action = Send | Reject | Defer | Expire | Retry | Fail | Wake
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Nothing should go to endpoint ``endpoint`` before ``until`` (engine seconds).
+
+    The engine already keeps off it; the action is for what the shell shares with
+    other processes (:mod:`semisched.state`). ``cause`` is ``"rate_limited"`` (a 429
+    named its retry time: the key's window is full for everyone) or
+    ``"circuit_open"`` (the endpoint failed ``failure_threshold`` times in a row).
+    """
+
+    endpoint: str
+    until: float
+    cause: str
+
+
+Action = Send | Reject | Defer | Expire | Retry | Fail | Wake | Pause

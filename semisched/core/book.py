@@ -278,13 +278,7 @@ class EngineBook:
             self._advance(now)
         return self._ledger.own(self._lane(tenant), self._now)
 
-    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> None:
-        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
-        shared state): shares, debt and the tenant policy count it from now on.
-
-        Raises:
-            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
-        """
+    def _observe_usage(self, tenant: str, fleet_usage: float, now: float) -> None:
         check_number("fleet_usage", fleet_usage, minimum=0)
         self._advance(now)
         self._ledger.observe_shared(self._lane(tenant), fleet_usage, now)

@@ -7,7 +7,9 @@ Events (methods)                  Actions (returned, in order)
 ================================  ======================================
 ``submit(request, now)``          :class:`Send`, :class:`Wake`;
 ``completed(id, now, ...)``       :class:`Defer`, :class:`Retry` (held
-``failed(id, now, kind, ...)``    back until a time); :class:`Reject`,
+``failed(id, now, kind, ...)``    back until a time); :class:`Pause`
+                                  (an endpoint kept off until a time);
+                                  :class:`Reject`,
 ``cancel(id, now)``               :class:`Expire`, :class:`Fail`
 ``expire(id, now)``               (terminal outcomes)
 ``poll(now)``
@@ -63,7 +65,7 @@ import heapq
 import operator
 from collections.abc import Sequence
 
-from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send, Wake
+from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.book import DEADLINE
 from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
@@ -86,6 +88,7 @@ __all__ = [
     "EngineStats",
     "Expire",
     "Fail",
+    "Pause",
     "Reject",
     "Retry",
     "Send",
@@ -232,7 +235,7 @@ class Engine(EngineControl):
         assert endpoint is not None
         self._ledger.refund(entry, sent=False)  # nothing was served
         fleet = self._fleet
-        fleet.on_failed(endpoint, now, kind)
+        opened = fleet.on_failed(endpoint, now, kind)
         self._failures[kind] = self._failures.get(kind, 0) + 1
         if kind is FailureKind.RATE_LIMITED:
             self._counters.throttled += 1
@@ -259,6 +262,10 @@ class Engine(EngineControl):
             fleet.throttle(endpoint, until, now)
         actions: list[Action] = []
         name = endpoint.name
+        if kind is FailureKind.RATE_LIMITED and retry_after is not None:
+            actions.append(Pause(name, now + retry_after, "rate_limited"))
+        elif opened is not None:
+            actions.append(Pause(name, opened, "circuit_open"))
         why = self._explain.failure(request, decision, kind, name, now, retry_after)
         if decision.retry_at is not None:
             self._counters.retries += 1
@@ -351,6 +358,17 @@ class Engine(EngineControl):
                 self._terminal(entry)
             self._counters.cancelled += 1
         return self._after_release(now, actions)
+
+    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> list[Action]:
+        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
+        shared state): shares, debt and the tenant policy count it from now on, and
+        what the new standing lets go is sent.
+
+        Raises:
+            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
+        """
+        self._observe_usage(tenant, fleet_usage, now)
+        return self._after_release(now, [])
 
     def poll(self, now: float) -> list[Action]:
         """Run due timers (deferral returns, deadlines, rate budget) and dispatch."""

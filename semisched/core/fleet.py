@@ -357,18 +357,23 @@ class Fleet:
             if self.budget is not None:
                 self.budget.settle(rid, charged_tokens, now)
 
-    def on_failed(self, endpoint: EndpointState, now: float, kind: FailureKind) -> None:
-        """A failed attempt at ``endpoint``: its signals, circuit or quota (module rules)."""
+    def on_failed(self, endpoint: EndpointState, now: float, kind: FailureKind) -> float | None:
+        """A failed attempt at ``endpoint``: its signals, circuit or quota (module rules).
+
+        Returns:
+            The time its circuit stays open until, when this failure opened it; else ``None``.
+        """
         endpoint.failed_attempts += 1
         if kind is FailureKind.RATE_LIMITED:
             endpoint.throttled += 1
             endpoint.signals.record_throttle()
-            return
+            return None
         endpoint.signals.record_failure()
         if kind is FailureKind.QUOTA_EXHAUSTED:
             endpoint.out_reason = "insufficient_quota"
             self._eligible.clear()
         elif kind in _HEALTH_KINDS:
+            opens = endpoint.circuit_opens
             # Rule 6: the last closed circuit never opens (nowhere else to send).
             elsewhere = any(
                 e is not endpoint and not e.out_reason and e.circuit is Circuit.CLOSED
@@ -376,6 +381,9 @@ class Fleet:
             )
             threshold = self._routing.failure_threshold if elsewhere else None
             endpoint.on_failure(now, threshold, self._routing.cooloff_s)
+            if endpoint.circuit_opens != opens:
+                return endpoint.open_until
+        return None
 
     def throttle(self, endpoint: EndpointState, until: float | None, now: float) -> None:
         """A 429 from ``endpoint``: it is avoided until ``until``; the budget that governs

@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 import anyio
 
 from semisched.clock import Clock
+from semisched.core.actions import Action
 from semisched.core.engine import Engine
 from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
 from semisched.state.local import LocalState
@@ -131,12 +132,15 @@ class SharedBudget:
         with contextlib.suppress(StateUnavailable):
             await self.backend.close()
 
-    def track_usage(self, now: Callable[[], float]) -> SharedUsage | None:
+    def track_usage(
+        self, now: Callable[[], float], execute: Callable[[list[Action]], None]
+    ) -> SharedUsage | None:
         """Share tenants' usage through the backend (rule 6), with the engine's time
-        source ``now``; ``None`` (nothing to share) when the engine declares one tenant."""
+        source ``now`` and the shell's ``execute`` for the actions the fleet's usage
+        lets go; ``None`` (nothing to share) when the engine declares one tenant."""
         if len(self.engine.config.tenants.tenants) < 2:
             return None
-        self.usage = SharedUsage(self, self.engine, now)
+        self.usage = SharedUsage(self, self.engine, now, execute)
         return self.usage
 
     # -- the scopes --------------------------------------------------------------------

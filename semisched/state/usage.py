@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from semisched.core.actions import Action
 from semisched.core.engine import Engine
 from semisched.core.request import Request
 from semisched.core.tenants import work_tokens
@@ -79,6 +80,7 @@ class SharedUsage:
         guard: SharedBudget,
         engine: Engine,
         now: Callable[[], float],
+        execute: Callable[[list[Action]], None],
         *,
         flush_s: float = FLUSH_S,
         refresh_s: float = REFRESH_S,
@@ -87,6 +89,7 @@ class SharedUsage:
         self._guard = guard
         self._engine = engine
         self._now = now
+        self._execute = execute
         self._names = tenants.names
         self._tenant_for = tenants.tenant_for
         self._input_weight = engine.config.input_token_weight
@@ -142,5 +145,7 @@ class SharedUsage:
             total = fleet.get(tenant, 0.0)
             pushed.cap(tenant, total, at)
             others = max(0.0, total - pushed.value(tenant, at))
-            engine.observe_tenant_usage(tenant, others + engine.tenant_usage(tenant, now), now)
+            self._execute(
+                engine.observe_tenant_usage(tenant, others + engine.tenant_usage(tenant, now), now)
+            )
         pushed.prune(at, USAGE_FLOOR)

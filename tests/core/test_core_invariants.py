@@ -24,6 +24,7 @@ from semisched.core import (
     Expire,
     Fail,
     FailureKind,
+    Pause,
     Prior,
     Reject,
     Request,
@@ -92,6 +93,9 @@ class Ledger:
     def take(self, actions: Sequence[Action]) -> None:
         for action in actions:
             if isinstance(action, Wake):
+                continue
+            if isinstance(action, Pause):  # an endpoint kept off: a 429's hint or a circuit
+                assert action.cause in {"rate_limited", "circuit_open"}
                 continue
             rid = action.request.id
             assert rid in self.live, f"action for a request that is not pending: {action!r}"
