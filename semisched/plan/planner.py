@@ -315,6 +315,43 @@ def make_plan(
         ValueError: Bad arguments, or requests longer than the unit's context.
         Infeasible: No one-pool fleet meets the SLOs (the message says what it would take).
     """
+    _check_plan(workload, rate, slos, profile, compressibility, max_utilisation)
+    reqs = _Requests(workload, profile, compressibility, seed)
+    sweep = _Sweep(reqs, rate, tuple(slos), profile, max_utilisation)
+    one = sweep.size(reqs.demand(rate, [reqs.part(0, reqs.n)]), sweep.full)
+    compress = workload.floor_tokens is not None or compressibility > 0.0
+    gamma_set = tuple(gammas) if gammas is not None else (GAMMAS if compress else (1.0,))
+    for gamma in gamma_set:
+        check_number("gamma", gamma, minimum=1.0)
+    splits: list[Split] = []
+    for boundary in boundaries if boundaries is not None else candidates(profile, reqs.route):
+        for gamma in gamma_set:
+            split = sweep.split(boundary, gamma)
+            if split is not None:
+                splits.append(split)
+    feasible = [s for s in splits if not s.infeasible]
+    return Plan(
+        rate=rate,
+        slos=sweep.slos,
+        profile=profile,
+        requests=reqs.n,
+        one_pool=one,
+        routed=_best_of([s for s in feasible if s.gamma == 1.0]),
+        best=_best_of(feasible),
+        splits=tuple(splits),
+        compressibility=None if workload.floor_tokens is not None else compressibility,
+    )
+
+
+def _check_plan(
+    workload: Workload,
+    rate: float,
+    slos: Sequence[Slo],
+    profile: UnitProfile,
+    compressibility: float,
+    max_utilisation: float,
+) -> None:
+    """:func:`make_plan`'s argument checks (its ``Raises``)."""
     check_number("rate", rate, minimum=0.0, strict_min=True)
     check_fraction("compressibility", compressibility)
     check_number(
@@ -339,85 +376,81 @@ def make_plan(
             f"context (the longest needs {int(route.max())}): give a profile with a larger "
             "context_tokens, or leave those requests out of the workload"
         )
-    reqs = _Requests(workload, profile, compressibility, seed)
-    slos = tuple(slos)
-    full = _unit(profile, profile.context_tokens)
-    one = size_pool(
-        reqs.demand(rate, [reqs.part(0, reqs.n)]), full, slos, max_utilisation=max_utilisation
-    )
-    compress = workload.floor_tokens is not None or compressibility > 0.0
-    gamma_set = tuple(gammas) if gammas is not None else (GAMMAS if compress else (1.0,))
-    for gamma in gamma_set:
-        check_number("gamma", gamma, minimum=1.0)
-    splits: list[Split] = []
-    long_cache: dict[tuple[int, bytes], PoolPlan | str] = {}
-    for boundary in boundaries if boundaries is not None else candidates(profile, reqs.route):
-        short_unit = _unit(profile, boundary)
+
+
+def _best_of(options: list[Split]) -> Split | None:
+    if not options:
+        return None
+    return min(options, key=lambda s: (s.cost_per_hour, s.units, s.gamma, -s.boundary))
+
+
+class _Sweep:
+    """One candidate split at a time (Algorithm 1's inner loop); long pools sized once
+    per distinct set of requests they receive."""
+
+    def __init__(
+        self,
+        reqs: _Requests,
+        rate: float,
+        slos: tuple[Slo, ...],
+        profile: UnitProfile,
+        max_utilisation: float,
+    ) -> None:
+        self.reqs = reqs
+        self.rate = rate
+        self.slos = slos
+        self.profile = profile
+        self.max_utilisation = max_utilisation
+        self.full = _unit(profile, profile.context_tokens)
+        self._long: dict[tuple[int, bytes], PoolPlan | str] = {}
+
+    def size(self, demand: PoolDemand, unit: Unit) -> PoolPlan:
+        return size_pool(demand, unit, self.slos, max_utilisation=self.max_utilisation)
+
+    def split(self, boundary: int, gamma: float) -> Split | None:
+        """The split at ``(B, γ)``; ``None`` when it leaves the long pool nothing."""
+        reqs = self.reqs
         cut = reqs.index(boundary)
-        plain = reqs.part(0, cut)
-        for gamma in gamma_set:
-            top = reqs.index(gamma * boundary) if gamma > 1.0 else cut
-            band = np.arange(cut, top)
-            need = (
-                reqs.floor[cut:top]
-                if reqs.floor is not None
-                else np.where(reqs.draw[cut:top], 1, 2**62)
-            )
-            fits = boundary - reqs.reserve[cut:top] >= need
-            moved, kept = band[fits], band[~fits]
-            split = Split(
-                boundary=boundary,
-                gamma=gamma,
-                alpha=cut / reqs.n,
-                beta=(top - cut) / reqs.n,
-                compressed=len(moved) / reqs.n,
-                short=None,
-                long=None,
-            )
-            if top == reqs.n and not len(kept):
-                continue
-            parts = [plain] + ([reqs.part(0, 0, moved, boundary)] if len(moved) else [])
-            try:
-                short = size_pool(
-                    reqs.demand(rate, parts), short_unit, slos, max_utilisation=max_utilisation
-                )
-            except Infeasible as exc:
-                splits.append(_with(split, infeasible=f"short pool: {exc}"))
-                continue
-            key = (top, np.packbits(fits).tobytes())
-            if key not in long_cache:
-                long_parts = [reqs.part(top, reqs.n)] + (
-                    [reqs.part(0, 0, kept)] if len(kept) else []
-                )
-                try:
-                    long_cache[key] = size_pool(
-                        reqs.demand(rate, long_parts), full, slos, max_utilisation=max_utilisation
-                    )
-                except Infeasible as exc:
-                    long_cache[key] = f"long pool: {exc}"
-            long = long_cache[key]
-            if isinstance(long, str):
-                splits.append(_with(split, infeasible=long))
-                continue
-            splits.append(_with(split, short=short, long=long))
-    feasible = [s for s in splits if not s.infeasible]
-
-    def best_of(options: list[Split]) -> Split | None:
-        if not options:
+        top = reqs.index(gamma * boundary) if gamma > 1.0 else cut
+        band = np.arange(cut, top)
+        need = (
+            reqs.floor[cut:top]
+            if reqs.floor is not None
+            else np.where(reqs.draw[cut:top], 1, 2**62)
+        )
+        fits = boundary - reqs.reserve[cut:top] >= need
+        moved, kept = band[fits], band[~fits]
+        split = Split(
+            boundary=boundary,
+            gamma=gamma,
+            alpha=cut / reqs.n,
+            beta=(top - cut) / reqs.n,
+            compressed=len(moved) / reqs.n,
+            short=None,
+            long=None,
+        )
+        if top == reqs.n and not len(kept):
             return None
-        return min(options, key=lambda s: (s.cost_per_hour, s.units, s.gamma, -s.boundary))
+        parts = [reqs.part(0, cut)] + ([reqs.part(0, 0, moved, boundary)] if len(moved) else [])
+        try:
+            short = self.size(reqs.demand(self.rate, parts), _unit(self.profile, boundary))
+        except Infeasible as exc:
+            return _with(split, infeasible=f"short pool: {exc}")
+        long = self._long_pool(top, fits, kept)
+        if isinstance(long, str):
+            return _with(split, infeasible=long)
+        return _with(split, short=short, long=long)
 
-    return Plan(
-        rate=rate,
-        slos=slos,
-        profile=profile,
-        requests=reqs.n,
-        one_pool=one,
-        routed=best_of([s for s in feasible if s.gamma == 1.0]),
-        best=best_of(feasible),
-        splits=tuple(splits),
-        compressibility=None if workload.floor_tokens is not None else compressibility,
-    )
+    def _long_pool(self, top: int, fits: npt.NDArray[np.bool_], kept: IntArray) -> PoolPlan | str:
+        key = (top, np.packbits(fits).tobytes())
+        if key not in self._long:
+            reqs = self.reqs
+            parts = [reqs.part(top, reqs.n)] + ([reqs.part(0, 0, kept)] if len(kept) else [])
+            try:
+                self._long[key] = self.size(reqs.demand(self.rate, parts), self.full)
+            except Infeasible as exc:
+                self._long[key] = f"long pool: {exc}"
+        return self._long[key]
 
 
 def predict_pool(
