@@ -64,7 +64,10 @@ from mockprovider.physics_params import (
 )
 
 __all__ = [
+    "COMPLETED",
+    "FIRST_TOKEN",
     "PROFILES",
+    "TIMED_OUT",
     "EventKind",
     "PhysicsParams",
     "PhysicsStats",
@@ -72,6 +75,11 @@ __all__ = [
     "ProviderPhysics",
     "profile",
 ]
+
+#: :meth:`ProviderPhysics.drain`'s event codes (``EventKind`` as small ints).
+FIRST_TOKEN: Final = 0
+COMPLETED: Final = 1
+TIMED_OUT: Final = 2
 
 # Looked up once: attribute access on an Enum class is slow, and _event runs twice per request.
 _FIRST_TOKEN_EVENT = EventKind.FIRST_TOKEN
@@ -254,6 +262,25 @@ class ProviderPhysics:
                 events.append(self._event(note[0], note[2], note[3]))
         return events
 
+    def drain(self, now: float) -> list[tuple[int, str, float, int, int]]:
+        """:meth:`advance` as plain tuples, for the simulator's hot path: the same events in
+        the same order, counted the same, each ``(code, request_id, time, input_tokens,
+        output_tokens)`` with ``code`` one of ``FIRST_TOKEN``, ``COMPLETED``, ``TIMED_OUT``."""
+        self._enter(now)
+        notes, pop = self._notes, heapq.heappop
+        events: list[tuple[int, str, float, int, int]] = []
+        while notes and notes[0][0] <= now:
+            time, _, rank, req = pop(notes)
+            cancelled_at = req.cancelled_at
+            if cancelled_at is not None and time > cancelled_at:
+                continue  # stale: cancelled before it was observed
+            if rank == 0:
+                events.append((FIRST_TOKEN, req.request_id, time, req.input_tokens, 1))
+            else:
+                code, tokens = self._settle(req)
+                events.append((code, req.request_id, time, req.input_tokens, tokens))
+        return events
+
     def statistics(self) -> PhysicsStats:
         """Current occupancy and event counters."""
         return PhysicsStats(
@@ -396,16 +423,20 @@ class ProviderPhysics:
         if rank == 0:
             kind, tokens = _FIRST_TOKEN_EVENT, 1
         else:
-            if self._live.get(req.request_id) is req:
-                del self._live[req.request_id]
-            if req.doomed:
-                kind, tokens = _TIMED_OUT_EVENT, req.tokens_done
-                self._timed_out += 1
-            else:
-                kind, tokens = _COMPLETED_EVENT, req.output_tokens
-                self._completed += 1
+            code, tokens = self._settle(req)
+            kind = _COMPLETED_EVENT if code == COMPLETED else _TIMED_OUT_EVENT
         # Positional (kind, request_id, time, submitted, started, input_tokens, output_tokens):
         # two events per request, and keywords cost a third more here.
         return ProviderEvent(
             kind, req.request_id, time, req.submitted, req.started, req.input_tokens, tokens
         )
+
+    def _settle(self, req: _Req) -> tuple[int, int]:
+        """The terminal event of ``req`` is observed: forget it, count it; its code and tokens."""
+        if self._live.get(req.request_id) is req:
+            del self._live[req.request_id]
+        if req.doomed:
+            self._timed_out += 1
+            return TIMED_OUT, req.tokens_done
+        self._completed += 1
+        return COMPLETED, req.output_tokens
