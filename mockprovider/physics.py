@@ -179,13 +179,14 @@ class ProviderPhysics:
         old = self._live.get(request_id)
         if old is not None and (old.terminal_time is None or old.terminal_time > now):
             raise ValueError(f"request_id={request_id!r} is already live")
-        prefill = -(-input_tokens // self._params.prefill_chunk)
+        params = self._params
+        prefill = -(-input_tokens // params.prefill_chunk)
         # Positional, in field order: keywords make this dataclass call ~40% dearer.
         req = _Req(
             self._seq,  # seq
             request_id,
             now,  # submitted
-            now + self._params.timeout_s,  # deadline
+            now + params.timeout_s,  # deadline
             input_tokens,
             output_tokens,
             prefill,  # prefill_iters
@@ -312,27 +313,31 @@ class ProviderPhysics:
         self._now = float(now)
         overhead = self._overhead_s
         nxt = self._upcoming if self._upcoming_known else self._peek()
+        if nxt is None or nxt[0] > now:  # nothing due (a submit between two events)
+            self._upcoming, self._upcoming_known = nxt, True
+            return
+        pop, push, notes = heapq.heappop, heapq.heappush, self._notes
         while nxt is not None and nxt[0] <= now:
             t, rank, seq, req = nxt
             if rank == _FIRST:
-                heapq.heappop(self._first)
-                heapq.heappush(self._notes, (t + overhead, seq, 0, req))
+                pop(self._first)
+                push(notes, (t + overhead, seq, 0, req))
             elif rank == _FINISH:
-                heapq.heappop(self._finish)
+                pop(self._finish)
                 self._g, self._t_last = req.finish_g, t
                 req.tokens_done = req.output_tokens
                 if not req.doomed:
                     req.terminal_time = t + overhead
-                    heapq.heappush(self._notes, (t + overhead, seq, 1, req))
+                    push(notes, (t + overhead, seq, 1, req))
                 self._leave(t, req)
             elif rank == _DOOM:
-                heapq.heappop(self._timeouts)
+                pop(self._timeouts)
                 req.doomed = True
                 req.terminal_time = req.deadline
-                heapq.heappush(self._notes, (req.deadline, seq, 1, req))
-                heapq.heappush(self._timeouts, (req.deadline, _RELEASE, seq, req))
+                push(notes, (req.deadline, seq, 1, req))
+                push(self._timeouts, (req.deadline, _RELEASE, seq, req))
             else:
-                heapq.heappop(self._timeouts)
+                pop(self._timeouts)
                 if req.state == _ACTIVE:
                     self._sync(t)
                     done = math.floor(self._g - req.started_g - req.prefill_iters)
@@ -379,7 +384,8 @@ class ProviderPhysics:
 
     def _set_active(self, n: int) -> None:
         self._n = n
-        self._iter_s = self._params.iteration_ms(n) / 1000.0
+        params = self._params  # PhysicsParams.iteration_ms(n), inlined: twice per request
+        self._iter_s = (params.base_iter_ms + params.per_slot_ms * n) / 1000.0
 
     def _leave(self, t: float, req: _Req) -> None:
         """Remove ``req`` from its slot or queue place at ``t`` (counter already synced)."""

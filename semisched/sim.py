@@ -71,6 +71,7 @@ from semisched.sim_model import (
     check_fleet,
     gate_limits,
 )
+from semisched.sim_plain import is_plain, run_plain
 
 __all__ = [
     "Outcome",
@@ -213,8 +214,8 @@ class Simulator:
         """
         self._load(jobs)
         self._schedule_provider_events()
-        if self._plain():
-            self._run_plain()
+        if is_plain(self):
+            run_plain(self)
         else:
             self._run_general()
         engine = self.engine
@@ -227,59 +228,6 @@ class Simulator:
             end_time=self._now,
             events=self._events,
         )
-
-    def _plain(self) -> bool:
-        """One endpoint with an open door and nothing else to model (decided once per run):
-        no gate, shell events, calibration or compressed prompt; the paper's experiments."""
-        if len(self._backends) != 1 or self.calibration is not None or self._compressed:
-            return False
-        backend = self._backends[0]
-        model = backend.model
-        return backend.open_door and model.capacity_loss is None and not model.other_traffic > 0.0
-
-    def _run_plain(self) -> None:
-        """:meth:`_run_general` for a :meth:`_plain` run, with the branches it never takes
-        removed: the same events in the same order (the shell heap stays empty)."""
-        heap, arrivals, engine, rows = self._heap, self._arrivals, self.engine, self._rows
-        backend = self._backends[0]
-        next_event_time, drain = backend.physics.next_event_time, backend.physics.drain
-        bill, apply, end, failed = backend.gate.bill, self._apply_plain, self._end, self._failed
-        submit, poll, completed = engine.submit, engine.poll, engine.completed
-        done, timeout, n_rows = Outcome.COMPLETED, FailureKind.TIMEOUT, len(rows)
-        inf = float("inf")
-        events = 0
-        while True:
-            t_arrival = arrivals[0].request.arrival if arrivals else inf
-            t_wake = heap[0][0] if heap else inf
-            t_prov = next_event_time()
-            if t_prov is None:
-                t_prov = inf
-            if t_prov <= t_arrival and t_prov <= t_wake:
-                if t_prov == inf:
-                    break  # nothing is pending anywhere
-                events += 1
-                self._now = t_prov
-                for code, rid, time, input_tokens, output_tokens in drain(t_prov):
-                    if code == FIRST_TOKEN:
-                        rows[rid].first_token = time
-                    elif code == COMPLETED:
-                        bill(input_tokens + output_tokens)
-                        end(rows[rid], done, time)
-                        apply(completed(rid, time, output_tokens=output_tokens), t_prov)
-                    else:  # the provider timed out (504)
-                        failed(rid, time, timeout, None)
-                continue
-            events += 1
-            if t_arrival <= t_wake:
-                self._now = t_arrival
-                apply(submit(arrivals.popleft().request, t_arrival), t_arrival)
-            else:
-                heapq.heappop(heap)
-                self._now = t_wake
-                apply(poll(t_wake), t_wake)
-            if not arrivals and not heap and self._terminal == n_rows:
-                break  # every job has its outcome
-        self._events += events
 
     def _run_general(self) -> None:
         heap, shell, arrivals, engine = self._heap, self._shell, self._arrivals, self.engine
@@ -500,26 +448,6 @@ class Simulator:
         row.outcome = outcome
         row.end = time
         self._terminal += 1
-
-    def _apply_plain(self, actions: Sequence[object], now: float) -> None:
-        """:meth:`_apply` for a :meth:`_plain` run: a send goes straight to the physics."""
-        rows, jobs = self._rows, self._jobs
-        for action in actions:
-            cls = type(action)
-            if cls is Send:
-                rid = action.request.id  # type: ignore[attr-defined]
-                row = rows[rid]
-                if row.first_send is None:
-                    row.first_send = now
-                row.attempts += 1
-                row.endpoint = action.endpoint  # type: ignore[attr-defined]
-                job = jobs[rid]
-                self.provider.submit(now, rid, job.input_tokens, job.output_tokens)
-            elif cls is Wake:
-                self._seq += 1
-                heapq.heappush(self._heap, (action.at, self._seq))  # type: ignore[attr-defined]
-            else:
-                self._apply_one(action, now)
 
     def _apply(self, actions: Sequence[object]) -> None:
         now = self._now
