@@ -233,7 +233,10 @@ class ProviderPhysics:
 
     def _compute_next(self) -> float | None:
         notes = self._notes
-        while notes and self._note_stale(notes[0]):
+        while notes:
+            cancelled_at = notes[0][3].cancelled_at  # _note_stale, inlined
+            if cancelled_at is None or notes[0][0] <= cancelled_at:
+                break
             heapq.heappop(notes)
         best = notes[0][0] if notes else math.inf
         if not self._upcoming_known:

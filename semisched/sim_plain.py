@@ -41,7 +41,7 @@ def run_plain(sim: Simulator) -> None:
     heap, arrivals, engine, rows = sim._heap, sim._arrivals, sim.engine, sim._rows
     backend = sim._backends[0]
     next_event_time, drain = backend.physics.next_event_time, backend.physics.drain
-    bill, apply, end, failed = backend.gate.bill, _sender(sim), sim._end, sim._failed
+    quota, apply, end, failed = backend.gate.quota, _sender(sim), sim._end, sim._failed
     submit, poll, completed = engine.submit, engine.poll, engine.completed
     done, timeout, n_rows = Outcome.COMPLETED, FailureKind.TIMEOUT, len(rows)
     inf = float("inf")
@@ -61,7 +61,7 @@ def run_plain(sim: Simulator) -> None:
                 if code == FIRST_TOKEN:
                     rows[rid].first_token = time
                 elif code == COMPLETED:
-                    bill(input_tokens + output_tokens)
+                    quota.used += input_tokens + output_tokens  # the gate's bill (no quota)
                     end(rows[rid], done, time)
                     apply(completed(rid, time, output_tokens=output_tokens), t_prov)
                 else:  # the provider timed out (504)
