@@ -119,7 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
             "the file sets every endpoint option, so only the server options go beside it."
         ),
     )
-    server = p.add_argument_group("server")
+    _add_server_options(p.add_argument_group("server"))
+    _add_endpoint_options(p.add_argument_group("one endpoint (not with --fleet)"))
+    return p
+
+
+def _add_server_options(server: argparse._ArgumentGroup) -> None:
     server.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     server.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     server.add_argument(
@@ -134,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="uvicorn log level (default info)",
     )
     server.add_argument("--access-log", action="store_true", help="log every request")
-    one = p.add_argument_group("one endpoint (not with --fleet)")
+
+
+def _add_endpoint_options(one: argparse._ArgumentGroup) -> None:
     one.add_argument(
         "--profile", choices=sorted(PROFILES), help="physics profile (default 'default')"
     )
@@ -181,7 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="output length without hint or max_tokens (default 128)",
     )
     one.add_argument("--model", help="model id listed by /v1/models (default mock-1)")
-    return p
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> MockConfig:

@@ -46,17 +46,28 @@ one iteration in total.
 
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Final
 
+from mockprovider.physics_params import (
+    PROFILES,
+    EventKind,
+    PhysicsParams,
+    PhysicsStats,
+    ProviderEvent,
+    _check_int,
+    _is_real,
+    profile,
+)
+
 __all__ = [
+    "COMPLETED",
+    "FIRST_TOKEN",
     "PROFILES",
+    "TIMED_OUT",
     "EventKind",
     "PhysicsParams",
     "PhysicsStats",
@@ -65,146 +76,15 @@ __all__ = [
     "profile",
 ]
 
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if type(value) is int and value >= minimum:  # the common case, without isinstance
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_number(name: str, value: object, *, positive: bool) -> None:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value > 0 if positive else value >= 0)
-    )
-    if not ok:
-        raise ValueError(f"{name}={value!r} must be a finite number {'>' if positive else '>='} 0")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PhysicsParams:
-    """Constants of one simulated provider.
-
-    Attributes:
-        slots: Concurrent sequences in the batch. 32 is a modelling choice: enough for
-            batching to matter, small enough that a client can saturate it.
-        base_iter_ms: ``W``, the fixed cost of one batch iteration. Seed 000 gives W = 8 ms and
-            H = 0.65 ms/slot (Llama-3-70B, A100); both are scaled by 18.7 / 8.65 so that
-            W + H = 18.7 ms, the lone-request decode slope of seed 004's production fit.
-        per_slot_ms: ``H``, the extra iteration cost per active sequence (see above).
-        prefill_chunk: ``C_chunk``, prompt tokens processed per prefill iteration (seed 000 §3,
-            §6 setup: 512).
-        overhead_ms: Fixed per-request latency outside the batch (network, gateway), added to
-            the observed first-token and completion times. 0 by default; 3294 ms is the
-            intercept of seed 004's fit (profile ``"production-fit"``).
-        timeout_s: A request not completed within this many seconds of its submission times
-            out. 600 s is a modelling choice (a typical HTTP client read timeout).
-    """
-
-    slots: int = 32
-    base_iter_ms: float = 17.3
-    per_slot_ms: float = 1.4
-    prefill_chunk: int = 512
-    overhead_ms: float = 0.0
-    timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        _check_int("slots", self.slots, 1)
-        _check_number("base_iter_ms", self.base_iter_ms, positive=True)
-        _check_number("per_slot_ms", self.per_slot_ms, positive=False)
-        _check_int("prefill_chunk", self.prefill_chunk, 1)
-        _check_number("overhead_ms", self.overhead_ms, positive=False)
-        _check_number("timeout_s", self.timeout_s, positive=True)
-
-    def iteration_ms(self, n_active: int) -> float:
-        """Duration of one batch iteration with ``n_active`` sequences: ``W + H * n``."""
-        return self.base_iter_ms + self.per_slot_ms * n_active
-
-    def lone_decode_ms_per_token(self) -> float:
-        """Decode cost per token of a request alone in the batch: ``W + H``."""
-        return self.iteration_ms(1)
-
-    def capacity_tokens_per_s(self) -> float:
-        """Decode tokens per second with a full batch: ``slots / t_iter(slots) * 1000``."""
-        return self.slots / self.iteration_ms(self.slots) * 1000.0
-
-
-PROFILES: Mapping[str, PhysicsParams] = MappingProxyType(
-    {
-        "default": PhysicsParams(),
-        "production-fit": PhysicsParams(overhead_ms=3294.0),
-    }
-)
-
-
-def profile(name: str) -> PhysicsParams:
-    """Return the named parameter profile.
-
-    Raises:
-        ValueError: ``name`` is not in ``PROFILES``; the message lists the known names.
-    """
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(sorted(PROFILES))}")
-    return PROFILES[name]
-
-
-class EventKind(enum.Enum):
-    """What a client observes about one request."""
-
-    FIRST_TOKEN = "first_token"
-    COMPLETED = "completed"
-    TIMED_OUT = "timed_out"
-
+#: :meth:`ProviderPhysics.drain`'s event codes (``EventKind`` as small ints).
+FIRST_TOKEN: Final = 0
+COMPLETED: Final = 1
+TIMED_OUT: Final = 2
 
 # Looked up once: attribute access on an Enum class is slow, and _event runs twice per request.
 _FIRST_TOKEN_EVENT = EventKind.FIRST_TOKEN
 _COMPLETED_EVENT = EventKind.COMPLETED
 _TIMED_OUT_EVENT = EventKind.TIMED_OUT
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderEvent:
-    """One client-observable event.
-
-    Attributes:
-        kind: What happened.
-        request_id: The id given to ``submit``.
-        time: When the client observes it (includes ``overhead_ms`` except for timeouts).
-        submitted: Submission time.
-        started: Slot admission time; ``None`` if the request timed out in the queue.
-        input_tokens: Prompt tokens as submitted.
-        output_tokens: Tokens generated: 1 for ``FIRST_TOKEN``, all for ``COMPLETED``, and for
-            ``TIMED_OUT`` the whole decode iterations done in the batch by the end (floor).
-    """
-
-    kind: EventKind
-    request_id: str
-    time: float
-    submitted: float
-    started: float | None
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class PhysicsStats:
-    """Snapshot of the provider; event counters count events already returned by ``advance``."""
-
-    active: int
-    queued: int
-    slots: int
-    submitted: int
-    completed: int
-    timed_out: int
-    cancelled: int
-    iteration_ms: float
 
 
 # Transition ranks: order of internal state changes that fall on the same instant.
@@ -299,13 +179,14 @@ class ProviderPhysics:
         old = self._live.get(request_id)
         if old is not None and (old.terminal_time is None or old.terminal_time > now):
             raise ValueError(f"request_id={request_id!r} is already live")
-        prefill = -(-input_tokens // self._params.prefill_chunk)
+        params = self._params
+        prefill = -(-input_tokens // params.prefill_chunk)
         # Positional, in field order: keywords make this dataclass call ~40% dearer.
         req = _Req(
             self._seq,  # seq
             request_id,
             now,  # submitted
-            now + self._params.timeout_s,  # deadline
+            now + params.timeout_s,  # deadline
             input_tokens,
             output_tokens,
             prefill,  # prefill_iters
@@ -352,7 +233,10 @@ class ProviderPhysics:
 
     def _compute_next(self) -> float | None:
         notes = self._notes
-        while notes and self._note_stale(notes[0]):
+        while notes:
+            cancelled_at = notes[0][3].cancelled_at  # _note_stale, inlined
+            if cancelled_at is None or notes[0][0] <= cancelled_at:
+                break
             heapq.heappop(notes)
         best = notes[0][0] if notes else math.inf
         if not self._upcoming_known:
@@ -380,6 +264,25 @@ class ProviderPhysics:
             note = heapq.heappop(notes)
             if not self._note_stale(note):
                 events.append(self._event(note[0], note[2], note[3]))
+        return events
+
+    def drain(self, now: float) -> list[tuple[int, str, float, int, int]]:
+        """:meth:`advance` as plain tuples, for the simulator's hot path: the same events in
+        the same order, counted the same, each ``(code, request_id, time, input_tokens,
+        output_tokens)`` with ``code`` one of ``FIRST_TOKEN``, ``COMPLETED``, ``TIMED_OUT``."""
+        self._enter(now)
+        notes, pop = self._notes, heapq.heappop
+        events: list[tuple[int, str, float, int, int]] = []
+        while notes and notes[0][0] <= now:
+            time, _, rank, req = pop(notes)
+            cancelled_at = req.cancelled_at
+            if cancelled_at is not None and time > cancelled_at:
+                continue  # stale: cancelled before it was observed
+            if rank == 0:
+                events.append((FIRST_TOKEN, req.request_id, time, req.input_tokens, 1))
+            else:
+                code, tokens = self._settle(req)
+                events.append((code, req.request_id, time, req.input_tokens, tokens))
         return events
 
     def statistics(self) -> PhysicsStats:
@@ -413,27 +316,31 @@ class ProviderPhysics:
         self._now = float(now)
         overhead = self._overhead_s
         nxt = self._upcoming if self._upcoming_known else self._peek()
+        if nxt is None or nxt[0] > now:  # nothing due (a submit between two events)
+            self._upcoming, self._upcoming_known = nxt, True
+            return
+        pop, push, notes = heapq.heappop, heapq.heappush, self._notes
         while nxt is not None and nxt[0] <= now:
             t, rank, seq, req = nxt
             if rank == _FIRST:
-                heapq.heappop(self._first)
-                heapq.heappush(self._notes, (t + overhead, seq, 0, req))
+                pop(self._first)
+                push(notes, (t + overhead, seq, 0, req))
             elif rank == _FINISH:
-                heapq.heappop(self._finish)
+                pop(self._finish)
                 self._g, self._t_last = req.finish_g, t
                 req.tokens_done = req.output_tokens
                 if not req.doomed:
                     req.terminal_time = t + overhead
-                    heapq.heappush(self._notes, (t + overhead, seq, 1, req))
+                    push(notes, (t + overhead, seq, 1, req))
                 self._leave(t, req)
             elif rank == _DOOM:
-                heapq.heappop(self._timeouts)
+                pop(self._timeouts)
                 req.doomed = True
                 req.terminal_time = req.deadline
-                heapq.heappush(self._notes, (req.deadline, seq, 1, req))
-                heapq.heappush(self._timeouts, (req.deadline, _RELEASE, seq, req))
+                push(notes, (req.deadline, seq, 1, req))
+                push(self._timeouts, (req.deadline, _RELEASE, seq, req))
             else:
-                heapq.heappop(self._timeouts)
+                pop(self._timeouts)
                 if req.state == _ACTIVE:
                     self._sync(t)
                     done = math.floor(self._g - req.started_g - req.prefill_iters)
@@ -480,7 +387,8 @@ class ProviderPhysics:
 
     def _set_active(self, n: int) -> None:
         self._n = n
-        self._iter_s = self._params.iteration_ms(n) / 1000.0
+        params = self._params  # PhysicsParams.iteration_ms(n), inlined: twice per request
+        self._iter_s = (params.base_iter_ms + params.per_slot_ms * n) / 1000.0
 
     def _leave(self, t: float, req: _Req) -> None:
         """Remove ``req`` from its slot or queue place at ``t`` (counter already synced)."""
@@ -524,16 +432,20 @@ class ProviderPhysics:
         if rank == 0:
             kind, tokens = _FIRST_TOKEN_EVENT, 1
         else:
-            if self._live.get(req.request_id) is req:
-                del self._live[req.request_id]
-            if req.doomed:
-                kind, tokens = _TIMED_OUT_EVENT, req.tokens_done
-                self._timed_out += 1
-            else:
-                kind, tokens = _COMPLETED_EVENT, req.output_tokens
-                self._completed += 1
+            code, tokens = self._settle(req)
+            kind = _COMPLETED_EVENT if code == COMPLETED else _TIMED_OUT_EVENT
         # Positional (kind, request_id, time, submitted, started, input_tokens, output_tokens):
         # two events per request, and keywords cost a third more here.
         return ProviderEvent(
             kind, req.request_id, time, req.submitted, req.started, req.input_tokens, tokens
         )
+
+    def _settle(self, req: _Req) -> tuple[int, int]:
+        """The terminal event of ``req`` is observed: forget it, count it; its code and tokens."""
+        if self._live.get(req.request_id) is req:
+            del self._live[req.request_id]
+        if req.doomed:
+            self._timed_out += 1
+            return TIMED_OUT, req.tokens_done
+        self._completed += 1
+        return COMPLETED, req.output_tokens

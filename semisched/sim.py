@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 
 from mockprovider.faults import Fault, capacity_slots
 from mockprovider.gate import GateVerdict, ProviderGate
-from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
+from mockprovider.physics import COMPLETED, FIRST_TOKEN, PhysicsParams, ProviderPhysics
 from semisched.calibration import Calibrated, LengthCalibration
 from semisched.core.actions import Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.buckets import bucket_for_tokens
@@ -71,6 +71,7 @@ from semisched.sim_model import (
     check_fleet,
     gate_limits,
 )
+from semisched.sim_plain import is_plain, run_plain
 
 __all__ = [
     "Outcome",
@@ -169,6 +170,7 @@ class Simulator:
         self._jobs: dict[str, SimJob] = {}
         self._limits: dict[str, ProviderLimits] = {}  # what the answer's headers will say
         self._dropped: set[str] = set()  # served, but the connection drops at completion
+        self._compressed = False  # some job has a compressed prompt (compress-and-route)
         self._terminal = 0
         self._events = 0
         self._now = 0.0
@@ -212,6 +214,22 @@ class Simulator:
         """
         self._load(jobs)
         self._schedule_provider_events()
+        if is_plain(self):
+            run_plain(self)
+        else:
+            self._run_general()
+        engine = self.engine
+        if self._terminal != len(self._rows) or len(engine):
+            lost = [r.id for r in self._rows.values() if not r.outcome]
+            raise RuntimeError(f"jobs without a terminal outcome: {lost[:10]}")
+        return SimResult(
+            rows=tuple(self._rows.values()),
+            engine=engine.statistics(),
+            end_time=self._now,
+            events=self._events,
+        )
+
+    def _run_general(self) -> None:
         heap, shell, arrivals, engine = self._heap, self._shell, self._arrivals, self.engine
         backends = self._backends
         single = backends[0] if len(backends) == 1 else None
@@ -246,15 +264,6 @@ class Simulator:
             if not arrivals and not heap and self._only_background_left():
                 break
         self._events += events
-        if self._terminal != len(self._rows) or len(engine):
-            lost = [r.id for r in self._rows.values() if not r.outcome]
-            raise RuntimeError(f"jobs without a terminal outcome: {lost[:10]}")
-        return SimResult(
-            rows=tuple(self._rows.values()),
-            engine=engine.statistics(),
-            end_time=self._now,
-            events=self._events,
-        )
 
     def _load(self, jobs: Iterable[SimJob]) -> None:
         config = self.engine.config
@@ -271,6 +280,8 @@ class Simulator:
                     job, request=dataclasses.replace(job.request, klass=klass)
                 )
             self._jobs[rid] = job
+            if job.compressed_input_tokens is not None:
+                self._compressed = True
             request = job.request
             # Positional, in field order: keywords make this dataclass call ~40% dearer.
             self._rows[rid] = TraceRow(
@@ -319,26 +330,24 @@ class Simulator:
     def _physics_events(self, backend: _Backend, t: float) -> None:
         self._now = t
         backend.dirty = True
-        rows, engine = self._rows, self.engine
-        for ev in backend.physics.advance(t):
-            rid = ev.request_id
+        rows, engine, dropped = self._rows, self.engine, self._dropped
+        for code, rid, time, input_tokens, output_tokens in backend.physics.drain(t):
             row = rows[rid]
-            if ev.kind is EventKind.FIRST_TOKEN:
-                if rid not in self._dropped:
-                    row.first_token = ev.time
+            if code == FIRST_TOKEN:
+                if rid not in dropped:
+                    row.first_token = time
                 continue
-            self._observe(rid, ev.time)
-            if ev.kind is EventKind.COMPLETED and rid not in self._dropped:
-                backend.gate.bill(ev.input_tokens + ev.output_tokens)
+            self._observe(rid, time)
+            if code == COMPLETED and rid not in dropped:
+                backend.gate.bill(input_tokens + output_tokens)
                 if rid in self._calibrated:
-                    self.calibration.observe(self._calibrated.pop(rid), ev.output_tokens)  # type: ignore[union-attr]
-                self._end(row, Outcome.COMPLETED, ev.time)
-                self._apply(engine.completed(rid, ev.time, output_tokens=ev.output_tokens))
+                    self.calibration.observe(self._calibrated.pop(rid), output_tokens)  # type: ignore[union-attr]
+                self._end(row, Outcome.COMPLETED, time)
+                self._apply(engine.completed(rid, time, output_tokens=output_tokens))
             else:  # the provider timed out (504), or the connection dropped at the end
-                self._dropped.discard(rid)
-                dropped = ev.kind is EventKind.COMPLETED
-                kind = FailureKind.CONNECTION if dropped else FailureKind.TIMEOUT
-                self._failed(rid, ev.time, kind, None)
+                dropped.discard(rid)
+                kind = FailureKind.CONNECTION if code == COMPLETED else FailureKind.TIMEOUT
+                self._failed(rid, time, kind, None)
 
     def _shell_event(
         self, event: tuple[float, int, int, str, FailureKind | None, float | None]
@@ -453,18 +462,23 @@ class Simulator:
                 self._send(action.request, now, action.endpoint)
             elif isinstance(action, Wake):
                 self._push_wake(action.at)
-            elif isinstance(action, Defer):
-                self._rows[action.request.id].defers += 1
-            elif isinstance(action, Retry | Pause):
-                continue  # the engine sends it again at its time; one process, nothing to share
-            elif isinstance(action, Reject):
-                self._end(self._rows[action.request.id], Outcome.REJECTED, now)
-            elif isinstance(action, Expire):
-                self._end(self._rows[action.request.id], Outcome.EXPIRED, now)
-            elif isinstance(action, Fail):
-                self._end(self._rows[action.request.id], Outcome.FAILED, now)
-            else:  # pragma: no cover - the engine has no other actions
-                raise TypeError(f"unknown action {action!r}")
+            else:
+                self._apply_one(action, now)
+
+    def _apply_one(self, action: object, now: float) -> None:
+        """Every action but a send or a wake-up."""
+        if isinstance(action, Defer):
+            self._rows[action.request.id].defers += 1
+        elif isinstance(action, Retry | Pause):
+            return  # the engine sends it again at its time; one process, nothing to share
+        elif isinstance(action, Reject):
+            self._end(self._rows[action.request.id], Outcome.REJECTED, now)
+        elif isinstance(action, Expire):
+            self._end(self._rows[action.request.id], Outcome.EXPIRED, now)
+        elif isinstance(action, Fail):
+            self._end(self._rows[action.request.id], Outcome.FAILED, now)
+        else:  # pragma: no cover - the engine has no other actions
+            raise TypeError(f"unknown action {action!r}")
 
 
 def simulate(
