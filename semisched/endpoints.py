@@ -133,6 +133,7 @@ class Deployments:
         self._endpoints: dict[str, Endpoint] = {}
         self._providers: dict[str, Provider] = {}
         self._maps: dict[str, Mapping[str, str] | None] = {}  # kept after removal, like providers
+        self._allowed: Mapping[str, frozenset[str] | None] | None = None  # computed on demand
         for endpoint in endpoints:
             self.add(endpoint)
         if not self._endpoints:
@@ -174,10 +175,12 @@ class Deployments:
         self._providers[endpoint.name] = Provider(endpoint.client)
         self._maps[endpoint.name] = endpoint.model_map
         self._endpoints[endpoint.name] = endpoint
+        self._allowed = None
 
     def remove(self, name: str) -> None:
         """Forget ``name`` for new calls (attempts in flight keep their provider)."""
         self._endpoints.pop(name, None)
+        self._allowed = None
 
     def endpoint(self, name: str) -> Endpoint:
         """The endpoint called ``name``."""
@@ -200,6 +203,11 @@ class Deployments:
     def allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         """Per API, the argument names every endpoint accepts (``None``: any); an API
         some endpoint lacks is left out (:func:`semisched.calls.prepare_call`'s shape)."""
+        if self._allowed is None:
+            self._allowed = self._allowed_params()
+        return self._allowed
+
+    def _allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         providers = [self._providers[name] for name in self._endpoints]
         allowed: dict[str, frozenset[str] | None] = {}
         apis: tuple[Api, ...] = ("chat", "completions")

@@ -70,6 +70,7 @@ from semisched.batch.output import (
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
 from semisched.batch.timing import BatchTiming
+from semisched.calls import scheduler_config
 from semisched.clock import AnyioClock, Clock
 from semisched.compression import CompressionStats
 from semisched.core.request import Prior, Request
@@ -77,6 +78,7 @@ from semisched.core.stats import EngineStats
 from semisched.default_priors import choose_priors, model_unavailable
 from semisched.endpoints import Endpoint
 from semisched.errors import SemischedError
+from semisched.options import RuntimeOptions
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 from semisched.state.base import StateUnavailable
@@ -395,15 +397,15 @@ class BatchRun:
         return Scheduler(
             client,
             endpoints=endpoints,
-            config=opts.scheduler_config(),
-            priors="heuristic",  # every call brings its own prior: never load a model here
+            priors="heuristic",
             clock=self.clock,
-            retry=RetryPolicy(max_attempts=opts.max_attempts),
-            max_pending=None,
             state=opts.state,
-            namespace=opts.namespace,
             metrics=False if self._metrics is None else self._metrics,
             observers=(timing,),
+            config=scheduler_config(
+                opts.scheduler_config(), retry=RetryPolicy(max_attempts=opts.max_attempts)
+            ),
+            options=RuntimeOptions(max_pending=None, namespace=opts.namespace),
         )
 
     async def _send_all(
