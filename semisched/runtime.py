@@ -58,6 +58,7 @@ from semisched.endpoints import Deployments, Endpoint
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
+from semisched.layers import Configured
 from semisched.observe import RequestObserver, build_observers
 from semisched.options import RuntimeOptions, removed_argument
 from semisched.pending import Pending
@@ -192,10 +193,11 @@ class Scheduler:
         self._compression = PromptCompression(self.config.routing, self._estimator)
         watchers = build_observers(observers, metrics=metrics, tracing=tracing,
                                    statistics=self.statistics)  # fmt: skip
-        self._dispatch = Dispatcher(self._engine, self._deployments, self._clock,
-                                    self._estimator, self._tally, cancel_late=options.cancel_late,
-                                    calibration=self._calibration, shared=self._shared,
-                                    observers=watchers, compression=self._compression)  # fmt: skip
+        configured = Configured(deployments=self._deployments, estimator=self._estimator,
+                                calibration=self._calibration, observers=watchers,
+                                shared=self._shared, compression=self._compression)  # fmt: skip
+        self._dispatch = Dispatcher(self._engine, configured, self._clock, self._tally,
+                                    cancel_late=options.cancel_late)  # fmt: skip
         self._ids = itertools.count(1)
         self._preparing = 0
         self._tg: TaskGroup | None = None
@@ -352,6 +354,7 @@ class Scheduler:
             TypeError: ``endpoint`` is not a :class:`~semisched.Endpoint`.
         """
         self._deployments.add(endpoint)
+        self._dispatch.stacks.drop(endpoint.name)
         self._dispatch.execute(self._engine.add_endpoint(endpoint.spec, self._dispatch.now()))
 
     def drain_endpoint(self, name: str) -> None:
