@@ -3,17 +3,23 @@
 :class:`Scheduler` executes what :class:`semisched.core.Engine` decides and
 decides nothing itself. It
 
-- validates a call (:func:`semisched.calls.prepare_call`) and builds the
+- is built one way: the client (or endpoints), one
+  :class:`~semisched.core.config.SchedulerConfig` (every scheduling decision,
+  retry, routing and tenants included), runtime objects (priors, state, clock,
+  telemetry) and :class:`~semisched.options.RuntimeOptions`,
+- validates a call (:class:`semisched.calls.CallArgs`,
+  :func:`semisched.calls.prepare_call`) and builds the
   core's :class:`~semisched.core.Request` (prior from a
   :class:`~semisched.priors.PriorSource` via :mod:`semisched.prior_batch`,
   prompt tokens from the bytes-per-token estimator),
 - runs every :class:`~semisched.core.Send` as a task in its own task group,
-  calling the wrapped client with its retries turned off,
+  through the endpoint's stack of layers around the wrapped client
+  (:mod:`semisched.layers`: compression, shared-state reservation,
+  observers, usage learning, rate-limit headers; its retries turned off),
 - classifies each failed attempt (:mod:`semisched.failures`) and reports it
   with ``engine.failed``; the core's retry policy answers with
   :class:`~semisched.core.Retry` (the engine re-queues and later re-sends it),
   :class:`~semisched.core.Expire` or :class:`~semisched.core.Fail`,
-- reads rate-limit headers into the core's signals,
 - resolves each caller exactly once: the provider's response object, or an
   outcome from :mod:`semisched.errors`.
 
