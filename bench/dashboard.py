@@ -65,7 +65,8 @@ from bench.workloads import generate, regime
 from mockprovider.app import MockConfig, create_app
 from mockprovider.physics import PhysicsParams
 from predictors.priors import information_source
-from semisched import Scheduler
+from semisched import RuntimeOptions, Scheduler
+from semisched.calls import scheduler_config
 from semisched.core.config import BudgetConfig, SchedulerConfig, preset
 from semisched.core.tenancy import TenantSpec
 from semisched.sim import SimJob
@@ -204,10 +205,15 @@ async def _replay(run: DashboardRun) -> tuple[list[Scrape], dict[str, int]]:
     scrapes: list[Scrape] = []
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=_BASE) as http:
         client = openai.AsyncOpenAI(base_url=f"{_BASE}/v1", api_key="dashboard", http_client=http)
-        scheduler = Scheduler(client, config=run.config(), priors="heuristic",
-                              tenants=[TenantSpec(name=name) for name in run.tenants],
-                              calibration=False, seed=run.seed, cancel_late=False,
-                              metrics=registry, tracing=False)  # fmt: skip
+        tenants = [TenantSpec(name=name) for name in run.tenants]
+        scheduler = Scheduler(
+            client,
+            priors="heuristic",
+            metrics=registry,
+            tracing=False,
+            config=scheduler_config(run.config(), tenants=tenants),
+            options=RuntimeOptions(calibration=False, seed=run.seed, cancel_late=False),
+        )
         async with scheduler:
             start, done = anyio.current_time(), anyio.Event()
 

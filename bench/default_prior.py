@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from bench.report import write_csv
+from semisched import RuntimeOptions
 from semisched.core.request import Prior
 from semisched.priors import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
@@ -220,7 +221,9 @@ async def _run(condition: str, workload: str, seed: int) -> dict[str, object]:
     async with httpx2.AsyncClient(transport=transport, base_url="http://m") as h:
         client = openai.AsyncOpenAI(base_url="http://m/v1", api_key="k", http_client=h)
         priors = source if source is not None else Heuristic()
-        async with Scheduler(client, priors=priors, calibration=calibrate, seed=seed) as s:
+        async with Scheduler(
+            client, priors=priors, options=RuntimeOptions(calibration=calibrate, seed=seed)
+        ) as s:
             start = anyio.current_time()
 
             async def one(call: _Call) -> None:

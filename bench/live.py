@@ -41,7 +41,7 @@ from bench.workloads import generate, regime
 from mockprovider.launch import running_server
 from mockprovider.physics import profile
 from predictors.priors import information_source
-from semisched import DeadlineExceeded, RequestRejected, Scheduler, SemischedError
+from semisched import DeadlineExceeded, RequestRejected, RuntimeOptions, Scheduler, SemischedError
 from semisched.clock import ScaledClock
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
@@ -143,7 +143,12 @@ async def _replay(spec: RunSpec, base_url: str, time_scale: float) -> dict[str, 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="live-bench", timeout=timeout)
     config = preset(spec.strategy, **dict(spec.overrides))
     records: list[LiveRecord] = []
-    scheduler = Scheduler(client, config=config, clock=clock, seed=spec.seed, cancel_late=False)
+    scheduler = Scheduler(
+        client,
+        config=config,
+        clock=clock,
+        options=RuntimeOptions(seed=spec.seed, cancel_late=False),
+    )
     async with client, scheduler:
         start = clock.now()
 

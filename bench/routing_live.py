@@ -66,7 +66,7 @@ from bench.routing import (
 )
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
-from semisched import Endpoint, Scheduler
+from semisched import Endpoint, RuntimeOptions, Scheduler
 from semisched.core.config import SchedulerConfig
 from semisched.core.stats import EngineStats
 from semisched.metrics import RequestRecord, summarize
@@ -291,10 +291,8 @@ async def _replay(
         scheduler = Scheduler(
             endpoints=_sdk_endpoints(fleet, http),
             config=config,
-            priors="heuristic",  # unused: every call brings its prior
-            calibration=False,  # as run_routing simulates
-            seed=spec.seed,
-            cancel_late=False,  # a late answer counts late, as the simulator counts it
+            priors="heuristic",
+            options=RuntimeOptions(calibration=False, seed=spec.seed, cancel_late=False),
         )
         async with scheduler:
             records, start = await replay_jobs(scheduler, ordered)

@@ -55,7 +55,7 @@ import anyio
 import httpx2
 import openai
 
-from semisched import Scheduler, SemischedError
+from semisched import RuntimeOptions, Scheduler, SemischedError
 from semisched.clock import ScaledClock
 from semisched.core.config import BudgetConfig, preset
 from semisched.state.base import Grant, Scope, StateUnavailable
@@ -187,8 +187,14 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.state is not None:
         state = _timed_state(args.state, args.namespace, worker, args.lease_ttl)
     clock = ScaledClock(args.time_scale)
-    scheduler = Scheduler(client, config=config, state=state, namespace=args.namespace,
-                          clock=clock, priors="heuristic", seed=args.seed)  # fmt: skip
+    scheduler = Scheduler(
+        client,
+        config=config,
+        state=state,
+        clock=clock,
+        priors="heuristic",
+        options=RuntimeOptions(seed=args.seed, namespace=args.namespace),
+    )
     arrived: list[float] = [math.nan] * len(calls)
     ended: list[float] = [math.nan] * len(calls)
     outcome: list[str] = [""] * len(calls)

@@ -63,7 +63,7 @@ from bench.tenants import (
     tenants_config,
 )
 from mockprovider.app import MockConfig, create_app
-from semisched import Scheduler
+from semisched import RuntimeOptions, Scheduler
 from semisched.core.stats import EngineStats
 from semisched.core.tenancy import TenantSpec
 from semisched.metrics import summarize
@@ -171,10 +171,8 @@ async def _replay(
         scheduler = Scheduler(
             client,
             config=tenants_config(condition, specs),
-            priors="heuristic",  # unused: every call brings its prior
-            calibration=False,  # as the simulator runs it
-            seed=seed,
-            cancel_late=False,  # a late answer counts late, as the simulator counts it
+            priors="heuristic",
+            options=RuntimeOptions(calibration=False, seed=seed, cancel_late=False),
         )
         async with scheduler:
             records, start = await replay_jobs(scheduler, jobs)

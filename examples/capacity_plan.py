@@ -35,7 +35,8 @@ import trio.testing
 
 from mockprovider.fleet import create_fleet_app
 from mockprovider.fleet import fleet_from_dict as mock_fleet
-from semisched import Scheduler, SemischedError
+from semisched import RuntimeOptions, Scheduler, SemischedError
+from semisched.calls import scheduler_config
 from semisched.fleetfile import build_endpoints
 from semisched.fleetfile import fleet_from_dict as client_fleet
 from semisched.plan.fleetout import client_fleet_toml, mock_fleet_toml
@@ -93,10 +94,10 @@ async def run_fleet(plan: Plan, work: Workload, *, drop_short: int = 0) -> list[
         endpoints = build_endpoints(
             fleet.endpoints, make_client=client, environ={"OPENAI_API_KEY": "k"}
         )
+        config = scheduler_config("direct_naive", routing=fleet.routing)
         async with Scheduler(
-            endpoints=endpoints, routing=fleet.routing, config="direct_naive",
-            priors="heuristic", seed=0,
-        ) as scheduler:  # fmt: skip
+            endpoints=endpoints, config=config, priors="heuristic", options=RuntimeOptions(seed=0)
+        ) as scheduler:
             await scheduler.submit(model="mock-1", messages=[{"role": "user", "content": "hi"}],
                                    max_tokens=1)  # fmt: skip
             start = anyio.current_time()

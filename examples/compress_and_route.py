@@ -30,6 +30,7 @@ from fleet_routing import client  # the openai client of one fleet endpoint
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from semisched import Endpoint, Scheduler
+from semisched.calls import scheduler_config
 from semisched.core.config import RoutingConfig
 
 CONTEXT = {"short-a": 1024, "short-b": 1024, "long": 16384}  # tokens, prompt plus output
@@ -84,7 +85,11 @@ async def run(band: float) -> None:
         ]  # fmt: skip
         routing = RoutingConfig(policy="token_budget", short_pool_tokens=1024, compress_band=band,
                                 pool_policy="least_outstanding")  # fmt: skip
-        async with Scheduler(endpoints=fleet, routing=routing, priors="heuristic") as scheduler:
+        async with Scheduler(
+            endpoints=fleet,
+            priors="heuristic",
+            config=scheduler_config("final_adrr_olc", routing=routing),
+        ) as scheduler:
             hello = [{"role": "user", "content": "warm-up."}]  # 8 bytes, 2 tokens
 
             async def warm_up(cap: int) -> None:  # each client looks up its platform once

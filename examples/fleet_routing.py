@@ -32,7 +32,8 @@ import trio.testing
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from mockprovider.physics import profile
-from semisched import Endpoint, Scheduler, SemischedError
+from semisched import Endpoint, RuntimeOptions, Scheduler, SemischedError
+from semisched.calls import scheduler_config
 
 FLEET = FleetConfig(
     endpoints=(
@@ -64,7 +65,10 @@ async def main() -> None:
         ]
         outcomes: dict[str, int] = {}
         async with Scheduler(
-            endpoints=fleet, routing="anticipated_load", priors="heuristic", seed=0
+            endpoints=fleet,
+            priors="heuristic",
+            config=scheduler_config("final_adrr_olc", routing="anticipated_load"),
+            options=RuntimeOptions(seed=0),
         ) as scheduler:
 
             async def warm_up() -> None:  # each endpoint's client looks up the platform once

@@ -39,7 +39,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mockprovider.app import MockConfig, create_app
-from semisched import RequestRejected, Scheduler, SemischedError
+from semisched import RequestRejected, RuntimeOptions, Scheduler, SemischedError
 from semisched.core.explain import RULES
 
 
@@ -90,8 +90,13 @@ async def run(registry: CollectorRegistry, provider: Any) -> RequestRejected | N
     rejected: list[RequestRejected] = []
     async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
         client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http)
-        scheduler = Scheduler(client, priors="heuristic", seed=0, metrics=registry,
-                              tracing=provider if provider is not None else False)  # fmt: skip
+        scheduler = Scheduler(
+            client,
+            priors="heuristic",
+            metrics=registry,
+            tracing=provider if provider is not None else False,
+            options=RuntimeOptions(seed=0),
+        )
         async with scheduler:
             hello = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
             await scheduler.submit(model="mock-1", messages=hello, max_tokens=1)

@@ -20,7 +20,7 @@ import anyio
 import openai
 
 from mockprovider.launch import running_server
-from semisched import RetryPolicy, Scheduler, SemischedError, preset
+from semisched import RetryPolicy, RuntimeOptions, Scheduler, SemischedError, preset
 from semisched.clock import ScaledClock
 from semisched.core import BudgetConfig
 
@@ -35,7 +35,10 @@ async def run(base_url: str, budget: BudgetConfig | None) -> str:
     clock = ScaledClock(SCALE)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed-for-the-mock")
     outcomes: collections.Counter[str] = collections.Counter()
-    async with client, Scheduler(client, config=config, clock=clock, seed=1) as scheduler:
+    async with (
+        client,
+        Scheduler(client, config=config, clock=clock, options=RuntimeOptions(seed=1)) as scheduler,
+    ):
 
         async def ask(i: int) -> None:
             try:

@@ -31,7 +31,7 @@ import anyio
 import openai
 
 from mockprovider.launch import running_server
-from semisched import Scheduler, SemischedError, preset
+from semisched import RuntimeOptions, Scheduler, SemischedError, preset
 from semisched.clock import ScaledClock
 from semisched.core import BudgetConfig
 
@@ -47,8 +47,14 @@ async def worker(base_url: str, calls: int, state: str | None, namespace: str) -
     # reservation and the mock's count (0.1 s was not always enough on two busy cores).
     config = preset("batch_makespan", budget=BudgetConfig(rpm=LIMIT_RPM, margin_s=15.0))
     client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed-for-the-mock")
-    scheduler = Scheduler(client, config=config, clock=ScaledClock(SCALE), state=state,
-                          namespace=namespace, priors="heuristic")  # fmt: skip
+    scheduler = Scheduler(
+        client,
+        config=config,
+        clock=ScaledClock(SCALE),
+        state=state,
+        priors="heuristic",
+        options=RuntimeOptions(namespace=namespace),
+    )
     done = 0
     async with client, scheduler:
 

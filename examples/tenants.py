@@ -31,7 +31,15 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
-from semisched import Scheduler, SemischedError, ServiceClass, TenantConfig, TenantSpec
+from semisched import (
+    RuntimeOptions,
+    Scheduler,
+    SemischedError,
+    ServiceClass,
+    TenantConfig,
+    TenantSpec,
+)
+from semisched.calls import scheduler_config
 
 TENANTS = (
     TenantSpec(name="checkout", service=ServiceClass.GUARANTEED, weight=1.0),
@@ -59,7 +67,12 @@ async def run(policy: str) -> None:
     async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
         client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http)
         tenants = TenantConfig(tenants=TENANTS, policy=policy)
-        async with Scheduler(client, tenants=tenants, priors="heuristic", seed=0) as scheduler:
+        async with Scheduler(
+            client,
+            priors="heuristic",
+            config=scheduler_config("final_adrr_olc", tenants=tenants),
+            options=RuntimeOptions(seed=0),
+        ) as scheduler:
             hello = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
             await scheduler.submit(model="mock-1", messages=hello, max_tokens=1, tenant="search")
             start = anyio.current_time()

@@ -37,7 +37,7 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
-from semisched import Scheduler, SemischedError
+from semisched import RuntimeOptions, Scheduler, SemischedError
 from semisched.core import BudgetConfig, preset
 
 
@@ -48,7 +48,9 @@ async def main() -> None:
         client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http)
         outcomes: dict[str, int] = {}
         config = preset("final_adrr_olc", budget=BudgetConfig(rpm=120))
-        async with Scheduler(client, config=config, seed=0, priors="heuristic") as scheduler:
+        async with Scheduler(
+            client, config=config, priors="heuristic", options=RuntimeOptions(seed=0)
+        ) as scheduler:
             warm_up = {"role": "user", "content": "warm-up"}  # openai's platform lookup
             await scheduler.submit(model="mock-1", messages=[warm_up], max_completion_tokens=1)
             start = anyio.current_time()

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     )
     from semisched.estimate import TokenEstimator
     from semisched.observe import RequestObserver
+    from semisched.options import RuntimeOptions
     from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
     from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
     from semisched.state.base import StateUnavailable
@@ -60,6 +61,7 @@ _WHERE = {
     "TenantStats": "semisched.core.stats",
     "Explanation": "semisched.core.explain",
     "RequestObserver": "semisched.observe",
+    "RuntimeOptions": "semisched.options",
     # configuration (pure core)
     "FailureKind": "semisched.core.lifecycle",
     "Prior": "semisched.core.request",
@@ -116,6 +118,7 @@ __all__ = [
     "RequestObserver",
     "RequestRejected",
     "RetryPolicy",
+    "RuntimeOptions",
     "ScaledClock",
     "ScheduledClient",
     "ScheduledStream",

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from semisched.core.checks import check_instance
 from semisched.core.config import RoutingConfig, SchedulerConfig, preset
@@ -55,21 +55,22 @@ from semisched.priors import PriorQuery
 __all__ = [
     "SCHEDULER_ARGS",
     "Api",
+    "CallArgs",
     "PreparedCall",
     "accepted_params",
+    "call_signature",
     "output_cap",
     "prepare_call",
     "scheduler_config",
     "with_tenants",
 ]
 
-#: Keyword arguments that belong to the scheduler and never reach the provider.
-SCHEDULER_ARGS = frozenset({"klass", "deadline", "prior", "tenant"})
+
+R = TypeVar("R")
 
 #: Which provider endpoint a call uses.
 Api = Literal["chat", "completions"]
 
-_NAMED = frozenset({"model", "messages", "prompt"}) | SCHEDULER_ARGS
 _CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
 
 
@@ -129,32 +130,89 @@ class PreparedCall:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallArgs:
+    """One call's arguments as a caller writes them: the one definition of the per-call
+    signature (``Scheduler.submit``, ``Scheduler.check``, the facade's ``create`` and
+    :func:`prepare_call` all take exactly these, plus provider ``**params``).
+
+    Adding a scheduling hint is adding a field here.
+
+    Attributes:
+        model: Provider model name.
+        messages: Chat messages (chat endpoint).
+        prompt: Prompt (completions endpoint).
+        klass: Scheduling class; default ``interactive`` for short priors, else
+            the batch class.
+        deadline: Seconds from now (on the scheduler's clock) after which the
+            answer is useless.
+        prior: Output-length prior (a :class:`~semisched.core.Prior` or
+            ``(p50, p90)``); default from the scheduler's prior source.
+        tenant: The declared tenant it is sent for (and charged to); ``None``:
+            the default tenant. An undeclared name raises ``ValueError``.
+        params: Passed to the provider unchanged (``max_completion_tokens``,
+            ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...).
+    """
+
+    model: str
+    messages: Sequence[Mapping[str, Any]] | None = None
+    prompt: Any = None
+    klass: str | None = None
+    deadline: float | None = None
+    prior: Prior | tuple[float, float] | None = None
+    tenant: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> CallArgs:
+        """Split a call's keyword arguments into the named ones and the provider's.
+
+        Raises:
+            TypeError: ``model`` missing.
+        """
+        named = {k: v for k, v in kwargs.items() if k in _FIELDS}
+        params = {k: v for k, v in kwargs.items() if k not in _FIELDS}
+        if "model" not in named:
+            raise TypeError("missing required keyword argument: 'model'")
+        return cls(**named, params=params)
+
+
+#: The fields of :class:`CallArgs` a caller names (everything but ``params``).
+_FIELDS: Final = frozenset(f.name for f in fields(CallArgs)) - {"params"}
+#: Keyword arguments that belong to the scheduler and never reach the provider.
+SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt"}
+_NAMED: Final = _FIELDS
+
+
+def call_signature(func: Callable[..., R]) -> Callable[..., R]:
+    """Give ``func(self, **call)`` the signature of :class:`CallArgs` (for ``help()``
+    and editors); the arguments themselves are read with :meth:`CallArgs.of`."""
+    own = inspect.signature(func)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for f in fields(CallArgs):
+        if f.name == "params":
+            continue
+        default = inspect.Parameter.empty if f.name == "model" else f.default
+        params.append(inspect.Parameter(f.name, keyword, default=default, annotation=f.type))
+    params.append(inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
+    func.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return func
+
+
 def prepare_call(
+    args: CallArgs | None = None,
     *,
-    model: str,
-    messages: Sequence[Mapping[str, Any]] | None = None,
-    prompt: Any = None,
-    klass: str | None = None,
-    deadline: float | None = None,
-    prior: Prior | tuple[float, float] | None = None,
-    tenant: str | None = None,
-    params: Mapping[str, Any] | None = None,
     allowed_params: Mapping[str, frozenset[str] | None] | None = None,
     class_names: Sequence[str] | None = None,
     tenants: TenantConfig | None = None,
+    **call: Any,
 ) -> PreparedCall:
     """Validate one call and split it into provider and scheduler arguments.
 
     Args:
-        model: Provider model name.
-        messages: Chat messages (chat endpoint).
-        prompt: Prompt (completions endpoint).
-        klass: Scheduling class name, or ``None``.
-        deadline: Seconds from submission, or ``None``.
-        prior: A :class:`~semisched.core.Prior` or ``(p50, p90)``, or ``None``.
-        tenant: The tenant it is sent for, or ``None`` (the default tenant).
-        params: The provider arguments (``max_tokens``, ``temperature``,
-            ``stream``, ``extra_headers``, ...).
+        args: The call (:class:`CallArgs`); or give its fields as keywords
+            (``model=``, ``messages=``, ..., ``params=``).
         allowed_params: Per endpoint, the provider argument names its
             ``create`` accepts (``None`` as a value: any). An endpoint missing
             from the mapping is not available. ``None``: both endpoints, any names.
@@ -169,38 +227,33 @@ def prepare_call(
     Raises:
         ValueError, TypeError: Misuse, naming the argument (module rules).
     """
-    params = dict(params or {})
-    if not isinstance(model, str) or not model:
-        raise ValueError(f"model={model!r} must be a non-empty string")
-    endpoint = _endpoint(messages, prompt, allowed_params)
+    a = args if args is not None else CallArgs(**call)
+    params = dict(a.params or {})
+    if not isinstance(a.model, str) or not a.model:
+        raise ValueError(f"model={a.model!r} must be a non-empty string")
+    endpoint = _endpoint(a.messages, a.prompt, allowed_params)
     _check_params(endpoint, params, allowed_params)
-    if messages is not None:
-        _check_messages(messages)
-    _check_deadline(deadline)
-    own_prior = _check_prior(prior)
-    if klass is not None and class_names is not None and klass not in class_names:
-        raise ValueError(f"klass={klass!r} must be one of {list(class_names)}")
-    check_instance("tenant", tenant, str, optional=True)
-    if tenants is not None:
-        tenant = tenants.tenant_for(tenant)  # rule 6: ValueError naming the declared ones
-    cap = output_cap(params)
+    if a.messages is not None:
+        _check_messages(a.messages)
+    _check_deadline(a.deadline)
+    own_prior = _check_prior(a.prior)
+    if a.klass is not None and class_names is not None and a.klass not in class_names:
+        raise ValueError(f"klass={a.klass!r} must be one of {list(class_names)}")
+    check_instance("tenant", a.tenant, str, optional=True)
+    tenant = a.tenant if tenants is None else tenants.tenant_for(a.tenant)  # rule 6
     stream = params.get("stream", False)
     if not isinstance(stream, bool):
         raise TypeError(f"stream={stream!r} must be a bool")
-    sent = dict(params, model=model)
-    if messages is not None:
-        sent["messages"] = list(messages)
-    else:
-        sent["prompt"] = prompt
-    added_usage = stream and _ask_for_usage(sent)
-    nbytes, kind = prompt_bytes(messages=messages, prompt=prompt)
+    cap = output_cap(params)
+    sent = _sent(a, params)
+    nbytes, kind = prompt_bytes(messages=a.messages, prompt=a.prompt)
     return PreparedCall(
         api=endpoint,
         params=MappingProxyType(sent),
-        klass=klass,
-        deadline_s=None if deadline is None else float(deadline),
+        klass=a.klass,
+        deadline_s=None if a.deadline is None else float(a.deadline),
         prior=own_prior,
-        added_usage=added_usage,
+        added_usage=stream and _ask_for_usage(sent),
         prompt_nbytes=nbytes,
         prompt_kind=kind,
         output_cap=cap,
@@ -208,16 +261,29 @@ def prepare_call(
     )
 
 
+def _sent(a: CallArgs, params: dict[str, Any]) -> dict[str, Any]:
+    """What goes to the provider: ``params`` with the model and the prompt or messages."""
+    sent = dict(params, model=a.model)
+    if a.messages is not None:
+        sent["messages"] = list(a.messages)
+    else:
+        sent["prompt"] = a.prompt
+    return sent
+
+
 def scheduler_config(
     config: SchedulerConfig | str,
     *,
-    retry: RetryPolicy | None,
-    routing: str | RoutingConfig | None,
-    tenants: TenantConfig | Sequence[TenantSpec] | None,
+    retry: RetryPolicy | None = None,
+    routing: str | RoutingConfig | None = None,
+    tenants: TenantConfig | Sequence[TenantSpec] | None = None,
 ) -> SchedulerConfig:
-    """``Scheduler``'s config: ``config`` (a preset's name or a config) with the
-    convenience arguments ``retry``, ``routing`` (a name or a ``RoutingConfig``) and
-    ``tenants`` (:func:`with_tenants`) put in.
+    """A scheduler's config: ``config`` (a preset's name or a config) with ``retry``,
+    ``routing`` (a policy name or a ``RoutingConfig``) and ``tenants``
+    (:func:`with_tenants`) put in; what ``Scheduler(config=...)`` is given when
+    those differ from a preset's::
+
+        Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
 
     Raises:
         TypeError: ``retry`` or ``routing`` of the wrong kind.

@@ -11,15 +11,18 @@ the core's actions say:
   and sends it again with a later ``Send``;
 - :class:`~semisched.core.Reject`, :class:`~semisched.core.Expire`,
   :class:`~semisched.core.Fail`: resolve the caller with the outcome;
-- :class:`~semisched.core.Defer`: nothing (the engine brings it back).
+- :class:`~semisched.core.Defer`: nothing (the engine brings it back);
+- :class:`~semisched.core.Pause`: with a shared state, keep the endpoint off
+  in every process sharing it for as long as the engine keeps it off.
 
-It feeds every attempt's result back (``completed``, ``failed`` with the
-kind from :func:`semisched.failures.classify_failure`, ``cancel``) and
-resolves each caller exactly once. With a shared state
-(:class:`~semisched.state.guard.SharedBudget`) each attempt is reserved there
-first; a refusal goes back to the core as ``refused`` (the call is not sent),
-and the attempt's lease is returned when it ends; with several tenants, each
-completion's work tokens are shared too (:mod:`semisched.state.usage`).
+Each attempt goes to its endpoint's stack of layers around the provider seam
+(:mod:`semisched.layers`: compression, shared-state reservation, observers,
+usage learning, rate-limit headers) and comes back as a result the dispatcher
+feeds to the engine: an answer (``completed``), a refusal by the shared state
+(``refused``: nothing was sent), an exception (``failed`` with the kind from
+:func:`semisched.failures.classify_failure`) or its deadline (``expire``). It
+resolves each caller exactly once and never compares engine state before and
+after a call: what to do next is always in the actions the engine returned.
 
 Rules:
 
@@ -37,35 +40,23 @@ prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from semisched.calibration import LengthCalibration
 from semisched.clock import Clock
-from semisched.compression import PromptCompression
 from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
-from semisched.core.budget import rate_tokens
 from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
-from semisched.endpoints import Deployments
 from semisched.errors import SemischedError
-from semisched.estimate import TokenEstimator
-from semisched.failures import (
-    classify_failure,
-    expire_outcome,
-    failure_outcome,
-    reject_outcome,
-)
-from semisched.headers import RateLimitInfo, parse_rate_limits
+from semisched.failures import classify_failure, expire_outcome, failure_outcome, reject_outcome
+from semisched.headers import RateLimitInfo
+from semisched.layers import Answer, Configured, Ended, Stacks
 from semisched.observe import Finished, Observers, Outcome, log_decision
 from semisched.pending import Pending
 from semisched.provider import usage_of
-from semisched.state.guard import SharedBudget
-from semisched.state.usage import SharedUsage
 from semisched.stats import RuntimeTally
 from semisched.streams import ScheduledStream
 
@@ -81,54 +72,37 @@ class Dispatcher:
 
     Args:
         engine: The core.
-        deployments: The endpoints' clients, by name.
+        configured: What the run uses; each endpoint's stack of layers is
+            built from it (:class:`~semisched.layers.Stacks`).
         clock: Time source; the engine's ``now`` comes from it (rule 2).
-        estimator: Calibrated from each response's prompt ``usage``.
         tally: The runtime's counters, updated in place.
         cancel_late: Abort an attempt still in flight at its deadline.
-        calibration: Scored on every answer's length, when set.
-        shared: The shared state every attempt reserves in first, when set.
-        observers: Told what happens to each request (:mod:`semisched.observe`).
-        compression: Chooses each attempt's prompt (:mod:`semisched.compression`).
     """
 
     def __init__(
         self,
         engine: Engine,
-        deployments: Deployments,
+        configured: Configured,
         clock: Clock,
-        estimator: TokenEstimator,
         tally: RuntimeTally,
         *,
         cancel_late: bool,
-        calibration: LengthCalibration | None = None,
-        shared: SharedBudget | None = None,
-        observers: Observers | None = None,
-        compression: PromptCompression | None = None,
     ) -> None:
         self.engine = engine
-        self.compression = compression
-        self.observers = observers if observers is not None else Observers(())
-        self.shared = shared
-        self.deployments = deployments
+        self.observers = configured.observers or Observers(())
+        self.shared = configured.shared
         self.clock = clock
-        self.estimator = estimator
         self.tally = tally
         self.cancel_late = cancel_late
-        self.calibration = calibration
         self.pending: dict[str, Pending] = {}
         self.open_streams = 0
-        self.rate_limits: RateLimitInfo | None = None
-        self.rate_limits_by_endpoint: dict[str, RateLimitInfo] = {}
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
         self._wake_at: float | None = None
         self._changed = anyio.Event()
         self._idle = anyio.Event()
-        # Tenants' usage shared through the state (None: no state, or one tenant).
-        self._usage: SharedUsage | None = (
-            None if shared is None else shared.track_usage(self.now, self.execute)
-        )
+        self.stacks = Stacks(configured, engine, now=self.now, clock_per_wall=self._clock_per_wall,
+                             spawn=self._spawn, execute=self.execute)  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -142,8 +116,18 @@ class Dispatcher:
         """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
         self._tg = tg
         tg.start_soon(self._driver)
-        if self._usage is not None:
-            tg.start_soon(self._usage.run)
+        if self.stacks.usage is not None:
+            tg.start_soon(self.stacks.usage.run)
+
+    @property
+    def rate_limits(self) -> RateLimitInfo | None:
+        """What the latest rate-limit headers said (any endpoint)."""
+        return self.stacks.limits.latest
+
+    @property
+    def rate_limits_by_endpoint(self) -> dict[str, RateLimitInfo]:
+        """What each endpoint's latest rate-limit headers said."""
+        return self.stacks.limits.by_endpoint
 
     def now(self) -> float:
         """The clock's now, never earlier than a time already given to the engine."""
@@ -210,9 +194,6 @@ class Dispatcher:
                     raise RuntimeError(f"core sent unknown request {action.request.id!r}")
                 pending.attempts = action.attempt
                 pending.endpoint = action.endpoint
-                if pending.compressed is not None and self.compression is not None:
-                    spec = self.deployments.endpoint(action.endpoint).spec
-                    self.compression.on_send(pending, spec)  # which prompt this attempt sends
                 if self.observers:
                     # The engine's now, just given: no second clock read per event.
                     now = self._last_now
@@ -349,55 +330,35 @@ class Dispatcher:
 
     # -- one attempt -------------------------------------------------------------------------
 
+    def _spawn(self, func: Any, *args: Any) -> None:
+        """Run ``func(*args)`` in the scheduler's task group (a layer's background work)."""
+        if self._tg is not None:
+            self._tg.start_soon(func, *args)
+
     async def _attempt(self, pending: Pending) -> None:
-        call = pending.call
         deadline = pending.request.deadline
         with anyio.CancelScope() as scope:
             pending.scope = scope
             if deadline is not None and self.cancel_late:
                 scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
             try:
-                name = pending.endpoint
-                if self.shared is not None and not await self._reserve(pending):
-                    return  # refused: back in its queue, nothing was sent
-                params = self.deployments.params_for(name, pending.params)
-                provider = self.deployments.provider(name)
-                if self.observers:
-                    with self.observers.attempt(pending.request, pending.attempts, name):
-                        response, headers = await provider.create(call.api, params)
-                else:
-                    response, headers = await provider.create(call.api, params)
+                result = await self.stacks[pending.endpoint].send(pending)
             except Exception as exc:
-                self._release(pending)
                 self._failed(pending, exc)
                 return
             finally:
                 pending.scope = None
         if scope.cancelled_caught:
-            self._release(pending)
             if not pending.resolved:  # the deadline passed in flight: the core says Expire
                 self.execute(self.engine.expire(pending.id, self.now()))
             return
-        self._observe_headers(headers, pending)
-        self._deliver(pending, response)
-
-    async def _reserve(self, pending: Pending) -> bool:
-        """Reserve the attempt in the shared state; on refusal tell the core (not sent)."""
-        assert self.shared is not None
-        tokens = rate_tokens(pending.request)
-        grant, fleet_wide = await self.shared.reserve(pending.id, pending.endpoint, tokens)
-        if grant.ok:
-            return True
-        if not pending.resolved:
-            now = self.now()
-            until = self.shared.refusal_until(grant, now)
-            self.execute(self.engine.refused(pending.id, now, until, fleet_wide=fleet_wide))
-        return False
-
-    def _release(self, pending: Pending) -> None:
-        """The attempt is over: its shared leases go back (in the background)."""
-        if self.shared is not None and self._tg is not None:
-            self._tg.start_soon(self.shared.release, pending.id, pending.endpoint)
+        if isinstance(result, Answer):
+            self._deliver(pending, result.response)
+        elif not pending.resolved:  # refused by the shared state: back in its queue, not sent
+            refused = self.engine.refused(
+                pending.id, result.at, result.until, fleet_wide=result.fleet_wide
+            )
+            self.execute(refused)
 
     def _deliver(self, pending: Pending, response: Any) -> None:
         call = pending.call
@@ -419,23 +380,17 @@ class Dispatcher:
             )
             self._resolve(pending, value=stream, keep_inflight=True)
             return
-        self._release(pending)
         usage = usage_of(response)
-        self.estimator.observe(
-            call.model, call.prompt_kind, pending.prompt_nbytes, usage.prompt_tokens
-        )
         charged = None
         if usage.known:  # what the provider's token window charged: prompt + the cap
             cap = call.output_cap
             charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
-            self._observe_length(pending, usage.output_tokens)
-            if self.shared is not None and self._tg is not None:
-                self._tg.start_soon(self.shared.settle, pending.id, pending.endpoint, charged)
+        output = usage.output_tokens if usage.known else None
+        end = Ended(True, usage.prompt_tokens, output, charged)
+        self.stacks[pending.endpoint].ended(pending, end)
         actions = self.engine.completed(
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
         )
-        if self._usage is not None:
-            self._usage.served(pending.request, usage.output_tokens)
         self.execute(actions)
         self._resolve(pending, value=response)
         if usage.known:
@@ -446,14 +401,11 @@ class Dispatcher:
 
     def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
         self.open_streams -= 1
-        self._release(pending)
+        end = Ended(complete, 0, tokens if complete else None)
+        self.stacks[pending.endpoint].ended(pending, end)
         now = self.now()
         if complete:
-            if tokens is not None:
-                self._observe_length(pending, tokens)
             self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
-            if self._usage is not None:
-                self._usage.served(pending.request, tokens or 0)
             self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
         else:
             self.execute(self.engine.cancel(pending.id, now))
@@ -464,27 +416,11 @@ class Dispatcher:
         """Classify a failed attempt and execute the core's verdict on it (rule 3)."""
         failure = classify_failure(exc)
         pending.failure = (failure, exc)
-        self._observe_headers(failure.headers, pending)
         if failure.kind is FailureKind.RATE_LIMITED:
             self.tally.throttled += 1
         hint = failure.retry_after_wall_s
         retry_after = None if hint is None else hint * self._clock_per_wall()
         self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
-
-    def _observe_length(self, pending: Pending, output_tokens: int) -> None:
-        if self.calibration is not None and pending.calibrated is not None:
-            self.calibration.observe(pending.calibrated, output_tokens)
-
-    def _observe_headers(self, headers: Mapping[str, str], pending: Pending) -> None:
-        info = parse_rate_limits(headers) if headers else None
-        if info is None:
-            return
-        self.rate_limits = info
-        self.rate_limits_by_endpoint[pending.endpoint] = info
-        now = self.now()
-        if info.headroom is not None:
-            self.engine.observe_headroom(info.headroom, now, pending.id)
-        self.engine.observe_limits(pending.id, now, info.limits(self._clock_per_wall()))
 
     def _clock_per_wall(self) -> float:
         """Clock seconds per wall second (header durations are wall seconds)."""

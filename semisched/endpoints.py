@@ -19,8 +19,9 @@ environment (API keys stay where the caller put them: in its clients).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final, get_args, get_type_hints
 
 from semisched.calls import Api
 from semisched.core.checks import check_bool, check_int, check_str
@@ -28,7 +29,80 @@ from semisched.core.config import BudgetConfig
 from semisched.core.endpoint import EndpointSpec
 from semisched.provider import Provider
 
-__all__ = ["Deployments", "Endpoint"]
+__all__ = [
+    "ENDPOINT_OPTIONS",
+    "Deployments",
+    "Endpoint",
+    "endpoint_option_types",
+    "endpoint_spec",
+]
+
+#: The core's per-endpoint settings an endpoint passes on unchanged
+#: (:class:`~semisched.core.endpoint.EndpointSpec`'s fields but its name, models and budget).
+_SPEC_OPTIONS: Final = tuple(
+    f.name for f in fields(EndpointSpec) if f.name not in ("name", "models", "budget")
+)
+#: Its own limits (:class:`~semisched.core.config.BudgetConfig`'s fields an endpoint sets).
+_LIMITS: Final = ("rpm", "tpm")
+#: Every keyword option of :class:`Endpoint` (and of a fleet file's ``[[endpoint]]``
+#: table), in order: the one list of an endpoint's settings.
+ENDPOINT_OPTIONS: Final = ("model_map", *_LIMITS, *_SPEC_OPTIONS)
+
+
+def endpoint_option_types() -> dict[str, type]:
+    """Each scalar option's type (``model_map`` left out), read from the core's dataclasses."""
+    hints = {**get_type_hints(BudgetConfig), **get_type_hints(EndpointSpec)}
+    types: dict[str, type] = {}
+    for name in ENDPOINT_OPTIONS[1:]:
+        hint = hints[name]
+        args = [a for a in get_args(hint) if a is not type(None)]
+        types[name] = args[0] if args else hint
+    return types
+
+
+def endpoint_spec(
+    name: str,
+    *,
+    model_map: Mapping[str, str] | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    learn_limits: bool = True,
+    in_file: bool = False,
+    **spec_options: Any,
+) -> EndpointSpec:
+    """What the core knows of an endpoint: its options (:data:`ENDPOINT_OPTIONS`), checked.
+
+    A budget is kept when it has ``rpm`` or ``tpm``, or ``learn_limits`` (then it
+    adopts the limits the endpoint's ``x-ratelimit-*`` headers advertise).
+    ``in_file``: messages in a fleet file's words (a ``model_map`` is a table there).
+
+    Raises:
+        ValueError: A bad value, naming it.
+        TypeError: An unknown option.
+    """
+    unknown = sorted(set(spec_options) - set(_SPEC_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown endpoint option(s) {unknown} (known: {list(ENDPOINT_OPTIONS)})")
+    models: frozenset[str] | None = None
+    if model_map is not None:
+        if not isinstance(model_map, Mapping) or not model_map:
+            raise ValueError(
+                f"model_map={model_map!r} must be a non-empty table of "
+                "logical model -> deployment name"
+                if in_file
+                else f"model_map={model_map!r} of endpoint {name!r} must be a non-empty "
+                "mapping of logical model -> deployment name, or None"
+            )
+        for logical, deployed in model_map.items():
+            check_str(f"model_map key {logical!r}", logical)
+            check_str(f"model_map[{logical!r}]", deployed)
+        models = frozenset(model_map)
+    check_int("rpm", rpm, minimum=1, optional=True)
+    check_int("tpm", tpm, minimum=1, optional=True)
+    check_bool("learn_limits", learn_limits)
+    unlimited = rpm is None and tpm is None
+    budget = None if unlimited and not learn_limits else BudgetConfig(rpm=rpm, tpm=tpm)
+    return EndpointSpec(name=name, models=models, budget=budget, **spec_options)
 
 
 class Endpoint:
@@ -38,42 +112,33 @@ class Endpoint:
         name: Unique in the fleet; statistics and the core's decisions use it.
         client: ``openai.AsyncOpenAI`` (or any OpenAI-compatible async client)
             for this deployment; its own retries are turned off.
-        model_map: Logical model -> this deployment's model name (an Azure
-            deployment name, a vLLM served name). With a map the endpoint
-            serves only the models it names; ``None`` serves any model under
-            its own name.
-        rpm: Its own requests-per-minute limit (a key or deployment limit).
-        tpm: Its own tokens-per-minute limit.
-        max_concurrency: Most requests in flight here at once.
-        weight: Relative share for weighted routing (capacity, preference).
-        pool: ``"short"`` or ``"long"``: its pool under ``token_budget``
-            routing (seed 003); ``None`` serves both.
-        context_tokens: Largest prompt plus output it serves; bigger requests
-            never go here.
         learn_limits: Keep a rate budget for it even without ``rpm``/``tpm``,
             adopting the limits its ``x-ratelimit-*`` headers advertise (so a
             tight limit nobody told the scheduler about is learned from the
             first answers, not from a storm of 429s). ``Scheduler(client)``'s
             one endpoint does not: there ``config.budget`` governs, as before.
+        **options: Its settings (:data:`ENDPOINT_OPTIONS`):
+
+            - ``model_map``: logical model -> this deployment's model name (an
+              Azure deployment name, a vLLM served name). With a map the
+              endpoint serves only the models it names; ``None`` serves any
+              model under its own name.
+            - ``rpm``, ``tpm``: its own requests- and tokens-per-minute limits
+              (a key or deployment limit).
+            - the core's :class:`~semisched.core.endpoint.EndpointSpec` fields:
+              ``max_concurrency`` (most requests in flight here at once),
+              ``weight`` (relative share for weighted routing), ``pool``
+              (``"short"`` or ``"long"`` under ``token_budget`` routing;
+              ``None`` serves both), ``context_tokens`` (largest prompt plus
+              output it serves).
 
     Raises:
         ValueError: A bad value, naming the argument.
-        TypeError: ``client`` has no ``chat.completions``.
+        TypeError: ``client`` has no ``chat.completions``, or an unknown option.
     """
 
     def __init__(
-        self,
-        name: str,
-        client: Any,
-        *,
-        model_map: Mapping[str, str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-        max_concurrency: int | None = None,
-        weight: float = 1.0,
-        pool: str | None = None,
-        context_tokens: int | None = None,
-        learn_limits: bool = True,
+        self, name: str, client: Any, *, learn_limits: bool = True, **options: Any
     ) -> None:
         check_str("name", name)
         if getattr(getattr(client, "chat", None), "completions", None) is None:
@@ -81,35 +146,12 @@ class Endpoint:
                 f"client={client!r} of endpoint {name!r} must be an OpenAI-compatible client "
                 "(with chat.completions)"
             )
-        models: frozenset[str] | None = None
-        if model_map is not None:
-            if not isinstance(model_map, Mapping) or not model_map:
-                raise ValueError(
-                    f"model_map={model_map!r} of endpoint {name!r} must be a non-empty "
-                    "mapping of logical model -> deployment name, or None"
-                )
-            for logical, deployed in model_map.items():
-                check_str(f"model_map key {logical!r}", logical)
-                check_str(f"model_map[{logical!r}]", deployed)
-            models = frozenset(model_map)
-        check_int("rpm", rpm, minimum=1, optional=True)
-        check_int("tpm", tpm, minimum=1, optional=True)
-        check_bool("learn_limits", learn_limits)
-        unlimited = rpm is None and tpm is None
-        budget = None if unlimited and not learn_limits else BudgetConfig(rpm=rpm, tpm=tpm)
+        self.spec = endpoint_spec(name, learn_limits=learn_limits, **options)
+        model_map = options.get("model_map")
         self.name = name
         self.client = client
         self.model_map: Mapping[str, str] | None = (
             None if model_map is None else MappingProxyType(dict(model_map))
-        )
-        self.spec = EndpointSpec(
-            name=name,
-            models=models,
-            max_concurrency=max_concurrency,
-            budget=budget,
-            weight=weight,
-            pool=pool,
-            context_tokens=context_tokens,
         )
 
     def __repr__(self) -> str:
@@ -133,6 +175,7 @@ class Deployments:
         self._endpoints: dict[str, Endpoint] = {}
         self._providers: dict[str, Provider] = {}
         self._maps: dict[str, Mapping[str, str] | None] = {}  # kept after removal, like providers
+        self._allowed: Mapping[str, frozenset[str] | None] | None = None  # computed on demand
         for endpoint in endpoints:
             self.add(endpoint)
         if not self._endpoints:
@@ -174,10 +217,12 @@ class Deployments:
         self._providers[endpoint.name] = Provider(endpoint.client)
         self._maps[endpoint.name] = endpoint.model_map
         self._endpoints[endpoint.name] = endpoint
+        self._allowed = None
 
     def remove(self, name: str) -> None:
         """Forget ``name`` for new calls (attempts in flight keep their provider)."""
         self._endpoints.pop(name, None)
+        self._allowed = None
 
     def endpoint(self, name: str) -> Endpoint:
         """The endpoint called ``name``."""
@@ -200,6 +245,11 @@ class Deployments:
     def allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         """Per API, the argument names every endpoint accepts (``None``: any); an API
         some endpoint lacks is left out (:func:`semisched.calls.prepare_call`'s shape)."""
+        if self._allowed is None:
+            self._allowed = self._allowed_params()
+        return self._allowed
+
+    def _allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         providers = [self._providers[name] for name in self._endpoints]
         allowed: dict[str, frozenset[str] | None] = {}
         apis: tuple[Api, ...] = ("chat", "completions")

@@ -3,7 +3,7 @@
 Existing code that calls ``client.chat.completions.create(...)`` or
 ``client.completions.create(...)`` changes one line: use ``scheduler.client``
 in its place. Every call goes through :meth:`semisched.Scheduler.submit`, so it
-also accepts the scheduler-only ``klass``, ``deadline``, ``prior`` and ``tenant``.
+also accepts the scheduling hints of :class:`semisched.calls.CallArgs`.
 
 What this module is not: no other part of the OpenAI client (files, batches,
 embeddings, ``with_raw_response``) is wrapped.
@@ -12,6 +12,8 @@ embeddings, ``with_raw_response``) is wrapped.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from semisched.calls import call_signature
 
 if TYPE_CHECKING:
     from semisched.runtime import Scheduler
@@ -24,9 +26,10 @@ class _ScheduledCompletions:
         self._scheduler = scheduler
         self._endpoint = endpoint
 
+    @call_signature
     async def create(self, **kwargs: Any) -> Any:
-        """Scheduled ``create``: same arguments, plus ``klass``, ``deadline``, ``prior``,
-        ``tenant``."""
+        """Scheduled ``create``: same arguments, plus the scheduling hints of
+        :class:`~semisched.calls.CallArgs` (``klass``, ``deadline``, ``prior``, ``tenant``)."""
         if self._endpoint == "chat" and "messages" not in kwargs:
             raise TypeError("chat.completions.create() needs messages=")
         if self._endpoint == "completions" and "prompt" not in kwargs:

@@ -52,15 +52,15 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from semisched.core.checks import check_str
-from semisched.core.config import ROUTING_POLICY_NAMES, BudgetConfig, RoutingConfig
+from semisched.core.config import ROUTING_POLICY_NAMES, RoutingConfig
 from semisched.core.endpoint import EndpointSpec
-from semisched.endpoints import Endpoint
+from semisched.endpoints import ENDPOINT_OPTIONS, Endpoint, endpoint_option_types, endpoint_spec
 
 __all__ = [
     "ENDPOINT_FIELDS",
@@ -77,34 +77,20 @@ __all__ = [
     "parse_endpoint_option",
 ]
 
-#: Keys of an ``[[endpoint]]`` table (:class:`EndpointDef`'s fields).
-ENDPOINT_FIELDS: Final = (
-    "name",
-    "base_url",
-    "key_env",
-    "model_map",
-    "rpm",
-    "tpm",
-    "max_concurrency",
-    "weight",
-    "pool",
-    "context_tokens",
-)
+#: Keys of an ``[[endpoint]]`` table: its name, URL and key variable, then
+#: :class:`~semisched.Endpoint`'s options (:data:`semisched.endpoints.ENDPOINT_OPTIONS`).
+ENDPOINT_FIELDS: Final = ("name", "base_url", "key_env", *ENDPOINT_OPTIONS)
 #: Top-level keys of a fleet file.
 FLEET_FIELDS: Final = ("routing", "routing_options", "endpoint")
 #: Keys of ``[routing_options]``: every :class:`RoutingConfig` field but ``policy``.
 ROUTING_OPTION_FIELDS: Final = tuple(f.name for f in fields(RoutingConfig) if f.name != "policy")
 
-#: ``parse_endpoint_option`` keys after ``NAME=URL``, and the field and type each sets.
+#: ``parse_endpoint_option`` keys after ``NAME=URL``, and the field and type each sets:
+#: ``key-env`` and every scalar endpoint option (``max_concurrency`` as ``max-concurrency``).
 _OPTION_KEYS: Final[Mapping[str, tuple[str, type]]] = MappingProxyType(
     {
         "key-env": ("key_env", str),
-        "rpm": ("rpm", int),
-        "tpm": ("tpm", int),
-        "max-concurrency": ("max_concurrency", int),
-        "weight": ("weight", float),
-        "pool": ("pool", str),
-        "context-tokens": ("context_tokens", int),
+        **{n.replace("_", "-"): (n, kind) for n, kind in endpoint_option_types().items()},
     }
 )
 
@@ -123,90 +109,91 @@ def _known(what: str, keys: Iterable[str], allowed: Sequence[str]) -> None:
             raise FleetFileError(f"{what}: unknown field {key!r} (known: {', '.join(allowed)})")
 
 
-@dataclass(frozen=True, kw_only=True)
 class EndpointDef:
     """One endpoint as a fleet file or ``--endpoint`` describes it: everything but its client.
 
-    Attributes:
+    Args:
         name: Unique in the fleet; statistics and routing decisions use it.
         base_url: The OpenAI-compatible base URL (``http(s)://host[:port]/.../v1``).
         key_env: The environment variable holding its API key; ``None``: the
             caller's default (the batch CLI's ``--api-key-env``).
-        model_map: Logical model -> this deployment's model name; ``None``
-            serves any model under its own name (:class:`~semisched.Endpoint`).
-        rpm: Its own requests-per-minute limit.
-        tpm: Its own tokens-per-minute limit.
-        max_concurrency: Most requests in flight there at once.
-        weight: Relative share for weighted routing.
-        pool: ``"short"`` or ``"long"`` under ``token_budget`` routing; ``None``: both.
-        context_tokens: Largest prompt plus output it serves.
+        **options: :class:`~semisched.Endpoint`'s options
+            (:data:`~semisched.endpoints.ENDPOINT_OPTIONS`: ``model_map``,
+            ``rpm``, ``tpm``, ``max_concurrency``, ``weight``, ``pool``,
+            ``context_tokens``), each readable as an attribute (``None`` or its
+            default when not given).
 
     Raises:
         ValueError: A bad value, naming the field (the same checks as
             :class:`~semisched.Endpoint`).
+        TypeError: An unknown option.
     """
+
+    __slots__ = ("base_url", "key_env", "name", "options")
 
     name: str
     base_url: str
-    key_env: str | None = None
-    model_map: Mapping[str, str] | None = field(default=None, hash=False)
-    rpm: int | None = None
-    tpm: int | None = None
-    max_concurrency: int | None = None
-    weight: float = 1.0
-    pool: str | None = None
-    context_tokens: int | None = None
+    key_env: str | None
+    options: Mapping[str, Any]
 
-    def __post_init__(self) -> None:
-        check_str("name", self.name)
-        check_str("base_url", self.base_url)
-        parts = urlsplit(self.base_url)
+    def __init__(
+        self, *, name: str, base_url: str, key_env: str | None = None, **options: Any
+    ) -> None:
+        check_str("name", name)
+        check_str("base_url", base_url)
+        parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(
-                f"base_url={self.base_url!r} must be an http:// or https:// URL with a host"
+                f"base_url={base_url!r} must be an http:// or https:// URL with a host"
             )
-        check_str("key_env", self.key_env, optional=True)
-        if self.key_env is not None and ("=" in self.key_env or "\0" in self.key_env):
-            raise ValueError(f"key_env={self.key_env!r} must be an environment variable name")
-        if self.model_map is not None:
-            if not isinstance(self.model_map, Mapping) or not self.model_map:
-                raise ValueError(
-                    f"model_map={self.model_map!r} must be a non-empty table of "
-                    "logical model -> deployment name"
-                )
-            for logical, deployed in self.model_map.items():
-                check_str(f"model_map key {logical!r}", logical)
-                check_str(f"model_map[{logical!r}]", deployed)
-            object.__setattr__(self, "model_map", MappingProxyType(dict(self.model_map)))
-        self.spec()  # EndpointSpec's and BudgetConfig's own checks (rule 2)
+        check_str("key_env", key_env, optional=True)
+        if key_env is not None and ("=" in key_env or "\0" in key_env):
+            raise ValueError(f"key_env={key_env!r} must be an environment variable name")
+        endpoint_spec(name, in_file=True, **options)  # the SDK's own checks (rule 2)
+        if options.get("model_map") is not None:
+            options["model_map"] = MappingProxyType(dict(options["model_map"]))
+        for attr, value in (("name", name), ("base_url", base_url), ("key_env", key_env)):
+            object.__setattr__(self, attr, value)
+        object.__setattr__(self, "options", MappingProxyType(options))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"EndpointDef is frozen: cannot set {name!r}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ENDPOINT_OPTIONS:
+            return self.options.get(name, _DEFAULTS.get(name))
+        raise AttributeError(name)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.base_url, self.key_env, tuple(getattr(self, n) for n in _SCALARS))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EndpointDef):
+            return NotImplemented
+        return self._key() == other._key() and self.model_map == other.model_map
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"EndpointDef(name={self.name!r}, base_url={self.base_url!r}, " + (
+            f"key_env={self.key_env!r}" + (f", {given})" if given else ")")
+        )
 
     def spec(self) -> EndpointSpec:
         """What the core will know of this endpoint (as :class:`~semisched.Endpoint`
         builds it: a budget that also adopts the limits its headers advertise)."""
-        budget = BudgetConfig(rpm=self.rpm, tpm=self.tpm)
-        return EndpointSpec(
-            name=self.name,
-            models=None if self.model_map is None else frozenset(self.model_map),
-            max_concurrency=self.max_concurrency,
-            budget=budget,
-            weight=self.weight,
-            pool=self.pool,
-            context_tokens=self.context_tokens,
-        )
+        return endpoint_spec(self.name, **self.options)
 
     def endpoint(self, client: Any) -> Endpoint:
         """The :class:`~semisched.Endpoint` this describes, sending through ``client``."""
-        return Endpoint(
-            self.name,
-            client,
-            model_map=self.model_map,
-            rpm=self.rpm,
-            tpm=self.tpm,
-            max_concurrency=self.max_concurrency,
-            weight=float(self.weight),
-            pool=self.pool,
-            context_tokens=self.context_tokens,
-        )
+        return Endpoint(self.name, client, **self.options)
+
+
+#: Options with a default other than ``None``, and the scalar ones (all but ``model_map``).
+_DEFAULTS: Final = {"weight": 1.0}
+_SCALARS: Final = ENDPOINT_OPTIONS[1:]
 
 
 def check_unique(defs: Iterable[EndpointDef], where: str = "fleet") -> None:

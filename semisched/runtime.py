@@ -3,17 +3,23 @@
 :class:`Scheduler` executes what :class:`semisched.core.Engine` decides and
 decides nothing itself. It
 
-- validates a call (:func:`semisched.calls.prepare_call`) and builds the
+- is built one way: the client (or endpoints), one
+  :class:`~semisched.core.config.SchedulerConfig` (every scheduling decision,
+  retry, routing and tenants included), runtime objects (priors, state, clock,
+  telemetry) and :class:`~semisched.options.RuntimeOptions`,
+- validates a call (:class:`semisched.calls.CallArgs`,
+  :func:`semisched.calls.prepare_call`) and builds the
   core's :class:`~semisched.core.Request` (prior from a
   :class:`~semisched.priors.PriorSource` via :mod:`semisched.prior_batch`,
   prompt tokens from the bytes-per-token estimator),
 - runs every :class:`~semisched.core.Send` as a task in its own task group,
-  calling the wrapped client with its retries turned off,
+  through the endpoint's stack of layers around the wrapped client
+  (:mod:`semisched.layers`: compression, shared-state reservation,
+  observers, usage learning, rate-limit headers; its retries turned off),
 - classifies each failed attempt (:mod:`semisched.failures`) and reports it
   with ``engine.failed``; the core's retry policy answers with
   :class:`~semisched.core.Retry` (the engine re-queues and later re-sends it),
   :class:`~semisched.core.Expire` or :class:`~semisched.core.Fail`,
-- reads rate-limit headers into the core's signals,
 - resolves each caller exactly once: the provider's response object, or an
   outcome from :mod:`semisched.errors`.
 
@@ -38,28 +44,29 @@ import itertools
 import random
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Never
 
 import anyio
 from anyio.abc import TaskGroup
 
-from semisched.calibration import Calibrated, LengthCalibration
-from semisched.calls import PreparedCall, prepare_call, scheduler_config
+from semisched.calibration import Calibrated
+from semisched.calls import CallArgs, PreparedCall, call_signature, prepare_call, scheduler_config
 from semisched.clock import AnyioClock, Clock
 from semisched.compression import PromptCompression
-from semisched.core.checks import check_int
-from semisched.core.config import RoutingConfig, SchedulerConfig
+from semisched.core.checks import check_instance
+from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
-from semisched.core.request import Prior, Request
-from semisched.core.tenancy import TenantConfig, TenantSpec
+from semisched.core.request import Request
 from semisched.default_priors import scheduler_priors
 from semisched.dispatch import Dispatcher
 from semisched.endpoints import Deployments, Endpoint
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.estimate import TokenEstimator
 from semisched.facade import ScheduledClient
+from semisched.layers import Configured
 from semisched.observe import RequestObserver, build_observers
+from semisched.options import RuntimeOptions, removed_argument
 from semisched.pending import Pending
 from semisched.prior_batch import PriorResolver
 from semisched.priors import Heuristic, PriorSource
@@ -75,11 +82,15 @@ from semisched.streams import ScheduledStream
 __all__ = [
     "RetryPolicy",
     "RuntimeCounters",
+    "RuntimeOptions",
     "ScheduledClient",
     "ScheduledStream",
     "Scheduler",
     "SchedulerStats",
 ]
+
+
+_DEFAULT_OPTIONS = RuntimeOptions()
 
 
 class Scheduler:
@@ -101,25 +112,12 @@ class Scheduler:
             ``client``: each send goes to the endpoint the core's routing layer
             picks (``config.routing``), a failed attempt fails over to another,
             and ``statistics().engine.endpoints`` reports each.
-        state: Share budgets, leases and 429 pauses with every scheduler in
-            ``namespace`` (other processes, other machines): a Redis URL
-            (``"redis://127.0.0.1:6379/0"``; needs the ``redis`` extra) or a
-            :class:`~semisched.state.base.StateBackend`. Each send is reserved
-            there first (the fleet's ``config.budget`` and ``max_inflight``, each
-            endpoint's ``rpm``/``tpm``/``max_concurrency``: set them to the
-            *shared* limits). Unreachable on entering: :class:`StateUnavailable`.
-            Lost later: one warning, then this process runs on its share of each
-            limit until the store is back (:mod:`semisched.state.guard`).
-        namespace: The key namespace of ``state`` (one per fleet or team).
-        routing: A convenience: a routing policy name
-            (:data:`~semisched.core.config.ROUTING_POLICY_NAMES`) or a
-            :class:`~semisched.core.RoutingConfig` that replaces ``config.routing``.
-        tenants: Who shares this scheduler (:mod:`semisched.core.tenancy`): a
-            :class:`~semisched.TenantConfig` or a sequence of
-            :class:`~semisched.TenantSpec`; it replaces ``config.tenants``
-            (``ValueError`` when that declares tenants too). Each call names
-            its own with ``submit(..., tenant=)``.
-        config: A :class:`SchedulerConfig` or a preset name.
+        config: A :class:`SchedulerConfig` or a preset name: every scheduling
+            decision, the retry policy (``config.retry``), routing
+            (``config.routing``) and tenants (``config.tenants``; each call names
+            its own with ``submit(..., tenant=)``). Change a preset with
+            ``dataclasses.replace(preset("final_adrr_olc"), routing=...)`` or
+            :func:`semisched.calls.scheduler_config`.
         priors: Where priors come from when a call gives none: a
             :class:`~semisched.priors.PriorSource`, or a name from
             :mod:`semisched.default_priors`. ``"auto"`` is the shipped learned
@@ -130,29 +128,17 @@ class Scheduler:
             The model is loaded on entering the context (seconds, once per
             process, in a worker thread) and, like any
             :class:`~semisched.priors.BatchPriorSource`, runs off the event loop.
-        prior_timeout_s: Longest wait (event-loop seconds) for a blocking
-            source; then ``fallback`` answers.
-        fallback: Prior source used on timeout or error of ``priors``.
-        calibration: Online correction of the source's priors from the lengths
-            answers report (:class:`~semisched.calibration.LengthCalibration`):
-            ``True`` (a fresh one), ``False`` (off), or one to share or inspect.
-            It also learns whether the calls' ``max_tokens`` caps predict their
-            lengths. A caller's own ``prior=`` is never corrected.
+        state: Share budgets, leases and 429 pauses with every scheduler in
+            ``options.namespace`` (other processes, other machines): a Redis URL
+            (``"redis://127.0.0.1:6379/0"``; needs the ``redis`` extra) or a
+            :class:`~semisched.state.base.StateBackend`. Each send is reserved
+            there first (the fleet's ``config.budget`` and ``max_inflight``, each
+            endpoint's ``rpm``/``tpm``/``max_concurrency``: set them to the
+            *shared* limits). Unreachable on entering: :class:`StateUnavailable`.
+            Lost later: one warning, then this process runs on its share of each
+            limit until the store is back (:mod:`semisched.state.guard`).
         clock: Time source (default :class:`~semisched.clock.AnyioClock`: the
             event loop's clock, virtual under trio's ``MockClock``).
-        retry: A convenience: replaces ``config.retry`` (the core's
-            :class:`~semisched.core.RetryPolicy`), so
-            ``Scheduler(c, retry=RetryPolicy(max_attempts=2))`` needs no
-            config of its own. ``None`` keeps ``config.retry``.
-        seed: Seed of the retry back-off's jitter (the core draws it from
-            ``random.Random(seed).random``): the same seed gives the same
-            back-off times. ``None``: seeded from the OS.
-        max_pending: Refuse (``QueueFull``) beyond this many unresolved requests.
-        estimator: Prompt-token estimator (bytes-per-token EMA).
-        cancel_late: Abort a call still in flight when its deadline passes
-            (``DeadlineExceeded``, phase ``in_flight``). ``False`` lets it finish
-            late and returns the response, which is how the paper and the
-            simulator count a late completion.
         metrics: Prometheus metrics (:mod:`semisched.telemetry.prometheus`;
             the ``metrics`` extra): ``True`` registers them in the default
             registry, or give a ``prometheus_client.CollectorRegistry``.
@@ -162,6 +148,14 @@ class Scheduler:
             SDK), or give a ``TracerProvider``; ``False``: none.
         observers: More :class:`~semisched.observe.RequestObserver`\ s, told
             what happens to each request.
+        options: The runtime's own settings (:class:`~semisched.RuntimeOptions`):
+            prior timeout and fallback, calibration, token estimator,
+            ``max_pending``, the jitter's ``seed``, ``cancel_late`` and the
+            state's ``namespace``.
+
+    Raises:
+        TypeError: A keyword this constructor no longer takes (``routing=``,
+            ``retry=``, ``seed=``, ...), naming where it went.
     """
 
     def __init__(
@@ -169,62 +163,47 @@ class Scheduler:
         client: Any = None,
         *,
         endpoints: Sequence[Endpoint] | None = None,
-        state: StateBackend | str | None = None,
-        namespace: str = "semisched",
-        routing: str | RoutingConfig | None = None,
-        tenants: TenantConfig | Sequence[TenantSpec] | None = None,
         config: SchedulerConfig | str = "final_adrr_olc",
         priors: PriorSource | str | None = None,
-        prior_timeout_s: float = 0.05,
-        fallback: PriorSource | None = None,
-        calibration: LengthCalibration | bool = True,
+        state: StateBackend | str | None = None,
         clock: Clock | None = None,
-        retry: RetryPolicy | None = None,
-        seed: int | None = None,
-        max_pending: int | None = None,
-        estimator: TokenEstimator | None = None,
-        cancel_late: bool = True,
         metrics: CollectorRegistry | bool = False,
         tracing: TracerProvider | bool = True,
         observers: Sequence[RequestObserver] = (),
+        options: RuntimeOptions = _DEFAULT_OPTIONS,
+        **removed: Never,
     ) -> None:
-        check_int("max_pending", max_pending, minimum=1, optional=True)
-        check_int("seed", seed, optional=True)
-        self.config = scheduler_config(config, retry=retry, routing=routing, tenants=tenants)
+        if error := removed_argument(removed):
+            raise error
+        check_instance("options", options, RuntimeOptions)
+        self.config = scheduler_config(config)
+        self.options = options
         source, self._prior_choice, self._load_priors = scheduler_priors(priors)
-        if not isinstance(calibration, LengthCalibration | bool):
-            raise TypeError(f"calibration={calibration!r} must be a LengthCalibration or a bool")
         self._deployments = Deployments.of(client, endpoints)
-        self._allowed_params = self._deployments.allowed_params
         self._class_names = tuple(c.name for c in self.config.classes)
         self._engine = Engine(
             self.config,
-            jitter=random.Random(seed).random,
+            jitter=random.Random(options.seed).random,
             endpoints=[self._deployments.endpoint(n).spec for n in self._deployments.names],
         )
-        self._priors = PriorResolver(
-            source,
-            fallback if fallback is not None else Heuristic(),
-            timeout_s=prior_timeout_s,
-        )
-        if calibration is True:
-            calibration = LengthCalibration()
-        self._calibration = calibration or None
+        fallback = options.fallback if options.fallback is not None else Heuristic()
+        self._priors = PriorResolver(source, fallback, timeout_s=options.prior_timeout_s)
+        self._calibration = options.length_calibration()
         self._clock: Clock = clock if clock is not None else AnyioClock()
-        backend = backend_for(state, namespace)
-        self._shared = (
-            None if backend is None else SharedBudget(backend, self._engine, self._clock, seed=seed)
-        )
-        self._max_pending = max_pending
-        self._estimator = estimator if estimator is not None else TokenEstimator()
+        backend = backend_for(state, options.namespace)
+        self._shared = None if backend is None else SharedBudget(
+            backend, self._engine, self._clock, seed=options.seed
+        )  # fmt: skip
+        self._estimator = options.estimator if options.estimator is not None else TokenEstimator()
         self._tally = RuntimeTally()
         self._compression = PromptCompression(self.config.routing, self._estimator)
         watchers = build_observers(observers, metrics=metrics, tracing=tracing,
                                    statistics=self.statistics)  # fmt: skip
-        self._dispatch = Dispatcher(self._engine, self._deployments, self._clock,
-                                    self._estimator, self._tally, cancel_late=cancel_late,
-                                    calibration=self._calibration, shared=self._shared,
-                                    observers=watchers, compression=self._compression)  # fmt: skip
+        configured = Configured(deployments=self._deployments, estimator=self._estimator,
+                                calibration=self._calibration, observers=watchers,
+                                shared=self._shared, compression=self._compression)  # fmt: skip
+        self._dispatch = Dispatcher(self._engine, configured, self._clock, self._tally,
+                                    cancel_late=options.cancel_late)  # fmt: skip
         self._ids = itertools.count(1)
         self._preparing = 0
         self._tg: TaskGroup | None = None
@@ -286,34 +265,16 @@ class Scheduler:
 
     # -- the public calls ------------------------------------------------------------------
 
-    async def submit(
-        self,
-        *,
-        model: str,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        prompt: Any = None,
-        klass: str | None = None,
-        deadline: float | None = None,
-        prior: Prior | tuple[float, float] | None = None,
-        tenant: str | None = None,
-        **params: Any,
-    ) -> Any:
+    @call_signature
+    async def submit(self, **call: Any) -> Any:
         """Schedule one chat (``messages``) or completions (``prompt``) call.
 
         Args:
-            model: Provider model name.
-            messages: Chat messages (chat endpoint).
-            prompt: Prompt (completions endpoint).
-            klass: Scheduling class; default ``interactive`` for short priors,
-                else the batch class.
-            deadline: Seconds from now (on the scheduler's clock) after which
-                the answer is useless.
-            prior: Output-length prior (a :class:`Prior` or ``(p50, p90)``);
-                default from the scheduler's prior source.
-            tenant: The declared tenant it is sent for (and charged to); ``None``:
-                the default tenant. An undeclared name raises ``ValueError``.
-            **params: Passed to the provider unchanged (``max_completion_tokens``,
-                ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...).
+            **call: The call (:class:`~semisched.calls.CallArgs`): ``model``,
+                ``messages`` or ``prompt``, the scheduling hints ``klass``,
+                ``deadline``, ``prior``, ``tenant``; everything else is passed
+                to the provider unchanged (``max_completion_tokens``,
+                ``temperature``, ``stream``, ``extra_headers``, ...).
 
         Returns:
             The wrapped client's own response (``ChatCompletion``,
@@ -324,49 +285,31 @@ class Scheduler:
                 (:func:`semisched.calls.prepare_call`).
             SemischedError: An outcome (see :mod:`semisched.errors`).
         """
-        call = self._prepare(model, messages, prompt, klass, deadline, prior, tenant, params)
+        prepared = self._prepare(call)
         if self._tg is None or self._closed:
             raise SchedulerClosed(
                 "the scheduler is not running (use `async with Scheduler(...)`)",
                 request_id="",
-                klass=call.klass or "",
+                klass=prepared.klass or "",
             )
         rid = f"req-{next(self._ids)}"
         self._tally.submitted += 1
-        waiting = len(self._dispatch.pending) + self._preparing
-        if self._max_pending is not None and waiting >= self._max_pending:
-            self._tally.queue_full += 1
-            raise QueueFull(
-                f"{waiting} requests pending (max_pending={self._max_pending})",
-                request_id=rid,
-                klass=call.klass or "",
-                limit=self._max_pending,
-            )
+        self._check_room(rid, prepared)
         self._preparing += 1  # counts towards max_pending while its prior is resolved
         try:
-            request, calibrated = await self._request(rid, call)
-            request, compressed = await self._compression.prepare(request, call)
+            request, calibrated = await self._request(rid, prepared)
+            request, compressed = await self._compression.prepare(request, prepared)
         except BaseException:  # only cancellation: the prior resolver never fails
             self._tally.cancelled += 1
             raise
         finally:
             self._preparing -= 1
-        pending = Pending(id=rid, call=call, request=request, calibrated=calibrated,
+        pending = Pending(id=rid, call=prepared, request=request, calibrated=calibrated,
                           compressed=compressed)  # fmt: skip
         return await self._dispatch.run(pending)
 
-    def check(
-        self,
-        *,
-        model: str,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        prompt: Any = None,
-        klass: str | None = None,
-        deadline: float | None = None,
-        prior: Prior | tuple[float, float] | None = None,
-        tenant: str | None = None,
-        **params: Any,
-    ) -> str:
+    @call_signature
+    def check(self, **call: Any) -> str:
         """Validate a call exactly as :meth:`submit` would, without scheduling it.
 
         Returns:
@@ -375,7 +318,20 @@ class Scheduler:
         Raises:
             ValueError, TypeError: What :meth:`submit` would raise for it.
         """
-        return self._prepare(model, messages, prompt, klass, deadline, prior, tenant, params).api
+        return self._prepare(call).api
+
+    def _check_room(self, rid: str, call: PreparedCall) -> None:
+        """Raise :class:`QueueFull` when ``options.max_pending`` requests already wait."""
+        limit = self.options.max_pending
+        waiting = len(self._dispatch.pending) + self._preparing
+        if limit is not None and waiting >= limit:
+            self._tally.queue_full += 1
+            raise QueueFull(
+                f"{waiting} requests pending (max_pending={limit})",
+                request_id=rid,
+                klass=call.klass or "",
+                limit=limit,
+            )
 
     def pause(self) -> None:
         """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
@@ -404,7 +360,7 @@ class Scheduler:
             TypeError: ``endpoint`` is not a :class:`~semisched.Endpoint`.
         """
         self._deployments.add(endpoint)
-        self._allowed_params = self._deployments.allowed_params
+        self._dispatch.stacks.drop(endpoint.name)
         self._dispatch.execute(self._engine.add_endpoint(endpoint.spec, self._dispatch.now()))
 
     def drain_endpoint(self, name: str) -> None:
@@ -424,7 +380,6 @@ class Scheduler:
         """
         self._dispatch.execute(self._engine.remove_endpoint(name, self._dispatch.now()))
         self._deployments.remove(name)
-        self._allowed_params = self._deployments.allowed_params
 
     def statistics(self) -> SchedulerStats:
         """A frozen snapshot: counters, the core's state, rate limits, the estimator.
@@ -450,32 +405,15 @@ class Scheduler:
 
     # -- building the core's request -------------------------------------------------------
 
-    def _prepare(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]] | None,
-        prompt: Any,
-        klass: str | None,
-        deadline: float | None,
-        prior: Prior | tuple[float, float] | None,
-        tenant: str | None,
-        params: dict[str, Any],
-    ) -> PreparedCall:
-        call = prepare_call(
-            model=model,
-            messages=messages,
-            prompt=prompt,
-            klass=klass,
-            deadline=deadline,
-            prior=prior,
-            tenant=tenant,
-            params=params,
-            allowed_params=self._allowed_params,
+    def _prepare(self, call: Mapping[str, Any]) -> PreparedCall:
+        prepared = prepare_call(
+            CallArgs.of(call),
+            allowed_params=self._deployments.allowed_params,
             class_names=self._class_names,
             tenants=self.config.tenants,
         )
-        self._deployments.check_model(call.model)
-        return call
+        self._deployments.check_model(prepared.model)
+        return prepared
 
     async def _request(self, rid: str, call: PreparedCall) -> tuple[Request, Calibrated | None]:
         prior = call.prior

@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 
@@ -49,14 +49,12 @@ from semisched.batch.input import (
     BatchError,
     BatchLine,
     InvalidInput,
-    InvalidLine,
     load_body,
     open_input,
     read_input,
 )
 from semisched.batch.options import BatchOptions
 from semisched.batch.output import (
-    Answered,
     ErrorCode,
     ResultWriter,
     check_writable,
@@ -67,16 +65,19 @@ from semisched.batch.output import (
     read_answered,
     success_record,
 )
+from semisched.batch.planning import BatchPlan, load_priors, off_loop, planned
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
 from semisched.batch.timing import BatchTiming
+from semisched.calls import scheduler_config
 from semisched.clock import AnyioClock, Clock
 from semisched.compression import CompressionStats
-from semisched.core.request import Prior, Request
+from semisched.core.request import Prior
 from semisched.core.stats import EngineStats
-from semisched.default_priors import choose_priors, model_unavailable
+from semisched.default_priors import model_unavailable
 from semisched.endpoints import Endpoint
 from semisched.errors import SemischedError
+from semisched.options import RuntimeOptions
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
 from semisched.state.base import StateUnavailable
@@ -89,33 +90,6 @@ __all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
 #: The priors line's reason while the model loads in the background.
 STREAMING = "loading while the first requests go out with the max_tokens heuristic's priors"
 
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchPlan:
-    """What a run will do, read before anything is sent.
-
-    Attributes:
-        lines: The valid input lines, in file order.
-        invalid: The invalid input lines (only with ``skip_invalid``).
-        answered: What the output already holds.
-    """
-
-    lines: tuple[BatchLine, ...]
-    invalid: tuple[InvalidLine, ...]
-    answered: Answered
-
-    @property
-    def todo(self) -> list[BatchLine]:
-        """Valid lines without a result."""
-        return [line for line in self.lines if line.custom_id not in self.answered.custom_ids]
-
-    @property
-    def new_invalid(self) -> list[InvalidLine]:
-        """Invalid lines without their error record."""
-        return [p for p in self.invalid if not self.answered.has_invalid_line(p.line)]
-
 
 @dataclass(frozen=True, slots=True)
 class _Sending:
@@ -127,42 +101,6 @@ class _Sending:
     window: anyio.Semaphore
     job_deadline: float | None
     timing: BatchTiming
-
-
-def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
-    """The prior source ``options.priors`` asks for, and why
-    (:func:`semisched.default_priors.choose_priors`).
-
-    Raises:
-        BatchError: ``learned`` was asked for and cannot be loaded.
-    """
-    try:
-        return choose_priors(options.priors, asked_by=f"--priors {options.priors}")
-    except (ImportError, FileNotFoundError) as exc:
-        raise BatchError(f"--priors learned: {exc}") from None
-
-
-async def _off_loop(work: Callable[[], _T], *, thread: bool) -> _T:
-    """``work()``; in a worker thread when it may take seconds (the model), so the event
-    loop keeps handling signals; a second Ctrl-C abandons it rather than waiting."""
-    if not thread:
-        return work()
-    return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
-
-
-async def _planned(work: Callable[[], list[Request]], *, model: bool) -> list[Request]:
-    """Plan the requests (:func:`~semisched.batch.forecast.plan_requests`); a model's own
-    failure stops the job before anything is sent, saying how to avoid it."""
-    try:
-        return await _off_loop(work, thread=model)
-    except BatchError:
-        raise
-    except Exception as exc:
-        if not model:
-            raise
-        raise BatchError(
-            f"the length model failed while planning ({exc!r}); --priors heuristic avoids it"
-        ) from exc
 
 
 class BatchRun:
@@ -309,13 +247,13 @@ class BatchRun:
             choice = PriorsChoice(name="learned", reason=STREAMING)
         elif todo:
             load = partial(load_priors, opts)
-            source, choice = await _off_loop(load, thread=opts.priors != "heuristic")
+            source, choice = await off_loop(load, thread=opts.priors != "heuristic")
         config = opts.scheduler_config()
         with open_input(opts.input) as handle:
             work = partial(
                 plan_requests, handle, todo, default_model=opts.model, priors=source, config=config
             )
-            requests = await _planned(work, model=not isinstance(source, Heuristic))
+            requests = await planned(work, model=not isinstance(source, Heuristic))
         forecast = BatchForecast(
             to_send=len(todo),
             already_done=len(plan.lines) - len(todo),
@@ -395,15 +333,15 @@ class BatchRun:
         return Scheduler(
             client,
             endpoints=endpoints,
-            config=opts.scheduler_config(),
-            priors="heuristic",  # every call brings its own prior: never load a model here
+            priors="heuristic",
             clock=self.clock,
-            retry=RetryPolicy(max_attempts=opts.max_attempts),
-            max_pending=None,
             state=opts.state,
-            namespace=opts.namespace,
             metrics=False if self._metrics is None else self._metrics,
             observers=(timing,),
+            config=scheduler_config(
+                opts.scheduler_config(), retry=RetryPolicy(max_attempts=opts.max_attempts)
+            ),
+            options=RuntimeOptions(max_pending=None, namespace=opts.namespace),
         )
 
     async def _send_all(

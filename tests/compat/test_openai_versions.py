@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from semisched import ProviderError, QuotaExceeded, RateLimited, RetryPolicy, Scheduler
+from semisched.calls import scheduler_config
 
 from .conftest import FakeProvider, Reply, chat_completion, chat_stream, error, text_completion
 
@@ -82,7 +83,9 @@ async def test_a_429_insufficient_quota_is_not_retried(provider: FakeProvider) -
 
 async def test_a_500_is_retried_until_the_attempts_run_out(provider: FakeProvider) -> None:
     provider.script(*[error(500, None, "server_error")] * 3, chat_completion("too late"))
-    async with Scheduler(provider.client, retry=RETRY) as scheduler:
+    async with Scheduler(
+        provider.client, config=scheduler_config("final_adrr_olc", retry=RETRY)
+    ) as scheduler:
         with pytest.raises(ProviderError) as info:
             await scheduler.submit(model="fake-1", messages=MESSAGES, max_tokens=5)
     assert not isinstance(info.value, RateLimited | QuotaExceeded)
@@ -95,7 +98,9 @@ async def test_a_500_is_retried_until_the_attempts_run_out(provider: FakeProvide
 
 async def test_a_dropped_connection_is_retried(provider: FakeProvider) -> None:
     provider.script(Reply(drop=True), chat_completion("reconnected"))
-    async with Scheduler(provider.client, retry=RETRY) as scheduler:
+    async with Scheduler(
+        provider.client, config=scheduler_config("final_adrr_olc", retry=RETRY)
+    ) as scheduler:
         response = await scheduler.submit(model="fake-1", messages=MESSAGES, max_tokens=5)
     assert response.choices[0].message.content == "reconnected"
     assert len(provider.seen) == 2

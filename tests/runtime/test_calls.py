@@ -162,3 +162,18 @@ def test_accepted_params_reads_a_signature() -> None:
     assert accepted_params(Strict()) == frozenset({"max_tokens"})
     assert accepted_params(Loose()) is None
     assert accepted_params(object()) == frozenset()
+
+
+def test_the_per_call_signature_is_written_once() -> None:
+    import inspect
+
+    from semisched import Scheduler
+    from semisched.calls import CallArgs
+    from semisched.facade import ScheduledClient
+
+    names = [f for f in CallArgs.__dataclass_fields__ if f != "params"]
+    for func in (Scheduler.submit, Scheduler.check, ScheduledClient(None).chat.completions.create):  # type: ignore[arg-type]
+        params = inspect.signature(func).parameters
+        assert [p for p in params if p not in ("self", "params")] == names
+        assert params["params"].kind is inspect.Parameter.VAR_KEYWORD
+    assert {"klass", "deadline", "prior", "tenant"} == SCHEDULER_ARGS

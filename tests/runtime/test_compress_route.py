@@ -16,8 +16,9 @@ import openai
 import pytest
 
 from mockprovider.app import MockConfig, create_app
-from semisched import Endpoint, Scheduler
+from semisched import Endpoint, RuntimeOptions, Scheduler
 from semisched import compression as compression_module
+from semisched.calls import scheduler_config
 from semisched.compression import CompressionStats
 from semisched.core.config import RoutingConfig
 
@@ -76,7 +77,11 @@ async def two_pools(**routing: Any) -> AsyncIterator[tuple[Scheduler, Capture, C
             Endpoint("long", _client(h2), pool="long", context_tokens=8192),
         ]
         config = RoutingConfig(policy="token_budget", short_pool_tokens=B_SHORT, **routing)
-        async with Scheduler(endpoints=fleet, routing=config, seed=0) as s:
+        async with Scheduler(
+            endpoints=fleet,
+            config=scheduler_config("final_adrr_olc", routing=config),
+            options=RuntimeOptions(seed=0),
+        ) as s:
             yield s, short, long
 
 

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from runtime_kit import chat, mock_client
 
-from semisched import DeadlineExceeded, RequestRejected, Scheduler
+from semisched import DeadlineExceeded, RequestRejected, RuntimeOptions, Scheduler
 from semisched.core import Prior
 from semisched.core.buckets import Bucket
 from semisched.default_priors import PRIORS_ENV, _learned
@@ -138,7 +138,9 @@ async def test_a_prior_that_calls_big_caps_medium_misses_deadlines_silently(
     source: PriorSource, calibration: bool
 ) -> None:
     """What the two tests above guard against (issue 12's report)."""
-    outcomes, _ = await _overload_run(priors=source, calibration=calibration)
+    outcomes, _ = await _overload_run(
+        priors=source, options=RuntimeOptions(calibration=calibration)
+    )
     assert outcomes["rejected"] == 0
     assert outcomes["deadline_exceeded"] > 100
 
@@ -166,7 +168,9 @@ async def test_the_environment_and_the_argument_choose(monkeypatch: pytest.Monke
             await s.submit(**chat(max_tokens=10))
         assert str(s.statistics().priors) == f"heuristic ({PRIORS_ENV}=heuristic)"
         custom = _KnowsNothing()
-        async with Scheduler(mock.client, priors=custom, calibration=False) as s:
+        async with Scheduler(
+            mock.client, priors=custom, options=RuntimeOptions(calibration=False)
+        ) as s:
             pass
         assert s.statistics().priors.name == "learned" and s.statistics().calibration is None
 
@@ -177,7 +181,7 @@ def test_bad_choices_are_refused_before_anything_starts(monkeypatch: pytest.Monk
     with pytest.raises(TypeError, match=r"^priors=42"):
         Scheduler(object(), priors=42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^calibration="):
-        Scheduler(object(), calibration="yes")  # type: ignore[arg-type]
+        Scheduler(object(), options=RuntimeOptions(calibration="yes"))  # type: ignore[arg-type]
     monkeypatch.setenv(PRIORS_ENV, "fast")
     with pytest.raises(ValueError, match=f"^{PRIORS_ENV}='fast' must be one of"):
         Scheduler(object())

@@ -23,8 +23,10 @@ from semisched import (
     QuotaExceeded,
     RateLimited,
     RetryPolicy,
+    RuntimeOptions,
     Scheduler,
 )
+from semisched.calls import scheduler_config
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +62,10 @@ async def test_a_429_waits_exactly_the_retry_after_hint() -> None:
 
 async def test_server_errors_are_retried_with_back_off_then_succeed() -> None:
     script = [Scripted(503), Scripted(500)]
-    async with mock_client(script=script) as mock, Scheduler(mock.client, retry=EXACT) as s:
+    async with (
+        mock_client(script=script) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=EXACT)) as s,
+    ):
         response = await s.submit(**chat(max_tokens=5), deadline=600)
         stats = s.statistics()
     assert isinstance(response, openai.types.chat.ChatCompletion)
@@ -74,7 +79,10 @@ async def test_server_errors_are_retried_with_back_off_then_succeed() -> None:
 
 async def test_a_retry_after_on_a_server_error_is_honoured() -> None:
     script = [Scripted(503, {"retry-after": "7"})]
-    async with mock_client(script=script) as mock, Scheduler(mock.client, retry=EXACT) as s:
+    async with (
+        mock_client(script=script) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=EXACT)) as s,
+    ):
         await s.submit(**chat(max_tokens=5))
     assert gaps(mock.recorder.attempts()) == pytest.approx([7.0], abs=1e-9)
 
@@ -85,7 +93,9 @@ async def test_a_retry_after_on_a_server_error_is_honoured() -> None:
 )  # fmt: skip
 async def test_timeouts_and_conflicts_are_retried(status: int, kind: FailureKind) -> None:
     async with mock_client(script=[Scripted(status)]) as mock:
-        async with Scheduler(mock.client, retry=EXACT) as s:
+        async with Scheduler(
+            mock.client, config=scheduler_config("final_adrr_olc", retry=EXACT)
+        ) as s:
             await s.submit(**chat(max_tokens=5))
             stats = s.statistics()
     assert [e.status for e in mock.recorder.log] == [status, 200]
@@ -94,7 +104,10 @@ async def test_timeouts_and_conflicts_are_retried(status: int, kind: FailureKind
 
 async def test_a_bad_request_is_not_retried() -> None:
     script = [Scripted(400, code="invalid_request_error")]
-    async with mock_client(script=script) as mock, Scheduler(mock.client, retry=EXACT) as s:
+    async with (
+        mock_client(script=script) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=EXACT)) as s,
+    ):
         with pytest.raises(ProviderError) as info:
             await s.submit(**chat(max_tokens=5))
     error = info.value
@@ -108,7 +121,10 @@ async def test_a_bad_request_is_not_retried() -> None:
 
 async def test_an_exhausted_quota_is_never_retried() -> None:
     retry = RetryPolicy(max_attempts=5, jitter=0.0)
-    async with mock_client(quota_tokens=10) as mock, Scheduler(mock.client, retry=retry) as s:
+    async with (
+        mock_client(quota_tokens=10) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=retry)) as s,
+    ):
         await s.submit(**chat(max_tokens=20))  # uses up the quota
         with pytest.raises(QuotaExceeded) as info:
             await s.submit(**chat(max_tokens=20), deadline=600)
@@ -127,7 +143,10 @@ async def test_an_exhausted_quota_is_never_retried() -> None:
 
 async def test_retries_stop_at_max_attempts() -> None:
     retry = RetryPolicy(max_attempts=3, base_delay_s=0.5, jitter=0.0)
-    async with mock_client(error_rate=1.0) as mock, Scheduler(mock.client, retry=retry) as s:
+    async with (
+        mock_client(error_rate=1.0) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=retry)) as s,
+    ):
         with pytest.raises(ProviderError) as info:
             await s.submit(**chat(max_tokens=5), deadline=600)
         stats = s.statistics()
@@ -146,7 +165,9 @@ async def test_retries_stop_at_max_attempts() -> None:
 async def test_a_rate_limit_with_no_attempt_left_raises_rate_limited() -> None:
     retry = RetryPolicy(max_attempts=1)
     async with mock_client(rpm=1, rate_window="fixed") as mock:
-        async with Scheduler(mock.client, retry=retry) as s:
+        async with Scheduler(
+            mock.client, config=scheduler_config("final_adrr_olc", retry=retry)
+        ) as s:
             await s.submit(**chat(max_tokens=5))
             with pytest.raises(RateLimited) as info:
                 await s.submit(**chat(max_tokens=5), deadline=600)
@@ -181,7 +202,10 @@ async def test_no_retry_is_scheduled_past_the_deadline() -> None:
 
 async def test_a_back_off_that_would_outlast_the_deadline_expires_then() -> None:
     retry = RetryPolicy(max_attempts=5, base_delay_s=10.0, max_delay_s=60.0, jitter=0.0)
-    async with mock_client(error_rate=1.0) as mock, Scheduler(mock.client, retry=retry) as s:
+    async with (
+        mock_client(error_rate=1.0) as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=retry)) as s,
+    ):
         start = anyio.current_time()
         with pytest.raises(DeadlineExceeded) as info:
             await s.submit(**chat(max_tokens=5), deadline=15)
@@ -195,7 +219,11 @@ async def test_a_back_off_that_would_outlast_the_deadline_expires_then() -> None
 async def _backoffs(seed: int) -> list[float]:
     retry = RetryPolicy(max_attempts=4, base_delay_s=1.0, jitter=0.5)
     async with mock_client(error_rate=1.0) as mock:
-        async with Scheduler(mock.client, retry=retry, seed=seed) as s:
+        async with Scheduler(
+            mock.client,
+            config=scheduler_config("final_adrr_olc", retry=retry),
+            options=RuntimeOptions(seed=seed),
+        ) as s:
             with pytest.raises(ProviderError):
                 await s.submit(**chat(max_tokens=5))
     return gaps(mock.recorder.attempts())
@@ -213,7 +241,10 @@ async def test_the_same_seed_gives_the_same_back_off_times() -> None:
 async def test_dropped_connections_are_retried_as_connection_failures() -> None:
     retry = RetryPolicy(max_attempts=2, jitter=0.0)
     drop: dict[str, Any] = {"extra_headers": {"x-mock-fault": "drop"}}
-    async with mock_client() as mock, Scheduler(mock.client, retry=retry) as s:
+    async with (
+        mock_client() as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", retry=retry)) as s,
+    ):
         with pytest.raises(ProviderError) as info:
             await s.submit(**chat(max_tokens=5), **drop)
         stats = s.statistics()

@@ -16,7 +16,7 @@ import pytest
 import trio.testing
 from runtime_kit import chat, mock_client
 
-from semisched import Scheduler
+from semisched import RuntimeOptions, Scheduler
 from semisched.core import Prior
 from semisched.priors import PriorQuery
 
@@ -43,7 +43,9 @@ async def test_a_slow_model_backed_source_falls_back_without_stalling() -> None:
 
     source = SlowModel()
     async with mock_client() as mock:
-        async with Scheduler(mock.client, priors=source, prior_timeout_s=0.02) as s:
+        async with Scheduler(
+            mock.client, priors=source, options=RuntimeOptions(prior_timeout_s=0.02)
+        ) as s:
             async with anyio.create_task_group() as tg:
                 for _ in range(5):
                     tg.start_soon(lambda: s.submit(**chat(max_tokens=5)))
@@ -64,7 +66,9 @@ async def test_a_fast_model_backed_source_is_used() -> None:
             return [self.prior(q) for q in queries]
 
     async with mock_client() as mock:
-        async with Scheduler(mock.client, priors=Fast(), prior_timeout_s=5.0) as s:
+        async with Scheduler(
+            mock.client, priors=Fast(), options=RuntimeOptions(prior_timeout_s=5.0)
+        ) as s:
             await s.submit(**chat(max_tokens=5))
             stats = s.statistics()
     assert stats.counters.prior_fallbacks == 0

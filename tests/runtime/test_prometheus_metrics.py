@@ -29,6 +29,7 @@ from runtime_kit import FOREVER, Recorder, Scripted, chat, overload_scenario
 
 from mockprovider.app import MockConfig, create_app
 from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler, TenantSpec
+from semisched.calls import scheduler_config
 from semisched.core import preset
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.config import BudgetConfig, OverloadConfig
@@ -221,7 +222,12 @@ async def test_no_label_holds_a_request_id_a_prompt_or_a_key() -> None:
 async def test_tenants_are_labelled_and_their_share_entitlement_and_debt_are_gauges() -> None:
     registry = CollectorRegistry()
     tenants = [TenantSpec(name="acme"), TenantSpec(name="beta", weight=3.0)]
-    async with client() as c, Scheduler(c, tenants=tenants, metrics=registry) as s:
+    async with (
+        client() as c,
+        Scheduler(
+            c, metrics=registry, config=scheduler_config("final_adrr_olc", tenants=tenants)
+        ) as s,
+    ):
         async with anyio.create_task_group() as tg:
             for tenant, n in (("acme", 40), ("acme", 40), ("beta", 10)):
                 call = chat(max_tokens=n, metadata={"mock_output_tokens": str(n)})

@@ -17,7 +17,15 @@ import openai
 import pytest
 from runtime_kit import FOREVER, SCALE, chat, mock_client
 
-from semisched import DeadlineExceeded, QueueFull, RequestRejected, Scheduler, SchedulerClosed
+from semisched import (
+    DeadlineExceeded,
+    QueueFull,
+    RequestRejected,
+    RetryPolicy,
+    RuntimeOptions,
+    Scheduler,
+    SchedulerClosed,
+)
 from semisched.clock import AnyioClock, ScaledClock
 from semisched.core import Prior, preset
 from semisched.core.config import BudgetConfig, OverloadConfig
@@ -398,7 +406,10 @@ async def test_a_failing_prior_source_falls_back() -> None:
 
 
 async def test_max_pending_refuses_at_once_with_queue_full() -> None:
-    async with mock_client() as mock, Scheduler(mock.client, max_pending=2) as s:
+    async with (
+        mock_client() as mock,
+        Scheduler(mock.client, options=RuntimeOptions(max_pending=2)) as s,
+    ):
 
         async def hold() -> None:
             await s.submit(**chat(max_tokens=FOREVER))
@@ -544,4 +555,22 @@ def test_statistics_are_named_frozen_fields() -> None:
 )
 def test_scheduler_arguments_are_validated(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
+        Scheduler(_echo_client([]), options=RuntimeOptions(**kwargs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"routing": "ewma"}, r"\['routing'\] are fields of the config: pass config=dataclasses"),
+        (
+            {"retry": RetryPolicy()},
+            r"config=dataclasses.replace\(preset\('final_adrr_olc'\), retry",
+        ),
+        ({"seed": 1}, r"\['seed'\] are runtime options: pass options=RuntimeOptions\(seed=...\)"),
+        ({"tenants": (), "max_pending": 3}, r"tenants.*config.*max_pending.*RuntimeOptions"),
+        ({"bogus": 1}, r"unexpected keyword argument\(s\) \['bogus'\]"),
+    ],
+)
+def test_a_removed_keyword_names_its_new_place(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
         Scheduler(_echo_client([]), **kwargs)

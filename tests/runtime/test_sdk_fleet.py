@@ -12,6 +12,7 @@ import pytest
 from runtime_kit import Mock, Scripted, chat, mock_client
 
 from semisched import Endpoint, RequestRejected, Scheduler
+from semisched.calls import scheduler_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -49,7 +50,9 @@ def served(mock: Mock) -> int:
 async def test_round_robin_spreads_calls_over_the_fleet() -> None:
     async with mocks({}, {}, {}) as (a, b, c):
         fleet = [Endpoint("a", a.client), Endpoint("b", b.client), Endpoint("c", c.client)]
-        async with Scheduler(endpoints=fleet, routing="round_robin") as s:
+        async with Scheduler(
+            endpoints=fleet, config=scheduler_config("final_adrr_olc", routing="round_robin")
+        ) as s:
             await run_all(s, 9)
             stats = s.statistics()
     assert [served(m) for m in (a, b, c)] == [3, 3, 3]
@@ -74,7 +77,9 @@ async def test_a_failed_attempt_fails_over_to_another_endpoint_at_once() -> None
         mock_client() as b,
     ):
         fleet = [Endpoint("a", a.client), Endpoint("b", b.client)]
-        async with Scheduler(endpoints=fleet, routing="round_robin") as s:
+        async with Scheduler(
+            endpoints=fleet, config=scheduler_config("final_adrr_olc", routing="round_robin")
+        ) as s:
             await s.submit(**chat(max_tokens=5))
             stats = s.statistics()
     assert [e.status for e in a.recorder.log] == [503]
@@ -87,7 +92,9 @@ async def test_a_failed_attempt_fails_over_to_another_endpoint_at_once() -> None
 async def test_an_exhausted_quota_takes_the_endpoint_out_and_the_call_goes_elsewhere() -> None:
     async with mocks({"quota_tokens": 1}, {}) as (a, b):
         fleet = [Endpoint("a", a.client), Endpoint("b", b.client)]
-        async with Scheduler(endpoints=fleet, routing="round_robin") as s:
+        async with Scheduler(
+            endpoints=fleet, config=scheduler_config("final_adrr_olc", routing="round_robin")
+        ) as s:
             await s.submit(**chat(max_tokens=5))  # a serves it and spends its quota
             await run_all(s, 4)
             stats = s.statistics()
@@ -101,7 +108,9 @@ async def test_an_exhausted_quota_takes_the_endpoint_out_and_the_call_goes_elsew
 async def test_streaming_works_over_a_fleet() -> None:
     async with mocks({}, {}) as (a, b):
         fleet = [Endpoint("a", a.client), Endpoint("b", b.client)]
-        async with Scheduler(endpoints=fleet, routing="round_robin") as s:
+        async with Scheduler(
+            endpoints=fleet, config=scheduler_config("final_adrr_olc", routing="round_robin")
+        ) as s:
             texts = []
             for _ in range(2):
                 stream = await s.submit(**chat(max_tokens=5), stream=True)
@@ -113,7 +122,9 @@ async def test_streaming_works_over_a_fleet() -> None:
 async def test_drain_and_remove_at_run_time() -> None:
     async with mocks({}, {}) as (a, b):
         fleet = [Endpoint("a", a.client), Endpoint("b", b.client)]
-        async with Scheduler(endpoints=fleet, routing="round_robin") as s:
+        async with Scheduler(
+            endpoints=fleet, config=scheduler_config("final_adrr_olc", routing="round_robin")
+        ) as s:
             s.drain_endpoint("a")
             await run_all(s, 3)
             s.remove_endpoint("a")

@@ -13,6 +13,7 @@ import pytest
 from runtime_kit import chat, mock_client
 
 from semisched import (
+    RuntimeOptions,
     Scheduler,
     ServiceClass,
     TenantConfig,
@@ -20,7 +21,7 @@ from semisched import (
     TenantStats,
     preset,
 )
-from semisched.calls import prepare_call
+from semisched.calls import prepare_call, scheduler_config
 from semisched.core import OverloadConfig
 
 pytestmark = pytest.mark.anyio
@@ -39,7 +40,10 @@ async def send(submit: Callable[..., Awaitable[Any]], tenant: str, n: int) -> No
 
 
 async def test_an_unknown_tenant_raises_before_anything_is_queued_or_sent() -> None:
-    async with mock_client() as mock, Scheduler(mock.client, tenants=TWO) as s:
+    async with (
+        mock_client() as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", tenants=TWO)) as s,
+    ):
         for call in (s.submit, s.check):
             with pytest.raises(ValueError, match=r"tenant='acmee' must be one of the declared"):
                 await call(**chat(max_tokens=5), tenant="acmee")  # type: ignore[misc]
@@ -60,7 +64,12 @@ async def test_an_unknown_tenant_raises_before_anything_is_queued_or_sent() -> N
 
 
 async def test_submit_tenant_shows_up_in_the_statistics_of_that_tenant() -> None:
-    async with mock_client() as mock, Scheduler(mock.client, tenants=TWO, priors="heuristic") as s:
+    async with (
+        mock_client() as mock,
+        Scheduler(
+            mock.client, priors="heuristic", config=scheduler_config("final_adrr_olc", tenants=TWO)
+        ) as s,
+    ):
         async with anyio.create_task_group() as tg:
             for n in (10, 20, 30):
                 tg.start_soon(send, s.submit, "acme", n)
@@ -78,7 +87,10 @@ async def test_submit_tenant_shows_up_in_the_statistics_of_that_tenant() -> None
 
 async def test_the_default_tenant_takes_calls_that_name_none() -> None:
     tenants = TenantConfig(tenants=tuple(TWO), default="beta")
-    async with mock_client() as mock, Scheduler(mock.client, tenants=tenants) as s:
+    async with (
+        mock_client() as mock,
+        Scheduler(mock.client, config=scheduler_config("final_adrr_olc", tenants=tenants)) as s,
+    ):
         await s.submit(**chat(**tokens(5)))
         await s.submit(**chat(**tokens(5)), tenant="")  # "" names none, as in the core
         stats = s.statistics()
@@ -87,22 +99,40 @@ async def test_the_default_tenant_takes_calls_that_name_none() -> None:
 
 def test_the_tenants_argument_takes_specs_or_a_config_and_refuses_two_of_them() -> None:
     client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused")
-    s = Scheduler(client, tenants=TWO, priors="heuristic")
+    s = Scheduler(
+        client, priors="heuristic", config=scheduler_config("final_adrr_olc", tenants=TWO)
+    )
     assert s.config.tenants == TenantConfig(tenants=tuple(TWO))  # fair_share, no default
     config = TenantConfig(tenants=(TenantSpec(name="solo"),), policy="fifo")
-    assert Scheduler(client, tenants=config, priors="heuristic").config.tenants is config
+    assert (
+        Scheduler(
+            client, priors="heuristic", config=scheduler_config("final_adrr_olc", tenants=config)
+        ).config.tenants
+        is config
+    )
     declared = preset("final_adrr_olc", tenants=config)
     assert Scheduler(client, config=declared, priors="heuristic").config.tenants is config
     with pytest.raises(ValueError, match=r"tenants=.* and config\.tenants=.* both declare"):
-        Scheduler(client, config=declared, tenants=TWO, priors="heuristic")
+        Scheduler(client, priors="heuristic", config=scheduler_config(declared, tenants=TWO))
     with pytest.raises(TypeError, match="must be a TenantConfig or a sequence of TenantSpec"):
-        Scheduler(client, tenants=TenantSpec(name="acme"), priors="heuristic")  # type: ignore[arg-type]
+        Scheduler(
+            client,
+            priors="heuristic",
+            config=scheduler_config("final_adrr_olc", tenants=TenantSpec(name="acme")),
+        )  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must be a TenantConfig or a sequence of TenantSpec"):
-        Scheduler(client, tenants="acme", priors="heuristic")  # type: ignore[arg-type]
+        Scheduler(
+            client, priors="heuristic", config=scheduler_config("final_adrr_olc", tenants="acme")
+        )  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must have unique names"):
-        Scheduler(client, tenants=[TenantSpec(name="a"), TenantSpec(name="a")])
+        Scheduler(
+            client,
+            config=scheduler_config(
+                "final_adrr_olc", tenants=[TenantSpec(name="a"), TenantSpec(name="a")]
+            ),
+        )
     with pytest.raises(ValueError, match="must hold at least one tenant"):
-        Scheduler(client, tenants=[])
+        Scheduler(client, config=scheduler_config("final_adrr_olc", tenants=[]))
 
 
 async def _light_latencies(policy: str) -> list[float]:
@@ -119,7 +149,12 @@ async def _light_latencies(policy: str) -> list[float]:
     config = preset("batch_makespan", max_inflight=2, overload=OverloadConfig(policy="none"))
     latencies: list[float] = []
     async with mock_client() as mock:
-        s = Scheduler(mock.client, config=config, tenants=tenants, priors="heuristic", seed=0)
+        s = Scheduler(
+            mock.client,
+            priors="heuristic",
+            config=scheduler_config(config, tenants=tenants),
+            options=RuntimeOptions(seed=0),
+        )
         async with s:
             await s.submit(**chat(max_tokens=1), tenant="checkout")  # openai's platform lookup
 

@@ -16,6 +16,7 @@ import pytest
 from runtime_kit import chat, mock_client
 
 from semisched import Scheduler
+from semisched.calls import scheduler_config
 from semisched.core import BudgetConfig, preset
 from semisched.state import Grant, LocalState, Scope, StateStats, StateUnavailable
 
@@ -149,8 +150,16 @@ async def test_a_circuit_opened_by_one_scheduler_keeps_the_others_off_that_endpo
         def fleet() -> list[Endpoint]:
             return [Endpoint("down", down.client), Endpoint("up", up.client)]
 
-        first = Scheduler(endpoints=fleet(), routing="least_outstanding", state=state)
-        second = Scheduler(endpoints=fleet(), routing="least_outstanding", state=state)
+        first = Scheduler(
+            endpoints=fleet(),
+            state=state,
+            config=scheduler_config("final_adrr_olc", routing="least_outstanding"),
+        )
+        second = Scheduler(
+            endpoints=fleet(),
+            state=state,
+            config=scheduler_config("final_adrr_olc", routing="least_outstanding"),
+        )
         async with first, second:
             for _ in range(8):  # five failures open first's circuit on "down"
                 await first.submit(**chat(max_tokens=5))

@@ -26,6 +26,7 @@ import pytest
 import redis.asyncio
 
 from semisched import Scheduler
+from semisched.calls import scheduler_config
 from semisched.clock import AnyioClock
 from semisched.core import Engine, preset
 from semisched.core.request import Prior, Request
@@ -80,7 +81,7 @@ async def client_of(provider: Provider) -> AsyncIterator[openai.AsyncOpenAI]:
 
 def scheduler(client: Any, state: StateBackend | None, **kw: Any) -> Scheduler:
     config = preset("adaptive_drr", max_inflight=kw.pop("max_inflight", 1))
-    return Scheduler(client, config=config, tenants=TENANTS, state=state, **kw)
+    return Scheduler(client, state=state, **kw, config=scheduler_config(config, tenants=TENANTS))
 
 
 async def ask(s: Scheduler, content: str, tenant: str) -> None:
@@ -261,7 +262,7 @@ async def test_sharing_stops_while_redis_is_down_and_what_was_served_meanwhile_j
     config = preset("adaptive_drr").with_(tenants=TENANTS)
     engine, clock = Engine(config), AnyioClock()
     guard = SharedBudget(RedisState(server.url, namespace=namespace), engine, clock, rejoin_s=0.0)
-    usage = guard.track_usage(clock.now)
+    usage = guard.track_usage(clock.now, lambda actions: None)  # no shell: nothing to run
     assert usage is not None
     other = RedisState(server.url, namespace=namespace)
     await other.open()

@@ -1,0 +1,91 @@
+"""A batch run's plan, read before anything is sent: its lines, its prior source, its priors.
+
+:class:`BatchPlan` is what the input and the output so far say is left to do;
+:func:`load_priors` loads the prior source the options ask for;
+:func:`planned` computes every request's prior (the learned model in a
+worker thread, so the event loop keeps handling signals). :mod:`semisched.batch.run`
+sends what is planned here.
+
+What this module is not: it sends nothing and writes no file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from semisched.batch.forecast import PriorsChoice
+from semisched.batch.input import BatchError, BatchLine, InvalidLine
+from semisched.batch.options import BatchOptions
+from semisched.batch.output import Answered
+from semisched.core.request import Request
+from semisched.default_priors import choose_priors
+from semisched.priors import PriorSource
+
+__all__ = ["BatchPlan", "load_priors", "off_loop", "planned"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPlan:
+    """What a run will do, read before anything is sent.
+
+    Attributes:
+        lines: The valid input lines, in file order.
+        invalid: The invalid input lines (only with ``skip_invalid``).
+        answered: What the output already holds.
+    """
+
+    lines: tuple[BatchLine, ...]
+    invalid: tuple[InvalidLine, ...]
+    answered: Answered
+
+    @property
+    def todo(self) -> list[BatchLine]:
+        """Valid lines without a result."""
+        return [line for line in self.lines if line.custom_id not in self.answered.custom_ids]
+
+    @property
+    def new_invalid(self) -> list[InvalidLine]:
+        """Invalid lines without their error record."""
+        return [p for p in self.invalid if not self.answered.has_invalid_line(p.line)]
+
+
+def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
+    """The prior source ``options.priors`` asks for, and why
+    (:func:`semisched.default_priors.choose_priors`).
+
+    Raises:
+        BatchError: ``learned`` was asked for and cannot be loaded.
+    """
+    try:
+        return choose_priors(options.priors, asked_by=f"--priors {options.priors}")
+    except (ImportError, FileNotFoundError) as exc:
+        raise BatchError(f"--priors learned: {exc}") from None
+
+
+async def off_loop(work: Callable[[], _T], *, thread: bool) -> _T:
+    """``work()``; in a worker thread when it may take seconds (the model), so the event
+    loop keeps handling signals; a second Ctrl-C abandons it rather than waiting."""
+    if not thread:
+        return work()
+    return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+
+async def planned(work: Callable[[], list[Request]], *, model: bool) -> list[Request]:
+    """Plan the requests (:func:`~semisched.batch.forecast.plan_requests`); a model's own
+    failure stops the job before anything is sent, saying how to avoid it."""
+    try:
+        return await off_loop(work, thread=model)
+    except BatchError:
+        raise
+    except Exception as exc:
+        if not model:
+            raise
+        raise BatchError(
+            f"the length model failed while planning ({exc!r}); --priors heuristic avoids it"
+        ) from exc
