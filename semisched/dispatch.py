@@ -52,7 +52,7 @@ from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
 from semisched.endpoints import Deployments
-from semisched.errors import SemischedError
+from semisched.errors import RequestError
 from semisched.estimate import TokenEstimator
 from semisched.failures import (
     classify_failure,
@@ -160,7 +160,7 @@ class Dispatcher:
             The response (or stream).
 
         Raises:
-            SemischedError: The request's outcome.
+            RequestError: The request's outcome.
         """
         self.pending[pending.id] = pending
         try:
@@ -183,7 +183,7 @@ class Dispatcher:
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    def abandon(self, pending: Pending, error: SemischedError | None) -> None:
+    def abandon(self, pending: Pending, error: RequestError | None) -> None:
         """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
         if pending.scope is not None:
             pending.scope.cancel()
@@ -274,7 +274,7 @@ class Dispatcher:
         error = failure_outcome(action, failure, cause, request_id=pending.id)
         self._outcome(pending, error, Outcome.FAILED)
 
-    def _outcome(self, pending: Pending, error: SemischedError, outcome: Outcome) -> None:
+    def _outcome(self, pending: Pending, error: RequestError, outcome: Outcome) -> None:
         """Resolve ``pending`` with a decided outcome; its explanation is logged and observed."""
         why = error.explanation
         if why is not None:
@@ -301,7 +301,7 @@ class Dispatcher:
         pending: Pending,
         *,
         value: Any = None,
-        error: SemischedError | None = None,
+        error: RequestError | None = None,
         keep_inflight: bool = False,
     ) -> None:
         if pending.resolved:

@@ -322,7 +322,7 @@ class Scheduler:
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
                 (:func:`semisched.calls.prepare_call`).
-            SemischedError: An outcome (see :mod:`semisched.errors`).
+            RequestError: An outcome (see :mod:`semisched.errors`).
         """
         call = self._prepare(model, messages, prompt, klass, deadline, prior, tenant, params)
         if self._tg is None or self._closed:
