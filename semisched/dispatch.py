@@ -50,7 +50,7 @@ from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, R
 from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
-from semisched.errors import SemischedError
+from semisched.errors import RequestError
 from semisched.failures import classify_failure, expire_outcome, failure_outcome, reject_outcome
 from semisched.headers import RateLimitInfo
 from semisched.layers import Answer, Configured, Ended, Stacks
@@ -144,7 +144,7 @@ class Dispatcher:
             The response (or stream).
 
         Raises:
-            SemischedError: The request's outcome.
+            RequestError: The request's outcome.
         """
         self.pending[pending.id] = pending
         try:
@@ -167,7 +167,7 @@ class Dispatcher:
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    def abandon(self, pending: Pending, error: SemischedError | None) -> None:
+    def abandon(self, pending: Pending, error: RequestError | None) -> None:
         """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
         if pending.scope is not None:
             pending.scope.cancel()
@@ -255,7 +255,7 @@ class Dispatcher:
         error = failure_outcome(action, failure, cause, request_id=pending.id)
         self._outcome(pending, error, Outcome.FAILED)
 
-    def _outcome(self, pending: Pending, error: SemischedError, outcome: Outcome) -> None:
+    def _outcome(self, pending: Pending, error: RequestError, outcome: Outcome) -> None:
         """Resolve ``pending`` with a decided outcome; its explanation is logged and observed."""
         why = error.explanation
         if why is not None:
@@ -282,7 +282,7 @@ class Dispatcher:
         pending: Pending,
         *,
         value: Any = None,
-        error: SemischedError | None = None,
+        error: RequestError | None = None,
         keep_inflight: bool = False,
     ) -> None:
         if pending.resolved:

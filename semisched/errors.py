@@ -1,31 +1,52 @@
-"""The outcomes a caller of :meth:`semisched.Scheduler.submit` can get instead of a response.
+"""Every exception semisched raises on its own, in one tree with one root.
 
-Exception tree (outcomes, all carry the request id and class)::
+Exception tree::
 
-    SemischedError
-    ├── RequestRejected        overload control refused it (reason, bucket, severity, retry_after)
-    ├── QueueFull              the scheduler's own queue limit was reached (retry_after)
-    ├── DeadlineExceeded       the deadline passed: queued, deferred, in flight, before a retry
-    ├── SchedulerClosed        submitted to, or still pending in, a closed scheduler
-    └── ProviderError          the provider failed: not retryable, or the retries are spent
-        ├── RateLimited        429 rate_limit_exceeded and no retry is left
-        └── QuotaExceeded      429 insufficient_quota: never retried
+    SemischedError             the root (semisched.core.errors): ``except SemischedError``
+    │                          catches everything below and nothing else
+    ├── RequestError           a request's outcome other than a response; carries the
+    │   │                      request id, its class and, when the scheduler decided
+    │   │                      it, the explanation
+    │   ├── RequestRejected    overload control refused it (reason, bucket, severity, retry_after)
+    │   ├── QueueFull          the scheduler's own queue limit was reached (retry_after)
+    │   ├── DeadlineExceeded   the deadline passed: queued, deferred, in flight, before a retry
+    │   ├── SchedulerClosed    submitted to, or still pending in, a closed scheduler
+    │   └── ProviderError      the provider failed: not retryable, or the retries are spent
+    │       ├── RateLimited    429 rate_limit_exceeded and no retry is left
+    │       └── QuotaExceeded  429 insufficient_quota: never retried
+    ├── StateUnavailable       the shared state cannot be reached (semisched.state); at
+    │                          start the scheduler does not start, later it falls back
+    ├── FleetFileError         a fleet file or --endpoint option is not usable
+    │                          (semisched.fleetfile); also a ValueError: it is the
+    │                          caller's input, and argument checks catch it as one
+    ├── BatchError             a batch job cannot start: unreadable input, unwritable
+    │   │                      output, no API key (semisched.batch)
+    │   └── InvalidInput       the input file has invalid lines; nothing was sent
+    ├── Infeasible             no number of units meets an SLO; the message says what
+    │                          it would take (semisched.plan)
+    └── IllegalTransition      a request moved between lifecycle states in a way the
+                               table forbids (semisched.core): a bug in semisched
 
 A retryable failure whose next retry would not start before the deadline ends
 as :class:`DeadlineExceeded` with ``phase="retry"``, not as a provider error.
 
 Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
-queued; those are not outcomes. Provider exceptions (``openai.*``) are mapped to
-this tree in exactly one place, :mod:`semisched.failures`, and always chained,
-so ``err.__cause__`` is the original.
+queued; those are not in the tree. Provider exceptions (``openai.*``) are mapped
+to it in exactly one place, :mod:`semisched.failures`, and always chained, so
+``err.__cause__`` is the original.
 
-What this module is not: it raises nothing itself and reads no exception.
+What this module is not: it raises nothing itself and reads no exception. The
+classes that belong to one capability live beside it (``StateUnavailable`` in
+:mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleetfile`,
+``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
+:mod:`semisched.plan.pools`); each derives from :class:`SemischedError`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from semisched.core.errors import SemischedError
 from semisched.core.lifecycle import FailureKind
 
 if TYPE_CHECKING:
@@ -37,14 +58,15 @@ __all__ = [
     "QueueFull",
     "QuotaExceeded",
     "RateLimited",
+    "RequestError",
     "RequestRejected",
     "SchedulerClosed",
     "SemischedError",
 ]
 
 
-class SemischedError(Exception):
-    """Base of every scheduling outcome that is not a response.
+class RequestError(SemischedError):
+    """Base of every request outcome that is not a response.
 
     Attributes:
         request_id: The scheduler's id for the request.
@@ -63,7 +85,7 @@ class SemischedError(Exception):
         self.klass = klass
 
 
-class RequestRejected(SemischedError):
+class RequestRejected(RequestError):
     """Overload control refused the request (seed 004 §3.1 cost ladder).
 
     Attributes:
@@ -91,7 +113,7 @@ class RequestRejected(SemischedError):
         self.retry_after = retry_after
 
 
-class QueueFull(SemischedError):
+class QueueFull(RequestError):
     """The scheduler already holds ``limit`` pending requests."""
 
     def __init__(self, message: str, *, request_id: str, klass: str, limit: int) -> None:
@@ -100,7 +122,7 @@ class QueueFull(SemischedError):
         self.retry_after: float | None = None
 
 
-class DeadlineExceeded(SemischedError):
+class DeadlineExceeded(RequestError):
     """The request's deadline passed before it could complete.
 
     Attributes:
@@ -119,11 +141,11 @@ class DeadlineExceeded(SemischedError):
         self.deadline = deadline
 
 
-class SchedulerClosed(SemischedError):
+class SchedulerClosed(RequestError):
     """The scheduler was closed before the request could be served."""
 
 
-class ProviderError(SemischedError):
+class ProviderError(RequestError):
     """The provider failed and the scheduler's retries are spent (or it is not retryable).
 
     Attributes:

@@ -60,6 +60,7 @@ from urllib.parse import urlsplit
 from semisched.core.checks import check_str
 from semisched.core.config import ROUTING_POLICY_NAMES, RoutingConfig
 from semisched.core.endpoint import EndpointSpec
+from semisched.core.errors import SemischedError
 from semisched.endpoints import ENDPOINT_OPTIONS, Endpoint, endpoint_option_types, endpoint_spec
 
 __all__ = [
@@ -95,7 +96,7 @@ _OPTION_KEYS: Final[Mapping[str, tuple[str, type]]] = MappingProxyType(
 )
 
 
-class FleetFileError(ValueError):
+class FleetFileError(SemischedError, ValueError):
     """A fleet description (file, ``--endpoint`` option or definitions) is not usable.
 
     The message names the culprit: the file, the endpoint and the field.

@@ -283,7 +283,7 @@ class Scheduler:
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
                 (:func:`semisched.calls.prepare_call`).
-            SemischedError: An outcome (see :mod:`semisched.errors`).
+            RequestError: An outcome (see :mod:`semisched.errors`).
         """
         prepared = self._prepare(call)
         if self._tg is None or self._closed:

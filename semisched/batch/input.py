@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from semisched.batch.tenants import line_tenant_problem, take_tenant
 from semisched.calls import SCHEDULER_ARGS, accepted_params, prepare_call
+from semisched.core.errors import SemischedError
 from semisched.core.tenancy import TenantConfig
 
 __all__ = [
@@ -47,7 +48,7 @@ SUPPORTED_URLS: Mapping[str, str] = {
 }
 
 
-class BatchError(Exception):
+class BatchError(SemischedError):
     """A batch job cannot start (unreadable input, unwritable output, no API key)."""
 
 

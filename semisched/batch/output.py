@@ -37,9 +37,9 @@ from semisched.errors import (
     QueueFull,
     QuotaExceeded,
     RateLimited,
+    RequestError,
     RequestRejected,
     SchedulerClosed,
-    SemischedError,
 )
 
 __all__ = [
@@ -295,7 +295,7 @@ def invalid_line_record(problem: InvalidLine) -> dict[str, Any]:
     )
 
 
-def error_code(exc: SemischedError) -> tuple[ErrorCode, int | None]:
+def error_code(exc: RequestError) -> tuple[ErrorCode, int | None]:
     """The record's error ``code`` and HTTP status for a scheduler outcome."""
     if isinstance(exc, QuotaExceeded):
         return ErrorCode.INSUFFICIENT_QUOTA, exc.status_code

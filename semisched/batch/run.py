@@ -76,7 +76,7 @@ from semisched.core.request import Prior
 from semisched.core.stats import EngineStats
 from semisched.default_priors import model_unavailable
 from semisched.endpoints import Endpoint
-from semisched.errors import SemischedError
+from semisched.errors import RequestError
 from semisched.options import RuntimeOptions
 from semisched.priors import Heuristic, PriorSource
 from semisched.runtime import RetryPolicy, Scheduler
@@ -429,7 +429,7 @@ class BatchRun:
         try:
             with sending.timing.track(line.custom_id) as timed:
                 response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
-        except SemischedError as exc:
+        except RequestError as exc:
             code, status = error_code(exc)
             return self._failure(line, code, str(exc), status)
         usage = getattr(response, "usage", None)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from semisched.core.errors import SemischedError
 from semisched.plan.queueing import erlang_c, kimura_rate, sojourn_quantile
 from semisched.plan.slo import Slo
 
@@ -47,7 +48,7 @@ GROWTH = 1.01
 MAX_UNITS = 1_000_000
 
 
-class Infeasible(ValueError):
+class Infeasible(SemischedError):
     """No number of units meets an SLO; the message says what it would take."""
 
 

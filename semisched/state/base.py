@@ -61,6 +61,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from semisched.core.errors import SemischedError
+
 __all__ = [
     "USAGE_FLOOR",
     "Grant",
@@ -75,7 +77,7 @@ __all__ = [
 USAGE_FLOOR = 1e-6
 
 
-class StateUnavailable(RuntimeError):
+class StateUnavailable(SemischedError):
     """The shared state cannot be reached (at start: the scheduler does not start)."""
 
 
