@@ -20,14 +20,46 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from semisched.calibration import LengthCalibration
+    from semisched.batch.input import BatchError, InvalidInput, InvalidLine
+    from semisched.calibration import (
+        Calibrated,
+        CalibrationStats,
+        ExpertStats,
+        KeyStats,
+        LengthCalibration,
+    )
     from semisched.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
-    from semisched.core.config import SchedulerConfig, preset
-    from semisched.core.explain import Explanation
+    from semisched.compression import CompressionStats
+    from semisched.core.allocation import AllocationPolicy
+    from semisched.core.buckets import Bucket
+    from semisched.core.budget import BudgetSnapshot, ProviderLimits
+    from semisched.core.config import (
+        AllocationConfig,
+        BudgetConfig,
+        ClassSpec,
+        OrderingConfig,
+        OverloadConfig,
+        RoutingConfig,
+        SchedulerConfig,
+        SignalsConfig,
+        preset,
+    )
+    from semisched.core.explain import Decision, DecisionCounts, Explanation
     from semisched.core.lifecycle import FailureKind, RetryPolicy
-    from semisched.core.request import Prior
-    from semisched.core.stats import TenantStats
+    from semisched.core.ordering import OrderingPolicy
+    from semisched.core.request import Prior, Request
+    from semisched.core.routing import RoutingPolicy
+    from semisched.core.signals import SignalSnapshot
+    from semisched.core.stats import (
+        BucketCounts,
+        EndpointStats,
+        EngineCounters,
+        EngineStats,
+        FailureCounts,
+        TenantStats,
+    )
     from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+    from semisched.core.tenant_policies import TenantPolicy
     from semisched.endpoints import Endpoint
     from semisched.errors import (
         DeadlineExceeded,
@@ -35,16 +67,21 @@ if TYPE_CHECKING:
         QueueFull,
         QuotaExceeded,
         RateLimited,
+        RequestError,
         RequestRejected,
         SchedulerClosed,
         SemischedError,
     )
-    from semisched.estimate import TokenEstimator
-    from semisched.observe import RequestObserver
+    from semisched.estimate import CategoryStats, EstimatorStats, TokenEstimator
+    from semisched.fleetfile import FleetFileError
+    from semisched.headers import RateLimitInfo
+    from semisched.observe import Finished, Outcome, RequestObserver
     from semisched.options import RuntimeOptions
+    from semisched.plan.pools import Infeasible
     from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
     from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
-    from semisched.state.base import StateUnavailable
+    from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
+    from semisched.stats import RuntimeCounters
 
 #: The package version, kept equal to ``[project] version`` in pyproject.toml
 #: (a test compares them). A literal: no metadata lookup at import time, and it
@@ -94,30 +131,113 @@ _WHERE = {
     "SchedulerClosed": "semisched.errors",
     "SemischedError": "semisched.errors",
     "StateUnavailable": "semisched.state.base",
+    # the types of public signatures, and the rest of the error tree
+    "Outcome": "semisched.observe",
+    "Calibrated": "semisched.calibration",
+    "CalibrationStats": "semisched.calibration",
+    "CompressionStats": "semisched.compression",
+    "Bucket": "semisched.core.buckets",
+    "AllocationConfig": "semisched.core.config",
+    "BudgetConfig": "semisched.core.config",
+    "ClassSpec": "semisched.core.config",
+    "OrderingConfig": "semisched.core.config",
+    "OverloadConfig": "semisched.core.config",
+    "RoutingConfig": "semisched.core.config",
+    "SignalsConfig": "semisched.core.config",
+    "Decision": "semisched.core.explain",
+    "Request": "semisched.core.request",
+    "SignalSnapshot": "semisched.core.signals",
+    "EngineStats": "semisched.core.stats",
+    "TenantPolicy": "semisched.core.tenant_policies",
+    "EstimatorStats": "semisched.estimate",
+    "RateLimitInfo": "semisched.headers",
+    "Finished": "semisched.observe",
+    "StateBackend": "semisched.state.base",
+    "StateStats": "semisched.state.base",
+    "RuntimeCounters": "semisched.stats",
+    "RequestError": "semisched.errors",
+    "FleetFileError": "semisched.fleetfile",
+    "BatchError": "semisched.batch.input",
+    "InvalidInput": "semisched.batch.input",
+    "Infeasible": "semisched.plan.pools",
+    "ExpertStats": "semisched.calibration",
+    "AllocationPolicy": "semisched.core.allocation",
+    "BucketCounts": "semisched.core.stats",
+    "BudgetSnapshot": "semisched.core.budget",
+    "CategoryStats": "semisched.estimate",
+    "DecisionCounts": "semisched.core.explain",
+    "EndpointStats": "semisched.core.stats",
+    "EngineCounters": "semisched.core.stats",
+    "FailureCounts": "semisched.core.stats",
+    "Grant": "semisched.state.base",
+    "InvalidLine": "semisched.batch.input",
+    "KeyStats": "semisched.calibration",
+    "OrderingPolicy": "semisched.core.ordering",
+    "ProviderLimits": "semisched.core.budget",
+    "RoutingPolicy": "semisched.core.routing",
+    "Scope": "semisched.state.base",
 }
 
 __all__ = [
+    "AllocationConfig",
+    "AllocationPolicy",
     "AnyioClock",
+    "BatchError",
     "BatchPriorSource",
+    "Bucket",
+    "BucketCounts",
+    "BudgetConfig",
+    "BudgetSnapshot",
+    "Calibrated",
+    "CalibrationStats",
+    "CategoryStats",
+    "ClassSpec",
     "Clock",
+    "CompressionStats",
     "DeadlineExceeded",
+    "Decision",
+    "DecisionCounts",
     "Endpoint",
+    "EndpointStats",
+    "EngineCounters",
+    "EngineStats",
+    "EstimatorStats",
+    "ExpertStats",
     "Explanation",
+    "FailureCounts",
     "FailureKind",
+    "Finished",
+    "FleetFileError",
+    "Grant",
     "Heuristic",
+    "Infeasible",
+    "InvalidInput",
+    "InvalidLine",
+    "KeyStats",
     "LengthCalibration",
     "MonotonicClock",
+    "OrderingConfig",
+    "OrderingPolicy",
+    "Outcome",
+    "OverloadConfig",
     "Prior",
     "PriorQuery",
     "PriorSource",
     "PriorsChoice",
     "ProviderError",
+    "ProviderLimits",
     "QueueFull",
     "QuotaExceeded",
+    "RateLimitInfo",
     "RateLimited",
+    "Request",
+    "RequestError",
     "RequestObserver",
     "RequestRejected",
     "RetryPolicy",
+    "RoutingConfig",
+    "RoutingPolicy",
+    "RuntimeCounters",
     "RuntimeOptions",
     "ScaledClock",
     "ScheduledClient",
@@ -126,10 +246,16 @@ __all__ = [
     "SchedulerClosed",
     "SchedulerConfig",
     "SchedulerStats",
+    "Scope",
     "SemischedError",
     "ServiceClass",
+    "SignalSnapshot",
+    "SignalsConfig",
+    "StateBackend",
+    "StateStats",
     "StateUnavailable",
     "TenantConfig",
+    "TenantPolicy",
     "TenantSpec",
     "TenantStats",
     "TokenEstimator",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
+import inspect
 import json
 import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -127,3 +132,119 @@ def test_importing_semisched_loads_neither_anyio_nor_openai() -> None:
     assert result["import"] == []
     assert result["core_names"] == []
     assert "anyio" in result["control"]
+
+
+# -- every type in a public signature is exported -----------------------------------
+
+
+def _type_checking_names(module: object) -> dict[str, object]:
+    """What ``module`` imports under ``if TYPE_CHECKING:`` (names its annotations use)."""
+    source = inspect.getsource(module)  # type: ignore[arg-type]
+    found: dict[str, object] = {}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
+            continue
+        for stmt in node.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                try:
+                    home = importlib.import_module(stmt.module)
+                except ImportError:  # an optional extra's types: not ours anyway
+                    continue
+                for alias in stmt.names:
+                    found[alias.asname or alias.name] = getattr(home, alias.name, None)
+    return found
+
+
+def _annotation_types(annotation: object, namespace: dict[str, object]) -> set[type]:
+    """The classes an annotation (a string under postponed evaluation) names."""
+    if annotation is inspect.Parameter.empty or annotation is None:
+        return set()
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    try:
+        tree = ast.parse(str(text), mode="eval")
+    except SyntaxError:
+        return set()
+    found: set[type] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            value = namespace.get(node.id)
+        elif isinstance(node, ast.Attribute):
+            try:
+                value = eval(ast.unparse(node), dict(namespace))  # a dotted name, e.g. abc.X
+            except Exception:
+                continue
+        else:
+            continue
+        if isinstance(value, type):
+            found.add(value)
+    return found
+
+
+def _signature_types(obj: object) -> set[type]:
+    """Every class named by ``obj``'s public signature(s): a function's parameters and
+    return; a class's constructor, public methods, properties and dataclass fields."""
+    module = sys.modules[obj.__module__]  # type: ignore[attr-defined]
+    namespace = {**vars(module), **_type_checking_names(module)}
+    found: set[type] = set()
+
+    def of_callable(function: object) -> None:
+        try:
+            sig = inspect.signature(function)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return
+        for param in sig.parameters.values():
+            found.update(_annotation_types(param.annotation, namespace))
+        found.update(_annotation_types(sig.return_annotation, namespace))
+
+    if not isinstance(obj, type):
+        of_callable(obj)
+        return found
+    of_callable(obj.__init__)
+    for name, member in vars(obj).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property) and member.fget is not None:
+            of_callable(member.fget)
+        elif isinstance(member, staticmethod | classmethod):
+            of_callable(member.__func__)
+        elif inspect.isfunction(member):
+            of_callable(member)
+    if dataclasses.is_dataclass(obj):
+        for field in dataclasses.fields(obj):
+            found.update(_annotation_types(field.type, namespace))
+    return found
+
+
+#: The policy interfaces: a user names a policy in the config (so the class is exported
+#: from ``semisched``), but writing one is extending the core, whose own surface is
+#: ``semisched.core`` (the engine's views and entries a policy reads).
+POLICY_INTERFACES = ("AllocationPolicy", "OrderingPolicy", "RoutingPolicy", "TenantPolicy")
+
+
+def _unexported(
+    package: object, names: Sequence[str], skip: Sequence[str] = ()
+) -> dict[str, set[str]]:
+    """Types named in the signatures of ``package``'s ``names`` that it does not export."""
+    exported = {id(getattr(package, name)) for name in package.__all__}  # type: ignore[attr-defined]
+    missing: dict[str, set[str]] = {}
+    for name in names:
+        if name in skip:
+            continue
+        for kind in _signature_types(getattr(package, name)):
+            if kind.__module__.split(".")[0] != "semisched" or id(kind) in exported:
+                continue
+            missing.setdefault(f"{kind.__module__}.{kind.__qualname__}", set()).add(name)
+    return missing
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    missing = _unexported(semisched, semisched.__all__, skip=POLICY_INTERFACES)
+    assert missing == {}, "types in public signatures that `semisched` does not export"
+
+
+def test_every_type_a_policy_interface_names_is_exported_by_the_core() -> None:
+    import semisched.core
+
+    assert set(POLICY_INTERFACES) <= set(semisched.__all__)
+    missing = _unexported(semisched.core, POLICY_INTERFACES)
+    assert missing == {}, "types in policy interfaces that `semisched.core` does not export"
