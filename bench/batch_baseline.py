@@ -3,7 +3,7 @@
 A faithful re-implementation of the OpenAI cookbook recipe
 ``examples/api_request_parallel_processor.py`` (openai/openai-cookbook, read at commits
 ``d2bb606c`` and ``04a30903``), driven through the ``openai.AsyncOpenAI`` client and a
-:class:`semisched.clock.Clock` so that it runs in compressed time against the mock provider.
+:class:`semisched.runtime.clock.Clock` so that it runs in compressed time against the mock provider.
 It is a benchmark subject, not a scheduler to use: it knows nothing of output lengths, classes
 or the provider's ``x-ratelimit-*`` headers.
 
@@ -61,7 +61,7 @@ from typing import Any, Final
 import anyio
 import openai
 
-from semisched.clock import Clock
+from semisched.runtime.clock import Clock
 
 __all__ = ["BaselineResult", "run_fixed_rate", "token_consumption"]
 

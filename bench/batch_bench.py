@@ -73,11 +73,11 @@ from bench.batch_workloads import (
 from mockprovider.launch import running_server
 from mockprovider.stats import MockCounters, MockStats
 from semisched.batch import BatchOptions, BatchRun
-from semisched.calls import output_cap
-from semisched.clock import ScaledClock
 from semisched.core import PRESETS, MakespanFloor, Request, makespan_floor
-from semisched.estimate import TokenEstimator, prompt_bytes
-from semisched.priors import Heuristic, PriorQuery
+from semisched.priors.sources import Heuristic, PriorQuery
+from semisched.runtime.calls import output_cap
+from semisched.runtime.clock import ScaledClock
+from semisched.runtime.estimate import TokenEstimator, prompt_bytes
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -102,7 +102,7 @@ def core_requests(lines: Iterable[Mapping[str, Any]]) -> list[Request]:
     """The core :class:`Request` each chat line becomes in ``semisched batch``, before any
     response: the prompt estimate of an uncalibrated :class:`TokenEstimator` (UTF-8 bytes
     / 4, what the mock charges too), ``max_output_tokens`` = the body's cap, and the
-    heuristic prior from it (:class:`semisched.priors.Heuristic`)."""
+    heuristic prior from it (:class:`semisched.priors.sources.Heuristic`)."""
     estimator = TokenEstimator()
     heuristic = Heuristic()
     requests = []

@@ -66,10 +66,10 @@ from mockprovider.app import MockConfig, create_app
 from mockprovider.physics import PhysicsParams
 from predictors.priors import information_source
 from semisched import RuntimeOptions, Scheduler
-from semisched.calls import scheduler_config
 from semisched.core.config import BudgetConfig, SchedulerConfig, preset
-from semisched.core.tenancy import TenantSpec
-from semisched.sim import SimJob
+from semisched.core.tenants.config import TenantSpec
+from semisched.runtime.calls import scheduler_config
+from semisched.sim.simulator import SimJob
 
 __all__ = ["DashboardRun", "Scrape", "dashboard", "histogram_quantile", "series"]
 

@@ -12,7 +12,7 @@ condition                       prior
 ==============================  ==================================================
 ``clipped neutral (old)``       neutral p50/p90 clipped to the cap, no calibration
                                 (the default issue 12 reported)
-``heuristic``                   :class:`~semisched.priors.Heuristic` + calibration
+``heuristic``                   :class:`~semisched.priors.sources.Heuristic` + calibration
                                 (the default without the ``ml`` extra)
 ``heuristic, no calibration``   the same, ``calibration=False``
 ``learned``                     the shipped model + calibration (the default with
@@ -51,7 +51,7 @@ import numpy as np
 from bench.report import write_csv
 from semisched import RuntimeOptions
 from semisched.core.request import Prior
-from semisched.priors import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
+from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
 __all__ = ["CONDITIONS", "WORKLOADS", "default_prior", "overload_run"]
 

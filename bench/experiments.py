@@ -26,8 +26,8 @@ from predictors.base import PriorQuery, PriorSource
 from predictors.priors import information_source
 from semisched.core.config import preset
 from semisched.core.request import Prior
-from semisched.metrics import summarize
-from semisched.sim import ProviderModel, simulate
+from semisched.sim.metrics import summarize
+from semisched.sim.simulator import ProviderModel, simulate
 
 __all__ = [
     "QUICK_STRATEGIES",

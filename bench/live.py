@@ -42,18 +42,18 @@ from mockprovider.launch import running_server
 from mockprovider.physics import profile
 from predictors.priors import information_source
 from semisched import DeadlineExceeded, RequestRejected, RuntimeOptions, Scheduler, SemischedError
-from semisched.clock import ScaledClock
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.config import preset
-from semisched.metrics import summarize
-from semisched.sim import SimJob
+from semisched.runtime.clock import ScaledClock
+from semisched.sim.metrics import summarize
+from semisched.sim.simulator import SimJob
 
 __all__ = ["ID_HEADER", "LiveRecord", "live_run", "mock_arguments", "replay_jobs", "submit_job"]
 
 
 @dataclass(slots=True)
 class LiveRecord:
-    """One request of a live run, in the shape :func:`semisched.metrics.summarize` reads."""
+    """One request of a live run, in the shape :func:`semisched.sim.metrics.summarize` reads."""
 
     bucket: str
     arrival: float

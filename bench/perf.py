@@ -42,11 +42,11 @@ from semisched.core.config import (
     RoutingConfig,
     preset,
 )
-from semisched.core.endpoint import EndpointSpec, EndpointState
 from semisched.core.engine import Action, Engine, Send
+from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
 from semisched.core.queue import Entry
 from semisched.core.request import Request
-from semisched.sim import SimJob, simulate
+from semisched.sim.simulator import SimJob, simulate
 
 __all__ = ["decision_cost", "routing_cost", "sim_speed"]
 

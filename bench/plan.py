@@ -46,18 +46,18 @@ from pathlib import Path
 import numpy as np
 import threadpoolctl  # type: ignore[import-untyped]
 
-import semisched.plan.compress as compress_module
+import semisched.compress.compressor as compress_module
 from semisched.core.config import ClassSpec, RoutingConfig, preset
-from semisched.core.endpoint import EndpointSpec
+from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.request import Prior, Request
-from semisched.fleetfile import fleet_from_dict
+from semisched.fleet.fleetfile import fleet_from_dict
 from semisched.plan.fleetout import client_fleet_toml
 from semisched.plan.planner import Plan, assign, make_plan, predict_pool
 from semisched.plan.pools import PoolPlan
 from semisched.plan.profile import UnitProfile, named_profile
 from semisched.plan.slo import Slo, parse_slo
 from semisched.plan.workload import Workload, mix_workload
-from semisched.sim import SimEndpoint, SimJob, Simulator
+from semisched.sim.simulator import SimEndpoint, SimJob, Simulator
 
 __all__ = ["CASES", "SETTINGS", "Case", "PoolRun", "plan_case", "run_checks", "simulate_pool"]
 
@@ -140,7 +140,7 @@ def plan_case(case: Case, cap: float) -> Plan:
 
 
 #: The compress-and-route setting: ShareGPT's plan at the paper's cap, redone at its
-#: B_short with every borderline prompt's compression floor (:mod:`semisched.plan.compress`).
+#: B_short with every borderline prompt's compression floor (:mod:`semisched.compress.compressor`).
 CR_SETTING = "C&R at B_short*"
 CR_GAMMA_MAX = 2.0
 

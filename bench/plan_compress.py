@@ -5,7 +5,8 @@ Seed 000 (FleetOpt) §5.1: a request whose prompt plus output lies in the border
 served by the short pool; the planner needs ``β`` (the band's share of traffic) and ``p_c`` (the
 share of the band that compression gets under ``T_c``). This measures both on ShareGPT V3 chat
 requests (:mod:`predictors.conversations`: the whole conversation so far, ``o200k_base`` counts)
-with :class:`semisched.plan.compress.ExtractiveCompressor`, plus what the paper's Table 4 reports:
+with :class:`~semisched.compress.compressor.ExtractiveCompressor`, plus what the paper's Table 4
+reports:
 the compressor's latency per request, and ``β`` times its mean as the overhead per request.
 
 Timing is wall time (``time.perf_counter``) around one ``compress`` call, tokenizer included, on
@@ -32,7 +33,7 @@ import threadpoolctl  # type: ignore[import-untyped]
 from bench.report import format_table, write_csv
 from predictors import tokens
 from predictors.conversations import ConversationSet, conversation_requests
-from semisched.plan.compress import ExtractiveCompressor
+from semisched.compress.compressor import ExtractiveCompressor
 
 __all__ = ["CompressRow", "compress_study", "main", "o200k_counter", "write_compress_tables"]
 
@@ -225,7 +226,7 @@ def write_compress_tables(
         f"ShareGPT V3, {requests:,} chat requests (the whole conversation so far, "
         "`predictors.conversations`), lengths in `o200k_base` tokens. Band: "
         "B < prompt + output <= γB; each band request is compressed to T_c = B − output "
-        "(seed 000 §5.1) by `semisched.plan.compress.ExtractiveCompressor` (o200k counter). "
+        "(seed 000 §5.1) by `semisched.compress.compressor.ExtractiveCompressor` (o200k counter). "
         "p_c: share that fits T_c. Cut: token reduction of those that fit. ms: one `compress` "
         "call, tokenizer included; overhead = β × mean ms.",
     ]

@@ -25,7 +25,7 @@ the run's seed, as simulated. A recording transport under the openai clients not
 attempt (endpoint, time, status): the first is the request's first send, the one answered 200
 tells which endpoint served it.
 
-Per run: :func:`semisched.metrics.summarize`, failovers, 429s and retries (the core's
+Per run: :func:`semisched.sim.metrics.summarize`, failovers, 429s and retries (the core's
 counters), and per endpoint its sends, completions and their share, utilisation and share of
 the short requests; live rows add the mock's own counts per endpoint (completed, 429, 503 in
 the outage). The simulated shares come from a second simulation of the same pieces, which must
@@ -69,8 +69,8 @@ from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from semisched import Endpoint, RuntimeOptions, Scheduler
 from semisched.core.config import SchedulerConfig
 from semisched.core.stats import EngineStats
-from semisched.metrics import RequestRecord, summarize
-from semisched.sim import SimEndpoint, SimJob, Simulator
+from semisched.sim.metrics import RequestRecord, summarize
+from semisched.sim.simulator import SimEndpoint, SimJob, Simulator
 
 __all__ = [
     "ID_HEADER",
@@ -95,7 +95,7 @@ def _metrics(
     fleet: Sequence[SimEndpoint],
     endpoints: tuple[Mapping[int, str], Mapping[int, str]],
 ) -> dict[str, float]:
-    """One run's numbers, sim or live: :func:`~semisched.metrics.summarize`, the core's
+    """One run's numbers, sim or live: :func:`~semisched.sim.metrics.summarize`, the core's
     counters, and per endpoint its sends, completions, share of completions, utilisation and
     share of the short requests (as :func:`bench.routing.run_routing` defines the last two).
 

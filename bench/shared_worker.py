@@ -2,7 +2,7 @@
 
 A worker is what a user runs N of: one :class:`~semisched.Scheduler` over
 ``openai.AsyncOpenAI`` (its own retries off, as the scheduler always does) against
-the HTTP mock, in compressed time (:class:`~semisched.clock.ScaledClock`), with the
+the HTTP mock, in compressed time (:class:`~semisched.runtime.clock.ScaledClock`), with the
 budget it is given (``--rpm``/``--tpm``, ``--max-concurrency``) and, with
 ``--state``, a Redis shared with the other workers of ``--namespace``. It submits
 ``--requests`` calls at Poisson rate ``--rate`` (requests per virtual second) and,
@@ -56,8 +56,8 @@ import httpx2
 import openai
 
 from semisched import RuntimeOptions, Scheduler, SemischedError
-from semisched.clock import ScaledClock
 from semisched.core.config import BudgetConfig, preset
+from semisched.runtime.clock import ScaledClock
 from semisched.state.base import Grant, Scope, StateUnavailable
 
 __all__ = [

@@ -61,10 +61,10 @@ from semisched.core.config import (
     SchedulerConfig,
     preset,
 )
-from semisched.core.tenancy import TenantConfig, TenantSpec
-from semisched.metrics import summarize
-from semisched.sim import SimJob, Simulator
-from semisched.sim_model import TraceRow
+from semisched.core.tenants.config import TenantConfig, TenantSpec
+from semisched.sim.metrics import summarize
+from semisched.sim.model import TraceRow
+from semisched.sim.simulator import SimJob, Simulator
 
 __all__ = [
     "POLICIES",

@@ -20,7 +20,7 @@ notes each HTTP attempt: the first is the request's first send, from which (to i
 completed request's output tokens are spread when counting what a window served
 (:func:`bench.tenants.served_in`'s definition).
 
-Per scenario, condition, source (sim, live) and tenant: :func:`semisched.metrics.summarize`,
+Per scenario, condition, source (sim, live) and tenant: :func:`semisched.sim.metrics.summarize`,
 goodput (on-time output tokens per second of the arrival span), the share of output tokens
 served between 10% and 100% of the span, the core's own per-tenant counts
 (:class:`semisched.TenantStats`), and on ``noisy`` rows the headline: the tenant's short
@@ -65,10 +65,10 @@ from bench.tenants import (
 from mockprovider.app import MockConfig, create_app
 from semisched import RuntimeOptions, Scheduler
 from semisched.core.stats import EngineStats
-from semisched.core.tenancy import TenantSpec
-from semisched.metrics import summarize
-from semisched.sim import SimJob, Simulator
-from semisched.sim_model import TraceRow
+from semisched.core.tenants.config import TenantSpec
+from semisched.sim.metrics import summarize
+from semisched.sim.model import TraceRow
+from semisched.sim.simulator import SimJob, Simulator
 
 __all__ = ["CONDITIONS", "live_rows", "sim_rows", "tenants_live_check"]
 

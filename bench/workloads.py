@@ -50,7 +50,7 @@ from predictors.base import PriorQuery, PriorSource
 from semisched.core.buckets import SIZED_BUCKETS, Bucket
 from semisched.core.request import Prior, Request
 from semisched.plan.mixes import MIXES, OUTPUT_RANGES, PROMPT_RANGE
-from semisched.sim import SimJob
+from semisched.sim.simulator import SimJob
 
 __all__ = [
     "CONGESTION",

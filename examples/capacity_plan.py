@@ -36,15 +36,15 @@ import trio.testing
 from mockprovider.fleet import create_fleet_app
 from mockprovider.fleet import fleet_from_dict as mock_fleet
 from semisched import RuntimeOptions, Scheduler, SemischedError
-from semisched.calls import scheduler_config
-from semisched.fleetfile import build_endpoints
-from semisched.fleetfile import fleet_from_dict as client_fleet
+from semisched.fleet.fleetfile import build_endpoints
+from semisched.fleet.fleetfile import fleet_from_dict as client_fleet
 from semisched.plan.fleetout import client_fleet_toml, mock_fleet_toml
 from semisched.plan.planner import Plan, make_plan
 from semisched.plan.profile import named_profile
 from semisched.plan.report import plan_table
 from semisched.plan.slo import parse_slo
 from semisched.plan.workload import Workload, workload_from_records
+from semisched.runtime.calls import scheduler_config
 
 RATE = 12.0  # requests per second
 REQUESTS = 2_160  # three minutes

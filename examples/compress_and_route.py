@@ -30,8 +30,8 @@ from fleet_routing import client  # the openai client of one fleet endpoint
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from semisched import Endpoint, Scheduler
-from semisched.calls import scheduler_config
 from semisched.core.config import RoutingConfig
+from semisched.runtime.calls import scheduler_config
 
 CONTEXT = {"short-a": 1024, "short-b": 1024, "long": 16384}  # tokens, prompt plus output
 FLEET = FleetConfig(endpoints=tuple(FleetEndpoint(name=n, config=MockConfig()) for n in CONTEXT))

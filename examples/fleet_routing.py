@@ -33,7 +33,7 @@ from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from mockprovider.physics import profile
 from semisched import Endpoint, RuntimeOptions, Scheduler, SemischedError
-from semisched.calls import scheduler_config
+from semisched.runtime.calls import scheduler_config
 
 FLEET = FleetConfig(
     endpoints=(

@@ -19,7 +19,7 @@ import openai
 
 from mockprovider.launch import running_server
 from semisched import Scheduler, SemischedError
-from semisched.clock import ScaledClock
+from semisched.runtime.clock import ScaledClock
 
 SCALE = 100.0  # virtual seconds per wall second, shared by the mock and the scheduler
 

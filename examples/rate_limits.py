@@ -21,8 +21,8 @@ import openai
 
 from mockprovider.launch import running_server
 from semisched import RetryPolicy, RuntimeOptions, Scheduler, SemischedError, preset
-from semisched.clock import ScaledClock
 from semisched.core import BudgetConfig
+from semisched.runtime.clock import ScaledClock
 
 SCALE = 50.0  # virtual seconds per wall second, shared by the mock and the scheduler
 LIMIT_RPM = 30

@@ -32,8 +32,8 @@ import openai
 
 from mockprovider.launch import running_server
 from semisched import RuntimeOptions, Scheduler, SemischedError, preset
-from semisched.clock import ScaledClock
 from semisched.core import BudgetConfig
+from semisched.runtime.clock import ScaledClock
 
 SCALE = 50.0  # virtual seconds per wall second, for the mock and every worker
 LIMIT_RPM = 60

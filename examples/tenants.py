@@ -39,7 +39,7 @@ from semisched import (
     TenantConfig,
     TenantSpec,
 )
-from semisched.calls import scheduler_config
+from semisched.runtime.calls import scheduler_config
 
 TENANTS = (
     TenantSpec(name="checkout", service=ServiceClass.GUARANTEED, weight=1.0),

@@ -6,7 +6,7 @@ the RPM/TPM windows, and (in this mock) does the seeded fault injector pick it
 for an error, a hang or a dropped connection. :class:`ProviderGate` makes
 those decisions for both shells of the mock provider: the HTTP app
 (``mockprovider.app``, real time compressed) and the simulator
-(``semisched.sim``, virtual time). So the 429s, 503s and faults a benchmark
+(``semisched.sim.simulator``, virtual time). So the 429s, 503s and faults a benchmark
 measures in virtual time are the ones the HTTP mock serves live.
 
 Outage windows (``GateConfig.outages``): during ``[start, end)`` the endpoint is

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from semisched.core.buckets import Bucket
 from semisched.core.request import Prior
-from semisched.priors import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery
+from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery
 
 __all__ = [
     "COARSE_PRIORS",

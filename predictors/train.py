@@ -133,44 +133,18 @@ def train(out: Path, model_cfg: ModelConfig, cfg: TrainConfig) -> dict[str, obje
     model = LengthModel.create(model_cfg).to(device)
     tokenizer = AutoTokenizer.from_pretrained(resolve_backbone(model_cfg.backbone))
     predictor = LengthPredictor(model, tokenizer, device=device)
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": [model.soft_prompt, *model.head.parameters()], "lr": cfg.lr_head},
-            {"params": list(model.last_layer.parameters()), "lr": cfg.lr_layer},
-        ],
-        weight_decay=0.01,
-    )
-    steps = cfg.epochs * math.ceil(len(rows) / cfg.batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=[cfg.lr_head, cfg.lr_layer], total_steps=steps, pct_start=0.1
-    )
+    run = _Run(predictor, model_cfg, cfg, rows, rng)
     history: list[dict[str, float]] = []
     best: tuple[float, dict[str, torch.Tensor]] | None = None
-    bar = tqdm(total=steps, desc="train", unit="batch")
     for epoch in range(cfg.epochs):
-        model.train()
-        order = list(range(len(rows)))
-        rng.shuffle(order)
-        for b in range(0, len(order), cfg.batch_size):
-            batch = [rows[i] for i in order[b : b + cfg.batch_size]]
-            enc = predictor.encode([t for t, _, _ in batch])
-            feats = prev_features([p for _, p, _ in batch]).to(device)
-            target = torch.log1p(torch.tensor([y for _, _, y in batch], dtype=torch.float32))
-            pred = model(enc["input_ids"].to(device), enc["attention_mask"].to(device), feats)
-            loss = pinball_loss(pred, target.to(device), model_cfg.quantiles)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            schedule.step()
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", epoch=epoch + 1)
+        run.epoch(epoch)
         model.eval()
         scores = _val_mae(predictor, val_pairs)
         scores["epoch"] = epoch + 1
         history.append(scores)
         if best is None or scores["mae"] < best[0]:
             best = (scores["mae"], model.trainable_state())
-    bar.close()
+    run.bar.close()
     assert best is not None
     model.load_trainable(best[1])
     predictor.model.to("cpu")
@@ -189,6 +163,56 @@ def train(out: Path, model_cfg: ModelConfig, cfg: TrainConfig) -> dict[str, obje
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+class _Run:
+    """The optimiser, its one-cycle schedule and the progress bar of one training run."""
+
+    def __init__(
+        self,
+        predictor: LengthPredictor,
+        model_cfg: ModelConfig,
+        cfg: TrainConfig,
+        rows: list[tuple[str, int | None, int]],
+        rng: random.Random,
+    ) -> None:
+        model = predictor.model
+        self.predictor, self.model_cfg, self.cfg, self.rows, self.rng = (
+            predictor, model_cfg, cfg, rows, rng
+        )  # fmt: skip
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": [model.soft_prompt, *model.head.parameters()], "lr": cfg.lr_head},
+                {"params": list(model.last_layer.parameters()), "lr": cfg.lr_layer},
+            ],
+            weight_decay=0.01,
+        )
+        steps = cfg.epochs * math.ceil(len(rows) / cfg.batch_size)
+        self.schedule = torch.optim.lr_scheduler.OneCycleLR(
+            self.optimizer, max_lr=[cfg.lr_head, cfg.lr_layer], total_steps=steps, pct_start=0.1
+        )
+        self.bar = tqdm(total=steps, desc="train", unit="batch")
+
+    def epoch(self, epoch: int) -> None:
+        """One pass over the rows in a fresh shuffled order."""
+        model, rows, size = self.predictor.model, self.rows, self.cfg.batch_size
+        device = self.predictor.device
+        model.train()
+        order = list(range(len(rows)))
+        self.rng.shuffle(order)
+        for b in range(0, len(order), size):
+            batch = [rows[i] for i in order[b : b + size]]
+            enc = self.predictor.encode([t for t, _, _ in batch])
+            feats = prev_features([p for _, p, _ in batch]).to(device)
+            target = torch.log1p(torch.tensor([y for _, _, y in batch], dtype=torch.float32))
+            pred = model(enc["input_ids"].to(device), enc["attention_mask"].to(device), feats)
+            loss = pinball_loss(pred, target.to(device), self.model_cfg.quantiles)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            self.optimizer.step()
+            self.schedule.step()
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss.item():.3f}", epoch=epoch + 1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,9 @@
 What ``Scheduler(...)`` and its arguments need is importable from here: the
 scheduler and its client, the outcome exceptions (:mod:`semisched.errors`),
 the config and its presets (:mod:`semisched.core`), the tenants
-(:mod:`semisched.core.tenancy`) and their statistics, the retry policy, the
-clocks (:mod:`semisched.clock`), the prior interface (:mod:`semisched.priors`)
-and the prompt-token estimator (:mod:`semisched.estimate`).
+(:mod:`semisched.core.tenants.config`) and their statistics, the retry policy, the
+clocks (:mod:`semisched.runtime.clock`), the prior interface (:mod:`semisched.priors.sources`)
+and the prompt-token estimator (:mod:`semisched.runtime.estimate`).
 The README's "API at a glance" lists each name; a test keeps the two in step.
 
 Names are loaded lazily on first use, so ``import semisched`` (and
@@ -21,15 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from semisched.batch.input import BatchError, InvalidInput, InvalidLine
-    from semisched.calibration import (
-        Calibrated,
-        CalibrationStats,
-        ExpertStats,
-        KeyStats,
-        LengthCalibration,
-    )
-    from semisched.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
-    from semisched.compression import CompressionStats
+    from semisched.compress.runtime import CompressionStats
     from semisched.core.allocation import AllocationPolicy
     from semisched.core.buckets import Bucket
     from semisched.core.budget import BudgetSnapshot, ProviderLimits
@@ -45,10 +37,10 @@ if TYPE_CHECKING:
         preset,
     )
     from semisched.core.explain import Decision, DecisionCounts, Explanation
+    from semisched.core.fleet.routing import RoutingPolicy
     from semisched.core.lifecycle import FailureKind, RetryPolicy
     from semisched.core.ordering import OrderingPolicy
     from semisched.core.request import Prior, Request
-    from semisched.core.routing import RoutingPolicy
     from semisched.core.signals import SignalSnapshot
     from semisched.core.stats import (
         BucketCounts,
@@ -58,9 +50,8 @@ if TYPE_CHECKING:
         FailureCounts,
         TenantStats,
     )
-    from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
-    from semisched.core.tenant_policies import TenantPolicy
-    from semisched.endpoints import Endpoint
+    from semisched.core.tenants.config import ServiceClass, TenantConfig, TenantSpec
+    from semisched.core.tenants.policies import TenantPolicy
     from semisched.errors import (
         DeadlineExceeded,
         ProviderError,
@@ -72,16 +63,36 @@ if TYPE_CHECKING:
         SchedulerClosed,
         SemischedError,
     )
-    from semisched.estimate import CategoryStats, EstimatorStats, TokenEstimator
-    from semisched.fleetfile import FleetFileError
-    from semisched.headers import RateLimitInfo
-    from semisched.observe import Finished, Outcome, RequestObserver
-    from semisched.options import RuntimeOptions
+    from semisched.fleet.endpoints import Endpoint
+    from semisched.fleet.fleetfile import FleetFileError
     from semisched.plan.pools import Infeasible
-    from semisched.priors import BatchPriorSource, Heuristic, PriorQuery, PriorsChoice, PriorSource
-    from semisched.runtime import ScheduledClient, ScheduledStream, Scheduler, SchedulerStats
+    from semisched.priors.calibration import (
+        Calibrated,
+        CalibrationStats,
+        ExpertStats,
+        KeyStats,
+        LengthCalibration,
+    )
+    from semisched.priors.sources import (
+        BatchPriorSource,
+        Heuristic,
+        PriorQuery,
+        PriorsChoice,
+        PriorSource,
+    )
+    from semisched.runtime.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
+    from semisched.runtime.estimate import CategoryStats, EstimatorStats, TokenEstimator
+    from semisched.runtime.headers import RateLimitInfo
+    from semisched.runtime.options import RuntimeOptions
+    from semisched.runtime.scheduler import (
+        ScheduledClient,
+        ScheduledStream,
+        Scheduler,
+        SchedulerStats,
+    )
+    from semisched.runtime.stats import RuntimeCounters
     from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
-    from semisched.stats import RuntimeCounters
+    from semisched.telemetry.observe import Finished, Outcome, RequestObserver
 
 #: The package version, kept equal to ``[project] version`` in pyproject.toml
 #: (a test compares them). A literal: no metadata lookup at import time, and it
@@ -90,37 +101,37 @@ __version__ = "0.1.0"
 
 _WHERE = {
     # the SDK
-    "ScheduledClient": "semisched.runtime",
-    "ScheduledStream": "semisched.runtime",
-    "Scheduler": "semisched.runtime",
-    "Endpoint": "semisched.endpoints",
-    "SchedulerStats": "semisched.runtime",
+    "ScheduledClient": "semisched.runtime.scheduler",
+    "ScheduledStream": "semisched.runtime.scheduler",
+    "Scheduler": "semisched.runtime.scheduler",
+    "Endpoint": "semisched.fleet.endpoints",
+    "SchedulerStats": "semisched.runtime.scheduler",
     "TenantStats": "semisched.core.stats",
     "Explanation": "semisched.core.explain",
-    "RequestObserver": "semisched.observe",
-    "RuntimeOptions": "semisched.options",
+    "RequestObserver": "semisched.telemetry.observe",
+    "RuntimeOptions": "semisched.runtime.options",
     # configuration (pure core)
     "FailureKind": "semisched.core.lifecycle",
     "Prior": "semisched.core.request",
     "RetryPolicy": "semisched.core.lifecycle",
     "SchedulerConfig": "semisched.core.config",
     "preset": "semisched.core.config",
-    "ServiceClass": "semisched.core.tenancy",
-    "TenantConfig": "semisched.core.tenancy",
-    "TenantSpec": "semisched.core.tenancy",
-    "TokenEstimator": "semisched.estimate",
+    "ServiceClass": "semisched.core.tenants.config",
+    "TenantConfig": "semisched.core.tenants.config",
+    "TenantSpec": "semisched.core.tenants.config",
+    "TokenEstimator": "semisched.runtime.estimate",
     # clocks
-    "AnyioClock": "semisched.clock",
-    "Clock": "semisched.clock",
-    "MonotonicClock": "semisched.clock",
-    "ScaledClock": "semisched.clock",
+    "AnyioClock": "semisched.runtime.clock",
+    "Clock": "semisched.runtime.clock",
+    "MonotonicClock": "semisched.runtime.clock",
+    "ScaledClock": "semisched.runtime.clock",
     # priors
-    "BatchPriorSource": "semisched.priors",
-    "Heuristic": "semisched.priors",
-    "PriorQuery": "semisched.priors",
-    "PriorSource": "semisched.priors",
-    "PriorsChoice": "semisched.priors",
-    "LengthCalibration": "semisched.calibration",
+    "BatchPriorSource": "semisched.priors.sources",
+    "Heuristic": "semisched.priors.sources",
+    "PriorQuery": "semisched.priors.sources",
+    "PriorSource": "semisched.priors.sources",
+    "PriorsChoice": "semisched.priors.sources",
+    "LengthCalibration": "semisched.priors.calibration",
     # outcomes
     "DeadlineExceeded": "semisched.errors",
     "ProviderError": "semisched.errors",
@@ -132,10 +143,10 @@ _WHERE = {
     "SemischedError": "semisched.errors",
     "StateUnavailable": "semisched.state.base",
     # the types of public signatures, and the rest of the error tree
-    "Outcome": "semisched.observe",
-    "Calibrated": "semisched.calibration",
-    "CalibrationStats": "semisched.calibration",
-    "CompressionStats": "semisched.compression",
+    "Outcome": "semisched.telemetry.observe",
+    "Calibrated": "semisched.priors.calibration",
+    "CalibrationStats": "semisched.priors.calibration",
+    "CompressionStats": "semisched.compress.runtime",
     "Bucket": "semisched.core.buckets",
     "AllocationConfig": "semisched.core.config",
     "BudgetConfig": "semisched.core.config",
@@ -148,33 +159,33 @@ _WHERE = {
     "Request": "semisched.core.request",
     "SignalSnapshot": "semisched.core.signals",
     "EngineStats": "semisched.core.stats",
-    "TenantPolicy": "semisched.core.tenant_policies",
-    "EstimatorStats": "semisched.estimate",
-    "RateLimitInfo": "semisched.headers",
-    "Finished": "semisched.observe",
+    "TenantPolicy": "semisched.core.tenants.policies",
+    "EstimatorStats": "semisched.runtime.estimate",
+    "RateLimitInfo": "semisched.runtime.headers",
+    "Finished": "semisched.telemetry.observe",
     "StateBackend": "semisched.state.base",
     "StateStats": "semisched.state.base",
-    "RuntimeCounters": "semisched.stats",
+    "RuntimeCounters": "semisched.runtime.stats",
     "RequestError": "semisched.errors",
-    "FleetFileError": "semisched.fleetfile",
+    "FleetFileError": "semisched.fleet.fleetfile",
     "BatchError": "semisched.batch.input",
     "InvalidInput": "semisched.batch.input",
     "Infeasible": "semisched.plan.pools",
-    "ExpertStats": "semisched.calibration",
+    "ExpertStats": "semisched.priors.calibration",
     "AllocationPolicy": "semisched.core.allocation",
     "BucketCounts": "semisched.core.stats",
     "BudgetSnapshot": "semisched.core.budget",
-    "CategoryStats": "semisched.estimate",
+    "CategoryStats": "semisched.runtime.estimate",
     "DecisionCounts": "semisched.core.explain",
     "EndpointStats": "semisched.core.stats",
     "EngineCounters": "semisched.core.stats",
     "FailureCounts": "semisched.core.stats",
     "Grant": "semisched.state.base",
     "InvalidLine": "semisched.batch.input",
-    "KeyStats": "semisched.calibration",
+    "KeyStats": "semisched.priors.calibration",
     "OrderingPolicy": "semisched.core.ordering",
     "ProviderLimits": "semisched.core.budget",
-    "RoutingPolicy": "semisched.core.routing",
+    "RoutingPolicy": "semisched.core.fleet.routing",
     "Scope": "semisched.state.base",
 }
 

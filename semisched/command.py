@@ -2,7 +2,7 @@
 
 ``semisched plan ...`` goes to :mod:`semisched.plan.cli` without importing the
 SDK (no anyio, no openai: the planner starts in a fraction of a second);
-everything else goes to :mod:`semisched.cli`.
+everything else goes to :mod:`semisched.batch.cli`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from semisched.plan.cli import plan_main
 
         return plan_main(args[1:], sys.stdout)
-    from semisched.cli import main as sdk_main
+    from semisched.batch.cli import main as sdk_main
 
     return sdk_main(args)

@@ -17,7 +17,7 @@ Exception tree::
     ├── StateUnavailable       the shared state cannot be reached (semisched.state); at
     │                          start the scheduler does not start, later it falls back
     ├── FleetFileError         a fleet file or --endpoint option is not usable
-    │                          (semisched.fleetfile); also a ValueError: it is the
+    │                          (semisched.fleet.fleetfile); also a ValueError: it is the
     │                          caller's input, and argument checks catch it as one
     ├── BatchError             a batch job cannot start: unreadable input, unwritable
     │   │                      output, no API key (semisched.batch)
@@ -32,12 +32,12 @@ as :class:`DeadlineExceeded` with ``phase="retry"``, not as a provider error.
 
 Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
 queued; those are not in the tree. Provider exceptions (``openai.*``) are mapped
-to it in exactly one place, :mod:`semisched.failures`, and always chained, so
+to it in exactly one place, :mod:`semisched.runtime.failures`, and always chained, so
 ``err.__cause__`` is the original.
 
 What this module is not: it raises nothing itself and reads no exception. The
 classes that belong to one capability live beside it (``StateUnavailable`` in
-:mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleetfile`,
+:mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
 ``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
 :mod:`semisched.plan.pools`); each derives from :class:`SemischedError`.
 """

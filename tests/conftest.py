@@ -1,7 +1,7 @@
 """Fixtures of every test: virtual time, openai's platform lookup on the loop, heuristic priors.
 
 **Virtual time.** Async tests run on trio with an autojumping ``MockClock``. The
-scheduler's default clock (:class:`~semisched.clock.AnyioClock`), the batch run's
+scheduler's default clock (:class:`~semisched.runtime.clock.AnyioClock`), the batch run's
 and the mock's (``create_app(..., clock=anyio.current_time)``) all read the
 loop's clock, so physics, deadlines, back-offs and ``retry-after`` waits are
 exact and a test sleeps minutes in microseconds. Tests that need real time (a
@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import trio.testing
 
-from semisched.default_priors import PRIORS_ENV
+from semisched.priors.default import PRIORS_ENV
 
 
 @pytest.fixture

@@ -37,18 +37,42 @@ def offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...]
     return found
 
 
+#: The packages of the SDK besides the core (docs/architecture.md, "Import directions").
+SHELLS = ("semisched.runtime", "semisched.priors", "semisched.fleet", "semisched.state",
+          "semisched.telemetry", "semisched.compress", "semisched.sim", "semisched.batch",
+          "semisched.plan", "semisched.errors", "semisched.command")
+#: The scheduler's driver: what composes the capability packages, never what they import.
+DRIVER = ("semisched.runtime.scheduler", "semisched.runtime.dispatch", "semisched.runtime.layers",
+          "semisched.runtime.facade", "semisched.batch", "semisched.plan", "semisched.command")
+#: Async and network libraries: only the runtime side uses them.
+ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn")
+
+
 @pytest.mark.parametrize(
     ("package", "forbidden", "allowed"),
     [
-        # The core is the model: nothing else of the project.
-        ("semisched/core", ("semisched.runtime", "semisched.sim", "predictors", "mockprovider",
-                            "bench", "anyio", "openai", "httpx", "httpx2"), ()),
+        # The core is the model: nothing else of the project, no I/O library, no numpy.
+        ("semisched/core", (*SHELLS, "predictors", "mockprovider", "bench", *ASYNC_IO, "numpy"),
+         ()),
         # The SDK owns the prior protocol; only the default-priors chooser may load the
         # learned predictor, lazily (``priors="auto"``/``"learned"``, ``--priors``).
-        ("semisched", ("predictors", "bench"), ("semisched/default_priors.py",)),
-        # The mock never depends on the SDK's shells or the benchmarks.
+        ("semisched", ("predictors", "bench"), ("semisched/priors/default.py",)),
+        # The capability packages are layers the driver composes: they never import it.
+        ("semisched/fleet", DRIVER, ()),
+        ("semisched/state", DRIVER, ()),
+        ("semisched/telemetry", DRIVER, ()),
+        ("semisched/compress", DRIVER, ()),
+        ("semisched/priors", DRIVER, ()),
+        # The simulator and the planner run in virtual time: no event loop, no network, and
+        # neither drives the runtime.
+        ("semisched/sim", (*ASYNC_IO, *DRIVER, "semisched.state", "semisched.telemetry"), ()),
+        ("semisched/plan", (*ASYNC_IO, "semisched.runtime.scheduler", "semisched.runtime.dispatch",
+                            "semisched.batch", "semisched.state", "semisched.telemetry",
+                            "semisched.sim"), ()),
+        # The mock never depends on the SDK or the benchmarks.
         ("mockprovider", ("semisched", "bench", "predictors"), ()),
-        ("predictors", ("bench", "mockprovider", "semisched.runtime", "semisched.sim"), ()),
+        ("predictors", ("bench", "mockprovider", "semisched.runtime", "semisched.sim",
+                        "semisched.batch"), ()),
     ],
 )  # fmt: skip
 def test_packages_import_only_what_the_design_allows(
@@ -58,7 +82,7 @@ def test_packages_import_only_what_the_design_allows(
 
 
 def test_the_sdk_loads_the_predictor_only_lazily() -> None:
-    tree = ast.parse((ROOT / "semisched/default_priors.py").read_text())
+    tree = ast.parse((ROOT / "semisched/priors/default.py").read_text())
     top = {
         node.module
         for node in tree.body

@@ -1,7 +1,7 @@
 """Batch jobs through the scheduler: OpenAI Batch API files in and out, crash-safe.
 
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` (see
-:mod:`semisched.cli`) is a thin shell over :class:`BatchRun`:
+:mod:`semisched.batch.cli`) is a thin shell over :class:`BatchRun`:
 
 1. **Read and validate everything first** (:mod:`semisched.batch.input`).
    Every line must be an OpenAI Batch API input object (``custom_id``,

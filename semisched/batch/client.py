@@ -3,7 +3,7 @@
 :func:`make_client` builds the ``AsyncOpenAI`` a one-endpoint run
 (``--base-url``) sends through; :func:`make_endpoints` builds a fleet's
 endpoints (``--endpoint``, ``--fleet``), one client each
-(:func:`semisched.fleetfile.build_endpoints`). API keys come from the
+(:func:`semisched.fleet.fleetfile.build_endpoints`). API keys come from the
 environment variables the options name and go nowhere else; a missing one
 is a :class:`BatchError` naming the variable, never showing a key.
 :class:`TimedClient` wraps a client the way the scheduler calls it, to time
@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from semisched.batch.input import BatchError
-from semisched.clock import Clock
-from semisched.fleetfile import FleetFileError, build_endpoints
+from semisched.fleet.fleetfile import FleetFileError, build_endpoints
+from semisched.runtime.clock import Clock
 
 if TYPE_CHECKING:
     from semisched.batch.options import BatchOptions
-    from semisched.endpoints import Endpoint
+    from semisched.fleet.endpoints import Endpoint
 
 __all__ = ["ClientFactory", "TimedClient", "connect", "make_client", "make_endpoints"]
 

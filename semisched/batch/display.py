@@ -5,7 +5,7 @@
 (``start`` once, then ``update``) and ``close`` at the end. The bar needs
 ``rich``; without it, or off a terminal, a line every ``every_s`` wall seconds.
 
-What this module is not: it runs nothing and reads no arguments (:mod:`semisched.cli`).
+What this module is not: it runs nothing and reads no arguments (:mod:`semisched.batch.cli`).
 """
 
 from __future__ import annotations

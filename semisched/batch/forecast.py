@@ -11,13 +11,13 @@ and from those the makespan floor under the job's budgets
 Rules:
 
 1. **The requests are the run's.** Each body is read again and prepared with
-   :func:`semisched.calls.prepare_call`, as ``submit`` does. The prior comes
+   :func:`semisched.runtime.calls.prepare_call`, as ``submit`` does. The prior comes
    from the source planned with: the dry run's (the learned model in batches
    of :data:`PRIOR_CHUNK`, or the ``max_tokens`` heuristic); a real run plans
    with the heuristic and gets the model's priors while it sends
    (:mod:`semisched.batch.streamed`), so the floor it announces is the
    heuristic's. The
-   prompt estimate is a fresh :class:`~semisched.estimate.TokenEstimator`'s,
+   prompt estimate is a fresh :class:`~semisched.runtime.estimate.TokenEstimator`'s,
    which is what the scheduler's own estimator says before its first
    response.
 2. **The ETA** (:func:`eta_s`): see its docstring; never an extrapolation
@@ -28,7 +28,7 @@ Rules:
 
 Only :func:`plan_requests` reads a file (the input, through
 :func:`~semisched.batch.input.load_body`); the rest is pure. Loading the
-model is :mod:`semisched.default_priors`'s (the one module allowed to import
+model is :mod:`semisched.priors.default`'s (the one module allowed to import
 ``predictors``).
 """
 
@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from semisched.batch.input import BatchLine, load_body
-from semisched.calls import PreparedCall, prepare_call
 from semisched.core.config import SchedulerConfig
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.request import Prior, Request
-from semisched.estimate import TokenEstimator
-from semisched.priors import BatchPriorSource, PriorQuery, PriorsChoice, PriorSource
+from semisched.priors.sources import BatchPriorSource, PriorQuery, PriorsChoice, PriorSource
+from semisched.runtime.calls import PreparedCall, prepare_call
+from semisched.runtime.estimate import TokenEstimator
 
 __all__ = [
     "ETA_OBSERVED_AFTER_S",

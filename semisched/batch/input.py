@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from semisched.batch.tenants import line_tenant_problem, take_tenant
-from semisched.calls import SCHEDULER_ARGS, accepted_params, prepare_call
 from semisched.core.errors import SemischedError
-from semisched.core.tenancy import TenantConfig
+from semisched.core.tenants.config import TenantConfig
+from semisched.runtime.calls import SCHEDULER_ARGS, accepted_params, prepare_call
 
 __all__ = [
     "SUPPORTED_URLS",
@@ -106,7 +106,7 @@ class InvalidInput(BatchError):
 def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     """Validate ``body`` for ``endpoint`` exactly as the scheduler's ``submit`` would.
 
-    The check is :func:`semisched.calls.prepare_call` (pure: no scheduler, no
+    The check is :func:`semisched.runtime.calls.prepare_call` (pure: no scheduler, no
     client, no event loop) against the argument names of the ``openai``
     package's own ``create`` methods. The scheduler's own arguments
     (``klass``, ``deadline``, ``prior``, ``tenant``) are not API parameters and

@@ -13,8 +13,8 @@ from typing import Any
 from semisched.batch.input import ModelCheck
 from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
 from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
-from semisched.core.tenancy import TenantConfig
-from semisched.fleetfile import EndpointDef, check_unique
+from semisched.core.tenants.config import TenantConfig
+from semisched.fleet.fleetfile import EndpointDef, check_unique
 
 __all__ = ["BatchOptions"]
 

@@ -22,8 +22,8 @@ from semisched.batch.input import BatchError, BatchLine, InvalidLine
 from semisched.batch.options import BatchOptions
 from semisched.batch.output import Answered
 from semisched.core.request import Request
-from semisched.default_priors import choose_priors
-from semisched.priors import PriorSource
+from semisched.priors.default import choose_priors
+from semisched.priors.sources import PriorSource
 
 __all__ = ["BatchPlan", "load_priors", "off_loop", "planned"]
 
@@ -57,7 +57,7 @@ class BatchPlan:
 
 def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
     """The prior source ``options.priors`` asks for, and why
-    (:func:`semisched.default_priors.choose_priors`).
+    (:func:`semisched.priors.default.choose_priors`).
 
     Raises:
         BatchError: ``learned`` was asked for and cannot be loaded.

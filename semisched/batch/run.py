@@ -22,7 +22,7 @@ does all of that and stops: it sends nothing and changes no file.
 This module decides nothing about scheduling (the scheduler and its core do)
 and draws nothing (the CLI shows :class:`~semisched.batch.summary.BatchProgress`).
 One job goes to one endpoint (``base_url``) or to a fleet (``endpoints``: the
-scheduler routes each send, :mod:`semisched.core.routing`). API keys are read
+scheduler routes each send, :mod:`semisched.core.fleet.routing`). API keys are read
 from the environment variables the options name (``api_key_env``, each
 endpoint's ``key_env``) and are never written to the output, logs or progress.
 """
@@ -69,17 +69,17 @@ from semisched.batch.planning import BatchPlan, load_priors, off_loop, planned
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
 from semisched.batch.timing import BatchTiming
-from semisched.calls import scheduler_config
-from semisched.clock import AnyioClock, Clock
-from semisched.compression import CompressionStats
+from semisched.compress.runtime import CompressionStats
 from semisched.core.request import Prior
 from semisched.core.stats import EngineStats
-from semisched.default_priors import model_unavailable
-from semisched.endpoints import Endpoint
 from semisched.errors import RequestError
-from semisched.options import RuntimeOptions
-from semisched.priors import Heuristic, PriorSource
-from semisched.runtime import RetryPolicy, Scheduler
+from semisched.fleet.endpoints import Endpoint
+from semisched.priors.default import model_unavailable
+from semisched.priors.sources import Heuristic, PriorSource
+from semisched.runtime.calls import scheduler_config
+from semisched.runtime.clock import AnyioClock, Clock
+from semisched.runtime.options import RuntimeOptions
+from semisched.runtime.scheduler import RetryPolicy, Scheduler
 from semisched.state.base import StateUnavailable
 
 if TYPE_CHECKING:

@@ -34,8 +34,8 @@ from semisched.batch.input import BatchLine
 from semisched.batch.options import BatchOptions
 from semisched.core.config import SchedulerConfig
 from semisched.core.request import Prior, Request
-from semisched.default_priors import choose_priors
-from semisched.priors import Heuristic, PriorsChoice, PriorSource
+from semisched.priors.default import choose_priors
+from semisched.priors.sources import Heuristic, PriorsChoice, PriorSource
 
 __all__ = ["StreamedPriors"]
 

@@ -25,7 +25,7 @@ from semisched.batch.tenants import tenant_lines
 from semisched.core.stats import EndpointStats, EngineStats, TenantStats
 
 if TYPE_CHECKING:
-    from semisched.compression import CompressionStats
+    from semisched.compress.runtime import CompressionStats
 
 __all__ = ["BatchFailures", "BatchProgress", "BatchSummary", "engine_parts"]
 

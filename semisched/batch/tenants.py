@@ -4,7 +4,7 @@ A job declares who shares it with repeated ``--tenant
 NAME[,weight=W][,service=guaranteed|elastic|best_effort][,rpm=N][,tpm=N][,max-concurrency=N]``
 options (:func:`parse_tenant_option`), ``--tenant-policy`` and
 ``--default-tenant`` (:func:`tenant_config`: a
-:class:`~semisched.core.tenancy.TenantConfig`). Each input line names its
+:class:`~semisched.core.tenants.config.TenantConfig`). Each input line names its
 tenant in its body's ``metadata``::
 
     {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
@@ -25,7 +25,7 @@ Rules:
    tokens served and their share of the job's, next to its entitlement.
 
 What this module is not: it schedules nothing (the core's tenant layer,
-:mod:`semisched.core.tenants`, decides who sends next) and reads no file.
+:mod:`semisched.core.tenants.lanes`, decides who sends next) and reads no file.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from semisched.core.stats import TenantStats
-from semisched.core.tenancy import TENANT_POLICY_NAMES, TenantConfig, TenantSpec
-from semisched.fleetfile import FleetFileError, option_pairs
+from semisched.core.tenants.config import TENANT_POLICY_NAMES, TenantConfig, TenantSpec
+from semisched.fleet.fleetfile import FleetFileError, option_pairs
 
 __all__ = [
     "TENANT_KEY",

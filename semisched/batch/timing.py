@@ -14,7 +14,7 @@ per invocation: a resumed file holds several runs, whose clocks start again
 at 0. With the response's ``usage`` (prompt and completion tokens) this is
 what ``semisched plan fit`` fits an endpoint's speed from.
 
-:class:`BatchTiming` is a :class:`~semisched.observe.RequestObserver` of the
+:class:`BatchTiming` is a :class:`~semisched.telemetry.observe.RequestObserver` of the
 run's scheduler. The scheduler names requests ``req-N`` as they come; the
 line a request belongs to is bound when it is submitted, from inside
 :meth:`BatchTiming.track` (a context variable: ``submit`` tells the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from semisched.core.request import Request
-from semisched.observe import Finished, Outcome, RequestObserver
+from semisched.telemetry.observe import Finished, Outcome, RequestObserver
 
 __all__ = ["RECORD_KEY", "BatchTiming", "Tracked"]
 

@@ -47,8 +47,9 @@ from semisched.core.config import (
     SignalsConfig,
     preset,
 )
-from semisched.core.endpoint import Circuit, EndpointSpec, EndpointState
 from semisched.core.engine import Engine
+from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
+from semisched.core.fleet.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
 from semisched.core.ordering import (
@@ -60,7 +61,6 @@ from semisched.core.ordering import (
 from semisched.core.overload import OVERLOAD_POLICIES, Admission, OverloadController, Verdict
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
-from semisched.core.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.signals import SignalSnapshot
 from semisched.core.stats import (
     BucketCounts,
@@ -70,9 +70,9 @@ from semisched.core.stats import (
     FailureCounts,
     TenantStats,
 )
-from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
-from semisched.core.tenant_policies import TENANT_POLICIES, TenantPolicy
-from semisched.core.tenants import TenantLane, TenantView
+from semisched.core.tenants.config import ServiceClass, TenantConfig, TenantSpec
+from semisched.core.tenants.lanes import TenantLane, TenantView
+from semisched.core.tenants.policies import TENANT_POLICIES, TenantPolicy
 
 __all__ = [
     "ALLOCATION_POLICIES",

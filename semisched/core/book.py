@@ -26,17 +26,17 @@ from semisched.core.buckets import Bucket
 from semisched.core.budget import ProviderLimits
 from semisched.core.checks import check_number
 from semisched.core.config import SchedulerConfig
-from semisched.core.endpoint import Circuit, EndpointSpec
 from semisched.core.explain import Decision, Explainer
-from semisched.core.fleet import DEFAULT_ENDPOINT, Fleet
+from semisched.core.fleet.endpoint import Circuit, EndpointSpec
+from semisched.core.fleet.fleet import DEFAULT_ENDPOINT, Fleet
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_ordering
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
 from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
-from semisched.core.tenant_policies import TenantPolicy, make_tenant_policy
-from semisched.core.tenants import TenantLane, TenantLedger, entitlements
+from semisched.core.tenants.lanes import TenantLane, TenantLedger, entitlements
+from semisched.core.tenants.policies import TenantPolicy, make_tenant_policy
 
 __all__ = ["DEADLINE", "WAKE", "EngineBook"]
 

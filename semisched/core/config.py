@@ -34,12 +34,12 @@ from semisched.core.checks import (
     check_str,
 )
 from semisched.core.lifecycle import RetryPolicy
-from semisched.core.tenancy import TenantConfig
+from semisched.core.tenants.config import TenantConfig
 
 if TYPE_CHECKING:  # the policy modules import this one
     from semisched.core.allocation import AllocationPolicy
+    from semisched.core.fleet.routing import RoutingPolicy
     from semisched.core.ordering import OrderingPolicy
-    from semisched.core.routing import RoutingPolicy
 
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
@@ -362,7 +362,7 @@ class BudgetConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RoutingConfig:
-    """Routing layer: which endpoint executes a send (:mod:`semisched.core.routing`).
+    """Routing layer: which endpoint executes a send (:mod:`semisched.core.fleet.routing`).
 
     Routing comes after allocation and ordering: it never changes *which*
     request is sent next, only *where*. With one endpoint it has nothing to
@@ -464,7 +464,7 @@ class SchedulerConfig:
         routing: Which endpoint executes each send, circuit breakers and
             failover (:class:`RoutingConfig`).
         tenants: Who shares this scheduler, with what entitlement and
-            service class (:class:`~semisched.core.tenancy.TenantConfig`;
+            service class (:class:`~semisched.core.tenants.config.TenantConfig`;
             default: one tenant).
         allocation, ordering, overload, signals: Layer configs.
     """

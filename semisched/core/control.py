@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from semisched.core.actions import Action
 from semisched.core.book import EngineBook
-from semisched.core.endpoint import EndpointSpec
+from semisched.core.fleet.endpoint import EndpointSpec
 
 __all__ = ["EngineControl"]
 

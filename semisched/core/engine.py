@@ -39,7 +39,7 @@ Rules:
    time it fits), and one that can never fit is rejected. After
    :meth:`Engine.hold` nothing is sent at all until :meth:`Engine.release`.
    Every :class:`Send` names the endpoint that executes it: the fleet
-   (:mod:`semisched.core.fleet`) says which endpoints can take the chosen
+   (:mod:`semisched.core.fleet.fleet`) says which endpoints can take the chosen
    request, by their health, concurrency and budgets, and the routing policy
    picks one; when none can now, the request waits, and when none ever can,
    it is rejected.
@@ -51,7 +51,7 @@ Rules:
 6. The layers are consulted in a fixed order: overload control on arrival and
    on each return from deferral (judging the request by its tenant's standing);
    then, while a send opportunity is free, the tenant policy picks a tenant
-   (:mod:`semisched.core.tenants`), its allocation a class, ordering its
+   (:mod:`semisched.core.tenants.lanes`), its allocation a class, ordering its
    request, routing its endpoint.
 7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
    emitted when the earliest pending timer moves earlier than the last one
@@ -71,15 +71,15 @@ from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.control import EngineControl
-from semisched.core.endpoint import EndpointSpec
 from semisched.core.explain import Decision
+from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.stats import EngineStats
-from semisched.core.tenants import TenantLane
+from semisched.core.tenants.lanes import TenantLane
 
 __all__ = [
     "Action",

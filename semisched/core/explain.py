@@ -34,7 +34,7 @@ rule                                decision   fires when
 ``retry.attempts_spent``            fail       its attempts are spent
 ==================================  =========  ===================================================
 
-The overload rules' levels are the tenant-shifted ones (:mod:`semisched.core.tenant_policies`).
+The overload rules' levels are the tenant-shifted ones (:mod:`semisched.core.tenants.policies`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Short requests have no level under any policy: never deferred, never
 rejected. A request of unknown size (no-information priors, seed 004 §4.4)
 gets the policy's ``unknown`` level, a uniform admission severity.
 
-A tenant policy (:mod:`semisched.core.tenants`) may shift a sheddable
+A tenant policy (:mod:`semisched.core.tenants.lanes`) may shift a sheddable
 request's level by its tenant's standing (``offset``: a best-effort tenant two
 levels sooner, an elastic tenant beyond its entitlement one) or exempt it
 (``None``: a guaranteed tenant inside its entitlement). Short requests stay

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from semisched.core.request import Request
 
 if TYPE_CHECKING:
-    from semisched.core.endpoint import EndpointState
-    from semisched.core.tenants import TenantLane
+    from semisched.core.fleet.endpoint import EndpointState
+    from semisched.core.tenants.lanes import TenantLane
 
 __all__ = ["ClassQueue", "Entry", "EntryState"]
 
@@ -70,7 +70,7 @@ class Entry:
             ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
         endpoint: Where its latest attempt was sent.
         avoid: The endpoints its failed attempts failed at (failover avoids them).
-        lane: Its tenant's lane (:mod:`semisched.core.tenants`).
+        lane: Its tenant's lane (:mod:`semisched.core.tenants.lanes`).
     """
 
     request: Request

@@ -122,7 +122,7 @@ class Request:
         model: The logical model it asks for; routing sends it only to
             endpoints that serve it (``""``: any endpoint).
         tenant: The tenant it is sent for (``""``: the configured default
-            tenant; :mod:`semisched.core.tenancy`).
+            tenant; :mod:`semisched.core.tenants.config`).
         compressed_tokens: Estimated prompt tokens after compress-and-route's
             compression, when the caller prepared a compressed prompt (``None``:
             none; :class:`~semisched.core.config.RoutingConfig` ``compress_band``).

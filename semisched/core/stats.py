@@ -130,7 +130,7 @@ class FailureCounts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointStats:
-    """One endpoint of the fleet at one instant (:mod:`semisched.core.endpoint`).
+    """One endpoint of the fleet at one instant (:mod:`semisched.core.fleet.endpoint`).
 
     Attributes:
         name: The endpoint's name.
@@ -171,7 +171,7 @@ class EndpointStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantStats:
-    """One tenant at one instant (:mod:`semisched.core.tenants`).
+    """One tenant at one instant (:mod:`semisched.core.tenants.lanes`).
 
     Usage, share and debt are in *work tokens* (output tokens plus
     ``input_token_weight`` times prompt tokens) decayed with the tenants'

@@ -163,9 +163,9 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Workload, str]:
 
 
 def _batch_workload(args: argparse.Namespace) -> Workload:
-    from semisched.default_priors import choose_priors
-    from semisched.estimate import prompt_bytes
-    from semisched.priors import PriorQuery
+    from semisched.priors.default import choose_priors
+    from semisched.priors.sources import PriorQuery
+    from semisched.runtime.estimate import prompt_bytes
 
     source, _ = choose_priors(args.priors, asked_by=f"--priors {args.priors}")
 
@@ -181,12 +181,12 @@ def _batch_workload(args: argparse.Namespace) -> Workload:
         return [(a.p50, a.p90) for a in answers]
 
     def count(messages: Sequence[Mapping[str, Any]]) -> int:
-        # The runtime's first estimate: 4 bytes per token (semisched.estimate).
+        # The runtime's first estimate: 4 bytes per token (semisched.runtime.estimate).
         return math.ceil(prompt_bytes(messages=messages)[0] / 4.0)
 
     floor = None
     if args.compress:
-        from semisched.plan.compress import ExtractiveCompressor
+        from semisched.compress.compressor import ExtractiveCompressor
 
         compressor = ExtractiveCompressor()
 

@@ -1,6 +1,6 @@
 """Fit an endpoint's speed from what it did: ``semisched plan fit LOG``.
 
-A LOG is either a simulator trace (:meth:`semisched.sim.SimResult.trace_csv`,
+A LOG is either a simulator trace (:meth:`semisched.sim.simulator.SimResult.trace_csv`,
 recognised by its CSV header) or a ``semisched batch`` output file (JSONL;
 each success record's ``semisched`` key, :mod:`semisched.batch.timing`, and
 its response's ``usage``). Each completed request is one observation: its
@@ -270,6 +270,52 @@ def fit_observations(
     good = obs.end > obs.sent
     if not good.any():
         raise ValueError(f"no completed request in the log ({obs.skipped} skipped)")
+    solved = _solve(obs, good, slots, chunk)
+    keep, coef, design, duration = solved.keep, solved.coef, solved.design, solved.duration
+    overhead, w, h = (float(c) for c in coef)
+    residual = np.abs(duration[keep] - design @ coef)
+    spread = float(np.sum((duration[keep] - duration[keep].mean()) ** 2))
+    if overhead < -max(1.0, 0.01 * float(np.median(duration[keep]))):  # not rounding: refuse
+        raise ValueError(
+            f"the fit gives a negative overhead ({overhead:.1f} ms): the log's "
+            "send and answer times do not follow the batching model"
+        )
+    fitted = {"base_iter_ms": w, "per_slot_ms": h, "overhead_ms": max(overhead, 0.0)}
+    sized = base.with_(max_slots=max(base.max_slots, slots), slots=slots, prefill_chunk=chunk)
+    profile = sized.with_(name=name, **fitted)
+    return ProfileFit(
+        profile=profile,
+        base_iter_ms=w,
+        per_slot_ms=h,
+        overhead_ms=overhead,
+        observations=int(keep.sum()),
+        dropped=int((~keep).sum()),
+        skipped=obs.skipped + int((~good).sum()),
+        r_squared=1.0 - float(np.sum(residual**2)) / spread if spread > 0 else 1.0,
+        residual_p50_ms=float(np.percentile(residual, 50)),
+        residual_p95_ms=float(np.percentile(residual, 95)),
+        n_bar_min=float(solved.n_bar[keep].min()),
+        n_bar_max=float(solved.n_bar[keep].max()),
+    )
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """The last pass of :func:`_solve`: who was kept, the design, the coefficients."""
+
+    keep: npt.NDArray[np.bool_]
+    n_bar: FloatArray
+    design: FloatArray
+    duration: FloatArray
+    coef: FloatArray
+
+
+def _solve(obs: Observations, good: npt.NDArray[np.bool_], slots: int, chunk: int) -> _Solved:
+    """Least squares in passes, each with the in-flight means the last pass's speed gives
+    (the module docstring's fit), until the coefficients stop moving."""
     origin = obs.sent[good].min()  # near 0, ``sent + 1e-9`` stays after ``sent``
     group, sent, end = obs.group[good], obs.sent[good] - origin, obs.end[good] - origin
     iters = np.maximum(1.0, np.ceil(obs.prompt[good] / chunk) + obs.output[good])
@@ -297,30 +343,7 @@ def fit_observations(
         if last is not None and np.allclose(coef, last, rtol=1e-9, atol=1e-9):
             break
         last = coef
-    residual = np.abs(duration[keep] - design @ coef)
-    spread = float(np.sum((duration[keep] - duration[keep].mean()) ** 2))
-    if overhead < -max(1.0, 0.01 * float(np.median(duration[keep]))):  # not rounding: refuse
-        raise ValueError(
-            f"the fit gives a negative overhead ({overhead:.1f} ms): the log's "
-            "send and answer times do not follow the batching model"
-        )
-    fitted = {"base_iter_ms": w, "per_slot_ms": h, "overhead_ms": max(overhead, 0.0)}
-    sized = base.with_(max_slots=max(base.max_slots, slots), slots=slots, prefill_chunk=chunk)
-    profile = sized.with_(name=name, **fitted)
-    return ProfileFit(
-        profile=profile,
-        base_iter_ms=w,
-        per_slot_ms=h,
-        overhead_ms=overhead,
-        observations=int(keep.sum()),
-        dropped=int(over.sum()),
-        skipped=obs.skipped + int((~good).sum()),
-        r_squared=1.0 - float(np.sum(residual**2)) / spread if spread > 0 else 1.0,
-        residual_p50_ms=float(np.percentile(residual, 50)),
-        residual_p95_ms=float(np.percentile(residual, 95)),
-        n_bar_min=float(n_bar[keep].min()),
-        n_bar_max=float(n_bar[keep].max()),
-    )
+    return _Solved(keep, n_bar, design, duration, coef)
 
 
 def fit_log(

@@ -1,7 +1,7 @@
 """Writing a plan as fleet files: the client's (``semisched batch --fleet``, ``Scheduler``)
 and, to try it, the mock provider's (``python -m mockprovider --fleet``).
 
-The client's fleet file (:mod:`semisched.fleetfile`'s schema) names one
+The client's fleet file (:mod:`semisched.fleet.fleetfile`'s schema) names one
 endpoint per unit: ``short-0 .. short-{n_s - 1}`` with ``pool = "short"`` and
 ``context_tokens = B_short``, ``long-0 ..`` with ``pool = "long"`` and the
 unit's full context, and ``token_budget`` routing at ``short_pool_tokens =
@@ -23,7 +23,7 @@ The mock's fleet file gives each endpoint the unit's physics with its slots
 (the short units' larger batch included), so a plan can be run as planned.
 
 The text is built here and checked by reading it back with the loaders
-(:func:`semisched.fleetfile.fleet_from_dict`), so a file this writes always loads.
+(:func:`semisched.fleet.fleetfile.fleet_from_dict`), so a file this writes always loads.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 import tomllib
 from dataclasses import dataclass
 
-from semisched.fleetfile import fleet_from_dict
+from semisched.fleet.fleetfile import fleet_from_dict
 from semisched.plan.planner import Plan
 from semisched.plan.profile import UnitProfile
 

@@ -95,43 +95,38 @@ def recommendation(plan: Plan) -> str:
 
 def plan_table(plan: Plan, *, source: str = "") -> str:
     """The plan as a fixed-width table with a header and the recommendation."""
+    lines = [*_header(plan, source), *_rows(plan), ""]
+    tails = "; ".join(s.label() for s in plan.slos)
+    lines.append(f"Tails are per pool (short | long), one per SLO in order: {tails}.")
+    lines += _compression_note(plan)
+    lines.append(recommendation(plan))
+    return "\n".join(lines)
+
+
+def _header(plan: Plan, source: str) -> list[str]:
+    """The workload, the unit and the column heads."""
     p = plan.profile
     slos = ", ".join(s.label() for s in plan.slos)
-    lines = [
+    heads = _row(
+        "plan", "units", "short", "long", "B_short", "γ", 0.0, "saving",
+        "predicted tails (s)", "bound by",
+    ).replace("      0.00", "    cost/h")  # fmt: skip
+    return [
         f"Capacity plan: {plan.requests:,} requests{f' ({source})' if source else ''}, "
         f"{plan.rate:g} req/s; SLO: {slos}",
         f"Unit '{p.name}': W {p.base_iter_ms:g} ms, H {p.per_slot_ms:g} ms/slot, {p.slots} slots "
         f"of {p.context_tokens:,} tokens (at most {p.max_slots}), prefill chunk {p.prefill_chunk}, "
         f"overhead {p.overhead_ms:g} ms, {p.cost_per_hour:g}/h",
         "",
-        _row(
-            "plan",
-            "units",
-            "short",
-            "long",
-            "B_short",
-            "γ",
-            0.0,
-            "saving",
-            "predicted tails (s)",
-            "bound by",
-        ).replace("      0.00", "    cost/h"),
+        heads,
     ]
+
+
+def _rows(plan: Plan) -> list[str]:
+    """One row per fleet: one pool, two pools, two pools with compress-and-route."""
     one = plan.one_pool
-    lines.append(
-        _row(
-            "one pool",
-            str(one.units),
-            "-",
-            f"{one.units}x{one.slots}",
-            "-",
-            "-",
-            one.cost_per_hour,
-            "-",
-            _tails(one),
-            one.bound,
-        )
-    )
+    cells = ("one pool", str(one.units), "-", f"{one.units}x{one.slots}", "-", "-")
+    lines = [_row(*cells, one.cost_per_hour, "-", _tails(one), one.bound)]
     if plan.routed is not None:
         lines.append(_split_row("two pools", plan.routed, one))
     if plan.best is not None and plan.best is not plan.routed:
@@ -141,28 +136,27 @@ def plan_table(plan: Plan, *, source: str = "") -> str:
         lines.append(
             "two pools: no feasible split" + (f" ({sorted(reasons)[0]})" if reasons else "")
         )
-    lines.append("")
-    tails = "; ".join(s.label() for s in plan.slos)
-    lines.append(f"Tails are per pool (short | long), one per SLO in order: {tails}.")
+    return lines
+
+
+def _compression_note(plan: Plan) -> list[str]:
+    """What compress-and-route does for this plan, when it was planned."""
     best = plan.best
-    if best is not None and (best.gamma > 1.0 or plan.compressibility != 0.0):
-        pc = (
-            "per-request compression floors"
-            if plan.compressibility is None
-            else f"compressibility p_c = {plan.compressibility:g}"
-        )
-        gain = plan.compress_gain
-        if best.gamma > 1.0:
-            lines.append(
-                f"Borderline band at B_short = {best.boundary:,}, γ = {best.gamma:.1f}: "
-                f"β = {100 * best.beta:.1f}% of requests, {100 * best.compressed:.1f}% "
-                f"compressed ({pc}); compress-and-route saves {gain:.2f}/h over the best "
-                "split without it."
-            )
-        else:
-            lines.append(f"Compress-and-route ({pc}): no γ > 1 is cheaper at any B_short.")
-    lines.append(recommendation(plan))
-    return "\n".join(lines)
+    if best is None or not (best.gamma > 1.0 or plan.compressibility != 0.0):
+        return []
+    pc = (
+        "per-request compression floors"
+        if plan.compressibility is None
+        else f"compressibility p_c = {plan.compressibility:g}"
+    )
+    if best.gamma > 1.0:
+        return [
+            f"Borderline band at B_short = {best.boundary:,}, γ = {best.gamma:.1f}: "
+            f"β = {100 * best.beta:.1f}% of requests, {100 * best.compressed:.1f}% "
+            f"compressed ({pc}); compress-and-route saves {plan.compress_gain:.2f}/h over the "
+            "best split without it."
+        ]
+    return [f"Compress-and-route ({pc}): no γ > 1 is cheaper at any B_short."]
 
 
 def _pool_json(pool: PoolPlan | None) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ calibrated from the requests it would receive (Algorithm 1, lines 7-8):
   ``token_budget`` routing compares with ``B_short``, and what a slot's
   context must hold;
 - ``floor_tokens``: the fewest prompt tokens extractive compression can reach
-  (``semisched.plan.compress``), where the prompt text is known; ``None``
+  (``semisched.compress.compressor``), where the prompt text is known; ``None``
   otherwise (then a compressibility rate stands in for it).
 
 Sources: a trace JSONL (:func:`load_trace`), a ``semisched batch`` input file

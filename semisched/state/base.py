@@ -27,7 +27,7 @@ of them.
 Tenants' usage is the other shared record (:meth:`StateBackend.add_usage`):
 per namespace, one sum per tenant of the *work tokens* every process served it
 (output tokens plus ``input_token_weight`` times prompt tokens: the core's
-unit, :mod:`semisched.core.tenants`), halving every ``half_life_s`` (wall
+unit, :mod:`semisched.core.tenants.lanes`), halving every ``half_life_s`` (wall
 seconds) in place: ``x`` added at ``t`` counts ``x * 2**(-(now - t) / half_life_s)``
 at ``now``. Each process adds what it served and reads back every tenant's
 fleet-wide sum; the part beyond its own reaches its engine

@@ -53,9 +53,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 
-from semisched.clock import Clock
 from semisched.core.actions import Action
 from semisched.core.engine import Engine
+from semisched.runtime.clock import Clock
 from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
 from semisched.state.local import LocalState
 from semisched.state.usage import SharedUsage

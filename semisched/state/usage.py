@@ -2,7 +2,7 @@
 
 With a shared state (:mod:`semisched.state.base`), every process's usage of a
 tenant counts in every process's shares, debt and tenant choice
-(:mod:`semisched.core.tenants`, rule 4). :class:`SharedUsage` is the runtime's
+(:mod:`semisched.core.tenants.lanes`, rule 4). :class:`SharedUsage` is the runtime's
 half of that: the dispatcher tells it what each completion served, it pushes
 those work tokens through the :class:`~semisched.state.guard.SharedBudget` to
 :meth:`~semisched.state.base.StateBackend.add_usage`, and it tells the engine
@@ -49,7 +49,7 @@ import anyio
 from semisched.core.actions import Action
 from semisched.core.engine import Engine
 from semisched.core.request import Request
-from semisched.core.tenants import work_tokens
+from semisched.core.tenants.lanes import work_tokens
 from semisched.state.base import USAGE_FLOOR
 from semisched.state.timing import Decaying
 

@@ -1,6 +1,6 @@
 """Telemetry for operators: Prometheus metrics and OpenTelemetry spans of each request.
 
-Both are :class:`~semisched.observe.RequestObserver`\\ s that a
+Both are :class:`~semisched.telemetry.observe.RequestObserver`\\ s that a
 :class:`~semisched.Scheduler` builds when asked (``metrics=``, ``tracing=``):
 :mod:`semisched.telemetry.prometheus` (the ``metrics`` extra) and
 :mod:`semisched.telemetry.tracing` (``opentelemetry-api``, a no-op unless the

@@ -1,7 +1,7 @@
 """Prometheus metrics of a :class:`~semisched.Scheduler`: what happened to each request, and
 the scheduler's state at scrape time.
 
-:class:`PrometheusMetrics` is a :class:`~semisched.observe.RequestObserver` that
+:class:`PrometheusMetrics` is a :class:`~semisched.telemetry.observe.RequestObserver` that
 ``Scheduler(metrics=True)`` (the default registry) or
 ``Scheduler(metrics=CollectorRegistry())`` builds; it needs the ``metrics``
 extra (``prometheus-client``). Serving them is the application's:
@@ -105,12 +105,12 @@ from prometheus_client.registry import Collector
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.explain import Decision, Explanation
 from semisched.core.request import Request
-from semisched.core.tenancy import DEFAULT_TENANT
-from semisched.observe import Finished, RequestObserver
+from semisched.core.tenants.config import DEFAULT_TENANT
+from semisched.telemetry.observe import Finished, RequestObserver
 from semisched.telemetry.table import METRICS, SECONDS_BUCKETS, TOKEN_BUCKETS, MetricSpec
 
 if TYPE_CHECKING:
-    from semisched.stats import SchedulerStats
+    from semisched.runtime.stats import SchedulerStats
 
 __all__ = [
     "LOOP_TIMEOUT_S",

@@ -1,6 +1,6 @@
 """OpenTelemetry spans: one span per request, its attempts as events, HTTP spans under it.
 
-:class:`RequestTracing` is a :class:`~semisched.observe.RequestObserver` that
+:class:`RequestTracing` is a :class:`~semisched.telemetry.observe.RequestObserver` that
 depends on ``opentelemetry-api`` only: without an SDK configured by the
 application the tracer is a no-op and costs a few microseconds a request.
 
@@ -53,7 +53,7 @@ from opentelemetry import trace
 
 from semisched.core.explain import Explanation
 from semisched.core.request import Request
-from semisched.observe import Finished, Outcome, RequestObserver
+from semisched.telemetry.observe import Finished, Outcome, RequestObserver
 
 __all__ = ["SPAN_NAME", "RequestTracing"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from bench.batch_baseline import run_fixed_rate, token_consumption
 from mockprovider.app import MockConfig, create_app
-from semisched.clock import ScaledClock
+from semisched.runtime.clock import ScaledClock
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import bench.batch_workloads as bw
 from bench.__main__ import main
 from semisched.core import PRESETS, makespan_floor
 from semisched.core.buckets import Bucket, bucket_for_tokens
-from semisched.estimate import content_kind
+from semisched.runtime.estimate import content_kind
 
 CHAT = "/v1/chat/completions"
 

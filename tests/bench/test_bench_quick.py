@@ -22,7 +22,7 @@ from bench.workloads import (
 from mockprovider.physics import profile
 from predictors.priors import Coarse
 from semisched.core.buckets import SIZED_BUCKETS, bucket_for_tokens
-from semisched.metrics import METRIC_NAMES
+from semisched.sim.metrics import METRIC_NAMES
 
 
 @pytest.mark.parametrize("mix", sorted(MIXES))

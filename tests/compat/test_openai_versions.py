@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from semisched import ProviderError, QuotaExceeded, RateLimited, RetryPolicy, Scheduler
-from semisched.calls import scheduler_config
+from semisched.runtime.calls import scheduler_config
 
 from .conftest import FakeProvider, Reply, chat_completion, chat_stream, error, text_completion
 

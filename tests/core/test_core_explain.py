@@ -33,7 +33,7 @@ from semisched.core import (
     Send,
 )
 from semisched.core.explain import RULES, Decision, DecisionCounts, Explanation
-from semisched.core.tenancy import TenantConfig, TenantSpec
+from semisched.core.tenants.config import TenantConfig, TenantSpec
 
 
 def engine(**changes: object) -> Engine:

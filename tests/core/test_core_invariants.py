@@ -33,7 +33,7 @@ from semisched.core import (
     Wake,
     preset,
 )
-from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+from semisched.core.tenants.config import ServiceClass, TenantConfig, TenantSpec
 
 #: Three tenants, one of each class, a concurrency cap and a rate cap among them.
 TENANTS = (

@@ -1,5 +1,5 @@
 """Compress-and-route's one send rule: the compressed prompt goes only where the original
-cannot (``semisched.core.routing.sends_compressed``), and routing prefers the short pool
+cannot (``semisched.core.fleet.routing.sends_compressed``), and routing prefers the short pool
 for a borderline request whose compressed prompt fits it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 
 from semisched.core.actions import Send
 from semisched.core.config import RoutingConfig, SchedulerConfig
-from semisched.core.endpoint import EndpointSpec
 from semisched.core.engine import Engine
+from semisched.core.fleet.endpoint import EndpointSpec
+from semisched.core.fleet.routing import request_total, sends_compressed
 from semisched.core.request import Prior, Request
-from semisched.core.routing import request_total, sends_compressed
 
 
 def request(prompt: float, *, compressed: float | None, cap: int | None = 100) -> Request:

@@ -23,7 +23,7 @@ from semisched.core import (
     Send,
     Wake,
 )
-from semisched.core.tenancy import ServiceClass, TenantConfig, TenantSpec
+from semisched.core.tenants.config import ServiceClass, TenantConfig, TenantSpec
 
 BATCH = "batch"
 

@@ -1,4 +1,4 @@
-"""Preparing a call (semisched.calls): pure validation, no scheduler, no client, no loop."""
+"""Preparing a call (semisched.runtime.calls): pure validation, no scheduler, no client, no loop."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from semisched.calls import SCHEDULER_ARGS, PreparedCall, accepted_params, output_cap, prepare_call
 from semisched.core import Prior
+from semisched.runtime.calls import (
+    SCHEDULER_ARGS,
+    PreparedCall,
+    accepted_params,
+    output_cap,
+    prepare_call,
+)
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -168,8 +174,8 @@ def test_the_per_call_signature_is_written_once() -> None:
     import inspect
 
     from semisched import Scheduler
-    from semisched.calls import CallArgs
-    from semisched.facade import ScheduledClient
+    from semisched.runtime.calls import CallArgs
+    from semisched.runtime.facade import ScheduledClient
 
     names = [f for f in CallArgs.__dataclass_fields__ if f != "params"]
     for func in (Scheduler.submit, Scheduler.check, ScheduledClient(None).chat.completions.create):  # type: ignore[arg-type]

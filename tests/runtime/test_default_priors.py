@@ -23,8 +23,8 @@ from runtime_kit import chat, mock_client
 from semisched import DeadlineExceeded, RequestRejected, RuntimeOptions, Scheduler
 from semisched.core import Prior
 from semisched.core.buckets import Bucket
-from semisched.default_priors import PRIORS_ENV, _learned
-from semisched.priors import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
+from semisched.priors.default import PRIORS_ENV, _learned
+from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
 pytestmark = pytest.mark.anyio
 
@@ -79,14 +79,14 @@ def no_ml(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ImportError("No module named 'torch'")
 
     monkeypatch.delenv(PRIORS_ENV)
-    monkeypatch.setattr("semisched.default_priors._learned", missing)
+    monkeypatch.setattr("semisched.priors.default._learned", missing)
 
 
 @pytest.fixture
 def blind_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """``auto`` with the ``ml`` extra, its model replaced by one that knows nothing."""
     monkeypatch.delenv(PRIORS_ENV)
-    monkeypatch.setattr("semisched.default_priors._learned", _KnowsNothing)
+    monkeypatch.setattr("semisched.priors.default._learned", _KnowsNothing)
 
 
 async def _overload_run(**scheduler: object) -> tuple[Counter[str], str]:

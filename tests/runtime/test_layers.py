@@ -13,7 +13,7 @@ import pytest
 
 from semisched import Scheduler
 from semisched.core.request import Prior, Request
-from semisched.layers import (
+from semisched.runtime.layers import (
     Answer,
     CompressionLayer,
     HeaderLayer,
@@ -23,9 +23,9 @@ from semisched.layers import (
     Refused,
     ReservationLayer,
 )
-from semisched.observe import RequestObserver
 from semisched.state.base import Grant
 from semisched.state.local import LocalState
+from semisched.telemetry.observe import RequestObserver
 
 pytestmark = [pytest.mark.anyio]
 

@@ -26,7 +26,7 @@ from semisched import (
     RuntimeOptions,
     Scheduler,
 )
-from semisched.calls import scheduler_config
+from semisched.runtime.calls import scheduler_config
 
 pytestmark = pytest.mark.anyio
 

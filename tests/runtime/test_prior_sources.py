@@ -18,7 +18,7 @@ from runtime_kit import chat, mock_client
 
 from semisched import RuntimeOptions, Scheduler
 from semisched.core import Prior
-from semisched.priors import PriorQuery
+from semisched.priors.sources import PriorQuery
 
 pytestmark = pytest.mark.anyio
 

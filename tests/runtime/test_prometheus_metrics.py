@@ -29,12 +29,12 @@ from runtime_kit import FOREVER, Recorder, Scripted, chat, overload_scenario
 
 from mockprovider.app import MockConfig, create_app
 from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler, TenantSpec
-from semisched.calls import scheduler_config
 from semisched.core import preset
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.config import BudgetConfig, OverloadConfig
 from semisched.core.explain import RULES
 from semisched.core.lifecycle import RetryPolicy
+from semisched.runtime.calls import scheduler_config
 from semisched.telemetry import prometheus
 from semisched.telemetry.prometheus import METRICS, PrometheusMetrics, headroom
 

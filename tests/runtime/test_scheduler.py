@@ -26,11 +26,11 @@ from semisched import (
     Scheduler,
     SchedulerClosed,
 )
-from semisched.clock import AnyioClock, ScaledClock
 from semisched.core import Prior, preset
 from semisched.core.config import BudgetConfig, OverloadConfig
-from semisched.priors import Heuristic, PriorQuery
-from semisched.stats import RuntimeCounters, RuntimeTally
+from semisched.priors.sources import Heuristic, PriorQuery
+from semisched.runtime.clock import AnyioClock, ScaledClock
+from semisched.runtime.stats import RuntimeCounters, RuntimeTally
 
 pytestmark = [
     pytest.mark.anyio,

@@ -12,7 +12,7 @@ import pytest
 from runtime_kit import Mock, Scripted, chat, mock_client
 
 from semisched import Endpoint, RequestRejected, Scheduler
-from semisched.calls import scheduler_config
+from semisched.runtime.calls import scheduler_config
 
 pytestmark = [
     pytest.mark.anyio,

@@ -10,14 +10,14 @@ import openai
 import pytest
 import trio.testing
 
-from semisched.clock import AnyioClock, ScaledClock
 from semisched.core import FailureKind
 from semisched.core.actions import Fail
 from semisched.core.request import Prior, Request
 from semisched.errors import ProviderError, QuotaExceeded, RateLimited
-from semisched.estimate import TokenEstimator, content_kind, prompt_bytes
-from semisched.failures import ProviderFailure, classify_failure, failure_outcome
-from semisched.headers import parse_duration, parse_rate_limits, retry_after_seconds
+from semisched.runtime.clock import AnyioClock, ScaledClock
+from semisched.runtime.estimate import TokenEstimator, content_kind, prompt_bytes
+from semisched.runtime.failures import ProviderFailure, classify_failure, failure_outcome
+from semisched.runtime.headers import parse_duration, parse_rate_limits, retry_after_seconds
 
 
 @pytest.mark.parametrize(

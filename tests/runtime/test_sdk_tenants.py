@@ -21,8 +21,8 @@ from semisched import (
     TenantStats,
     preset,
 )
-from semisched.calls import prepare_call, scheduler_config
 from semisched.core import OverloadConfig
+from semisched.runtime.calls import prepare_call, scheduler_config
 
 pytestmark = pytest.mark.anyio
 

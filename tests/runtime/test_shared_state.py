@@ -16,8 +16,8 @@ import pytest
 from runtime_kit import chat, mock_client
 
 from semisched import Scheduler
-from semisched.calls import scheduler_config
 from semisched.core import BudgetConfig, preset
+from semisched.runtime.calls import scheduler_config
 from semisched.state import Grant, LocalState, Scope, StateStats, StateUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -173,8 +173,8 @@ async def test_a_circuit_opened_by_one_scheduler_keeps_the_others_off_that_endpo
 
 
 async def test_the_fallback_starts_with_what_this_worker_already_sent() -> None:
-    from semisched.clock import AnyioClock
     from semisched.core import Engine
+    from semisched.runtime.clock import AnyioClock
     from semisched.state.guard import SharedBudget
 
     engine = Engine(shared_config(4))  # 4 a minute for the namespace; 2 workers: 2 each

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from mockprovider.physics import profile
 from semisched.core.config import RoutingConfig, preset
-from semisched.core.endpoint import EndpointSpec
+from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.request import Prior, Request
-from semisched.sim import Outcome, SimEndpoint, SimJob, Simulator
+from semisched.sim.simulator import Outcome, SimEndpoint, SimJob, Simulator
 
 B_SHORT, CAP = 1000, 100
 

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-import semisched.sim as sim_module
+import semisched.sim.simulator as sim_module
 from bench.workloads import generate, regime
 from mockprovider.gate import GateConfig
 from mockprovider.physics import profile
 from predictors.priors import Coarse
 from semisched.core.config import PRESETS, preset
-from semisched.sim import ProviderModel, SimResult, Simulator, simulate
-from semisched.sim_plain import is_plain
+from semisched.sim.plain import is_plain
+from semisched.sim.simulator import ProviderModel, SimResult, Simulator, simulate
 
 PHYS = profile("default")
 

@@ -11,7 +11,7 @@ from predictors.priors import Coarse
 from semisched.core.config import BudgetConfig, preset
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
-from semisched.sim import Outcome, ProviderModel, SimJob, simulate
+from semisched.sim.simulator import Outcome, ProviderModel, SimJob, simulate
 
 PHYS = profile("default")
 

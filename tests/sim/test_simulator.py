@@ -13,12 +13,12 @@ from bench.workloads import generate, regime
 from mockprovider.physics import PhysicsParams, profile
 from predictors.base import PriorQuery
 from predictors.priors import Coarse, information_source
-from semisched.calibration import LengthCalibration
 from semisched.core.config import PRESETS, preset
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior, Request
-from semisched.metrics import summarize
-from semisched.sim import Outcome, SimJob, simulate
+from semisched.priors.calibration import LengthCalibration
+from semisched.sim.metrics import summarize
+from semisched.sim.simulator import Outcome, SimJob, simulate
 
 PHYS = profile("default")
 

@@ -26,11 +26,11 @@ import pytest
 import redis.asyncio
 
 from semisched import Scheduler
-from semisched.calls import scheduler_config
-from semisched.clock import AnyioClock
 from semisched.core import Engine, preset
 from semisched.core.request import Prior, Request
-from semisched.core.tenancy import TenantConfig, TenantSpec
+from semisched.core.tenants.config import TenantConfig, TenantSpec
+from semisched.runtime.calls import scheduler_config
+from semisched.runtime.clock import AnyioClock
 from semisched.state import LocalState
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget

@@ -1,0 +1,498 @@
+"""The fleet: which endpoints can take a request now, and the bookkeeping of each send.
+
+The engine's allocation and ordering layers choose *which* request is sent
+next; the fleet says *where it can go* and asks the routing policy
+(:mod:`semisched.core.fleet.routing`) to choose among those places. It owns the
+per-endpoint state (:mod:`semisched.core.fleet.endpoint`), the fleet-wide rate
+budget (``SchedulerConfig.budget``: one key shared by every endpoint) and
+each endpoint's own budget.
+
+Rules (enforced by :meth:`Fleet.pick`):
+
+1. A request can go to an endpoint that serves its model, whose
+   ``context_tokens`` hold its estimated total, that is not drained, removed
+   or out of quota, whose circuit lets a send through, that is below its
+   ``max_concurrency``, and whose own budget (and the fleet's) can pay now.
+2. A request retried after a failure avoids every endpoint that failed it,
+   and every request avoids an endpoint that answered 429 until its retry
+   time, while another endpoint (one it has not failed at, not throttled)
+   could serve it, even if that one must be waited for.
+   An endpoint (or the whole fleet) whose shared budget refused a send is
+   paused until the time the shared state named (:meth:`Fleet.pause`).
+3. With no such endpoint now, :meth:`Fleet.pick` says when to try again
+   (:attr:`Fleet.wake`: a budget refills, a circuit half-opens; ``None``: when
+   something in flight finishes). With no endpoint that could *ever* serve
+   it, it says why (:attr:`Fleet.refusal`) and the engine rejects it.
+4. A single candidate needs no policy; two or more go to the routing policy.
+5. Overload control sees the fleet, not one endpoint: the load and tail
+   signals are those of the least loaded endpoint that can still be used
+   (:meth:`Fleet.pressure`), so the scheduler
+   defers or rejects only when every eligible endpoint is loaded.
+6. The last endpoint whose circuit is closed never opens it: with nowhere
+   else to send, failures are paced by the retry policy's back-off, not by a
+   cool-off (a lone endpoint has no breaker; a fleet-wide outage does not
+   black-hole every request).
+
+Pure: no clock, no I/O; the engine passes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
+from semisched.core.config import SchedulerConfig
+from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
+from semisched.core.fleet.routing import RoutingPolicy, make_routing, smallest_total
+from semisched.core.lifecycle import FailureKind, JitterSource
+from semisched.core.queue import Entry
+from semisched.core.stats import EndpointStats, EngineTally
+
+__all__ = ["DEFAULT_ENDPOINT", "Fleet"]
+
+#: The one endpoint of a scheduler built around a single client.
+DEFAULT_ENDPOINT = EndpointSpec(name="default")
+
+_HEALTH_KINDS = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.CONNECTION})
+
+
+def _golden_draw() -> JitterSource:
+    """A deterministic low-discrepancy ``[0, 1)`` sequence, for when no source is given."""
+    state = [0.0]
+
+    def draw() -> float:
+        state[0] = (state[0] + 0.6180339887498949) % 1.0
+        return state[0]
+
+    return draw
+
+
+class Fleet:
+    """The endpoints, their budgets and health, and the routing policy (module rules)."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        endpoints: Sequence[EndpointSpec],
+        tally: EngineTally,
+        draw: JitterSource | None = None,
+    ) -> None:
+        self._cfg = config
+        self._routing = config.routing
+        self._tally = tally
+        self.policy: RoutingPolicy = make_routing(
+            config.routing, draw if draw is not None else _golden_draw()
+        )
+        self.budget = RateBudget(config.budget) if config.budget is not None else None
+        self._endpoints: list[EndpointState] = []
+        self._by_name: dict[str, EndpointState] = {}
+        self._eligible: dict[str, tuple[EndpointState, ...]] = {}
+        self._next_index = 0
+        if not endpoints:
+            raise ValueError("endpoints=[] must name at least one endpoint")
+        for spec in endpoints:
+            self.add(spec)
+        self.wake: float | None = None
+        self.refusal = ""
+        self.paused_until = float("-inf")  # the fleet's shared budget refused
+
+    def __repr__(self) -> str:
+        return f"<Fleet {self.policy.name} {[e.name for e in self._endpoints]}>"
+
+    # -- membership ---------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> tuple[EndpointState, ...]:
+        """The endpoints in fleet order (removed ones excluded)."""
+        return tuple(self._endpoints)
+
+    def get(self, name: str) -> EndpointState:
+        """The endpoint called ``name``.
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        endpoint = self._by_name.get(name)
+        if endpoint is None:
+            raise ValueError(f"endpoint={name!r} must be one of {sorted(self._by_name)}")
+        return endpoint
+
+    def add(self, spec: EndpointSpec) -> EndpointState:
+        """Add an endpoint.
+
+        Raises:
+            TypeError: ``spec`` is not an :class:`EndpointSpec`.
+            ValueError: An endpoint of that name is already in the fleet.
+        """
+        if not isinstance(spec, EndpointSpec):
+            raise TypeError(f"endpoint={spec!r} must be an EndpointSpec")
+        if spec.name in self._by_name:
+            raise ValueError(f"endpoint name {spec.name!r} is already in the fleet")
+        state = EndpointState(spec, self._next_index, self._cfg.signals, self._routing.speed_decay)
+        self._next_index += 1
+        self._endpoints.append(state)
+        self._by_name[spec.name] = state
+        self._eligible.clear()
+        return state
+
+    def drain(self, name: str) -> None:
+        """Send nothing new to ``name``; what is in flight there finishes."""
+        self.get(name).out_reason = "drained"
+        self._eligible.clear()
+
+    def remove(self, name: str) -> None:
+        """Drain ``name`` and forget it (answers of what it has in flight still count)."""
+        endpoint = self.get(name)
+        endpoint.out_reason = "removed"
+        endpoint.removed = True
+        self._endpoints.remove(endpoint)
+        del self._by_name[name]
+        self._eligible.clear()
+
+    def eligible(self, model: str) -> tuple[EndpointState, ...]:
+        """Endpoints that serve ``model`` and take new work (cached until the fleet changes)."""
+        found = self._eligible.get(model)
+        if found is None:
+            found = tuple(e for e in self._endpoints if not e.out_reason and e.spec.serves(model))
+            self._eligible[model] = found
+        return found
+
+    # -- routing ------------------------------------------------------------------------
+
+    def pick(self, entry: Entry, now: float) -> EndpointState | None:
+        """Where ``entry`` can be sent now (rules 1-4); ``None`` sets :attr:`wake` or
+        :attr:`refusal` (rule 3)."""
+        self.wake = None
+        self.refusal = ""
+        if self.paused_until > now:
+            self.wake = self.paused_until
+            return None
+        charge = entry.charge
+        budget = self.budget
+        if budget is not None:
+            wait = budget.wait(now, charge)
+            if wait is None:
+                self._tally.budget_rejects += 1
+                self.refusal = (
+                    f"its token charge ({charge:.0f}) exceeds the token budget "
+                    f"({budget.limits()[1]} per {budget.config.window_s:g} s): it can never be sent"
+                )
+                return None
+            if wait > 0.0:
+                self._tally.budget_waits += 1
+                self.wake = now + wait
+                return None
+        eligible = self.eligible(entry.request.model)
+        if len(eligible) == 1 and not entry.avoid:
+            endpoint = eligible[0]  # the one-endpoint case, without the lists
+            if self._fits(endpoint, entry) and endpoint.sendable(now):
+                if endpoint.paused_until > now:
+                    self.wake = endpoint.paused_until
+                    return None
+                if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
+                    return None
+                own = endpoint.budget
+                if own is None:
+                    return endpoint
+                wait = own.wait(now, charge)
+                if wait == 0.0:
+                    return endpoint
+                if wait is not None:
+                    self._tally.budget_waits += 1
+                    self.wake = now + wait
+                    return None
+        candidates: list[EndpointState] = []
+        later = float("inf")
+        alive = 0  # endpoints that could take it, now or later
+        fresh = 0  # of those, ones it has not failed at and that are not throttled
+        avoid = entry.avoid
+        waited = False  # an endpoint's budget made it wait (statistics)
+        total = -1.0  # the request's estimated total tokens, once a context limit asks
+        for endpoint in eligible:
+            limit = endpoint.spec.context_tokens
+            if limit is not None:
+                if total < 0.0:
+                    total = smallest_total(entry)
+                if total > limit:
+                    continue
+            if endpoint.circuit is not Circuit.CLOSED and not endpoint.sendable(now):
+                if endpoint.circuit is Circuit.OPEN and endpoint.open_until < later:
+                    later = endpoint.open_until
+                alive += 1  # a circuit opens and closes: it comes back
+                continue
+            if endpoint.paused_until > now:
+                alive += 1
+                if endpoint.paused_until < later:
+                    later = endpoint.paused_until
+                continue
+            own = endpoint.budget
+            full = endpoint.cap is not None and endpoint.inflight >= endpoint.cap
+            if own is None:
+                wait = 0.0
+            elif full:  # no wait() for an endpoint that cannot take it now anyway: only "never"
+                tokens = own.limits()[1]
+                wait = None if tokens is not None and charge > tokens else 0.0
+            else:
+                wait = own.wait(now, charge)
+            if wait is None:
+                continue
+            alive += 1
+            if endpoint not in avoid and endpoint.throttled_until <= now:
+                fresh += 1
+            if full:
+                continue
+            if wait > 0.0:
+                waited = True
+                if now + wait < later:
+                    later = now + wait
+                continue
+            candidates.append(endpoint)
+        if fresh and len(candidates) > 0:  # rule 2: while a fresh endpoint exists, wait for it
+            tainted = [e for e in candidates if e in avoid or e.throttled_until > now]
+            if tainted:
+                candidates = [e for e in candidates if e not in tainted]
+                for endpoint in tainted:
+                    if now < endpoint.throttled_until < later:
+                        later = endpoint.throttled_until
+        if not candidates:
+            if alive:
+                if waited:
+                    self._tally.budget_waits += 1
+                if later != float("inf"):
+                    self.wake = later
+            else:
+                self.refusal = self._why_never(entry)
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        return self.policy.choose(entry, candidates, now)
+
+    @staticmethod
+    def _fits(endpoint: EndpointState, entry: Entry) -> bool:
+        limit = endpoint.spec.context_tokens
+        return limit is None or smallest_total(entry) <= limit
+
+    def _why_never(self, entry: Entry) -> str:
+        model = entry.request.model
+        serving = [e for e in self._endpoints if e.spec.serves(model)]
+        what = f"model {model!r}" if model else "it"
+        if not serving:
+            return f"no endpoint serves {what}"
+        live = [e for e in serving if not e.out_reason]
+        if not live:
+            states = ", ".join(f"{e.name}: {e.out_reason}" for e in serving)
+            return f"no endpoint can take {what} ({states})"
+        fitting = [e for e in live if self._fits(e, entry)]
+        if not fitting:
+            return (
+                f"its estimated {smallest_total(entry):.0f} tokens exceed every endpoint's "
+                f"context ({', '.join(f'{e.name}: {e.spec.context_tokens}' for e in live)})"
+            )
+        return (
+            f"its token charge ({entry.charge:.0f}) exceeds the token budget of every "
+            f"endpoint that serves {what}: it can never be sent"
+        )
+
+    def alternative(self, entry: Entry, failed: EndpointState, now: float) -> bool:
+        """Whether an endpoint other than ``failed`` could serve ``entry`` (failover)."""
+        for endpoint in self.eligible(entry.request.model):
+            if endpoint is failed or not self._fits(endpoint, entry):
+                continue
+            if endpoint.circuit is Circuit.OPEN and now < endpoint.open_until:
+                continue
+            own = endpoint.budget
+            if own is None or own.wait(now, entry.charge) is not None:
+                return True
+        return False
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
+        """``entry`` is sent to ``endpoint`` at ``now``."""
+        entry.endpoint = endpoint
+        endpoint.inflight += 1
+        endpoint.inflight_cost += entry.cost
+        endpoint.sent_at_sum += now
+        endpoint.sent += 1
+        if endpoint.circuit is Circuit.HALF_OPEN:
+            endpoint.probing = True
+        rid = entry.request.id
+        if endpoint.budget is not None:
+            endpoint.budget.charge(now, rid, entry.charge)
+        if self.budget is not None:
+            self.budget.charge(now, rid, entry.charge)
+
+    def release(self, entry: Entry) -> EndpointState:
+        """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
+        endpoint = entry.endpoint
+        assert endpoint is not None and entry.sent_at is not None
+        endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next
+        endpoint.inflight -= 1
+        if endpoint.inflight:
+            endpoint.inflight_cost -= entry.cost
+            endpoint.sent_at_sum -= entry.sent_at
+        else:  # clamp float drift
+            endpoint.inflight_cost = endpoint.sent_at_sum = 0.0
+        return endpoint
+
+    def on_completed(
+        self,
+        endpoint: EndpointState,
+        entry: Entry,
+        now: float,
+        tokens: int,
+        charged_tokens: float | None,
+    ) -> None:
+        """An answer from ``endpoint``: health, speed, budgets."""
+        assert entry.sent_at is not None
+        latency = now - entry.sent_at
+        endpoint.completed += 1
+        endpoint.on_success()
+        endpoint.signals.record_completion(latency, tokens)
+        endpoint.fit.observe(tokens, latency)
+        if charged_tokens is not None:
+            rid = entry.request.id
+            if endpoint.budget is not None:
+                endpoint.budget.settle(rid, charged_tokens, now)
+            if self.budget is not None:
+                self.budget.settle(rid, charged_tokens, now)
+
+    def on_failed(self, endpoint: EndpointState, now: float, kind: FailureKind) -> float | None:
+        """A failed attempt at ``endpoint``: its signals, circuit or quota (module rules).
+
+        Returns:
+            The time its circuit stays open until, when this failure opened it; else ``None``.
+        """
+        endpoint.failed_attempts += 1
+        if kind is FailureKind.RATE_LIMITED:
+            endpoint.throttled += 1
+            endpoint.signals.record_throttle()
+            return None
+        endpoint.signals.record_failure()
+        if kind is FailureKind.QUOTA_EXHAUSTED:
+            endpoint.out_reason = "insufficient_quota"
+            self._eligible.clear()
+        elif kind in _HEALTH_KINDS:
+            opens = endpoint.circuit_opens
+            # Rule 6: the last closed circuit never opens (nowhere else to send).
+            elsewhere = any(
+                e is not endpoint and not e.out_reason and e.circuit is Circuit.CLOSED
+                for e in self._endpoints
+            )
+            threshold = self._routing.failure_threshold if elsewhere else None
+            endpoint.on_failure(now, threshold, self._routing.cooloff_s)
+            if endpoint.circuit_opens != opens:
+                return endpoint.open_until
+        return None
+
+    def throttle(self, endpoint: EndpointState, until: float | None, now: float) -> None:
+        """A 429 from ``endpoint``: it is avoided until ``until``; the budget that governs
+        it (its own, else the fleet's: one key) sends nothing before then."""
+        endpoint.throttled_until = until if until is not None else now
+        if until is None:
+            return
+        governing = endpoint.budget if endpoint.budget is not None else self.budget
+        if governing is not None:
+            governing.pause_until(until)
+
+    def pause(self, endpoint: EndpointState | None, until: float) -> None:
+        """A shared budget refused a send: nothing goes to ``endpoint`` (``None``: the
+        whole fleet) before ``until``."""
+        if endpoint is None:
+            self.paused_until = max(self.paused_until, until)
+        else:
+            endpoint.paused_until = max(endpoint.paused_until, until)
+
+    def refund(self, entry: Entry) -> None:
+        """``entry``'s send never left: its local budget charges are taken back."""
+        endpoint = entry.endpoint
+        rid = entry.request.id
+        if endpoint is not None and endpoint.budget is not None:
+            endpoint.budget.refund(rid)
+        if self.budget is not None:
+            self.budget.refund(rid)
+
+    def observe_limits(
+        self, endpoint: EndpointState | None, request_id: str, now: float, limits: ProviderLimits
+    ) -> None:
+        """Rate-limit headers from the answer to ``request_id`` (at ``endpoint``, if known)."""
+        if endpoint is not None and endpoint.budget is not None:
+            endpoint.budget.observe(request_id, now, limits)
+        if self.budget is not None:
+            self.budget.observe(request_id, now, limits)
+
+    # -- what overload control and ordering see ----------------------------------------
+
+    def pressure(self, now: float) -> tuple[float, float]:
+        """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
+        endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
+        when none is usable. One pass: overload control asks on every decision."""
+        tail = load = 1.0
+        for endpoint in self._endpoints:
+            if endpoint.out_reason or (
+                endpoint.circuit is Circuit.OPEN and now < endpoint.open_until
+            ):
+                continue
+            signal = endpoint.signals.tail_signal()
+            if signal < tail:
+                tail = signal
+            cap = endpoint.cap
+            if cap is None:
+                load = 0.0
+            elif load > 0.0:
+                share = endpoint.inflight / cap
+                if share < load:
+                    load = share
+        return tail, load
+
+    def budget_limits(self) -> tuple[int | None, int | None]:
+        """Effective (requests, tokens) per window: the fleet's budget, else the sum of
+        the endpoints' own when every endpoint has one."""
+        if self.budget is not None:
+            return self.budget.limits()
+        limits = [e.budget.limits() if e.budget is not None else (None, None)
+                  for e in self._endpoints if not e.out_reason]  # fmt: skip
+        requests = [r for r, _ in limits]
+        tokens = [t for _, t in limits]
+        return (
+            None if not requests or None in requests else sum(r for r in requests if r),
+            None if not tokens or None in tokens else sum(t for t in tokens if t),
+        )
+
+    def fits_now(self, tokens: float, now: float) -> bool:
+        """Whether one request charging ``tokens`` could be paid for now."""
+        if self.budget is not None and self.budget.wait(now, tokens) != 0.0:
+            return False
+        return any(
+            e.budget is None or e.budget.wait(now, tokens) == 0.0
+            for e in self._endpoints
+            if not e.out_reason
+        )
+
+    def budget_snapshot(self, now: float) -> BudgetSnapshot | None:
+        """The fleet-wide budget's state, if there is one."""
+        return None if self.budget is None else self.budget.snapshot(now)
+
+    def statistics(self, now: float) -> tuple[EndpointStats, ...]:
+        """Per-endpoint snapshots, in fleet order."""
+        return tuple(
+            EndpointStats(
+                name=e.name,
+                state=e.out_reason or "active",
+                circuit=e.circuit.value,
+                inflight=e.inflight,
+                sent=e.sent,
+                completed=e.completed,
+                failed_attempts=e.failed_attempts,
+                throttled=e.throttled,
+                failovers=e.failovers,
+                consecutive_failures=e.consecutive_failures,
+                circuit_opens=e.circuit_opens,
+                s_per_token=e.signals.s_per_token,
+                decode_tokens_per_s=e.fit.tokens_per_s,
+                intercept_s=e.fit.intercept_s,
+                anticipated_tokens=e.anticipated_tokens(now),
+                budget=None if e.budget is None else e.budget.snapshot(now),
+            )
+            for e in self._endpoints
+        )

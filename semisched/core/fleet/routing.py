@@ -1,0 +1,309 @@
+"""Routing layer: which endpoint executes a send.
+
+Routing comes after allocation and ordering (the request is already chosen).
+The fleet (:mod:`semisched.core.fleet.fleet`) hands a policy the endpoints that can
+take the request *now* (serving its model, big enough for it, circuit not
+open, below their concurrency, inside their budgets); the policy picks one.
+Policies implement :class:`RoutingPolicy` and are chosen by name through
+:data:`ROUTING_POLICIES`; the fleet never asks which one runs.
+
+``round_robin``
+    The next endpoint in fleet order after the last one chosen.
+``random``
+    Weighted random choice (LiteLLM's default "simple-shuffle"): the baseline.
+``least_outstanding``
+    Fewest requests in flight per unit of weight (LiteLLM's "least-busy").
+``latency_ewma``
+    Lowest EWMA of observed seconds per output token (LiteLLM's
+    "latency-based-routing"): size-blind, it herds onto whichever endpoint
+    answered fastest lately.
+``anticipated_load``
+    Seed 001 (PreServe §4.3.3) read from the client's side: the endpoint whose
+    in-flight work, predicted from the priors and the time each request has
+    been running, plus this request's own predicted cost, drains soonest at
+    the endpoint's learned decode speed
+    (:meth:`~semisched.core.fleet.endpoint.EndpointState.anticipated_s`). The
+    server-side memory penalty of the paper has no client analogue (the client
+    cannot see KV memory) and is left out.
+``token_budget``
+    Seed 003 Algorithm 1: the request's estimated total tokens (prompt
+    estimate, from the runtime's bytes-per-token EMA, plus ``max_tokens``, or
+    the prior's p90 when the call sets no cap) at most
+    ``RoutingConfig.short_pool_tokens`` prefers the short pool, else the long
+    pool; endpoints whose ``context_tokens`` are too small never see it (the
+    hard constraint, enforced by the fleet for every policy). Spillover: when
+    every endpoint of the preferred pool is overloaded
+    (``RoutingConfig.spill_outstanding``) and the other pool is not, it goes
+    there. Inside a pool: ``RoutingConfig.pool_policy`` (``anticipated_load``
+    by default). Compress-and-route (seed 000 §5, ``RoutingConfig.compress_band``
+    γ > 1): a request in ``(B_short, γ B_short]`` whose
+    ``Request.compressed_tokens`` (its prompt after compression, which the
+    runtime sets when compression is on) fits ``B_short`` prefers the short
+    pool; the runtime sends it compressed only if it lands there.
+
+Pure: no clock, no randomness of its own (``random`` draws from the source the
+shell seeds), no I/O.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
+
+from semisched.core.checks import check_choice
+from semisched.core.config import RoutingConfig
+from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
+from semisched.core.lifecycle import JitterSource
+from semisched.core.queue import Entry
+from semisched.core.request import Request
+
+__all__ = [
+    "ROUTING_POLICIES",
+    "AnticipatedLoadRouting",
+    "LatencyEwmaRouting",
+    "LeastOutstandingRouting",
+    "RandomRouting",
+    "RoundRobinRouting",
+    "RoutingPolicy",
+    "TokenBudgetRouting",
+    "make_routing",
+    "request_total",
+    "sends_compressed",
+    "smallest_total",
+    "total_tokens",
+]
+
+
+def total_tokens(entry: Entry) -> float:
+    """Seed 003 eq. 3: prompt tokens plus ``max_tokens`` (the prior's p90 without a cap)."""
+    return request_total(entry.request)
+
+
+def request_total(request: Request) -> float:
+    """:func:`total_tokens` of a request: its prompt estimate plus its reserved output."""
+    out = request.max_output_tokens
+    return request.input_tokens + (out if out is not None else request.prior.p90)
+
+
+def sends_compressed(request: Request, endpoint: EndpointSpec) -> bool:
+    """Whether ``request``, sent to ``endpoint``, goes with its compressed prompt.
+
+    The one rule of compress-and-route's send: the request has a compressed prompt
+    (``compressed_tokens``) and the endpoint's ``context_tokens`` cannot hold its
+    original total (:func:`request_total`). Anywhere else (a long endpoint it spilled
+    to, an endpoint without a declared context) the original prompt goes.
+    """
+    if request.compressed_tokens is None:
+        return False
+    limit = endpoint.context_tokens
+    return limit is not None and request_total(request) > limit
+
+
+def smallest_total(entry: Entry) -> float:
+    """:func:`total_tokens` with the compressed prompt, when the request has one: the least
+    context an endpoint needs to take it (compressed, if the original does not fit)."""
+    request = entry.request
+    compressed = request.compressed_tokens
+    if compressed is None:
+        return total_tokens(entry)
+    return total_tokens(entry) - request.input_tokens + compressed
+
+
+class RoutingPolicy(ABC):
+    """Picks one endpoint of those that can take a request now.
+
+    Subclasses set ``name`` and implement :meth:`choose`. They are built with
+    ``(config, draw)``: the routing config and a uniform ``[0, 1)`` source.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, config: RoutingConfig, draw: JitterSource) -> None:
+        self.config = config
+        self._draw = draw
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    @abstractmethod
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        """Return one of ``candidates`` (at least two, in fleet order) for ``entry``."""
+
+
+class RoundRobinRouting(RoutingPolicy):
+    """The next candidate in fleet order after the last one chosen."""
+
+    name = "round_robin"
+
+    def __init__(self, config: RoutingConfig, draw: JitterSource) -> None:
+        super().__init__(config, draw)
+        self._last = -1
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        last = self._last
+        chosen = candidates[0]
+        for endpoint in candidates:
+            if endpoint.index > last:
+                chosen = endpoint
+                break
+        self._last = chosen.index
+        return chosen
+
+
+class RandomRouting(RoutingPolicy):
+    """Weighted random choice (LiteLLM's simple-shuffle)."""
+
+    name = "random"
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        total = 0.0
+        for endpoint in candidates:
+            total += endpoint.weight
+        point = self._draw() * total
+        for endpoint in candidates:
+            point -= endpoint.weight
+            if point < 0.0:
+                return endpoint
+        return candidates[-1]
+
+
+class _LowestRouting(RoutingPolicy):
+    """The candidate with the lowest :meth:`score` (ties: fleet order)."""
+
+    name = "_lowest"
+
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:  # pragma: no cover - subclasses define it
+        raise NotImplementedError
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        return min(candidates, key=self.score)
+
+
+class LeastOutstandingRouting(_LowestRouting):
+    """Fewest in flight per unit of weight (ties: fleet order)."""
+
+    name = "least_outstanding"
+
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:
+        return endpoint.inflight / endpoint.weight
+
+
+class LatencyEwmaRouting(_LowestRouting):
+    """Lowest observed seconds per output token (EWMA), per unit of weight."""
+
+    name = "latency_ewma"
+
+    @staticmethod
+    def score(endpoint: EndpointState) -> float:
+        return endpoint.latency_ewma / endpoint.weight
+
+
+class AnticipatedLoadRouting(RoutingPolicy):
+    """Least anticipated drain time, this request included (module docstring)."""
+
+    name = "anticipated_load"
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        return _least_anticipated(candidates, entry.cost, now)
+
+
+def _least_anticipated(
+    candidates: Sequence[EndpointState], cost: float, now: float
+) -> EndpointState:
+    best = candidates[0]
+    best_s = best.anticipated_s(now, cost)
+    for endpoint in candidates[1:]:
+        seconds = endpoint.anticipated_s(now, cost)
+        if seconds < best_s:
+            best, best_s = endpoint, seconds
+    return best
+
+
+class TokenBudgetRouting(RoutingPolicy):
+    """Seed 003's short and long pools with spillover (module docstring)."""
+
+    name = "token_budget"
+
+    def __init__(self, config: RoutingConfig, draw: JitterSource) -> None:
+        super().__init__(config, draw)
+        self._inner = ROUTING_POLICIES[config.pool_policy](config, draw)
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        want = "short" if self.fits_short(entry) else "long"
+        preferred = [e for e in candidates if e.spec.pool in (want, None)]
+        other = [e for e in candidates if e.spec.pool not in (want, None)]
+        pool = preferred
+        if not preferred or (other and self._overloaded(preferred) and not self._overloaded(other)):
+            pool = other
+        return pool[0] if len(pool) == 1 else self._inner.choose(entry, pool, now)
+
+    def fits_short(self, entry: Entry) -> bool:
+        """The request belongs in the short pool: its total fits ``B_short``, or it is in
+        the compress band ``(B_short, γ B_short]`` and its compressed prompt fits."""
+        cfg = self.config
+        total = total_tokens(entry)
+        if total <= cfg.short_pool_tokens:
+            return True
+        if (
+            entry.request.compressed_tokens is None
+            or total > cfg.compress_band * cfg.short_pool_tokens
+        ):
+            return False
+        return smallest_total(entry) <= cfg.short_pool_tokens
+
+    def _overloaded(self, pool: Sequence[EndpointState]) -> bool:
+        limit = self.config.spill_outstanding
+        for endpoint in pool:
+            cap = endpoint.cap if endpoint.cap is not None and endpoint.cap < limit else limit
+            if endpoint.inflight < cap:
+                return False
+        return True
+
+
+#: Routing policies by name (read-only; the names are
+#: :data:`semisched.core.config.ROUTING_POLICY_NAMES`, checked when a config is built).
+ROUTING_POLICIES: Mapping[str, type[RoutingPolicy]] = MappingProxyType(
+    {
+        cls.name: cls
+        for cls in (
+            RoundRobinRouting,
+            RandomRouting,
+            LeastOutstandingRouting,
+            LatencyEwmaRouting,
+            AnticipatedLoadRouting,
+            TokenBudgetRouting,
+        )
+    }
+)
+
+
+def make_routing(cfg: RoutingConfig, draw: JitterSource) -> RoutingPolicy:
+    """Build the routing policy ``cfg.policy`` names (or is: a user's class).
+
+    Raises:
+        ValueError: For an unknown policy name.
+        TypeError: For a class that is not a routing policy.
+    """
+    policy = cfg.policy
+    if isinstance(policy, type):
+        if not issubclass(policy, RoutingPolicy):
+            raise TypeError(f"policy={policy!r} must be a RoutingPolicy subclass")
+        return policy(cfg, draw)
+    check_choice("policy", policy, ROUTING_POLICIES)
+    return ROUTING_POLICIES[policy](cfg, draw)

@@ -1,0 +1,1 @@
+"""Fleets in the runtime: endpoints (deployments) and fleet files."""

@@ -1,0 +1,1 @@
+"""Output-length priors: the protocol, the default chooser, batching off the loop, calibration."""

@@ -1,0 +1,442 @@
+"""Preparing one call: validation and the split into provider and scheduler arguments.
+
+:func:`prepare_call` is a pure function: it needs no :class:`~semisched.Scheduler`,
+no client and no event loop, so the async runtime and the batch CLI validate a
+call with the same code. It checks the arguments a caller passes to
+``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
+ones (``klass``, ``deadline``, ``prior``, ``tenant``) from what goes to the
+provider, and returns a frozen :class:`PreparedCall`. :func:`with_tenants`
+reads the ``tenants=`` argument of a :class:`~semisched.Scheduler` (the
+tenants a call may name) into its config.
+
+Rules:
+
+1. Exactly one of ``messages`` (chat endpoint) or ``prompt`` (completions
+   endpoint). Scheduler-only arguments never reach the provider.
+2. Unknown provider arguments are refused (``TypeError``) when the accepted
+   names are known; ``allowed_params=None`` accepts any.
+3. The output cap is one number, used both for the prior query and for the
+   rate budget's charge: ``max_completion_tokens`` (OpenAI's current name;
+   ``max_tokens`` is deprecated for chat), else ``max_tokens``. When both are
+   given they must be equal: different values raise ``ValueError`` naming
+   both, since the provider would apply only one of them and which one is
+   not ours to guess.
+4. A bool is never a number: ``max_tokens=True``, ``deadline=True`` or
+   ``prior=(True, 2)`` raise ``TypeError``.
+5. Misuse raises ``ValueError`` or ``TypeError`` naming the argument, before
+   anything is queued.
+6. A call's ``tenant`` must be declared (:meth:`TenantConfig.tenant_for
+   <semisched.core.tenants.config.TenantConfig.tenant_for>`): an unknown name is a
+   ``ValueError`` naming the declared tenants, never silently the default
+   tenant, since a typo must not change who pays.
+
+What this module is not: it reads no clock, builds no core request (the
+deadline stays relative; the runtime anchors it on its clock) and asks no
+prior source.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypeVar
+
+from semisched.core.checks import check_instance
+from semisched.core.config import RoutingConfig, SchedulerConfig, preset
+from semisched.core.lifecycle import RetryPolicy
+from semisched.core.request import Prior
+from semisched.core.tenants.config import TenantConfig, TenantSpec
+from semisched.priors.sources import PriorQuery
+from semisched.runtime.estimate import prompt_bytes
+
+__all__ = [
+    "SCHEDULER_ARGS",
+    "Api",
+    "CallArgs",
+    "PreparedCall",
+    "accepted_params",
+    "call_signature",
+    "output_cap",
+    "prepare_call",
+    "scheduler_config",
+    "with_tenants",
+]
+
+
+R = TypeVar("R")
+
+#: Which provider endpoint a call uses.
+Api = Literal["chat", "completions"]
+
+_CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedCall:
+    """A validated call, before it becomes a core request.
+
+    Attributes:
+        api: ``"chat"`` (``messages``) or ``"completions"`` (``prompt``).
+        params: Exactly what goes to the provider's ``create``: the caller's
+            provider arguments plus ``model`` and ``messages``/``prompt``, and
+            ``stream_options.include_usage`` when semisched added it (read-only).
+        klass: The requested scheduling class, or ``None`` (chosen from the prior).
+        deadline_s: Seconds from submission, or ``None``.
+        prior: The caller's own prior, or ``None`` (a prior source answers).
+        added_usage: semisched asked for ``include_usage`` on a stream; the
+            usage-only final chunk is hidden from the caller.
+        prompt_nbytes: UTF-8 bytes of the prompt text (for the token estimate).
+        prompt_kind: Content kind of the prompt (``prose``, ``code``, ``cjk``).
+        output_cap: The call's output cap (module rule 3), or ``None``.
+        tenant: The tenant it is sent for: the declared tenant it names, or
+            the default tenant when it names none; when no tenants were
+            given to check it against, the name as given (``""``: none).
+    """
+
+    api: Api
+    params: Mapping[str, Any]
+    klass: str | None
+    deadline_s: float | None
+    prior: Prior | None
+    added_usage: bool
+    prompt_nbytes: int
+    prompt_kind: str
+    output_cap: int | None
+    tenant: str = ""
+
+    @property
+    def model(self) -> str:
+        """The provider model name."""
+        model: str = self.params["model"]
+        return model
+
+    @property
+    def stream(self) -> bool:
+        """Whether the caller asked for a streamed response."""
+        return bool(self.params.get("stream", False))
+
+    def prior_query(self, request_id: str) -> PriorQuery:
+        """What a prior source sees for this call."""
+        messages = self.params.get("messages")
+        prompt = self.params.get("prompt")
+        return PriorQuery(
+            request_id=request_id,
+            messages=tuple(messages) if messages is not None else None,
+            prompt=prompt if isinstance(prompt, str) else None,
+            max_tokens=self.output_cap,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallArgs:
+    """One call's arguments as a caller writes them: the one definition of the per-call
+    signature (``Scheduler.submit``, ``Scheduler.check``, the facade's ``create`` and
+    :func:`prepare_call` all take exactly these, plus provider ``**params``).
+
+    Adding a scheduling hint is adding a field here.
+
+    Attributes:
+        model: Provider model name.
+        messages: Chat messages (chat endpoint).
+        prompt: Prompt (completions endpoint).
+        klass: Scheduling class; default ``interactive`` for short priors, else
+            the batch class.
+        deadline: Seconds from now (on the scheduler's clock) after which the
+            answer is useless.
+        prior: Output-length prior (a :class:`~semisched.core.Prior` or
+            ``(p50, p90)``); default from the scheduler's prior source.
+        tenant: The declared tenant it is sent for (and charged to); ``None``:
+            the default tenant. An undeclared name raises ``ValueError``.
+        params: Passed to the provider unchanged (``max_completion_tokens``,
+            ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...).
+    """
+
+    model: str
+    messages: Sequence[Mapping[str, Any]] | None = None
+    prompt: Any = None
+    klass: str | None = None
+    deadline: float | None = None
+    prior: Prior | tuple[float, float] | None = None
+    tenant: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> CallArgs:
+        """Split a call's keyword arguments into the named ones and the provider's.
+
+        Raises:
+            TypeError: ``model`` missing.
+        """
+        named = {k: v for k, v in kwargs.items() if k in _FIELDS}
+        params = {k: v for k, v in kwargs.items() if k not in _FIELDS}
+        if "model" not in named:
+            raise TypeError("missing required keyword argument: 'model'")
+        return cls(**named, params=params)
+
+
+#: The fields of :class:`CallArgs` a caller names (everything but ``params``).
+_FIELDS: Final = frozenset(f.name for f in fields(CallArgs)) - {"params"}
+#: Keyword arguments that belong to the scheduler and never reach the provider.
+SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt"}
+_NAMED: Final = _FIELDS
+
+
+def call_signature(func: Callable[..., R]) -> Callable[..., R]:
+    """Give ``func(self, **call)`` the signature of :class:`CallArgs` (for ``help()``
+    and editors); the arguments themselves are read with :meth:`CallArgs.of`."""
+    own = inspect.signature(func)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for f in fields(CallArgs):
+        if f.name == "params":
+            continue
+        default = inspect.Parameter.empty if f.name == "model" else f.default
+        params.append(inspect.Parameter(f.name, keyword, default=default, annotation=f.type))
+    params.append(inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
+    func.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return func
+
+
+def prepare_call(
+    args: CallArgs | None = None,
+    *,
+    allowed_params: Mapping[str, frozenset[str] | None] | None = None,
+    class_names: Sequence[str] | None = None,
+    tenants: TenantConfig | None = None,
+    **call: Any,
+) -> PreparedCall:
+    """Validate one call and split it into provider and scheduler arguments.
+
+    Args:
+        args: The call (:class:`CallArgs`); or give its fields as keywords
+            (``model=``, ``messages=``, ..., ``params=``).
+        allowed_params: Per endpoint, the provider argument names its
+            ``create`` accepts (``None`` as a value: any). An endpoint missing
+            from the mapping is not available. ``None``: both endpoints, any names.
+        class_names: The configured class names ``klass`` must be one of
+            (``None``: not checked).
+        tenants: The declared tenants ``tenant`` must be one of (module rule
+            6; ``None``: only its type is checked).
+
+    Returns:
+        The frozen :class:`PreparedCall`.
+
+    Raises:
+        ValueError, TypeError: Misuse, naming the argument (module rules).
+    """
+    a = args if args is not None else CallArgs(**call)
+    params = dict(a.params or {})
+    if not isinstance(a.model, str) or not a.model:
+        raise ValueError(f"model={a.model!r} must be a non-empty string")
+    endpoint = _endpoint(a.messages, a.prompt, allowed_params)
+    _check_params(endpoint, params, allowed_params)
+    if a.messages is not None:
+        _check_messages(a.messages)
+    _check_deadline(a.deadline)
+    own_prior = _check_prior(a.prior)
+    if a.klass is not None and class_names is not None and a.klass not in class_names:
+        raise ValueError(f"klass={a.klass!r} must be one of {list(class_names)}")
+    check_instance("tenant", a.tenant, str, optional=True)
+    tenant = a.tenant if tenants is None else tenants.tenant_for(a.tenant)  # rule 6
+    stream = params.get("stream", False)
+    if not isinstance(stream, bool):
+        raise TypeError(f"stream={stream!r} must be a bool")
+    cap = output_cap(params)
+    sent = _sent(a, params)
+    nbytes, kind = prompt_bytes(messages=a.messages, prompt=a.prompt)
+    return PreparedCall(
+        api=endpoint,
+        params=MappingProxyType(sent),
+        klass=a.klass,
+        deadline_s=None if a.deadline is None else float(a.deadline),
+        prior=own_prior,
+        added_usage=stream and _ask_for_usage(sent),
+        prompt_nbytes=nbytes,
+        prompt_kind=kind,
+        output_cap=cap,
+        tenant=tenant or "",
+    )
+
+
+def _sent(a: CallArgs, params: dict[str, Any]) -> dict[str, Any]:
+    """What goes to the provider: ``params`` with the model and the prompt or messages."""
+    sent = dict(params, model=a.model)
+    if a.messages is not None:
+        sent["messages"] = list(a.messages)
+    else:
+        sent["prompt"] = a.prompt
+    return sent
+
+
+def scheduler_config(
+    config: SchedulerConfig | str,
+    *,
+    retry: RetryPolicy | None = None,
+    routing: str | RoutingConfig | None = None,
+    tenants: TenantConfig | Sequence[TenantSpec] | None = None,
+) -> SchedulerConfig:
+    """A scheduler's config: ``config`` (a preset's name or a config) with ``retry``,
+    ``routing`` (a policy name or a ``RoutingConfig``) and ``tenants``
+    (:func:`with_tenants`) put in; what ``Scheduler(config=...)`` is given when
+    those differ from a preset's::
+
+        Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
+
+    Raises:
+        TypeError: ``retry`` or ``routing`` of the wrong kind.
+        ValueError: An unknown preset, or tenants declared twice.
+    """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
+    if isinstance(routing, str):
+        routing = RoutingConfig(policy=routing)
+    elif routing is not None and not isinstance(routing, RoutingConfig):
+        raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
+    config = preset(config) if isinstance(config, str) else config
+    if retry is not None:
+        config = replace(config, retry=retry)
+    config = with_tenants(config, tenants)
+    return config if routing is None else replace(config, routing=routing)
+
+
+def with_tenants(
+    config: SchedulerConfig, tenants: TenantConfig | Sequence[TenantSpec] | None
+) -> SchedulerConfig:
+    """``config`` with the tenants of ``Scheduler(..., tenants=)``.
+
+    Args:
+        config: The scheduler's config.
+        tenants: A :class:`~semisched.core.tenants.config.TenantConfig`, or a
+            sequence of :class:`~semisched.core.tenants.config.TenantSpec` (then
+            ``TenantConfig(tenants=tuple(tenants))``: its default policy).
+            ``None`` keeps ``config.tenants``.
+
+    Raises:
+        ValueError: ``config`` declares tenants of its own as well (which
+            one was meant is not ours to guess), or the specs are not
+            valid together (no tenant, two with one name).
+        TypeError: ``tenants`` is neither of the above.
+    """
+    if tenants is None:
+        return config
+    if isinstance(tenants, TenantSpec | str) or not isinstance(tenants, TenantConfig | Sequence):
+        raise TypeError(f"tenants={tenants!r} must be a TenantConfig or a sequence of TenantSpec")
+    if config.tenants != TenantConfig():
+        raise ValueError(
+            f"tenants={tenants!r} and config.tenants={config.tenants!r} both declare "
+            "tenants: give them in one place"
+        )
+    if not isinstance(tenants, TenantConfig):
+        tenants = TenantConfig(tenants=tuple(tenants))
+    return replace(config, tenants=tenants)
+
+
+def output_cap(params: Mapping[str, Any]) -> int | None:
+    """The call's output cap by module rule 3 (``None``: no cap given).
+
+    Raises:
+        TypeError: A cap that is not an int (a bool is not).
+        ValueError: A negative cap, or ``max_completion_tokens`` and
+            ``max_tokens`` both given with different values.
+    """
+    caps: dict[str, int] = {}
+    for name in _CAP_NAMES:
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}={value!r} must be an int")
+        if value < 0:
+            raise ValueError(f"{name}={value!r} must be an int >= 0")
+        caps[name] = value
+    if len(caps) == 2 and caps["max_completion_tokens"] != caps["max_tokens"]:
+        raise ValueError(
+            f"max_completion_tokens={caps['max_completion_tokens']!r} and "
+            f"max_tokens={caps['max_tokens']!r} disagree: pass one of them "
+            "(max_completion_tokens is the current name)"
+        )
+    return next(iter(caps.values()), None)
+
+
+def accepted_params(target: Any) -> frozenset[str] | None:
+    """Provider argument names a client's ``create`` accepts (``None``: it takes ``**kwargs``).
+
+    The names ``model``, ``messages``, ``prompt`` and the scheduler-only ones
+    are left out: :func:`prepare_call` handles them itself.
+    """
+    create = getattr(target, "create", None)
+    if create is None:
+        return frozenset()
+    try:
+        sig = inspect.signature(create)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return frozenset(sig.parameters) - _NAMED
+
+
+def _endpoint(messages: object, prompt: object, allowed_params: Mapping[str, object] | None) -> Api:
+    if (messages is None) == (prompt is None):
+        raise ValueError("pass exactly one of messages= (chat) or prompt= (completions)")
+    endpoint: Api = "chat" if messages is not None else "completions"
+    if allowed_params is not None and endpoint not in allowed_params:
+        need = "chat.completions.create" if endpoint == "chat" else "completions.create"
+        raise TypeError(f"the wrapped client has no {need} for {endpoint} calls")
+    return endpoint
+
+
+def _check_params(
+    endpoint: Api, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
+) -> None:
+    overlap = sorted(_NAMED & set(params))
+    if overlap:
+        raise TypeError(f"params must not repeat the named argument(s) {overlap}")
+    allowed = None if allowed_params is None else allowed_params[endpoint]
+    if isinstance(allowed, frozenset):
+        unknown = sorted(set(params) - allowed)
+        if unknown:
+            raise TypeError(f"unknown keyword argument(s) for {endpoint}: {unknown}")
+
+
+def _check_messages(messages: object) -> None:
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a list of message dicts, got {messages!r}")
+    if not messages:
+        raise ValueError("messages=[] must contain at least one message")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ValueError(f"messages[{i}]={message!r} must be a dict with a 'role'")
+
+
+def _check_deadline(deadline: object) -> None:
+    if deadline is None:
+        return
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+        raise TypeError(f"deadline={deadline!r} must be a number of seconds")
+    if not math.isfinite(deadline) or deadline <= 0:
+        raise ValueError(f"deadline={deadline!r} must be a finite number of seconds > 0")
+
+
+def _check_prior(prior: object) -> Prior | None:
+    if prior is None or isinstance(prior, Prior):
+        return prior
+    if not (isinstance(prior, tuple) and len(prior) == 2):
+        raise TypeError(f"prior={prior!r} must be a Prior or a (p50, p90) tuple")
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in prior):
+        raise TypeError(f"prior={prior!r} must hold two numbers (p50, p90)")
+    return Prior(p50=float(prior[0]), p90=float(prior[1]))
+
+
+def _ask_for_usage(sent: dict[str, Any]) -> bool:
+    """Ask a stream for its final usage chunk; ``True`` when semisched added the ask."""
+    options = sent.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"stream_options={options!r} must be a dict")
+    if options and options.get("include_usage"):
+        return False
+    sent["stream_options"] = {**(options or {}), "include_usage": True}
+    return True

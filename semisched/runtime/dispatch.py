@@ -1,0 +1,432 @@
+"""Executing the engine's actions: the runtime's mechanism under :class:`~semisched.Scheduler`.
+
+A :class:`Dispatcher` holds the requests callers are waiting for and does what
+the core's actions say:
+
+- :class:`~semisched.core.Send`: start one attempt as a task in the
+  scheduler's task group, at the endpoint the core routed it to
+  (:mod:`semisched.fleet.endpoints`; :mod:`semisched.runtime.provider` is the I/O seam);
+- :class:`~semisched.core.Wake`: keep one timer and poll the engine then;
+- :class:`~semisched.core.Retry`: count it; the engine re-queues the request
+  and sends it again with a later ``Send``;
+- :class:`~semisched.core.Reject`, :class:`~semisched.core.Expire`,
+  :class:`~semisched.core.Fail`: resolve the caller with the outcome;
+- :class:`~semisched.core.Defer`: nothing (the engine brings it back);
+- :class:`~semisched.core.Pause`: with a shared state, keep the endpoint off
+  in every process sharing it for as long as the engine keeps it off.
+
+Each attempt goes to its endpoint's stack of layers around the provider seam
+(:mod:`semisched.runtime.layers`: compression, shared-state reservation, observers,
+usage learning, rate-limit headers) and comes back as a result the dispatcher
+feeds to the engine: an answer (``completed``), a refusal by the shared state
+(``refused``: nothing was sent), an exception (``failed`` with the kind from
+:func:`semisched.runtime.failures.classify_failure`) or its deadline (``expire``). It
+resolves each caller exactly once and never compares engine state before and
+after a call: what to do next is always in the actions the engine returned.
+
+Rules:
+
+1. A request is resolved once: a response (or a stream), or an outcome from
+   :mod:`semisched.errors`; a second resolution is a bug and raises.
+2. The engine's ``now`` never goes backwards: :meth:`Dispatcher.now` never
+   returns less than a time already given to it.
+3. A failed attempt is reported to the engine before anything else happens to
+   the request; the engine's verdict (retry, expire, fail) is executed at once.
+
+What this module is not: it validates nothing, builds no request and picks no
+prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
+from semisched.core.engine import Engine
+from semisched.core.explain import Explanation
+from semisched.core.lifecycle import FailureKind
+from semisched.errors import RequestError
+from semisched.runtime.clock import Clock
+from semisched.runtime.failures import (
+    classify_failure,
+    expire_outcome,
+    failure_outcome,
+    reject_outcome,
+)
+from semisched.runtime.headers import RateLimitInfo
+from semisched.runtime.layers import Answer, Configured, Ended, Stacks
+from semisched.runtime.pending import Pending
+from semisched.runtime.provider import usage_of
+from semisched.runtime.stats import RuntimeTally
+from semisched.runtime.streams import ScheduledStream
+from semisched.telemetry.observe import Finished, Observers, Outcome, log_decision
+
+__all__ = ["Dispatcher"]
+
+#: A timer closer than this (wall seconds) is due: polling then cannot be early
+#: by more than float rounding, and a loop clock cannot spin on a sub-ulp sleep.
+_DUE_WALL_S = 1e-9
+
+
+class Dispatcher:
+    """Executes an :class:`~semisched.core.Engine`'s actions against its endpoints.
+
+    Args:
+        engine: The core.
+        configured: What the run uses; each endpoint's stack of layers is
+            built from it (:class:`~semisched.runtime.layers.Stacks`).
+        clock: Time source; the engine's ``now`` comes from it (rule 2).
+        tally: The runtime's counters, updated in place.
+        cancel_late: Abort an attempt still in flight at its deadline.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        configured: Configured,
+        clock: Clock,
+        tally: RuntimeTally,
+        *,
+        cancel_late: bool,
+    ) -> None:
+        self.engine = engine
+        self.observers = configured.observers or Observers(())
+        self.shared = configured.shared
+        self.clock = clock
+        self.tally = tally
+        self.cancel_late = cancel_late
+        self.pending: dict[str, Pending] = {}
+        self.open_streams = 0
+        self._last_now = -math.inf
+        self._tg: TaskGroup | None = None
+        self._wake_at: float | None = None
+        self._changed = anyio.Event()
+        self._idle = anyio.Event()
+        self.stacks = Stacks(configured, engine, now=self.now, clock_per_wall=self._clock_per_wall,
+                             spawn=self._spawn, execute=self.execute)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (
+            f"<Dispatcher pending={len(self.pending)} streams={self.open_streams} "
+            f"wake_at={self._wake_at}>"
+        )
+
+    # -- what the scheduler calls ------------------------------------------------------------
+
+    def start(self, tg: TaskGroup) -> None:
+        """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
+        self._tg = tg
+        tg.start_soon(self._driver)
+        if self.stacks.usage is not None:
+            tg.start_soon(self.stacks.usage.run)
+
+    @property
+    def rate_limits(self) -> RateLimitInfo | None:
+        """What the latest rate-limit headers said (any endpoint)."""
+        return self.stacks.limits.latest
+
+    @property
+    def rate_limits_by_endpoint(self) -> dict[str, RateLimitInfo]:
+        """What each endpoint's latest rate-limit headers said."""
+        return self.stacks.limits.by_endpoint
+
+    def now(self) -> float:
+        """The clock's now, never earlier than a time already given to the engine."""
+        now = self.clock.now()
+        if now < self._last_now:
+            return self._last_now
+        self._last_now = now
+        return now
+
+    async def run(self, pending: Pending) -> Any:
+        """Submit ``pending`` to the engine and wait for its resolution.
+
+        Returns:
+            The response (or stream).
+
+        Raises:
+            RequestError: The request's outcome.
+        """
+        self.pending[pending.id] = pending
+        try:
+            if self.observers:
+                self.observers.submitted(pending.request, pending.request.arrival)
+            self.execute(self.engine.submit(pending.request, pending.request.arrival))
+            await pending.done.wait()
+        except BaseException:
+            if not pending.resolved:  # the caller was cancelled
+                self.tally.cancelled += 1
+                self.abandon(pending, None)
+            raise
+        if pending.error is not None:
+            raise pending.error
+        return pending.value
+
+    async def wait_idle(self) -> None:
+        """Wait until no request is pending and no stream is open."""
+        while self.pending or self.open_streams:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def abandon(self, pending: Pending, error: RequestError | None) -> None:
+        """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
+        if pending.scope is not None:
+            pending.scope.cancel()
+        was_pending = not pending.resolved
+        if was_pending:
+            if error is not None:
+                self.tally.closed += 1
+                self._resolve(pending, error=error)
+            else:
+                pending.resolved = True
+                self.pending.pop(pending.id, None)
+                pending.done.set()
+                self._check_idle()
+        self.execute(self.engine.cancel(pending.id, self.now()))
+        if was_pending:
+            self._finished(pending, Outcome.CANCELLED)
+
+    def execute(self, actions: list[Action]) -> None:
+        """Do what the engine's ``actions`` say (module docstring)."""
+        for action in actions:
+            if isinstance(action, Send):
+                pending = self.pending.get(action.request.id)
+                if pending is None:  # pragma: no cover - the core only sends pending ids
+                    raise RuntimeError(f"core sent unknown request {action.request.id!r}")
+                pending.attempts = action.attempt
+                pending.endpoint = action.endpoint
+                if self.observers:
+                    # The engine's now, just given: no second clock read per event.
+                    now = self._last_now
+                    self.observers.sent(action.request, action.attempt, action.endpoint, now)
+                assert self._tg is not None, "Dispatcher.start() was not called"
+                self._tg.start_soon(self._attempt, pending)
+            elif isinstance(action, Wake):
+                if self._wake_at is None or action.at < self._wake_at:
+                    self._wake_at = action.at
+                    self._changed.set()
+            elif isinstance(action, Retry | Defer):
+                if isinstance(action, Retry):
+                    self.tally.retries += 1
+                why = action.explanation
+                if why is not None:
+                    log_decision(action.request, why)
+                    if self.observers:
+                        self.observers.decided(action.request, why, self._last_now)
+            elif isinstance(action, Pause):
+                # What the engine keeps off, every process sharing the state keeps off.
+                if self.shared is not None and self._tg is not None:
+                    wait = action.until - self._last_now  # the engine's now, just given
+                    self._tg.start_soon(self.shared.pause, action.endpoint, wait)
+            elif isinstance(action, Reject):
+                self._reject(action)
+            elif isinstance(action, Expire):
+                self._expire(action)
+            elif isinstance(action, Fail):
+                self._fail(action)
+            else:  # pragma: no cover
+                raise TypeError(f"unknown action {action!r}")
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _reject(self, action: Reject) -> None:
+        self.tally.rejected += 1
+        pending = self.pending[action.request.id]
+        error = reject_outcome(action, request_id=pending.id)
+        self._outcome(pending, error, Outcome.REJECTED)
+
+    def _expire(self, action: Expire) -> None:
+        self.tally.deadline_exceeded += 1
+        pending = self.pending[action.request.id]
+        cause = None if pending.failure is None else pending.failure[1]
+        error = expire_outcome(action, request_id=pending.id, attempts=pending.attempts,
+                               cause=cause)  # fmt: skip
+        self._outcome(pending, error, Outcome.EXPIRED)
+
+    def _fail(self, action: Fail) -> None:
+        pending = self.pending[action.request.id]
+        assert pending.failure is not None, "the core fails only a request that failed"
+        failure, cause = pending.failure
+        if action.kind is FailureKind.QUOTA_EXHAUSTED:
+            self.tally.quota_exceeded += 1
+        elif action.kind is FailureKind.RATE_LIMITED:
+            self.tally.rate_limited += 1
+        else:
+            self.tally.provider_errors += 1
+        error = failure_outcome(action, failure, cause, request_id=pending.id)
+        self._outcome(pending, error, Outcome.FAILED)
+
+    def _outcome(self, pending: Pending, error: RequestError, outcome: Outcome) -> None:
+        """Resolve ``pending`` with a decided outcome; its explanation is logged and observed."""
+        why = error.explanation
+        if why is not None:
+            log_decision(pending.request, why)
+        self._resolve(pending, error=error)
+        self._finished(pending, outcome, explanation=why)
+
+    def _finished(
+        self,
+        pending: Pending,
+        outcome: Outcome,
+        *,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
+        explanation: Explanation | None = None,
+    ) -> None:
+        if self.observers:
+            done = Finished(outcome, pending.attempts, pending.endpoint, prompt_tokens,
+                            output_tokens, explanation)  # fmt: skip
+            self.observers.finished(pending.request, done, self._last_now)
+
+    def _resolve(
+        self,
+        pending: Pending,
+        *,
+        value: Any = None,
+        error: RequestError | None = None,
+        keep_inflight: bool = False,
+    ) -> None:
+        if pending.resolved:
+            raise RuntimeError(f"request {pending.id!r} resolved twice")
+        pending.resolved = True
+        pending.value, pending.error = value, error
+        self.pending.pop(pending.id, None)
+        pending.done.set()
+        if not keep_inflight:
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self.pending and not self.open_streams:
+            self._idle.set()
+
+    # -- the timer ---------------------------------------------------------------------------
+
+    async def _driver(self) -> None:
+        """Poll the core at its Wake times (the only timer the runtime keeps)."""
+        to_wall = self.clock.to_wall
+        while True:
+            changed = self._changed
+            wake = self._wake_at
+            if wake is None:
+                await changed.wait()
+            else:
+                delay = to_wall(wake - self.now())
+                if delay > _DUE_WALL_S:
+                    with anyio.move_on_after(delay):
+                        await changed.wait()
+            if changed.is_set():
+                self._changed = anyio.Event()
+            wake = self._wake_at
+            if wake is None or to_wall(wake - self.now()) > _DUE_WALL_S:
+                continue
+            self._wake_at = None
+            self._last_now = max(self._last_now, wake)
+            self.execute(self.engine.poll(self._last_now))
+            # The engine reports a timer once; one it reported while this shell
+            # still held an earlier, now-served timer was dropped by execute().
+            # Re-arm from the engine's own next timer.
+            upcoming = self.engine.next_wakeup()
+            if upcoming is not None and (self._wake_at is None or upcoming < self._wake_at):
+                self._wake_at = upcoming
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    def _spawn(self, func: Any, *args: Any) -> None:
+        """Run ``func(*args)`` in the scheduler's task group (a layer's background work)."""
+        if self._tg is not None:
+            self._tg.start_soon(func, *args)
+
+    async def _attempt(self, pending: Pending) -> None:
+        deadline = pending.request.deadline
+        with anyio.CancelScope() as scope:
+            pending.scope = scope
+            if deadline is not None and self.cancel_late:
+                scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
+            try:
+                result = await self.stacks[pending.endpoint].send(pending)
+            except Exception as exc:
+                self._failed(pending, exc)
+                return
+            finally:
+                pending.scope = None
+        if scope.cancelled_caught:
+            if not pending.resolved:  # the deadline passed in flight: the core says Expire
+                self.execute(self.engine.expire(pending.id, self.now()))
+            return
+        if isinstance(result, Answer):
+            self._deliver(pending, result.response)
+        elif not pending.resolved:  # refused by the shared state: back in its queue, not sent
+            refused = self.engine.refused(
+                pending.id, result.at, result.until, fleet_wide=result.fleet_wide
+            )
+            self.execute(refused)
+
+    def _deliver(self, pending: Pending, response: Any) -> None:
+        call = pending.call
+        self.tally.succeeded += 1
+        if call.stream:
+            self.open_streams += 1
+            first = None
+            if self.observers:
+                request, observers = pending.request, self.observers
+
+                def first() -> None:
+                    observers.first_token(request, self.now())
+
+            stream = ScheduledStream(
+                response,
+                hide_usage=call.added_usage,
+                on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
+                on_first=first,
+            )
+            self._resolve(pending, value=stream, keep_inflight=True)
+            return
+        usage = usage_of(response)
+        charged = None
+        if usage.known:  # what the provider's token window charged: prompt + the cap
+            cap = call.output_cap
+            charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
+        output = usage.output_tokens if usage.known else None
+        end = Ended(True, usage.prompt_tokens, output, charged)
+        self.stacks[pending.endpoint].ended(pending, end)
+        actions = self.engine.completed(
+            pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
+        )
+        self.execute(actions)
+        self._resolve(pending, value=response)
+        if usage.known:
+            self._finished(pending, Outcome.COMPLETED, prompt_tokens=usage.prompt_tokens,
+                           output_tokens=usage.output_tokens)  # fmt: skip
+        else:
+            self._finished(pending, Outcome.COMPLETED)
+
+    def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
+        self.open_streams -= 1
+        end = Ended(complete, 0, tokens if complete else None)
+        self.stacks[pending.endpoint].ended(pending, end)
+        now = self.now()
+        if complete:
+            self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
+            self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
+        else:
+            self.execute(self.engine.cancel(pending.id, now))
+            self._finished(pending, Outcome.CANCELLED)
+        self._check_idle()
+
+    def _failed(self, pending: Pending, exc: Exception) -> None:
+        """Classify a failed attempt and execute the core's verdict on it (rule 3)."""
+        failure = classify_failure(exc)
+        pending.failure = (failure, exc)
+        if failure.kind is FailureKind.RATE_LIMITED:
+            self.tally.throttled += 1
+        hint = failure.retry_after_wall_s
+        retry_after = None if hint is None else hint * self._clock_per_wall()
+        self.execute(self.engine.failed(pending.id, self.now(), failure.kind, retry_after))
+
+    def _clock_per_wall(self) -> float:
+        """Clock seconds per wall second (header durations are wall seconds)."""
+        return 1.0 / self.clock.to_wall(1.0)

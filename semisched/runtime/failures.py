@@ -1,0 +1,192 @@
+"""Failure mapping: the one place that reads the wrapped client's exceptions.
+
+Two translations live here, and only here (httpx's rule: foreign exceptions
+are mapped in exactly one place):
+
+1. :func:`classify_failure`: an exception from the wrapped client becomes a
+   :class:`ProviderFailure`, whose :class:`~semisched.core.FailureKind` is all
+   the core needs to decide what happens next.
+
+   ================================================  ==========================
+   What the client raised                             Kind
+   ================================================  ==========================
+   429 with code ``insufficient_quota``               ``QUOTA_EXHAUSTED``
+   any other 429                                      ``RATE_LIMITED``
+   408, 504                                           ``TIMEOUT``
+   409, any other 5xx                                 ``SERVER_ERROR``
+   any other 4xx                                      ``BAD_REQUEST``
+   ``openai.APITimeoutError``                         ``TIMEOUT``
+   ``openai.APIConnectionError``                      ``CONNECTION``
+   anything else                                      ``UNKNOWN``
+   ================================================  ==========================
+
+2. :func:`failure_outcome`: the core's terminal :class:`~semisched.core.Fail`
+   becomes the caller's exception (:class:`~semisched.errors.QuotaExceeded`,
+   :class:`~semisched.errors.RateLimited` or
+   :class:`~semisched.errors.ProviderError`), chained to the original
+   exception (``err.__cause__``). Its siblings :func:`reject_outcome` and
+   :func:`expire_outcome` do the same for :class:`~semisched.core.Reject`
+   and :class:`~semisched.core.Expire`. Each outcome carries the core's
+   explanation (``err.explanation``).
+
+What this module is not: it decides nothing. Whether and when to retry is the
+core's :mod:`semisched.core.lifecycle`; the runtime executes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import openai
+
+from semisched.core.actions import Expire, Fail, Reject
+from semisched.core.lifecycle import FailureKind
+from semisched.errors import (
+    DeadlineExceeded,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    RequestRejected,
+)
+from semisched.runtime.headers import retry_after_seconds
+
+__all__ = [
+    "ProviderFailure",
+    "classify_failure",
+    "expire_outcome",
+    "failure_outcome",
+    "reject_outcome",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFailure:
+    """What one failed provider call means for scheduling.
+
+    Attributes:
+        kind: How it failed (see the module table).
+        status_code: HTTP status, if there was a response.
+        retry_after_wall_s: The provider's retry hint in wall seconds
+            (``retry-after-ms``, ``retry-after``, else the ``x-ratelimit-reset-*``
+            values); always ``None`` for an exhausted quota, where waiting
+            does not help.
+        headers: Response headers, if any (for rate-limit signals).
+        message: Short description.
+    """
+
+    kind: FailureKind
+    status_code: int | None
+    retry_after_wall_s: float | None
+    headers: Mapping[str, str]
+    message: str
+
+
+def _status_kind(status: int, code: str | None) -> FailureKind:
+    if status == 429:
+        return (
+            FailureKind.QUOTA_EXHAUSTED
+            if code == "insufficient_quota"
+            else FailureKind.RATE_LIMITED
+        )
+    if status in (408, 504):
+        return FailureKind.TIMEOUT
+    if status == 409 or 500 <= status <= 599:
+        return FailureKind.SERVER_ERROR
+    if 400 <= status <= 499:
+        return FailureKind.BAD_REQUEST
+    return FailureKind.UNKNOWN
+
+
+def classify_failure(exc: BaseException) -> ProviderFailure:
+    """Map an exception from the wrapped client to a :class:`ProviderFailure` (module table)."""
+    if isinstance(exc, openai.APIStatusError):
+        headers: Mapping[str, str] = exc.response.headers
+        status = exc.status_code
+        code = exc.code or (exc.type if isinstance(exc.type, str) else None)
+        kind = _status_kind(status, code)
+        hint = None if kind is FailureKind.QUOTA_EXHAUSTED else retry_after_seconds(headers)
+        return ProviderFailure(kind, status, hint, headers, exc.message)
+    # APITimeoutError subclasses APIConnectionError: test it first.
+    if isinstance(exc, openai.APITimeoutError):
+        kind = FailureKind.TIMEOUT
+    elif isinstance(exc, openai.APIConnectionError):
+        kind = FailureKind.CONNECTION
+    else:
+        kind = FailureKind.UNKNOWN
+    return ProviderFailure(kind, None, None, {}, f"{type(exc).__name__}: {exc}")
+
+
+def failure_outcome(
+    fail: Fail, failure: ProviderFailure, cause: BaseException, *, request_id: str
+) -> ProviderError:
+    """The caller's exception for a request the core gave up on.
+
+    Args:
+        fail: The core's terminal action.
+        failure: The last attempt's classified failure.
+        cause: The wrapped client's exception (becomes ``__cause__``).
+        request_id: The scheduler's id for the request.
+
+    Returns:
+        :class:`QuotaExceeded` for an exhausted quota, :class:`RateLimited`
+        for a rate limit, else :class:`ProviderError`; its ``retry_after`` is
+        the provider's last hint in the scheduler's clock seconds.
+    """
+    cls: type[ProviderError] = ProviderError
+    if fail.kind is FailureKind.QUOTA_EXHAUSTED:
+        cls = QuotaExceeded
+    elif fail.kind is FailureKind.RATE_LIMITED:
+        cls = RateLimited
+    error = cls(
+        f"{failure.message} ({fail.reason})",
+        request_id=request_id,
+        klass=fail.request.klass,
+        status_code=failure.status_code,
+        attempts=fail.attempts,
+        retry_after=fail.retry_after,
+        kind=fail.kind,
+        reason=fail.reason,
+    )
+    error.__cause__ = cause
+    error.explanation = fail.explanation
+    return error
+
+
+def reject_outcome(reject: Reject, *, request_id: str) -> RequestRejected:
+    """The caller's exception for the core's :class:`~semisched.core.Reject`."""
+    error = RequestRejected(
+        f"rejected: {reject.reason}",
+        request_id=request_id,
+        klass=reject.request.klass,
+        reason=reject.reason,
+        bucket=reject.request.bucket.value,
+        severity=reject.severity,
+        retry_after=reject.retry_after,
+    )
+    error.explanation = reject.explanation
+    return error
+
+
+def expire_outcome(
+    expire: Expire, *, request_id: str, attempts: int, cause: BaseException | None
+) -> DeadlineExceeded:
+    """The caller's exception for the core's :class:`~semisched.core.Expire`: its phase is
+    ``in_flight`` (the call was aborted), ``retry`` (after ``attempts``, chained to the
+    last failure ``cause``) or ``queued``."""
+    why = expire.explanation
+    if why is not None and why.rule == "deadline.in_flight":
+        phase = "in_flight"
+    else:
+        phase = "retry" if attempts else "queued"
+    error = DeadlineExceeded(
+        f"deadline exceeded ({phase}): {expire.reason}",
+        request_id=request_id,
+        klass=expire.request.klass,
+        phase=phase,
+        deadline=expire.request.deadline,
+    )
+    if cause is not None and phase != "in_flight":
+        error.__cause__ = cause
+    error.explanation = why
+    return error

@@ -1,0 +1,450 @@
+"""The async runtime: ``await scheduler.submit(...)`` over any OpenAI-compatible client.
+
+:class:`Scheduler` executes what :class:`semisched.core.Engine` decides and
+decides nothing itself. It
+
+- is built one way: the client (or endpoints), one
+  :class:`~semisched.core.config.SchedulerConfig` (every scheduling decision,
+  retry, routing and tenants included), runtime objects (priors, state, clock,
+  telemetry) and :class:`~semisched.runtime.options.RuntimeOptions`,
+- validates a call (:class:`semisched.runtime.calls.CallArgs`,
+  :func:`semisched.runtime.calls.prepare_call`) and builds the
+  core's :class:`~semisched.core.Request` (prior from a
+  :class:`~semisched.priors.sources.PriorSource` via :mod:`semisched.priors.batching`,
+  prompt tokens from the bytes-per-token estimator),
+- runs every :class:`~semisched.core.Send` as a task in its own task group,
+  through the endpoint's stack of layers around the wrapped client
+  (:mod:`semisched.runtime.layers`: compression, shared-state reservation,
+  observers, usage learning, rate-limit headers; its retries turned off),
+- classifies each failed attempt (:mod:`semisched.runtime.failures`) and reports it
+  with ``engine.failed``; the core's retry policy answers with
+  :class:`~semisched.core.Retry` (the engine re-queues and later re-sends it),
+  :class:`~semisched.core.Expire` or :class:`~semisched.core.Fail`,
+- resolves each caller exactly once: the provider's response object, or an
+  outcome from :mod:`semisched.errors`.
+
+Structured concurrency (anyio): the scheduler is an async context manager that
+owns its task group; nothing is fire-and-forget. Cancelling a caller's
+``submit`` removes the request from the queue or aborts its in-flight call and
+releases its send opportunity. Time comes from a :class:`~semisched.runtime.clock.Clock`
+(by default the event loop's, so trio's ``MockClock`` runs it in virtual time).
+
+This module holds the public :class:`Scheduler`: its arguments, its context
+manager, ``submit``/``check``/``pause``/``resume``/``statistics``, and the
+building of the core's request. What it is not: it executes no action itself
+(:mod:`semisched.runtime.dispatch`), makes no scheduling decision and no retry
+arithmetic (:mod:`semisched.core`), reads no ``openai`` exception
+(:mod:`semisched.runtime.failures`). Streams are in :mod:`semisched.runtime.streams`, the
+drop-in facade in :mod:`semisched.runtime.facade`, statistics in :mod:`semisched.runtime.stats`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Never
+
+import anyio
+from anyio.abc import TaskGroup
+
+from semisched.compress.runtime import PromptCompression
+from semisched.core.checks import check_instance
+from semisched.core.config import SchedulerConfig
+from semisched.core.engine import Engine
+from semisched.core.lifecycle import RetryPolicy
+from semisched.core.request import Request
+from semisched.errors import QueueFull, SchedulerClosed
+from semisched.fleet.endpoints import Deployments, Endpoint
+from semisched.priors.batching import PriorResolver
+from semisched.priors.calibration import Calibrated
+from semisched.priors.default import scheduler_priors
+from semisched.priors.sources import Heuristic, PriorSource
+from semisched.runtime.calls import (
+    CallArgs,
+    PreparedCall,
+    call_signature,
+    prepare_call,
+    scheduler_config,
+)
+from semisched.runtime.clock import AnyioClock, Clock
+from semisched.runtime.dispatch import Dispatcher
+from semisched.runtime.estimate import TokenEstimator
+from semisched.runtime.facade import ScheduledClient
+from semisched.runtime.layers import Configured
+from semisched.runtime.options import RuntimeOptions, removed_argument
+from semisched.runtime.pending import Pending
+from semisched.runtime.stats import RuntimeCounters, RuntimeTally, SchedulerStats
+from semisched.state.base import StateBackend
+from semisched.state.guard import SharedBudget, backend_for
+from semisched.telemetry.observe import RequestObserver, build_observers
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
+from semisched.runtime.streams import ScheduledStream
+
+__all__ = [
+    "RetryPolicy",
+    "RuntimeCounters",
+    "RuntimeOptions",
+    "ScheduledClient",
+    "ScheduledStream",
+    "Scheduler",
+    "SchedulerStats",
+]
+
+
+_DEFAULT_OPTIONS = RuntimeOptions()
+
+
+class Scheduler:
+    r"""Client-side scheduler over an OpenAI-compatible async client.
+
+    Example::
+
+        async with Scheduler(AsyncOpenAI()) as scheduler:
+            resp = await scheduler.submit(model="gpt-4o-mini", messages=[...],
+                                          max_completion_tokens=200, deadline=30)
+
+    Args:
+        client: ``openai.AsyncOpenAI`` or any object with
+            ``chat.completions.create`` / ``completions.create`` coroutines.
+            An OpenAI client is used through ``with_options(max_retries=0)``:
+            the scheduler owns retries, so the core sees every attempt.
+            The one-endpoint case of ``endpoints``.
+        endpoints: Several deployments (:class:`~semisched.Endpoint`), instead of
+            ``client``: each send goes to the endpoint the core's routing layer
+            picks (``config.routing``), a failed attempt fails over to another,
+            and ``statistics().engine.endpoints`` reports each.
+        config: A :class:`SchedulerConfig` or a preset name: every scheduling
+            decision, the retry policy (``config.retry``), routing
+            (``config.routing``) and tenants (``config.tenants``; each call names
+            its own with ``submit(..., tenant=)``). Change a preset with
+            ``dataclasses.replace(preset("final_adrr_olc"), routing=...)`` or
+            :func:`semisched.runtime.calls.scheduler_config`.
+        priors: Where priors come from when a call gives none: a
+            :class:`~semisched.priors.sources.PriorSource`, or a name from
+            :mod:`semisched.priors.default`. ``"auto"`` is the shipped learned
+            length model when the ``ml`` extra is installed, else
+            :class:`~semisched.priors.sources.Heuristic` (from the output cap);
+            ``"learned"`` insists on the model, ``"heuristic"`` never loads it.
+            ``None`` (the default) reads ``$SEMISCHED_PRIORS``, else ``"auto"``.
+            The model is loaded on entering the context (seconds, once per
+            process, in a worker thread) and, like any
+            :class:`~semisched.priors.sources.BatchPriorSource`, runs off the event loop.
+        state: Share budgets, leases and 429 pauses with every scheduler in
+            ``options.namespace`` (other processes, other machines): a Redis URL
+            (``"redis://127.0.0.1:6379/0"``; needs the ``redis`` extra) or a
+            :class:`~semisched.state.base.StateBackend`. Each send is reserved
+            there first (the fleet's ``config.budget`` and ``max_inflight``, each
+            endpoint's ``rpm``/``tpm``/``max_concurrency``: set them to the
+            *shared* limits). Unreachable on entering: :class:`StateUnavailable`.
+            Lost later: one warning, then this process runs on its share of each
+            limit until the store is back (:mod:`semisched.state.guard`).
+        clock: Time source (default :class:`~semisched.runtime.clock.AnyioClock`: the
+            event loop's clock, virtual under trio's ``MockClock``).
+        metrics: Prometheus metrics (:mod:`semisched.telemetry.prometheus`;
+            the ``metrics`` extra): ``True`` registers them in the default
+            registry, or give a ``prometheus_client.CollectorRegistry``.
+        tracing: One OpenTelemetry span per request
+            (:mod:`semisched.telemetry.tracing`): ``True`` uses the global
+            tracer provider (a no-op unless the application configured an
+            SDK), or give a ``TracerProvider``; ``False``: none.
+        observers: More :class:`~semisched.telemetry.observe.RequestObserver`\ s, told
+            what happens to each request.
+        options: The runtime's own settings (:class:`~semisched.RuntimeOptions`):
+            prior timeout and fallback, calibration, token estimator,
+            ``max_pending``, the jitter's ``seed``, ``cancel_late`` and the
+            state's ``namespace``.
+
+    Raises:
+        TypeError: A keyword this constructor no longer takes (``routing=``,
+            ``retry=``, ``seed=``, ...), naming where it went.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        endpoints: Sequence[Endpoint] | None = None,
+        config: SchedulerConfig | str = "final_adrr_olc",
+        priors: PriorSource | str | None = None,
+        state: StateBackend | str | None = None,
+        clock: Clock | None = None,
+        metrics: CollectorRegistry | bool = False,
+        tracing: TracerProvider | bool = True,
+        observers: Sequence[RequestObserver] = (),
+        options: RuntimeOptions = _DEFAULT_OPTIONS,
+        **removed: Never,
+    ) -> None:
+        if error := removed_argument(removed):
+            raise error
+        check_instance("options", options, RuntimeOptions)
+        self.config = scheduler_config(config)
+        self.options = options
+        source, self._prior_choice, self._load_priors = scheduler_priors(priors)
+        self._deployments = Deployments.of(client, endpoints)
+        self._class_names = tuple(c.name for c in self.config.classes)
+        self._engine = Engine(
+            self.config,
+            jitter=random.Random(options.seed).random,
+            endpoints=[self._deployments.endpoint(n).spec for n in self._deployments.names],
+        )
+        fallback = options.fallback if options.fallback is not None else Heuristic()
+        self._priors = PriorResolver(source, fallback, timeout_s=options.prior_timeout_s)
+        self._calibration = options.length_calibration()
+        self._clock: Clock = clock if clock is not None else AnyioClock()
+        backend = backend_for(state, options.namespace)
+        self._shared = None if backend is None else SharedBudget(
+            backend, self._engine, self._clock, seed=options.seed
+        )  # fmt: skip
+        self._estimator = options.estimator if options.estimator is not None else TokenEstimator()
+        self._tally = RuntimeTally()
+        self._compression = PromptCompression(self.config.routing, self._estimator)
+        watchers = build_observers(observers, metrics=metrics, tracing=tracing,
+                                   statistics=self.statistics)  # fmt: skip
+        configured = Configured(deployments=self._deployments, estimator=self._estimator,
+                                calibration=self._calibration, observers=watchers,
+                                shared=self._shared, compression=self._compression)  # fmt: skip
+        self._dispatch = Dispatcher(self._engine, configured, self._clock, self._tally,
+                                    cancel_late=options.cancel_late)  # fmt: skip
+        self._ids = itertools.count(1)
+        self._preparing = 0
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self.client = ScheduledClient(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open" if self._tg else "not started"
+        pending = len(self._dispatch.pending)
+        return f"<Scheduler {state} pending={pending} {self._engine!r}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Scheduler:
+        if self._tg is not None or self._closed:
+            raise RuntimeError("a Scheduler can be entered only once")
+        if self._load_priors is not None:  # a model: loaded in a worker thread
+            source, self._prior_choice = await anyio.to_thread.run_sync(self._load_priors)
+            self._priors = self._priors.with_source(source)
+        if self._shared is not None:
+            await self._shared.open()  # StateUnavailable: a clear error, nothing started
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._dispatch.start(self._tg)
+        if self._shared is not None:
+            self._tg.start_soon(self._shared.run_heartbeat, self._shared.backend.lease_ttl_s)
+        if self._priors.batched:
+            self._priors.open()
+            self._tg.start_soon(self._priors.run)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Leaving normally waits for every pending request; leaving with an
+        exception resolves them with :class:`SchedulerClosed` at once."""
+        assert self._tg is not None
+        self._closed = True
+        try:
+            if exc_type is None:
+                await self._dispatch.wait_idle()
+        finally:
+            for pending in list(self._dispatch.pending.values()):
+                self._dispatch.abandon(pending, SchedulerClosed(
+                    "the scheduler was closed", request_id=pending.id, klass=pending.request.klass
+                ))  # fmt: skip
+            self._tg.cancel_scope.cancel()
+            self._priors.close()
+            try:
+                await self._tg.__aexit__(exc_type, exc, tb)
+            finally:
+                if self._shared is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._shared.close()
+        return None
+
+    # -- the public calls ------------------------------------------------------------------
+
+    @call_signature
+    async def submit(self, **call: Any) -> Any:
+        """Schedule one chat (``messages``) or completions (``prompt``) call.
+
+        Args:
+            **call: The call (:class:`~semisched.runtime.calls.CallArgs`): ``model``,
+                ``messages`` or ``prompt``, the scheduling hints ``klass``,
+                ``deadline``, ``prior``, ``tenant``; everything else is passed
+                to the provider unchanged (``max_completion_tokens``,
+                ``temperature``, ``stream``, ``extra_headers``, ...).
+
+        Returns:
+            The wrapped client's own response (``ChatCompletion``,
+            ``Completion``), or a :class:`ScheduledStream` for ``stream=True``.
+
+        Raises:
+            ValueError, TypeError: Bad input, before anything is queued
+                (:func:`semisched.runtime.calls.prepare_call`).
+            RequestError: An outcome (see :mod:`semisched.errors`).
+        """
+        prepared = self._prepare(call)
+        if self._tg is None or self._closed:
+            raise SchedulerClosed(
+                "the scheduler is not running (use `async with Scheduler(...)`)",
+                request_id="",
+                klass=prepared.klass or "",
+            )
+        rid = f"req-{next(self._ids)}"
+        self._tally.submitted += 1
+        self._check_room(rid, prepared)
+        self._preparing += 1  # counts towards max_pending while its prior is resolved
+        try:
+            request, calibrated = await self._request(rid, prepared)
+            request, compressed = await self._compression.prepare(request, prepared)
+        except BaseException:  # only cancellation: the prior resolver never fails
+            self._tally.cancelled += 1
+            raise
+        finally:
+            self._preparing -= 1
+        pending = Pending(id=rid, call=prepared, request=request, calibrated=calibrated,
+                          compressed=compressed)  # fmt: skip
+        return await self._dispatch.run(pending)
+
+    @call_signature
+    def check(self, **call: Any) -> str:
+        """Validate a call exactly as :meth:`submit` would, without scheduling it.
+
+        Returns:
+            The endpoint it would use: ``"chat"`` or ``"completions"``.
+
+        Raises:
+            ValueError, TypeError: What :meth:`submit` would raise for it.
+        """
+        return self._prepare(call).api
+
+    def _check_room(self, rid: str, call: PreparedCall) -> None:
+        """Raise :class:`QueueFull` when ``options.max_pending`` requests already wait."""
+        limit = self.options.max_pending
+        waiting = len(self._dispatch.pending) + self._preparing
+        if limit is not None and waiting >= limit:
+            self._tally.queue_full += 1
+            raise QueueFull(
+                f"{waiting} requests pending (max_pending={limit})",
+                request_id=rid,
+                klass=call.klass or "",
+                limit=limit,
+            )
+
+    def pause(self) -> None:
+        """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
+
+        In-flight calls continue. A batch job uses this on Ctrl-C: stop
+        dispatching, let what is in flight finish, then leave.
+        """
+        self._dispatch.execute(self._engine.hold(self._dispatch.now()))
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`."""
+        self._dispatch.execute(self._engine.release(self._dispatch.now()))
+
+    # -- the fleet ---------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The names of the endpoints new calls can use, in fleet order."""
+        return self._deployments.names
+
+    def add_endpoint(self, endpoint: Endpoint) -> None:
+        """Add an endpoint at run time; queued work may go there at once.
+
+        Raises:
+            ValueError: Its name is already in use.
+            TypeError: ``endpoint`` is not a :class:`~semisched.Endpoint`.
+        """
+        self._deployments.add(endpoint)
+        self._dispatch.stacks.drop(endpoint.name)
+        self._dispatch.execute(self._engine.add_endpoint(endpoint.spec, self._dispatch.now()))
+
+    def drain_endpoint(self, name: str) -> None:
+        """Send nothing new to ``name``; its calls in flight finish. Queued calls that
+        no other endpoint serves are rejected (:class:`~semisched.RequestRejected`).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._dispatch.execute(self._engine.drain_endpoint(name, self._dispatch.now()))
+
+    def remove_endpoint(self, name: str) -> None:
+        """Drain ``name`` (:meth:`drain_endpoint`) and drop it from the fleet.
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._dispatch.execute(self._engine.remove_endpoint(name, self._dispatch.now()))
+        self._deployments.remove(name)
+
+    def statistics(self) -> SchedulerStats:
+        """A frozen snapshot: counters, the core's state, rate limits, the estimator.
+
+        Per endpoint: ``statistics().engine.endpoints``. Per tenant:
+        ``statistics().engine.tenants`` (or ``.engine.tenant("acme")``), each a
+        :class:`~semisched.TenantStats`: queued, in flight, completed,
+        rejected, served tokens, and its share, entitlement and debt.
+        """
+        return SchedulerStats(
+            pending=len(self._dispatch.pending),
+            open_streams=self._dispatch.open_streams,
+            counters=self._tally.freeze(),
+            engine=self._engine.statistics(),
+            rate_limits=self._dispatch.rate_limits,
+            rate_limits_by_endpoint=dict(self._dispatch.rate_limits_by_endpoint),
+            estimator=self._estimator.statistics(),
+            priors=self._prior_choice,
+            calibration=None if self._calibration is None else self._calibration.statistics(),
+            state=None if self._shared is None else self._shared.statistics(),
+            compression=self._compression.statistics(),
+        )
+
+    # -- building the core's request -------------------------------------------------------
+
+    def _prepare(self, call: Mapping[str, Any]) -> PreparedCall:
+        prepared = prepare_call(
+            CallArgs.of(call),
+            allowed_params=self._deployments.allowed_params,
+            class_names=self._class_names,
+            tenants=self.config.tenants,
+        )
+        self._deployments.check_model(prepared.model)
+        return prepared
+
+    async def _request(self, rid: str, call: PreparedCall) -> tuple[Request, Calibrated | None]:
+        prior = call.prior
+        calibrated = None
+        if prior is None:
+            prior, fell_back = await self._priors.resolve(call.prior_query(rid))
+            if fell_back:
+                self._tally.prior_fallbacks += 1
+            if self._calibration is not None:
+                source = self._priors.fallback if fell_back else self._priors.source
+                calibrated = self._calibration.adjust(
+                    prior, source=source.name, model=call.model, cap=call.output_cap
+                )
+                prior = calibrated.prior
+        now = self._dispatch.now()
+        tokens = self._estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
+        request = Request(
+            id=rid,
+            klass=call.klass or self.config.class_for(prior.routing_bucket),
+            prior=prior,
+            input_tokens=float(tokens),
+            arrival=now,
+            deadline=None if call.deadline_s is None else now + call.deadline_s,
+            max_output_tokens=call.output_cap,
+            model=call.model,
+            tenant=call.tenant,
+        )
+        return request, calibrated
