@@ -135,7 +135,7 @@ async def test_an_observer_that_raises_is_logged_once_and_scheduling_goes_on(
     async with client() as c, Scheduler(c, observers=[observer]) as s:
         for _ in range(3):
             await s.submit(**chat(max_tokens=5))
-    warnings = [r for r in caplog.records if r.name == "semisched.telemetry.observe"]
+    warnings = [r for r in caplog.records if r.name == "semisched.observe"]
     assert len(warnings) == 1 and "submitted" in warnings[0].getMessage()
     assert observer.finished_seen == 3
     with pytest.raises(TypeError, match="RequestObserver"):
