@@ -19,7 +19,7 @@ Rules:
 2. Times are the scheduler's clock (``Scheduler(clock=)``; wall seconds by
    default), the same ``now`` the core is given.
 3. An observer that raises does not disturb scheduling: the error is logged
-   (``semisched.telemetry.observe``, WARNING, once per observer and method) and the
+   (``semisched.observe``, WARNING, once per observer and method) and the
    observer keeps being called.
 
 Decisions also go to the ``logging`` module, always (:func:`log_decision`):
