@@ -47,6 +47,7 @@ import numpy as np
 import threadpoolctl  # type: ignore[import-untyped]
 
 import semisched.compress.compressor as compress_module
+from mockprovider.physics import PhysicsParams
 from semisched.core.config import ClassSpec, RoutingConfig, preset
 from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.request import Prior, Request
@@ -258,7 +259,7 @@ def simulate_pool(
     """
     fleet = []
     for pool, units, profile, context in pools:
-        physics = replace(profile.physics(context), timeout_s=NO_TIMEOUT_S)
+        physics = PhysicsParams(**profile.physics(context), timeout_s=NO_TIMEOUT_S)
         for u in range(units):
             spec = EndpointSpec(
                 name=f"{pool or 'unit'}-{u}",

@@ -66,7 +66,8 @@ ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn
         # The simulator and the planner run in virtual time: no event loop, no network, and
         # neither drives the runtime.
         ("semisched/sim", (*ASYNC_IO, *DRIVER, "semisched.state", "semisched.telemetry"), ()),
-        ("semisched/plan", (*ASYNC_IO, "semisched.runtime.scheduler", "semisched.runtime.dispatch",
+        ("semisched/plan", (*ASYNC_IO, "mockprovider", "semisched.runtime.scheduler",
+                            "semisched.runtime.dispatch",
                             "semisched.batch", "semisched.state", "semisched.telemetry",
                             "semisched.sim"), ()),
         # The mock never depends on the SDK or the benchmarks.

@@ -114,10 +114,9 @@ class ProfileFit:
     def as_dict(self) -> dict[str, Any]:
         """Every field, the profile as its own mapping, plus the profile's headline speeds."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        physics = self.profile.physics()
         data.update(
-            lone_decode_ms_per_token=physics.lone_decode_ms_per_token(),
-            full_batch_tokens_per_s=physics.capacity_tokens_per_s(),
+            lone_decode_ms_per_token=self.profile.lone_decode_ms_per_token(),
+            full_batch_tokens_per_s=self.profile.capacity_tokens_per_s(),
         )
         return data | {"profile": asdict(self.profile)}
 
@@ -378,7 +377,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _table(fit: ProfileFit, log: str) -> list[str]:
-    physics = fit.profile.physics()
+    physics = fit.profile
     rows = [
         ("W  base iteration", f"{fit.base_iter_ms:.3f} ms"),
         ("H  per request in flight", f"{fit.per_slot_ms:.3f} ms"),

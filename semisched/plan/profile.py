@@ -22,15 +22,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
-from mockprovider.physics import PROFILES as PHYSICS_PROFILES
-from mockprovider.physics import PhysicsParams
 from semisched.core.checks import check_int, check_number, check_str
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_SLOTS",
+    "NAMED_UNITS",
+    "UnitPhysics",
     "UnitProfile",
     "load_profile",
     "named_profile",
@@ -42,6 +42,17 @@ __all__ = [
 DEFAULT_CONTEXT_TOKENS = 8192
 #: vLLM's default ``max_num_seqs``: the most sequences one engine batches.
 DEFAULT_MAX_SLOTS = 256
+
+
+class UnitPhysics(TypedDict):
+    """One unit's batching physics as plain data: the fields of the mock provider's
+    ``PhysicsParams`` that a plan fixes (the planner takes physics as data, never the mock)."""
+
+    slots: int
+    base_iter_ms: float
+    per_slot_ms: float
+    prefill_chunk: int
+    overhead_ms: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,16 +105,29 @@ class UnitProfile:
         check_int("context_tokens", context_tokens, minimum=1, maximum=self.context_tokens)
         return min(self.max_slots, self.slots * self.context_tokens // context_tokens)
 
-    def physics(self, context_tokens: int | None = None) -> PhysicsParams:
-        """The mock provider's physics of one unit (for simulating a plan)."""
+    def physics(self, context_tokens: int | None = None) -> UnitPhysics:
+        """One unit's batching physics as data: the fields of the mock provider's
+        ``PhysicsParams`` (``mockprovider.physics``), for simulating a plan."""
         slots = self.slots if context_tokens is None else self.slots_for(context_tokens)
-        return PhysicsParams(
-            slots=slots,
-            base_iter_ms=self.base_iter_ms,
-            per_slot_ms=self.per_slot_ms,
-            prefill_chunk=self.prefill_chunk,
-            overhead_ms=self.overhead_ms,
-        )
+        return {
+            "slots": slots,
+            "base_iter_ms": self.base_iter_ms,
+            "per_slot_ms": self.per_slot_ms,
+            "prefill_chunk": self.prefill_chunk,
+            "overhead_ms": self.overhead_ms,
+        }
+
+    def iteration_ms(self, n_active: int) -> float:
+        """One batch iteration with ``n_active`` sequences: ``W + H * n``."""
+        return self.base_iter_ms + self.per_slot_ms * n_active
+
+    def lone_decode_ms_per_token(self) -> float:
+        """Decode cost per token of a request alone in the batch: ``W + H``."""
+        return self.iteration_ms(1)
+
+    def capacity_tokens_per_s(self) -> float:
+        """Decode tokens per second with a full batch: ``slots / t_iter(slots) * 1000``."""
+        return self.slots / self.iteration_ms(self.slots) * 1000.0
 
     def with_(self, **changes: Any) -> UnitProfile:
         """A copy with fields replaced (checked again)."""
@@ -114,9 +138,20 @@ class UnitProfile:
         return json.dumps(asdict(self), indent=2) + "\n"
 
 
+#: The named units: the mock provider's physics profiles, as data (the planner does not
+#: import the mock; a test keeps the two tables equal). W and H are seed 000's fit scaled
+#: to a lone-request decode of 18.7 ms/token; "production-fit" adds seed 004's intercept.
+NAMED_UNITS: dict[str, UnitPhysics] = {
+    "default": {"slots": 32, "base_iter_ms": 17.3, "per_slot_ms": 1.4, "prefill_chunk": 512,
+                "overhead_ms": 0.0},
+    "production-fit": {"slots": 32, "base_iter_ms": 17.3, "per_slot_ms": 1.4,
+                       "prefill_chunk": 512, "overhead_ms": 3294.0},
+}  # fmt: skip
+
+
 def profile_names() -> tuple[str, ...]:
     """The named profiles: the mock provider's physics profiles."""
-    return tuple(sorted(PHYSICS_PROFILES))
+    return tuple(sorted(NAMED_UNITS))
 
 
 def named_profile(name: str) -> UnitProfile:
@@ -128,16 +163,16 @@ def named_profile(name: str) -> UnitProfile:
     Raises:
         ValueError: ``name`` is not a profile; the message lists the names.
     """
-    if name not in PHYSICS_PROFILES:
+    if name not in NAMED_UNITS:
         raise ValueError(f"profile={name!r} must be one of {', '.join(profile_names())}")
-    physics = PHYSICS_PROFILES[name]
+    unit = NAMED_UNITS[name]
     return UnitProfile(
         name=name,
-        base_iter_ms=physics.base_iter_ms,
-        per_slot_ms=physics.per_slot_ms,
-        slots=physics.slots,
-        prefill_chunk=physics.prefill_chunk,
-        overhead_ms=physics.overhead_ms,
+        base_iter_ms=unit["base_iter_ms"],
+        per_slot_ms=unit["per_slot_ms"],
+        slots=unit["slots"],
+        prefill_chunk=unit["prefill_chunk"],
+        overhead_ms=unit["overhead_ms"],
     )
 
 

@@ -241,7 +241,7 @@ def test_fit_main_prints_the_fit_and_writes_a_profile_that_loads(tmp_path: Path)
     profile = load_profile(out)
     assert profile.base_iter_ms == pytest.approx(W, rel=0.10)
     assert profile.overhead_ms == pytest.approx(500.0, abs=50.0)
-    assert profile.physics().lone_decode_ms_per_token() == pytest.approx(W + H, rel=0.10)
+    assert profile.lone_decode_ms_per_token() == pytest.approx(W + H, rel=0.10)
     stream = io.StringIO()
     assert fit_main([str(log), "--json", "--slots", "16"], stream) == 0
     data = json.loads(stream.getvalue())

@@ -281,3 +281,17 @@ def test_profiles_round_trip_and_named_profiles(tmp_path) -> None:
     path.write_text('{"base_iter_ms": 1, "per_slot_ms": 1, "slots": 4, "colour": "red"}')
     with pytest.raises(ValueError, match="unknown field"):
         load_profile(path)
+
+
+def test_the_named_units_are_the_mock_providers_profiles() -> None:
+    """The planner keeps the mock's physics as data (it never imports the mock): the two
+    tables must say the same."""
+    from dataclasses import asdict
+
+    from mockprovider.physics import PROFILES
+    from semisched.plan.profile import NAMED_UNITS
+
+    assert set(NAMED_UNITS) == set(PROFILES)
+    for name, unit in NAMED_UNITS.items():
+        mock = asdict(PROFILES[name])
+        assert unit == {key: mock[key] for key in unit}, name
