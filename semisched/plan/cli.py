@@ -57,6 +57,25 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _workload_options(parser)
+    unit = parser.add_argument_group("unit profile")
+    unit.add_argument(
+        "--profile",
+        default="default",
+        help=f"a named profile ({', '.join(profile_names())}; default 'default')",
+    )
+    unit.add_argument(
+        "--profile-file", type=Path, help="a profile JSON (`semisched plan fit --out`)"
+    )
+    for option, (field, kind) in _OVERRIDES.items():
+        unit.add_argument(option, type=kind, dest=field, help=f"override the profile's {field}")
+    _sweep_options(parser.add_argument_group("two-pool sweep"))
+    _output_options(parser.add_argument_group("output"))
+    return parser
+
+
+def _workload_options(parser: argparse.ArgumentParser) -> None:
+    """The workload (one source of requests), its rate and the SLOs."""
     source = parser.add_argument_group("workload (one of)")
     one = source.add_mutually_exclusive_group(required=True)
     one.add_argument(
@@ -87,18 +106,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="[CLASS:]METRIC_pNN<=S",
         help="an objective, e.g. ttft_p99<=2 or batch:e2e_p95<=60 (repeatable)",
     )
-    unit = parser.add_argument_group("unit profile")
-    unit.add_argument(
-        "--profile",
-        default="default",
-        help=f"a named profile ({', '.join(profile_names())}; default 'default')",
-    )
-    unit.add_argument(
-        "--profile-file", type=Path, help="a profile JSON (`semisched plan fit --out`)"
-    )
-    for option, (field, kind) in _OVERRIDES.items():
-        unit.add_argument(option, type=kind, dest=field, help=f"override the profile's {field}")
-    sweep = parser.add_argument_group("two-pool sweep")
+
+
+def _sweep_options(sweep: argparse._ArgumentGroup) -> None:
+    """The candidate boundaries, compression and the utilisation cap."""
     sweep.add_argument(
         "--boundary",
         type=int,
@@ -123,7 +134,10 @@ def _parser() -> argparse.ArgumentParser:
         default=MAX_UTILISATION,
         help=f"utilisation cap per pool ({MAX_UTILISATION})",
     )
-    out = parser.add_argument_group("output")
+
+
+def _output_options(out: argparse._ArgumentGroup) -> None:
+    """The table or JSON, and the fleet files."""
     out.add_argument("--json", action="store_true", help="print JSON instead of the table")
     out.add_argument("--fleet-out", type=Path, help="write the recommended fleet as a fleet file")
     out.add_argument(
@@ -137,7 +151,6 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="write a mock provider fleet file serving the recommended units",
     )
-    return parser
 
 
 def profile_from_args(args: argparse.Namespace) -> UnitProfile:
