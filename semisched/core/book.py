@@ -75,6 +75,7 @@ class EngineBook:
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
+        self._input_weight = cfg.input_token_weight
         # The tenant layer: one lane (class queues, allocation policy, usage) per tenant.
         self._tenant_policy: TenantPolicy = make_tenant_policy(cfg.tenants)
         shares = entitlements(cfg.tenants.tenants)
@@ -91,6 +92,7 @@ class EngineBook:
         ]
         self._ledger = TenantLedger(lanes, cfg.tenants.half_life_s)
         self._lanes = self._ledger.lanes
+        self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
         self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
         self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
         self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
@@ -284,8 +286,11 @@ class EngineBook:
         self._ledger.observe_shared(self._lane(tenant), fleet_usage, now)
 
     def _lane(self, tenant: str | None) -> TenantLane:
-        lane = self._ledger.by_name.get(self.config.tenants.tenant_for(tenant))
-        assert lane is not None
+        lane = self._lane_of.get(tenant)
+        if lane is None:  # first sight of this name (declared ones only: others raise)
+            found = self._ledger.by_name.get(self.config.tenants.tenant_for(tenant))
+            assert found is not None
+            lane = self._lane_of[tenant] = found
         return lane
 
     def __len__(self) -> int:

@@ -141,8 +141,9 @@ class Engine(EngineControl):
             raise ValueError(f"id={request.id!r} is already pending")
         lane = self._lane(request.tenant)
         self._advance(now)
-        cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
-        reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
+        prior, weighted = request.prior, self._input_weight * request.input_tokens
+        cost = prior.p50 + weighted
+        reserve = prior.p90 + weighted
         entry = Entry(request, cost, reserve, self._next_seq())
         entry.lane = lane
         entry.charge = rate_tokens(request)
@@ -193,7 +194,7 @@ class Engine(EngineControl):
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
-        self._ledger.completed(entry, tokens, self.config.input_token_weight, charged_tokens, now)
+        self._ledger.completed(entry, tokens, self._input_weight, charged_tokens, now)
         self._counters.completed += 1
         return self._after_release(now, [])
 
@@ -442,8 +443,9 @@ class Engine(EngineControl):
             self._reject(entry, request.bucket)
             return
         # shed() only defers or rejects: this is a rejection.
-        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after)
-        actions.append(Reject(request, verdict.reason, severity, verdict.retry_after, why))
+        reason = verdict.reason
+        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after, reason)
+        actions.append(Reject(request, reason, severity, verdict.retry_after, why))
         self._reject(entry, request.bucket)
 
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
@@ -461,11 +463,17 @@ class Engine(EngineControl):
         self._severity = self._current_severity()
         fleet = self._fleet
         blocked: list[TenantLane] = []  # lanes whose own budget cannot pay their pick now
+        plain = self._solo and not self._capped  # one uncapped tenant: no lane to choose
         while True:  # checked above, and again after each send
-            picked = self._pick_lane(blocked)
-            if picked is None:
-                break
-            lane = picked
+            if plain and not blocked:
+                if not self._ready:
+                    break
+                lane = self._ready[0]
+            else:
+                picked = self._pick_lane(blocked)
+                if picked is None:
+                    break
+                lane = picked
             klass = lane.alloc.select(lane)
             if klass is None:
                 break
