@@ -71,8 +71,9 @@ from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.control import EngineControl
-from semisched.core.endpoint import EndpointSpec
+from semisched.core.endpoint import EndpointSpec, EndpointState
 from semisched.core.explain import Decision
+from semisched.core.fleet import NoRoute
 from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
 from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
@@ -483,18 +484,17 @@ class Engine(EngineControl):
             if not self._has_capacity(entry.reserve):
                 break
             endpoint = fleet.pick(entry, now)
-            if endpoint is None:
-                if fleet.refusal:  # no endpoint can ever take it
+            if not isinstance(endpoint, EndpointState):
+                if isinstance(endpoint, NoRoute):  # no endpoint can ever take it
                     self._dequeue(entry)
-                    refusal = fleet.refusal
+                    refusal = endpoint.reason
                     why = self._explain(entry.request, _REJECT_D, "routing.no_endpoint", refusal)
                     actions.append(Reject(entry.request, refusal, self._severity, None, why))
                     self._reject(entry, entry.request.bucket)
                     continue
-                if fleet.wake is not None and (
-                    self._send_wake is None or fleet.wake < self._send_wake
-                ):
-                    self._send_wake = fleet.wake
+                wake = endpoint.at  # a WaitUntil
+                if wake is not None and (self._send_wake is None or wake < self._send_wake):
+                    self._send_wake = wake
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1
