@@ -484,6 +484,9 @@ class Fleet:
         """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
         endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
         when none is usable. One pass: overload control asks on every decision."""
+        solo = self._solo
+        if solo is not None and solo.circuit is _CLOSED and solo.cap is None:
+            return solo.signals.tail_signal(), 0.0
         tail = load = 1.0
         for endpoint in self._endpoints:
             if endpoint.out_reason or (
