@@ -34,6 +34,7 @@ from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_orderi
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
+from semisched.core.states import Event, advance
 from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
 from semisched.core.tenant_policies import TenantPolicy, make_tenant_policy
 from semisched.core.tenants import TenantLane, TenantLedger, entitlements
@@ -44,7 +45,8 @@ __all__ = ["DEADLINE", "WAKE", "EngineBook"]
 WAKE = 0
 DEADLINE = 1
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
-_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
+_INFLIGHT = EntryState.INFLIGHT
+_SEND = Event.SEND
 
 
 def _bucket_counts(counts: dict[Bucket, int]) -> BucketCounts:
@@ -340,10 +342,11 @@ class EngineBook:
             return entry.state == _DEFERRED and entry.wake_at == at
         return entry.state == _QUEUED or entry.state == _DEFERRED
 
-    def _enqueue(self, entry: Entry) -> None:
+    def _enqueue(self, entry: Entry, event: int) -> None:
+        """``entry`` joins its class queue by ``event`` (ENQUEUE, WAKE or REFUSED)."""
         lane = entry.lane
         assert lane is not None
-        entry.state = _QUEUED
+        advance(entry, event)
         entry.seq = self._next_seq()
         lane.add(entry)
         self._queued += 1
@@ -365,7 +368,7 @@ class EngineBook:
             self._renew_ready()
 
     def _reject(self, entry: Entry, bucket: Bucket) -> None:
-        self._terminal(entry)
+        self._terminal(entry, Event.REJECT)
         assert entry.lane is not None
         entry.lane.rejected += 1
         self._counters.rejected += 1
@@ -376,8 +379,9 @@ class EngineBook:
         assert entry.lane is not None
         entry.lane.expired += 1
 
-    def _defer(self, entry: Entry, until: float) -> None:
-        entry.state = _DEFERRED
+    def _defer(self, entry: Entry, until: float, event: int = Event.DEFER) -> None:
+        """``entry`` waits until ``until`` by ``event`` (DEFER or RETRY)."""
+        advance(entry, event)
         entry.wake_at = until
         self._deferred += 1
         self._push_timer(until, WAKE, entry)
@@ -406,7 +410,7 @@ class EngineBook:
         # its remaining deficit (on_idle) instead of carrying the charge.
         lane.alloc.on_send(klass, entry.cost)
         self._dequeue(entry)
-        entry.state = _INFLIGHT
+        advance(entry, _SEND)
         entry.attempts += 1
         entry.sent_at = now
         self._entries[entry.request.id] = entry
@@ -447,11 +451,14 @@ class EngineBook:
     def _renew_ready(self) -> None:
         self._ready = [lane for lane in self._lanes if lane.queued]
 
-    def _terminal(self, entry: Entry) -> None:
-        entry.state = _DONE
+    def _terminal(self, entry: Entry, event: int) -> None:
+        """``entry`` ends by ``event`` (its outcome) and leaves the books."""
+        advance(entry, event)
         self._entries.pop(entry.request.id, None)
 
     def _take_inflight(self, request_id: str) -> Entry:
+        """Take the in-flight ``request_id`` out of flight's counts; its state is left to
+        the caller's move (its outcome, a retry, a refusal)."""
         entry = self._entries.get(request_id)
         if entry is None or entry.state != _INFLIGHT:
             raise ValueError(f"request_id={request_id!r} is not in flight")
@@ -463,7 +470,6 @@ class EngineBook:
         lane.inflight_by_class[entry.request.klass] -= 1
         tokens = self._inflight_tokens - entry.reserve
         self._inflight_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
-        self._terminal(entry)
         return entry
 
     def _has_capacity(self, entry_reserve: float) -> bool:

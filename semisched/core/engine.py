@@ -79,6 +79,7 @@ from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
+from semisched.core.states import Event
 from semisched.core.stats import EngineStats
 from semisched.core.tenants import TenantLane
 
@@ -100,7 +101,8 @@ __all__ = [
 _DEFER = Verdict.DEFER
 _REJECT_D, _DEFER_D, _EXPIRE = Decision.REJECT, Decision.DEFER, Decision.EXPIRE
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
-_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
+_INFLIGHT = EntryState.INFLIGHT
+_ENQUEUE, _WAKE, _COMPLETE, _EXPIRE_E = Event.ENQUEUE, Event.WAKE, Event.COMPLETE, Event.EXPIRE
 
 
 class Engine(EngineControl):
@@ -153,6 +155,7 @@ class Engine(EngineControl):
         actions: list[Action] = []
         self._run_timers(now, actions)
         if request.deadline is not None and request.deadline <= now:
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
             reason = "deadline had passed when it was submitted"
             why = self._explain(request, _EXPIRE, "deadline.at_submit", reason)
@@ -192,6 +195,7 @@ class Engine(EngineControl):
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
+        self._terminal(entry, _COMPLETE)
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
@@ -275,17 +279,18 @@ class Engine(EngineControl):
                 self._counters.failovers += 1
                 endpoint.failovers += 1
                 entry.avoid = (*entry.avoid, endpoint)
-            self._entries[request_id] = entry
             entry.skip_admission = True
-            self._defer(entry, decision.retry_at)
+            self._defer(entry, decision.retry_at, Event.RETRY)
             if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
                 self._push_timer(request.deadline, DEADLINE, entry)
             actions.append(Retry(request, decision.retry_at, kind, entry.attempts, name, elsewhere,
                                  why))  # fmt: skip
         elif decision.expired:
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
             actions.append(Expire(request, decision.reason, why))
         else:
+            self._terminal(entry, Event.FAIL)
             self._counters.failed += 1
             actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after, why))
         return self._after_release(now, actions)
@@ -316,8 +321,7 @@ class Engine(EngineControl):
         fleet.pause(None if fleet_wide else entry.endpoint, until)
         entry.attempts -= 1
         self._counters.refused += 1
-        self._entries[request_id] = entry
-        self._enqueue(entry)
+        self._enqueue(entry, Event.REFUSED)
         deadline = entry.request.deadline
         if deadline is not None:  # its timer was dropped while in flight: re-arm it
             self._push_timer(deadline, DEADLINE, entry)
@@ -335,6 +339,7 @@ class Engine(EngineControl):
         entry = self._entries.get(request_id)
         if entry is not None and entry.state == _INFLIGHT:
             self._take_inflight(request_id)
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
             reason = "deadline passed in flight; the call was aborted"
             name = "" if entry.endpoint is None else entry.endpoint.name
@@ -352,12 +357,11 @@ class Engine(EngineControl):
         if entry is not None:
             if entry.state == _INFLIGHT:
                 self._take_inflight(request_id)
-            else:
-                if entry.state == _QUEUED:
-                    self._dequeue(entry)
-                elif entry.state == _DEFERRED:
-                    self._deferred -= 1
-                self._terminal(entry)
+            elif entry.state == _QUEUED:
+                self._dequeue(entry)
+            elif entry.state == _DEFERRED:
+                self._deferred -= 1
+            self._terminal(entry, Event.CANCEL)
             self._counters.cancelled += 1
         return self._after_release(now, actions)
 
@@ -395,7 +399,7 @@ class Engine(EngineControl):
                     self._dequeue(entry)
                 else:
                     self._deferred -= 1
-                self._terminal(entry)
+                self._terminal(entry, _EXPIRE_E)
                 self._expired(entry)
                 reason = "deadline passed before it could be sent"
                 why = self._explain(entry.request, _EXPIRE, "deadline.waiting", reason)
@@ -407,9 +411,10 @@ class Engine(EngineControl):
 
     def _admit(self, entry: Entry, now: float, actions: list[Action]) -> None:
         """Overload control for an arrival or a return from deferral (rule 6)."""
+        event = _WAKE if entry.state == _DEFERRED else _ENQUEUE
         if entry.skip_admission:
             entry.skip_admission = False
-            self._enqueue(entry)
+            self._enqueue(entry, event)
             return
         request = entry.request
         lane = entry.lane
@@ -418,7 +423,7 @@ class Engine(EngineControl):
         verdict = self._overload.shed(request.bucket, severity, now, entry.defers, offset)
         if verdict is None:
             self._counters.admitted += 1
-            self._enqueue(entry)
+            self._enqueue(entry, event)
             return
         shed = self._explain.shed
         if verdict.verdict is _DEFER:
