@@ -49,6 +49,7 @@ from semisched.core.config import (
 )
 from semisched.core.endpoint import Circuit, EndpointSpec, EndpointState
 from semisched.core.engine import Engine
+from semisched.core.errors import SemischedError
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
 from semisched.core.ordering import (
@@ -62,6 +63,7 @@ from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
 from semisched.core.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.signals import SignalSnapshot
+from semisched.core.states import IllegalTransition
 from semisched.core.stats import (
     BucketCounts,
     EndpointStats,
@@ -108,6 +110,7 @@ __all__ = [
     "Fail",
     "FailureCounts",
     "FailureKind",
+    "IllegalTransition",
     "LatencyEstimate",
     "MakespanFloor",
     "OrderingConfig",
@@ -126,6 +129,7 @@ __all__ = [
     "RoutingConfig",
     "RoutingPolicy",
     "SchedulerConfig",
+    "SemischedError",
     "Send",
     "ServiceClass",
     "SignalSnapshot",
