@@ -72,9 +72,9 @@ from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.control import EngineControl
 from semisched.core.endpoint import EndpointSpec, EndpointState
-from semisched.core.explain import Decision
+from semisched.core.explain import Decision, Explanation
 from semisched.core.fleet import NoRoute
-from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
+from semisched.core.lifecycle import FailureKind, JitterSource, RetryDecision, decide_retry
 from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
@@ -273,6 +273,23 @@ class Engine(EngineControl):
         elif opened is not None:
             actions.append(Pause(name, opened, "circuit_open"))
         why = self._explain.failure(request, decision, kind, name, now, retry_after)
+        actions.append(self._after_failure(entry, decision, kind, elsewhere, retry_after, why))
+        return self._after_release(now, actions)
+
+    def _after_failure(
+        self,
+        entry: Entry,
+        decision: RetryDecision,
+        kind: FailureKind,
+        elsewhere: bool,
+        retry_after: float | None,
+        why: Explanation,
+    ) -> Action:
+        """The retry policy's ``decision`` on ``entry``'s failed attempt, carried out:
+        a retry (deferred, deadline re-armed), an expiry or a failure."""
+        request = entry.request
+        endpoint = entry.endpoint
+        assert endpoint is not None
         if decision.retry_at is not None:
             self._counters.retries += 1
             if elsewhere:
@@ -283,17 +300,15 @@ class Engine(EngineControl):
             self._defer(entry, decision.retry_at, Event.RETRY)
             if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
                 self._push_timer(request.deadline, DEADLINE, entry)
-            actions.append(Retry(request, decision.retry_at, kind, entry.attempts, name, elsewhere,
-                                 why))  # fmt: skip
-        elif decision.expired:
+            return Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name,
+                         elsewhere, why)  # fmt: skip
+        if decision.expired:
             self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
-            actions.append(Expire(request, decision.reason, why))
-        else:
-            self._terminal(entry, Event.FAIL)
-            self._counters.failed += 1
-            actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after, why))
-        return self._after_release(now, actions)
+            return Expire(request, decision.reason, why)
+        self._terminal(entry, Event.FAIL)
+        self._counters.failed += 1
+        return Fail(request, kind, decision.reason, entry.attempts, retry_after, why)
 
     def refused(
         self, request_id: str, now: float, until: float, *, fleet_wide: bool = False
