@@ -44,6 +44,7 @@ from semisched.core.config import (
 )
 from semisched.core.engine import Action, Engine, Send
 from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
+from semisched.core.fleet.fleet import NoRoute, WaitUntil
 from semisched.core.queue import Entry
 from semisched.core.request import Request
 from semisched.sim.simulator import SimJob, simulate
@@ -315,10 +316,11 @@ def _routing_pass(
         fleet = run.engine._fleet  # private: the benchmark times the routing decision in place
         real_pick = fleet.pick
 
-        def timed_pick(entry: Entry, now: float) -> EndpointState | None:
+        def timed_pick(entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
             t0 = time.perf_counter_ns()
             chosen = real_pick(entry, now)
-            picks.append((time.perf_counter_ns() - t0, None if chosen is None else chosen.name))
+            name = chosen.name if isinstance(chosen, EndpointState) else None
+            picks.append((time.perf_counter_ns() - t0, name))
             return chosen
 
         fleet.pick = timed_pick  # type: ignore[method-assign]

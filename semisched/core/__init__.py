@@ -48,6 +48,7 @@ from semisched.core.config import (
     preset,
 )
 from semisched.core.engine import Engine
+from semisched.core.errors import SemischedError
 from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
 from semisched.core.fleet.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.floor import MakespanFloor, makespan_floor
@@ -62,6 +63,7 @@ from semisched.core.overload import OVERLOAD_POLICIES, Admission, OverloadContro
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.request import Prior, Request
 from semisched.core.signals import SignalSnapshot
+from semisched.core.states import IllegalTransition
 from semisched.core.stats import (
     BucketCounts,
     EndpointStats,
@@ -108,6 +110,7 @@ __all__ = [
     "Fail",
     "FailureCounts",
     "FailureKind",
+    "IllegalTransition",
     "LatencyEstimate",
     "MakespanFloor",
     "OrderingConfig",
@@ -126,6 +129,7 @@ __all__ = [
     "RoutingConfig",
     "RoutingPolicy",
     "SchedulerConfig",
+    "SemischedError",
     "Send",
     "ServiceClass",
     "SignalSnapshot",

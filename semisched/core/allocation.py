@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar, Protocol
 
-from semisched.core.checks import check_choice
 from semisched.core.config import AllocationConfig, ClassSpec
 from semisched.core.queue import Entry
+from semisched.core.registry import policy_class
 
 __all__ = [
     "ALLOCATION_POLICIES",
@@ -270,10 +270,4 @@ def make_allocation(cfg: AllocationConfig, classes: Sequence[ClassSpec]) -> Allo
             config's own check, which runs when the config is built).
         TypeError: For a class that is not a policy of this layer.
     """
-    policy = cfg.policy
-    if isinstance(policy, type):
-        if not issubclass(policy, AllocationPolicy):
-            raise TypeError(f"policy={policy!r} must be an AllocationPolicy subclass")
-        return policy(cfg, classes)
-    check_choice("policy", policy, ALLOCATION_POLICIES)
-    return ALLOCATION_POLICIES[policy](cfg, classes)
+    return policy_class(cfg.policy, AllocationPolicy, ALLOCATION_POLICIES)(cfg, classes)

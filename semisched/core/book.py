@@ -34,6 +34,7 @@ from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_orderi
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
 from semisched.core.signals import Signals, SignalSnapshot
+from semisched.core.states import Event, advance
 from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
 from semisched.core.tenants.lanes import TenantLane, TenantLedger, entitlements
 from semisched.core.tenants.policies import TenantPolicy, make_tenant_policy
@@ -44,7 +45,8 @@ __all__ = ["DEADLINE", "WAKE", "EngineBook"]
 WAKE = 0
 DEADLINE = 1
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
-_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
+_INFLIGHT = EntryState.INFLIGHT
+_SEND = Event.SEND
 
 
 def _bucket_counts(counts: dict[Bucket, int]) -> BucketCounts:
@@ -75,6 +77,7 @@ class EngineBook:
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
+        self._input_weight = cfg.input_token_weight
         # The tenant layer: one lane (class queues, allocation policy, usage) per tenant.
         self._tenant_policy: TenantPolicy = make_tenant_policy(cfg.tenants)
         shares = entitlements(cfg.tenants.tenants)
@@ -91,6 +94,7 @@ class EngineBook:
         ]
         self._ledger = TenantLedger(lanes, cfg.tenants.half_life_s)
         self._lanes = self._ledger.lanes
+        self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
         self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
         self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
         self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
@@ -284,8 +288,11 @@ class EngineBook:
         self._ledger.observe_shared(self._lane(tenant), fleet_usage, now)
 
     def _lane(self, tenant: str | None) -> TenantLane:
-        lane = self._ledger.by_name.get(self.config.tenants.tenant_for(tenant))
-        assert lane is not None
+        lane = self._lane_of.get(tenant)
+        if lane is None:  # first sight of this name (declared ones only: others raise)
+            found = self._ledger.by_name.get(self.config.tenants.tenant_for(tenant))
+            assert found is not None
+            lane = self._lane_of[tenant] = found
         return lane
 
     def __len__(self) -> int:
@@ -335,10 +342,11 @@ class EngineBook:
             return entry.state == _DEFERRED and entry.wake_at == at
         return entry.state == _QUEUED or entry.state == _DEFERRED
 
-    def _enqueue(self, entry: Entry) -> None:
+    def _enqueue(self, entry: Entry, event: int) -> None:
+        """``entry`` joins its class queue by ``event`` (ENQUEUE, WAKE or REFUSED)."""
         lane = entry.lane
         assert lane is not None
-        entry.state = _QUEUED
+        advance(entry, event)
         entry.seq = self._next_seq()
         lane.add(entry)
         self._queued += 1
@@ -360,7 +368,7 @@ class EngineBook:
             self._renew_ready()
 
     def _reject(self, entry: Entry, bucket: Bucket) -> None:
-        self._terminal(entry)
+        self._terminal(entry, Event.REJECT)
         assert entry.lane is not None
         entry.lane.rejected += 1
         self._counters.rejected += 1
@@ -371,8 +379,9 @@ class EngineBook:
         assert entry.lane is not None
         entry.lane.expired += 1
 
-    def _defer(self, entry: Entry, until: float) -> None:
-        entry.state = _DEFERRED
+    def _defer(self, entry: Entry, until: float, event: int = Event.DEFER) -> None:
+        """``entry`` waits until ``until`` by ``event`` (DEFER or RETRY)."""
+        advance(entry, event)
         entry.wake_at = until
         self._deferred += 1
         self._push_timer(until, WAKE, entry)
@@ -401,7 +410,7 @@ class EngineBook:
         # its remaining deficit (on_idle) instead of carrying the charge.
         lane.alloc.on_send(klass, entry.cost)
         self._dequeue(entry)
-        entry.state = _INFLIGHT
+        advance(entry, _SEND)
         entry.attempts += 1
         entry.sent_at = now
         self._entries[entry.request.id] = entry
@@ -442,11 +451,14 @@ class EngineBook:
     def _renew_ready(self) -> None:
         self._ready = [lane for lane in self._lanes if lane.queued]
 
-    def _terminal(self, entry: Entry) -> None:
-        entry.state = _DONE
+    def _terminal(self, entry: Entry, event: int) -> None:
+        """``entry`` ends by ``event`` (its outcome) and leaves the books."""
+        advance(entry, event)
         self._entries.pop(entry.request.id, None)
 
     def _take_inflight(self, request_id: str) -> Entry:
+        """Take the in-flight ``request_id`` out of flight's counts; its state is left to
+        the caller's move (its outcome, a retry, a refusal)."""
         entry = self._entries.get(request_id)
         if entry is None or entry.state != _INFLIGHT:
             raise ValueError(f"request_id={request_id!r} is not in flight")
@@ -458,7 +470,6 @@ class EngineBook:
         lane.inflight_by_class[entry.request.klass] -= 1
         tokens = self._inflight_tokens - entry.reserve
         self._inflight_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
-        self._terminal(entry)
         return entry
 
     def _has_capacity(self, entry_reserve: float) -> bool:

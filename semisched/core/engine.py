@@ -71,13 +71,15 @@ from semisched.core.budget import rate_tokens
 from semisched.core.checks import check_instance, check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.control import EngineControl
-from semisched.core.explain import Decision
-from semisched.core.fleet.endpoint import EndpointSpec
-from semisched.core.lifecycle import FailureKind, JitterSource, decide_retry
+from semisched.core.explain import Decision, Explanation
+from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
+from semisched.core.fleet.fleet import NoRoute
+from semisched.core.lifecycle import FailureKind, JitterSource, RetryDecision, decide_retry
 from semisched.core.ordering import is_feasible
 from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
+from semisched.core.states import Event
 from semisched.core.stats import EngineStats
 from semisched.core.tenants.lanes import TenantLane
 
@@ -99,7 +101,8 @@ __all__ = [
 _DEFER = Verdict.DEFER
 _REJECT_D, _DEFER_D, _EXPIRE = Decision.REJECT, Decision.DEFER, Decision.EXPIRE
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
-_INFLIGHT, _DONE = EntryState.INFLIGHT, EntryState.DONE
+_INFLIGHT = EntryState.INFLIGHT
+_ENQUEUE, _WAKE, _COMPLETE, _EXPIRE_E = Event.ENQUEUE, Event.WAKE, Event.COMPLETE, Event.EXPIRE
 
 
 class Engine(EngineControl):
@@ -141,8 +144,9 @@ class Engine(EngineControl):
             raise ValueError(f"id={request.id!r} is already pending")
         lane = self._lane(request.tenant)
         self._advance(now)
-        cost = request.prior.p50 + self.config.input_token_weight * request.input_tokens
-        reserve = request.prior.p90 + self.config.input_token_weight * request.input_tokens
+        prior, weighted = request.prior, self._input_weight * request.input_tokens
+        cost = prior.p50 + weighted
+        reserve = prior.p90 + weighted
         entry = Entry(request, cost, reserve, self._next_seq())
         entry.lane = lane
         entry.charge = rate_tokens(request)
@@ -151,6 +155,7 @@ class Engine(EngineControl):
         actions: list[Action] = []
         self._run_timers(now, actions)
         if request.deadline is not None and request.deadline <= now:
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
             reason = "deadline had passed when it was submitted"
             why = self._explain(request, _EXPIRE, "deadline.at_submit", reason)
@@ -190,10 +195,11 @@ class Engine(EngineControl):
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
         entry = self._take_inflight(request_id)
+        self._terminal(entry, _COMPLETE)
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._signals.record_completion(now - entry.sent_at, tokens)
-        self._ledger.completed(entry, tokens, self.config.input_token_weight, charged_tokens, now)
+        self._ledger.completed(entry, tokens, self._input_weight, charged_tokens, now)
         self._counters.completed += 1
         return self._after_release(now, [])
 
@@ -267,26 +273,42 @@ class Engine(EngineControl):
         elif opened is not None:
             actions.append(Pause(name, opened, "circuit_open"))
         why = self._explain.failure(request, decision, kind, name, now, retry_after)
+        actions.append(self._after_failure(entry, decision, kind, elsewhere, retry_after, why))
+        return self._after_release(now, actions)
+
+    def _after_failure(
+        self,
+        entry: Entry,
+        decision: RetryDecision,
+        kind: FailureKind,
+        elsewhere: bool,
+        retry_after: float | None,
+        why: Explanation,
+    ) -> Action:
+        """The retry policy's ``decision`` on ``entry``'s failed attempt, carried out:
+        a retry (deferred, deadline re-armed), an expiry or a failure."""
+        request = entry.request
+        endpoint = entry.endpoint
+        assert endpoint is not None
         if decision.retry_at is not None:
             self._counters.retries += 1
             if elsewhere:
                 self._counters.failovers += 1
                 endpoint.failovers += 1
                 entry.avoid = (*entry.avoid, endpoint)
-            self._entries[request_id] = entry
             entry.skip_admission = True
-            self._defer(entry, decision.retry_at)
+            self._defer(entry, decision.retry_at, Event.RETRY)
             if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
                 self._push_timer(request.deadline, DEADLINE, entry)
-            actions.append(Retry(request, decision.retry_at, kind, entry.attempts, name, elsewhere,
-                                 why))  # fmt: skip
-        elif decision.expired:
+            return Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name,
+                         elsewhere, why)  # fmt: skip
+        if decision.expired:
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
-            actions.append(Expire(request, decision.reason, why))
-        else:
-            self._counters.failed += 1
-            actions.append(Fail(request, kind, decision.reason, entry.attempts, retry_after, why))
-        return self._after_release(now, actions)
+            return Expire(request, decision.reason, why)
+        self._terminal(entry, Event.FAIL)
+        self._counters.failed += 1
+        return Fail(request, kind, decision.reason, entry.attempts, retry_after, why)
 
     def refused(
         self, request_id: str, now: float, until: float, *, fleet_wide: bool = False
@@ -314,8 +336,7 @@ class Engine(EngineControl):
         fleet.pause(None if fleet_wide else entry.endpoint, until)
         entry.attempts -= 1
         self._counters.refused += 1
-        self._entries[request_id] = entry
-        self._enqueue(entry)
+        self._enqueue(entry, Event.REFUSED)
         deadline = entry.request.deadline
         if deadline is not None:  # its timer was dropped while in flight: re-arm it
             self._push_timer(deadline, DEADLINE, entry)
@@ -333,6 +354,7 @@ class Engine(EngineControl):
         entry = self._entries.get(request_id)
         if entry is not None and entry.state == _INFLIGHT:
             self._take_inflight(request_id)
+            self._terminal(entry, _EXPIRE_E)
             self._expired(entry)
             reason = "deadline passed in flight; the call was aborted"
             name = "" if entry.endpoint is None else entry.endpoint.name
@@ -350,12 +372,11 @@ class Engine(EngineControl):
         if entry is not None:
             if entry.state == _INFLIGHT:
                 self._take_inflight(request_id)
-            else:
-                if entry.state == _QUEUED:
-                    self._dequeue(entry)
-                elif entry.state == _DEFERRED:
-                    self._deferred -= 1
-                self._terminal(entry)
+            elif entry.state == _QUEUED:
+                self._dequeue(entry)
+            elif entry.state == _DEFERRED:
+                self._deferred -= 1
+            self._terminal(entry, Event.CANCEL)
             self._counters.cancelled += 1
         return self._after_release(now, actions)
 
@@ -393,7 +414,7 @@ class Engine(EngineControl):
                     self._dequeue(entry)
                 else:
                     self._deferred -= 1
-                self._terminal(entry)
+                self._terminal(entry, _EXPIRE_E)
                 self._expired(entry)
                 reason = "deadline passed before it could be sent"
                 why = self._explain(entry.request, _EXPIRE, "deadline.waiting", reason)
@@ -405,9 +426,10 @@ class Engine(EngineControl):
 
     def _admit(self, entry: Entry, now: float, actions: list[Action]) -> None:
         """Overload control for an arrival or a return from deferral (rule 6)."""
+        event = _WAKE if entry.state == _DEFERRED else _ENQUEUE
         if entry.skip_admission:
             entry.skip_admission = False
-            self._enqueue(entry)
+            self._enqueue(entry, event)
             return
         request = entry.request
         lane = entry.lane
@@ -416,7 +438,7 @@ class Engine(EngineControl):
         verdict = self._overload.shed(request.bucket, severity, now, entry.defers, offset)
         if verdict is None:
             self._counters.admitted += 1
-            self._enqueue(entry)
+            self._enqueue(entry, event)
             return
         shed = self._explain.shed
         if verdict.verdict is _DEFER:
@@ -442,8 +464,9 @@ class Engine(EngineControl):
             self._reject(entry, request.bucket)
             return
         # shed() only defers or rejects: this is a rejection.
-        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after)
-        actions.append(Reject(request, verdict.reason, severity, verdict.retry_after, why))
+        reason = verdict.reason
+        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after, reason)
+        actions.append(Reject(request, reason, severity, verdict.retry_after, why))
         self._reject(entry, request.bucket)
 
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
@@ -461,11 +484,17 @@ class Engine(EngineControl):
         self._severity = self._current_severity()
         fleet = self._fleet
         blocked: list[TenantLane] = []  # lanes whose own budget cannot pay their pick now
+        plain = self._solo and not self._capped  # one uncapped tenant: no lane to choose
         while True:  # checked above, and again after each send
-            picked = self._pick_lane(blocked)
-            if picked is None:
-                break
-            lane = picked
+            if plain and not blocked:
+                if not self._ready:
+                    break
+                lane = self._ready[0]
+            else:
+                picked = self._pick_lane(blocked)
+                if picked is None:
+                    break
+                lane = picked
             klass = lane.alloc.select(lane)
             if klass is None:
                 break
@@ -475,18 +504,17 @@ class Engine(EngineControl):
             if not self._has_capacity(entry.reserve):
                 break
             endpoint = fleet.pick(entry, now)
-            if endpoint is None:
-                if fleet.refusal:  # no endpoint can ever take it
+            if not isinstance(endpoint, EndpointState):
+                if isinstance(endpoint, NoRoute):  # no endpoint can ever take it
                     self._dequeue(entry)
-                    refusal = fleet.refusal
+                    refusal = endpoint.reason
                     why = self._explain(entry.request, _REJECT_D, "routing.no_endpoint", refusal)
                     actions.append(Reject(entry.request, refusal, self._severity, None, why))
                     self._reject(entry, entry.request.bucket)
                     continue
-                if fleet.wake is not None and (
-                    self._send_wake is None or fleet.wake < self._send_wake
-                ):
-                    self._send_wake = fleet.wake
+                wake = endpoint.at  # a WaitUntil
+                if wake is not None and (self._send_wake is None or wake < self._send_wake):
+                    self._send_wake = wake
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1

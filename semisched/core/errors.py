@@ -1,7 +1,9 @@
-"""The root of every exception semisched raises on its own.
+"""The root of the package's exceptions.
 
-It lives in the pure core so that the core can raise members of the tree; the
-whole tree is drawn in :mod:`semisched.errors`, which re-exports the root.
+:class:`SemischedError` is what every error semisched raises on its own
+account derives from (outcomes such as a rejection, and bugs in us such as
+:class:`~semisched.core.states.IllegalTransition`); misuse of an API raises
+the built-in ``ValueError`` or ``TypeError`` instead. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -10,8 +12,4 @@ __all__ = ["SemischedError"]
 
 
 class SemischedError(Exception):
-    """Base of every exception semisched raises on its own (the tree: :mod:`semisched.errors`).
-
-    Misuse (a bad argument) is not in the tree: it raises ``ValueError`` or
-    ``TypeError`` before anything happens.
-    """
+    """The base class of semisched's own exceptions."""

@@ -214,10 +214,13 @@ class Explainer:
 
     def shed(
         self, request: Request, decision: Decision, rule: str, verdict: Admission,
-        retry_after: float | None,
+        retry_after: float | None, reason: str | None = None,
     ) -> Explanation:  # fmt: skip
-        """An overload control decision: its severity, threshold and level."""
-        return self(request, decision, rule, verdict.reason, severity=verdict.severity,
+        """An overload control decision: its severity, threshold and level (``reason``:
+        ``verdict.reason``, when the caller already has it)."""
+        if reason is None:
+            reason = verdict.reason
+        return self(request, decision, rule, reason, severity=verdict.severity,
                     threshold=verdict.threshold, level=verdict.level,
                     retry_after=retry_after)  # fmt: skip
 

@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import ClassVar, Protocol
 
-from semisched.core.checks import check_choice
 from semisched.core.config import OrderingConfig
 from semisched.core.queue import ClassQueue, Entry
+from semisched.core.registry import policy_class
 
 __all__ = [
     "ORDERING_POLICIES",
@@ -265,10 +265,4 @@ def make_ordering(cfg: OrderingConfig) -> OrderingPolicy:
             config's own check, which runs when the config is built).
         TypeError: For a class that is not a policy of this layer.
     """
-    policy = cfg.policy
-    if isinstance(policy, type):
-        if not issubclass(policy, OrderingPolicy):
-            raise TypeError(f"policy={policy!r} must be an OrderingPolicy subclass")
-        return policy(cfg)
-    check_choice("policy", policy, ORDERING_POLICIES)
-    return ORDERING_POLICIES[policy](cfg)
+    return policy_class(cfg.policy, OrderingPolicy, ORDERING_POLICIES)(cfg)

@@ -39,6 +39,7 @@ Pure: no clock, no I/O; the engine passes ``now``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
@@ -48,7 +49,25 @@ from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.queue import Entry
 from semisched.core.stats import EndpointStats, EngineTally
 
-__all__ = ["DEFAULT_ENDPOINT", "Fleet"]
+__all__ = ["BUSY", "DEFAULT_ENDPOINT", "Fleet", "NoRoute", "WaitUntil"]
+
+
+class NoRoute(NamedTuple):
+    """:meth:`Fleet.pick`'s answer when no endpoint can ever take the request."""
+
+    reason: str
+
+
+class WaitUntil(NamedTuple):
+    """:meth:`Fleet.pick`'s answer when no endpoint can take the request now:
+    try again at ``at`` (``None``: no time is known; a completion frees one)."""
+
+    at: float | None
+
+
+#: No endpoint can take it now, and no time to try again is known.
+BUSY = WaitUntil(None)
+_CLOSED = Circuit.CLOSED
 
 #: The one endpoint of a scheduler built around a single client.
 DEFAULT_ENDPOINT = EndpointSpec(name="default")
@@ -88,12 +107,11 @@ class Fleet:
         self._by_name: dict[str, EndpointState] = {}
         self._eligible: dict[str, tuple[EndpointState, ...]] = {}
         self._next_index = 0
+        self._solo: EndpointState | None = None  # pick's fast path (_changed)
         if not endpoints:
             raise ValueError("endpoints=[] must name at least one endpoint")
         for spec in endpoints:
             self.add(spec)
-        self.wake: float | None = None
-        self.refusal = ""
         self.paused_until = float("-inf")  # the fleet's shared budget refused
 
     def __repr__(self) -> str:
@@ -132,13 +150,13 @@ class Fleet:
         self._next_index += 1
         self._endpoints.append(state)
         self._by_name[spec.name] = state
-        self._eligible.clear()
+        self._changed()
         return state
 
     def drain(self, name: str) -> None:
         """Send nothing new to ``name``; what is in flight there finishes."""
         self.get(name).out_reason = "drained"
-        self._eligible.clear()
+        self._changed()
 
     def remove(self, name: str) -> None:
         """Drain ``name`` and forget it (answers of what it has in flight still count)."""
@@ -147,7 +165,23 @@ class Fleet:
         endpoint.removed = True
         self._endpoints.remove(endpoint)
         del self._by_name[name]
+        self._changed()
+
+    def _changed(self) -> None:
+        """Membership or availability changed: drop the cached eligible sets and find
+        whether :meth:`pick` may take its fast path (one endpoint, no fleet budget, no
+        budget or context limit of its own, any model served)."""
         self._eligible.clear()
+        live = [e for e in self._endpoints if not e.out_reason]
+        only = live[0] if len(live) == 1 and len(self._endpoints) == 1 else None
+        plain = (
+            only is not None
+            and self.budget is None
+            and only.budget is None
+            and only.spec.context_tokens is None
+            and only.spec.models is None
+        )
+        self._solo = only if plain else None
 
     def eligible(self, model: str) -> tuple[EndpointState, ...]:
         """Endpoints that serve ``model`` and take new work (cached until the fleet changes)."""
@@ -159,87 +193,90 @@ class Fleet:
 
     # -- routing ------------------------------------------------------------------------
 
-    def pick(self, entry: Entry, now: float) -> EndpointState | None:
-        """Where ``entry`` can be sent now (rules 1-4); ``None`` sets :attr:`wake` or
-        :attr:`refusal` (rule 3)."""
-        self.wake = None
-        self.refusal = ""
+    def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
+        """Where ``entry`` can be sent now (rules 1-4): the endpoint; else
+        :class:`WaitUntil` (a time to try again, or :data:`BUSY` when none is known)
+        or :class:`NoRoute` (no endpoint ever can; rule 3)."""
+        solo = self._solo
+        if (  # one plain endpoint (no budget, no context limit, any model): just its state
+            solo is not None
+            and not entry.avoid
+            and solo.circuit is _CLOSED
+            and solo.paused_until <= now
+            and self.paused_until <= now
+            and (solo.cap is None or solo.inflight < solo.cap)
+        ):
+            return solo
         if self.paused_until > now:
-            self.wake = self.paused_until
-            return None
+            return WaitUntil(self.paused_until)
         charge = entry.charge
         budget = self.budget
         if budget is not None:
             wait = budget.wait(now, charge)
             if wait is None:
                 self._tally.budget_rejects += 1
-                self.refusal = (
+                return NoRoute(
                     f"its token charge ({charge:.0f}) exceeds the token budget "
                     f"({budget.limits()[1]} per {budget.config.window_s:g} s): it can never be sent"
                 )
-                return None
             if wait > 0.0:
                 self._tally.budget_waits += 1
-                self.wake = now + wait
-                return None
+                return WaitUntil(now + wait)
         eligible = self.eligible(entry.request.model)
         if len(eligible) == 1 and not entry.avoid:
-            endpoint = eligible[0]  # the one-endpoint case, without the lists
-            if self._fits(endpoint, entry) and endpoint.sendable(now):
-                if endpoint.paused_until > now:
-                    self.wake = endpoint.paused_until
-                    return None
-                if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
-                    return None
-                own = endpoint.budget
-                if own is None:
-                    return endpoint
-                wait = own.wait(now, charge)
-                if wait == 0.0:
-                    return endpoint
-                if wait is not None:
-                    self._tally.budget_waits += 1
-                    self.wake = now + wait
-                    return None
+            found = self._pick_one(eligible[0], entry, now)
+            if found is not None:
+                return found
+        return self._pick_among(eligible, entry, now)
+
+    def _pick_one(
+        self, endpoint: EndpointState, entry: Entry, now: float
+    ) -> EndpointState | WaitUntil | None:
+        """The one-endpoint case, without the lists (``None``: ask the general case)."""
+        if not (self._fits(endpoint, entry) and endpoint.sendable(now)):
+            return None
+        if endpoint.paused_until > now:
+            return WaitUntil(endpoint.paused_until)
+        if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
+            return BUSY
+        own = endpoint.budget
+        if own is None:
+            return endpoint
+        wait = own.wait(now, entry.charge)
+        if wait == 0.0:
+            return endpoint
+        if wait is not None:
+            self._tally.budget_waits += 1
+            return WaitUntil(now + wait)
+        return None
+
+    def _pick_among(
+        self, eligible: Sequence[EndpointState], entry: Entry, now: float
+    ) -> EndpointState | NoRoute | WaitUntil:
+        """The general case of :meth:`pick` over every eligible endpoint (rules 1-4)."""
         candidates: list[EndpointState] = []
         later = float("inf")
         alive = 0  # endpoints that could take it, now or later
         fresh = 0  # of those, ones it has not failed at and that are not throttled
         avoid = entry.avoid
         waited = False  # an endpoint's budget made it wait (statistics)
-        total = -1.0  # the request's estimated total tokens, once a context limit asks
         for endpoint in eligible:
             limit = endpoint.spec.context_tokens
-            if limit is not None:
-                if total < 0.0:
-                    total = smallest_total(entry)
-                if total > limit:
-                    continue
-            if endpoint.circuit is not Circuit.CLOSED and not endpoint.sendable(now):
-                if endpoint.circuit is Circuit.OPEN and endpoint.open_until < later:
-                    later = endpoint.open_until
-                alive += 1  # a circuit opens and closes: it comes back
+            if limit is not None and smallest_total(entry) > limit:
                 continue
-            if endpoint.paused_until > now:
+            back = self._out_until(endpoint, now)
+            if back is not None:  # out for now (a circuit comes back, a pause ends)
                 alive += 1
-                if endpoint.paused_until < later:
-                    later = endpoint.paused_until
+                if back < later:
+                    later = back
                 continue
-            own = endpoint.budget
-            full = endpoint.cap is not None and endpoint.inflight >= endpoint.cap
-            if own is None:
-                wait = 0.0
-            elif full:  # no wait() for an endpoint that cannot take it now anyway: only "never"
-                tokens = own.limits()[1]
-                wait = None if tokens is not None and charge > tokens else 0.0
-            else:
-                wait = own.wait(now, charge)
+            wait = self._wait_at(endpoint, entry, now)
             if wait is None:
                 continue
             alive += 1
             if endpoint not in avoid and endpoint.throttled_until <= now:
                 fresh += 1
-            if full:
+            if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
                 continue
             if wait > 0.0:
                 waited = True
@@ -255,17 +292,37 @@ class Fleet:
                     if now < endpoint.throttled_until < later:
                         later = endpoint.throttled_until
         if not candidates:
-            if alive:
-                if waited:
-                    self._tally.budget_waits += 1
-                if later != float("inf"):
-                    self.wake = later
-            else:
-                self.refusal = self._why_never(entry)
-            return None
+            if not alive:
+                return NoRoute(self._why_never(entry))
+            if waited:
+                self._tally.budget_waits += 1
+            return BUSY if later == float("inf") else WaitUntil(later)
         if len(candidates) == 1:
             return candidates[0]
         return self.policy.choose(entry, candidates, now)
+
+    @staticmethod
+    def _out_until(endpoint: EndpointState, now: float) -> float | None:
+        """When ``endpoint``, out for now, is back (``inf``: a half-open circuit's probe
+        is out, no time known); ``None``: it takes work now."""
+        if endpoint.circuit is not _CLOSED and not endpoint.sendable(now):
+            return endpoint.open_until if endpoint.circuit is Circuit.OPEN else float("inf")
+        if endpoint.paused_until > now:
+            return endpoint.paused_until
+        return None
+
+    @staticmethod
+    def _wait_at(endpoint: EndpointState, entry: Entry, now: float) -> float | None:
+        """How long ``entry`` waits for ``endpoint``'s own budget (``0.0``: none);
+        ``None``: it never fits there."""
+        own = endpoint.budget
+        if own is None:
+            return 0.0
+        if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
+            # No wait() for an endpoint that cannot take it now anyway: only "never".
+            tokens = own.limits()[1]
+            return None if tokens is not None and entry.charge > tokens else 0.0
+        return own.wait(now, entry.charge)
 
     @staticmethod
     def _fits(endpoint: EndpointState, entry: Entry) -> bool:
@@ -371,7 +428,7 @@ class Fleet:
         endpoint.signals.record_failure()
         if kind is FailureKind.QUOTA_EXHAUSTED:
             endpoint.out_reason = "insufficient_quota"
-            self._eligible.clear()
+            self._changed()
         elif kind in _HEALTH_KINDS:
             opens = endpoint.circuit_opens
             # Rule 6: the last closed circuit never opens (nowhere else to send).
@@ -427,6 +484,9 @@ class Fleet:
         """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
         endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
         when none is usable. One pass: overload control asks on every decision."""
+        solo = self._solo
+        if solo is not None and solo.circuit is _CLOSED and solo.cap is None:
+            return solo.signals.tail_signal(), 0.0
         tail = load = 1.0
         for endpoint in self._endpoints:
             if endpoint.out_reason or (

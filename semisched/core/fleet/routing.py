@@ -52,11 +52,11 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
-from semisched.core.checks import check_choice
 from semisched.core.config import RoutingConfig
 from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
 from semisched.core.lifecycle import JitterSource
 from semisched.core.queue import Entry
+from semisched.core.registry import policy_class
 from semisched.core.request import Request
 
 __all__ = [
@@ -300,10 +300,4 @@ def make_routing(cfg: RoutingConfig, draw: JitterSource) -> RoutingPolicy:
         ValueError: For an unknown policy name.
         TypeError: For a class that is not a routing policy.
     """
-    policy = cfg.policy
-    if isinstance(policy, type):
-        if not issubclass(policy, RoutingPolicy):
-            raise TypeError(f"policy={policy!r} must be a RoutingPolicy subclass")
-        return policy(cfg, draw)
-    check_choice("policy", policy, ROUTING_POLICIES)
-    return ROUTING_POLICIES[policy](cfg, draw)
+    return policy_class(cfg.policy, RoutingPolicy, ROUTING_POLICIES)(cfg, draw)

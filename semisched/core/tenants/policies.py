@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
+from semisched.core.registry import policy_class
 from semisched.core.tenants.config import ServiceClass, TenantConfig
 from semisched.core.tenants.lanes import TenantLane, TenantLedger, TenantView
 
@@ -216,9 +217,4 @@ def make_tenant_policy(cfg: TenantConfig) -> TenantPolicy:
     Raises:
         TypeError: A class that is not a :class:`TenantPolicy` subclass.
     """
-    policy = cfg.policy
-    if isinstance(policy, type):
-        if not issubclass(policy, TenantPolicy):
-            raise TypeError(f"policy={policy!r} must be a TenantPolicy subclass")
-        return policy(cfg)
-    return TENANT_POLICIES[policy](cfg)
+    return policy_class(cfg.policy, TenantPolicy, TENANT_POLICIES)(cfg)

@@ -1,0 +1,423 @@
+"""The policy layers' configuration: classes, allocation, ordering, overload control,
+signals, the rate budget and routing, with the names of the built-in policies.
+
+Frozen, keyword-only, validated dataclasses (:mod:`semisched.core.checks`); the
+scheduler's own config and the presets that combine these are in
+:mod:`semisched.core.config`, which re-exports every name here. Values only: it
+decides nothing and does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from semisched.core.checks import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_number,
+    check_str,
+)
+
+if TYPE_CHECKING:  # the policy modules import this one
+    from semisched.core.allocation import AllocationPolicy
+    from semisched.core.fleet.routing import RoutingPolicy
+    from semisched.core.ordering import OrderingPolicy
+
+
+__all__ = [
+    "ALLOCATION_POLICY_NAMES",
+    "DEFAULT_CLASSES",
+    "ORDERING_POLICY_NAMES",
+    "OVERLOAD_POLICY_NAMES",
+    "ROUTING_POLICY_NAMES",
+    "AllocationConfig",
+    "BudgetConfig",
+    "ClassSpec",
+    "OrderingConfig",
+    "OverloadConfig",
+    "RoutingConfig",
+    "SignalsConfig",
+]
+
+
+#: Valid ``AllocationConfig.policy`` names, checked when a config is built.
+#: :data:`semisched.core.allocation.ALLOCATION_POLICIES` maps each to its class
+#: (names live here, classes there: the policy modules import this one).
+ALLOCATION_POLICY_NAMES: tuple[str, ...] = (
+    "fifo",
+    "quota_tiered",
+    "adaptive_drr",
+    "fair_queuing",
+    "short_priority",
+)
+#: Valid ``OrderingConfig.policy`` names (classes: ``ORDERING_POLICIES``).
+ORDERING_POLICY_NAMES: tuple[str, ...] = ("fifo", "feasible_set", "longest_first", "rate_packing")
+#: Valid ``OverloadConfig.policy`` names (level tables: ``OVERLOAD_POLICIES``).
+OVERLOAD_POLICY_NAMES: tuple[str, ...] = (
+    "ladder",
+    "uniform_mild",
+    "uniform_harsh",
+    "reverse",
+    "none",
+)
+
+#: Valid ``RoutingConfig.policy`` names (classes: ``ROUTING_POLICIES``).
+ROUTING_POLICY_NAMES: tuple[str, ...] = (
+    "round_robin",
+    "random",
+    "least_outstanding",
+    "latency_ewma",
+    "anticipated_load",
+    "token_budget",
+)
+
+
+def _positive(
+    name: str, value: object, *, allow_zero: bool = False, optional: bool = False
+) -> None:
+    """A finite number > 0 (``>= 0`` with ``allow_zero``): most of this module's knobs."""
+    check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
+
+
+def _check_policy(policy: object, names: tuple[str, ...]) -> None:
+    """A built-in policy's name, or a policy class (its factory checks the base class)."""
+    if isinstance(policy, type):
+        if not isinstance(getattr(policy, "name", None), str):
+            raise ValueError(f"policy={policy!r} must have a str class attribute 'name'")
+        return
+    check_choice("policy", policy, names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassSpec:
+    """One scheduling class.
+
+    Attributes:
+        name: Class name used in ``Request.klass``.
+        weight: Relative share. DRR quantum multiplier; quota-tiered share when
+            ``quota`` is unset. Seed 004 §3.1 gives no values; interactive 1 :
+            batch 1 is our default (the congestion feedback, not the base
+            weight, protects the interactive class).
+        interactive: Latency-sensitive class. Adaptive DRR grows its quantum
+            under stress (seed 004 §3.1 "congestion feedback scales weights");
+            Short-Priority serves it first.
+        quota: Fraction of ``max_inflight`` reserved for this class under
+            quota-tiered isolation; ``None`` splits by ``weight``.
+    """
+
+    name: str
+    weight: float = 1.0
+    interactive: bool = False
+    quota: float | None = None
+
+    def __post_init__(self) -> None:
+        check_str("name", self.name)
+        _positive("weight", self.weight)
+        check_bool("interactive", self.interactive)
+        check_fraction("quota", self.quota, strict_min=True, optional=True)
+
+
+#: The paper's two lanes: interactive (short work) and batch (everything heavier).
+DEFAULT_CLASSES: tuple[ClassSpec, ...] = (
+    ClassSpec(name="interactive", weight=1.0, interactive=True, quota=0.25),
+    ClassSpec(name="batch", weight=1.0, interactive=False, quota=0.75),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocationConfig:
+    """Allocation layer: which class gets the next send opportunity.
+
+    Attributes:
+        policy: ``fifo`` (oldest head across classes), ``quota_tiered``
+            (per-class in-flight quotas, no borrowing), ``adaptive_drr``
+            (deficit round robin in estimated tokens, work-conserving,
+            congestion-aware), ``fair_queuing`` (round robin, one request per
+            turn), ``short_priority`` (interactive classes strictly first);
+            or your own :class:`~semisched.core.AllocationPolicy` subclass
+            (the class itself: the engine builds it with ``(config, classes)``).
+        quantum_tokens: DRR base quantum in estimated tokens per round. 256 is
+            the medium bucket's upper bound, so a medium job fits one round.
+        congestion_gain: Interactive quantum is multiplied by
+            ``1 + congestion_gain * severity`` (seed 004 §3.1; the paper gives
+            no value, 2.0 triples the interactive share at full stress).
+    """
+
+    policy: str | type[AllocationPolicy] = "adaptive_drr"
+    quantum_tokens: float = 256.0
+    congestion_gain: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy, ALLOCATION_POLICY_NAMES)
+        _positive("quantum_tokens", self.quantum_tokens)
+        _positive("congestion_gain", self.congestion_gain, allow_zero=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderingConfig:
+    """Ordering layer: which request inside the chosen class.
+
+    The feasible-set score (seed 004 §3.1, read as written there with the
+    extraction noise removed) is::
+
+        score = w_wait * wait / (cost / size_ref) - w_size * cost / size_ref
+                + w_urgency * urgency
+
+    ``wait`` is queue residence in seconds, ``cost`` the estimated token cost,
+    ``urgency`` in [0, 1] rises as the deadline slack shrinks below
+    ``urgency_horizon_s``. Dividing cost by ``size_ref`` makes the weights
+    dimensionless apart from ``w_wait`` (per second).
+
+    Attributes:
+        policy: ``fifo``, ``feasible_set``, ``longest_first`` (LPT, for a
+            batch job's makespan) or ``rate_packing`` (a batch job under a
+            rate budget: keeps both rate windows busy, longest first); or your own
+            :class:`~semisched.core.OrderingPolicy` subclass (the class itself:
+            the engine builds it with ``(config)``).
+        w_wait: Weight of wait per unit of relative size (1/s).
+        w_size: Weight of relative size.
+        w_urgency: Weight of deadline urgency.
+        size_ref_tokens: Reference size (1024 tokens: the long bucket's bound).
+        urgency_horizon_s: Slack below which urgency starts to rise.
+        band_ratio: Candidates are the oldest request of each cost band, bands
+            spaced geometrically by this ratio, plus the ``urgent_candidates``
+            earliest deadlines. Keeps a decision independent of queue length.
+        urgent_candidates: How many earliest-deadline requests to score.
+        infeasible_lookahead: When a band head cannot meet its deadline, how
+            many entries behind it are searched for a feasible one.
+        feasibility_quantile: Which quantile of a request's prior (a log-normal
+            fit to its p50/p90) decides whether it can still meet its deadline:
+            0.5 is the paper's p50; the default 0.25 keeps an uncertain request
+            (the learned model's) in play while its optimistic length still fits.
+            Priors without spread are unaffected.
+    """
+
+    policy: str | type[OrderingPolicy] = "feasible_set"
+    w_wait: float = 1.0
+    w_size: float = 1.0
+    w_urgency: float = 2.0
+    size_ref_tokens: float = 1024.0
+    urgency_horizon_s: float = 30.0
+    band_ratio: float = 1.5
+    urgent_candidates: int = 1
+    infeasible_lookahead: int = 16
+    feasibility_quantile: float = 0.25
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy, ORDERING_POLICY_NAMES)
+        _positive("w_wait", self.w_wait, allow_zero=True)
+        _positive("w_size", self.w_size, allow_zero=True)
+        _positive("w_urgency", self.w_urgency, allow_zero=True)
+        _positive("size_ref_tokens", self.size_ref_tokens)
+        _positive("urgency_horizon_s", self.urgency_horizon_s)
+        check_fraction("feasibility_quantile", self.feasibility_quantile, strict_min=True,
+                       strict_max=True)  # fmt: skip
+        check_number("band_ratio", self.band_ratio, minimum=1, strict_min=True)
+        check_int("urgent_candidates", self.urgent_candidates, minimum=0)
+        check_int("infeasible_lookahead", self.infeasible_lookahead, minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverloadConfig:
+    """Overload layer: admit, defer or reject at the admission boundary.
+
+    ``severity = w_load*provider_load + w_queue*queue_pressure
+    + w_tail*tail_latency_ratio`` (seed 004 §3.1), each signal in [0, 1]
+    (see :mod:`semisched.core.signals`). Thresholds and the cost ladder are the
+    paper's. Weights are ours (the paper gives none); they sum to 1 so
+    severity stays in [0, 1].
+
+    Attributes:
+        policy: Bucket policy: ``ladder`` (medium 0, long 1, xlong 2),
+            ``uniform_mild`` (all non-short 1), ``uniform_harsh`` (all
+            non-short 2), ``reverse`` (long 2, xlong 1), ``none`` (admit all).
+        w_load, w_queue, w_tail: Signal weights.
+        defer_threshold: 0.45 (paper): defer cost >= 1.
+        reject_xlong_threshold: 0.65 (paper): reject cost >= 2.
+        reject_long_threshold: 0.80 (paper): reject cost >= 1.
+        backoff_s: First deferral length; doubles per further deferral.
+        max_backoff_s: Cap on one deferral.
+        max_defers: After this many deferrals a request that would be deferred
+            again is admitted: deferral is a bounded delay, never a silent drop.
+        retry_after_s: Retry hint attached to rejections.
+    """
+
+    policy: str = "ladder"
+    w_load: float = 0.3
+    w_queue: float = 0.4
+    w_tail: float = 0.3
+    defer_threshold: float = 0.45
+    reject_xlong_threshold: float = 0.65
+    reject_long_threshold: float = 0.80
+    backoff_s: float = 2.0
+    max_backoff_s: float = 30.0
+    max_defers: int = 3
+    retry_after_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, OVERLOAD_POLICY_NAMES)
+        for name in ("w_load", "w_queue", "w_tail"):
+            _positive(name, getattr(self, name), allow_zero=True)
+        for name in ("defer_threshold", "reject_xlong_threshold", "reject_long_threshold"):
+            check_fraction(name, getattr(self, name))
+        if not (self.defer_threshold <= self.reject_xlong_threshold <= self.reject_long_threshold):
+            raise ValueError(
+                f"defer_threshold={self.defer_threshold!r} <= reject_xlong_threshold="
+                f"{self.reject_xlong_threshold!r} <= reject_long_threshold="
+                f"{self.reject_long_threshold!r} must hold (the ladder is progressive)"
+            )
+        _positive("backoff_s", self.backoff_s)
+        _positive("max_backoff_s", self.max_backoff_s)
+        if self.max_backoff_s < self.backoff_s:
+            raise ValueError(
+                f"max_backoff_s={self.max_backoff_s!r} must be >= backoff_s={self.backoff_s!r}"
+            )
+        _positive("retry_after_s", self.retry_after_s, allow_zero=True)
+        check_int("max_defers", self.max_defers, minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalsConfig:
+    """How observed completions become the overload signals.
+
+    Attributes:
+        ewma_alpha: Weight of the newest sample in latency EWMAs.
+        tail_window: Completions kept for the tail estimate.
+        tail_quantile: Quantile of recent per-token latency compared with the
+            best seen (0.9).
+        tail_ratio_full: Tail/best per-token ratio that counts as full stress
+            (signal 1.0); ratio 1 is 0.0.
+        queue_ref_s: Estimated backlog drain time that counts as full queue
+            pressure.
+        initial_s_per_token: Per-token latency assumed before any completion
+            (18.7 ms: seed 004 Table 1's production slope).
+        headroom_low: Rate-limit headroom (remaining/limit) below which the
+            provider's window counts as pressure (0 at this value, 1 at zero).
+    """
+
+    ewma_alpha: float = 0.2
+    tail_window: int = 64
+    tail_quantile: float = 0.9
+    tail_ratio_full: float = 4.0
+    queue_ref_s: float = 60.0
+    initial_s_per_token: float = 0.0187
+    headroom_low: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_fraction("ewma_alpha", self.ewma_alpha, strict_min=True)
+        check_int("tail_window", self.tail_window, minimum=1)
+        check_fraction("tail_quantile", self.tail_quantile)
+        check_number("tail_ratio_full", self.tail_ratio_full, minimum=1, strict_min=True)
+        _positive("queue_ref_s", self.queue_ref_s)
+        _positive("initial_s_per_token", self.initial_s_per_token)
+        check_fraction("headroom_low", self.headroom_low, strict_min=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """Rate budget settings.
+
+    Attributes:
+        rpm: Requests per window, or ``None`` (then only a provider-advertised
+            limit applies, once seen).
+        tpm: Tokens per window, or ``None`` (likewise).
+        window_s: Window length in the engine's seconds (60: "per minute").
+        margin_s: How much longer than the window a charge is kept (network
+            transit; see the module docstring). 1 s costs 1/61 of throughput.
+        adapt: Follow the provider's rate-limit headers (limits, remaining).
+    """
+
+    rpm: int | None = None
+    tpm: int | None = None
+    window_s: float = 60.0
+    margin_s: float = 1.0
+    adapt: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("rpm", self.rpm, minimum=1, optional=True)
+        check_int("tpm", self.tpm, minimum=1, optional=True)
+        _positive("window_s", self.window_s)
+        _positive("margin_s", self.margin_s, allow_zero=True)
+        check_bool("adapt", self.adapt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingConfig:
+    """Routing layer: which endpoint executes a send (:mod:`semisched.core.fleet.routing`).
+
+    Routing comes after allocation and ordering: it never changes *which*
+    request is sent next, only *where*. With one endpoint it has nothing to
+    choose, and only the circuit breaker and failover rules below apply.
+
+    Attributes:
+        policy: ``round_robin``; ``random`` (weighted by ``weight``: LiteLLM's
+            default simple-shuffle); ``least_outstanding`` (fewest in flight per
+            unit of weight: LiteLLM's least-busy); ``latency_ewma`` (lowest EWMA
+            of observed seconds per output token: LiteLLM's latency-based);
+            ``anticipated_load`` (seed 001 PreServe §4.3.3, read client-side:
+            least predicted remaining work in flight, from the priors and the
+            elapsed time, over the endpoint's learned decode speed);
+            ``token_budget`` (seed 003 Algorithm 1: short and long pools split
+            at ``short_pool_tokens``, with spillover); or your own
+            :class:`~semisched.core.RoutingPolicy` subclass (the class itself).
+        failover: A failed attempt that is retried goes at once to another
+            endpoint when one can serve it (no back-off: the back-off is for the
+            endpoint that failed). ``insufficient_quota`` is then retried too.
+        failure_threshold: Consecutive failed attempts (5xx, timeouts,
+            connection errors) that open an endpoint's circuit. 5: LiteLLM's
+            ``allowed_fails`` default is 3 per minute; consecutive failures are
+            a stricter count, so a little more.
+        cooloff_s: How long an open circuit sends nothing; then one probe is
+            let through (half-open): success closes it, failure opens it again.
+            30 s: a typical gateway cool-off (LiteLLM's default is 5 s per
+            deployment, Envoy's outlier ejection 30 s).
+        speed_decay: Per-observation decay of the exponentially weighted
+            least-squares fit of latency against output tokens behind each
+            endpoint's decode speed (0.98: an effective memory of ~50 answers).
+        short_pool_tokens: ``token_budget``'s B_short: a request whose estimated
+            total (prompt tokens plus ``max_tokens``, or the prior's p90 when
+            the call sets no cap) is at most this prefers the short pool. 8192:
+            seed 003 §2.2's starting point.
+        spill_outstanding: ``token_budget``'s spillover limit, seed 003's
+            queue depth read client-side: a pool is overloaded when each of its
+            endpoints has this many requests in flight (or its
+            ``max_concurrency``, whichever is smaller); a request then goes
+            to the other pool if that pool is not overloaded too.
+        pool_policy: ``token_budget``'s choice inside a pool: any other policy
+            name. ``anticipated_load`` balances predicted work;
+            ``least_outstanding`` balances requests, which keeps each unit's
+            batch (and so its per-token time) even: what ``semisched plan``
+            writes, since its model assumes evenly loaded units.
+        compress_band: ``token_budget``'s compress-and-route bandwidth γ (seed
+            000 §5): a request whose total is in ``(B_short, γ B_short]`` and
+            whose prompt compresses to fit ``B_short`` goes to the short pool,
+            sent compressed. 1.0 (the default) turns it off.
+    """
+
+    policy: str | type[RoutingPolicy] = "anticipated_load"
+    failover: bool = True
+    failure_threshold: int = 5
+    cooloff_s: float = 30.0
+    speed_decay: float = 0.98
+    short_pool_tokens: float = 8192.0
+    spill_outstanding: int = 16
+    pool_policy: str = "anticipated_load"
+    compress_band: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy, ROUTING_POLICY_NAMES)
+        check_bool("failover", self.failover)
+        check_int("failure_threshold", self.failure_threshold, minimum=1)
+        _positive("cooloff_s", self.cooloff_s)
+        check_fraction("speed_decay", self.speed_decay, strict_min=True, strict_max=True)
+        _positive("short_pool_tokens", self.short_pool_tokens)
+        check_int("spill_outstanding", self.spill_outstanding, minimum=1)
+        check_choice(
+            "pool_policy",
+            self.pool_policy,
+            [n for n in ROUTING_POLICY_NAMES if n != "token_budget"],
+        )
+        check_number("compress_band", self.compress_band, minimum=1.0)
