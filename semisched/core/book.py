@@ -78,27 +78,7 @@ class EngineBook:
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
         self._class_names = tuple(c.name for c in cfg.classes)
         self._input_weight = cfg.input_token_weight
-        # The tenant layer: one lane (class queues, allocation policy, usage) per tenant.
-        self._tenant_policy: TenantPolicy = make_tenant_policy(cfg.tenants)
-        shares = entitlements(cfg.tenants.tenants)
-        lanes = [
-            TenantLane(
-                spec,
-                shares[spec.name],
-                make_allocation(cfg.allocation, cfg.classes),
-                self._class_names,
-                cfg.ordering.band_ratio,
-                self,
-            )
-            for spec in cfg.tenants.tenants
-        ]
-        self._ledger = TenantLedger(lanes, cfg.tenants.half_life_s)
-        self._lanes = self._ledger.lanes
-        self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
-        self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
-        self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
-        self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
-        self._solo = len(lanes) == 1
+        self._build_tenant_layer(cfg)
         self._entries: dict[str, Entry] = {}
         self._timers: list[tuple[float, int, int, Entry]] = []
         self._seq = 0
@@ -122,6 +102,29 @@ class EngineBook:
         self._rejects_by_bucket: dict[Bucket, int] = {}
         self._defers_by_bucket: dict[Bucket, int] = {}
         self._explain = Explainer(self._snapshot)  # explained decisions, counted by rule
+
+    def _build_tenant_layer(self, cfg: SchedulerConfig) -> None:
+        """The tenant layer: one lane (class queues, allocation policy, usage) per tenant."""
+        self._tenant_policy: TenantPolicy = make_tenant_policy(cfg.tenants)
+        shares = entitlements(cfg.tenants.tenants)
+        lanes = [
+            TenantLane(
+                spec,
+                shares[spec.name],
+                make_allocation(cfg.allocation, cfg.classes),
+                self._class_names,
+                cfg.ordering.band_ratio,
+                self,
+            )
+            for spec in cfg.tenants.tenants
+        ]
+        self._ledger = TenantLedger(lanes, cfg.tenants.half_life_s)
+        self._lanes = self._ledger.lanes
+        self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
+        self._alloc: AllocationPolicy = lanes[0].alloc  # the first tenant's (statistics)
+        self._ready: list[TenantLane] = []  # lanes with queued requests, in declared order
+        self._capped = any(t.max_concurrency is not None for t in cfg.tenants.tenants)
+        self._solo = len(lanes) == 1
 
     def __repr__(self) -> str:
         return (

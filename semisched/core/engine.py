@@ -239,6 +239,23 @@ class Engine(EngineControl):
         entry = self._take_inflight(request_id)
         endpoint = entry.endpoint
         assert endpoint is not None
+        actions: list[Action] = []
+        decision, elsewhere = self._settle_failure(entry, endpoint, now, kind, retry_after, actions)
+        why = self._explain.failure(entry.request, decision, kind, endpoint.name, now, retry_after)
+        actions.append(self._after_failure(entry, decision, kind, elsewhere, retry_after, why))
+        return self._after_release(now, actions)
+
+    def _settle_failure(
+        self,
+        entry: Entry,
+        endpoint: EndpointState,
+        now: float,
+        kind: FailureKind,
+        retry_after: float | None,
+        actions: list[Action],
+    ) -> tuple[RetryDecision, bool]:
+        """Count a failed attempt against its endpoint and the signals, decide its retry,
+        and keep the endpoint off as the failure says (:class:`Pause`)."""
         self._ledger.refund(entry, sent=False)  # nothing was served
         fleet = self._fleet
         opened = fleet.on_failed(endpoint, now, kind)
@@ -248,14 +265,13 @@ class Engine(EngineControl):
             self._signals.record_throttle()
         else:
             self._signals.record_failure()
-        request = entry.request
         elsewhere = self.config.routing.failover and fleet.alternative(entry, endpoint, now)
         decision = decide_retry(
             self.config.retry,
             kind,
             now=now,
             attempts=entry.attempts,
-            deadline=request.deadline,
+            deadline=entry.request.deadline,
             retry_after=retry_after,
             draw=self._jitter,
             elsewhere=elsewhere,
@@ -266,15 +282,11 @@ class Engine(EngineControl):
             else:  # no hint: the back-off's time, unless the retry goes elsewhere at once
                 until = None if elsewhere else decision.retry_at
             fleet.throttle(endpoint, until, now)
-        actions: list[Action] = []
-        name = endpoint.name
-        if kind is FailureKind.RATE_LIMITED and retry_after is not None:
-            actions.append(Pause(name, now + retry_after, "rate_limited"))
+            if retry_after is not None:
+                actions.append(Pause(endpoint.name, now + retry_after, "rate_limited"))
         elif opened is not None:
-            actions.append(Pause(name, opened, "circuit_open"))
-        why = self._explain.failure(request, decision, kind, name, now, retry_after)
-        actions.append(self._after_failure(entry, decision, kind, elsewhere, retry_after, why))
-        return self._after_release(now, actions)
+            actions.append(Pause(endpoint.name, opened, "circuit_open"))
+        return decision, elsewhere
 
     def _after_failure(
         self,
