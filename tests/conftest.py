@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import trio.testing
 
 from semisched.priors.default import PRIORS_ENV
 
@@ -42,6 +41,8 @@ from semisched.priors.default import PRIORS_ENV
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     if request.node.get_closest_marker("wallclock") is not None:
         return "asyncio"
+    import trio.testing  # here, not at the top: the oldest-openai job runs without trio
+
     return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
 
 
