@@ -27,7 +27,7 @@ from semisched.core.budget import ProviderLimits
 from semisched.core.checks import check_number
 from semisched.core.config import SchedulerConfig
 from semisched.core.explain import Decision, Explainer
-from semisched.core.fleet.endpoint import Circuit, EndpointSpec
+from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.fleet.fleet import DEFAULT_ENDPOINT, Fleet
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_ordering
@@ -183,14 +183,6 @@ class EngineBook:
             return None, None, cap, 61.0
         requests, tokens = budget.limits()
         return requests, tokens, cap, budget.config.window_s + budget.config.margin_s
-
-    def circuit_open_until(self, endpoint: str) -> float | None:
-        """When ``endpoint``'s open circuit lets a probe through (``None``: not open)."""
-        try:
-            state = self._fleet.get(endpoint)
-        except ValueError:  # removed
-            return None
-        return state.open_until if state.circuit is Circuit.OPEN else None
 
     def fits_now(self, tokens: float) -> bool:
         """Whether one request charging ``tokens`` fits the rate budget now."""
