@@ -165,7 +165,10 @@ def test_bad_budget_settings_are_refused() -> None:
     seed=st.integers(0, 10_000),
     rpm=st.integers(1, 20),
     tpm=st.integers(500, 5000),
-    margin=st.floats(0.0, 2.0),
+    # A margin is either none or at least a nanosecond: one of 1e-14 s is below the float
+    # resolution of times near 100 s, so the budget's window edge and the provider's round
+    # apart (hypothesis found seed=120, rpm=1, margin=9.35e-15 at the session's start too).
+    margin=st.just(0.0) | st.floats(1e-9, 2.0),
 )
 def test_a_provider_with_the_same_limits_never_refuses_while_transit_is_within_margin(
     seed: int, rpm: int, tpm: int, margin: float
