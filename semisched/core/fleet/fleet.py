@@ -19,11 +19,10 @@ Rules (enforced by :meth:`Fleet.pick`):
    could serve it, even if that one must be waited for.
    An endpoint (or the whole fleet) whose shared budget refused a send is
    paused until the time the shared state named (:meth:`Fleet.pause`).
-3. :meth:`Fleet.pick` returns a value: the endpoint; with no such endpoint
-   now, :class:`WaitUntil` (when to try again: a budget refills, a circuit
-   half-opens; :data:`BUSY` when something in flight must finish first); with
-   no endpoint that could *ever* serve it, :class:`NoRoute` (why), and the
-   engine rejects it.
+3. :meth:`Fleet.pick` returns the endpoint; with none now, :class:`WaitUntil`
+   (a budget refills, a circuit half-opens; :data:`BUSY`: something in flight
+   must finish first); with none that could *ever* serve it, :class:`NoRoute`
+   (why), and the engine rejects it.
 4. A single candidate needs no policy; two or more go to the routing policy.
 5. Overload control sees the fleet, not one endpoint: the load and tail
    signals are those of the least loaded endpoint that can still be used
