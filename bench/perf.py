@@ -140,7 +140,7 @@ def _with_overload(engine: Engine, cfg: OverloadConfig) -> Engine:
     """Switch a filled engine's overload layer (benchmark set-up only)."""
     from semisched.core.overload import OverloadController
 
-    engine._overload = OverloadController(cfg)
+    engine._admission.overload = OverloadController(cfg)
     return engine
 
 

@@ -14,10 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("semisched", "mockprovider", "predictors")
 MODULE_LINES = 500
 FUNCTION_LINES = 60
-#: Open debt, listed so that it can only shrink: the engine and the fleet are still one
-#: class each over several layers (admission, the send loop; routing and the fleet's
-#: books). Cutting them into layer objects behind narrow views takes them under 500.
-KNOWN_LONG = {"semisched/core/engine.py": 547, "semisched/core/fleet/fleet.py": 558}
+#: Open debt, listed so that it can only shrink (none now: a module that grows past the
+#: limit is cut along a seam, as the engine's admission layer and the fleet's picker were).
+KNOWN_LONG: dict[str, int] = {}
 
 
 def _sources() -> list[Path]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 from semisched.core.actions import Action, Reject, Wake
+from semisched.core.admission import AdmissionLayer
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.buckets import Bucket
 from semisched.core.budget import ProviderLimits
@@ -33,7 +34,7 @@ from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.ordering import LatencyEstimate, OrderingPolicy, make_ordering
 from semisched.core.overload import OverloadController
 from semisched.core.queue import ClassQueue, Entry, EntryState
-from semisched.core.signals import Signals, SignalSnapshot
+from semisched.core.signals import SignalSnapshot
 from semisched.core.states import Event, advance
 from semisched.core.stats import BucketCounts, EngineStats, EngineTally, FailureCounts
 from semisched.core.tenants.lanes import TenantLane, TenantLedger, entitlements
@@ -67,12 +68,6 @@ class EngineBook:
         self._jitter = jitter
         self._order: OrderingPolicy = make_ordering(cfg.ordering)
         self._order.attach(self)
-        self._overload = OverloadController(cfg.overload)
-        # The fleet's aggregate: latency averages for ordering and queue pressure. The
-        # tail signal comes from the endpoints' own Signals (Fleet.pressure).
-        self._signals = Signals(cfg.signals, track_tail=False)
-        # Bound once: the ordering layer calls it for every candidate it scores.
-        self._estimate: LatencyEstimate = self._signals.estimate_latency
         # The standard score of the quantile the ordering tests deadlines with.
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
@@ -97,11 +92,24 @@ class EngineBook:
         self._fleet = Fleet(
             cfg, endpoints if endpoints is not None else (DEFAULT_ENDPOINT,), self._counters, jitter
         )
+        # The fleet's aggregate: latency averages for ordering and queue pressure. The
+        # tail signal comes from the endpoints' own Signals (Fleet.pressure).
+        self._signals = self._fleet.signals
+        # Bound once: the ordering layer calls it for every candidate it scores.
+        self._estimate: LatencyEstimate = self._signals.estimate_latency
         self._failures: dict[FailureKind, int] = {}
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self._rejects_by_bucket: dict[Bucket, int] = {}
         self._defers_by_bucket: dict[Bucket, int] = {}
         self._explain = Explainer(self._snapshot)  # explained decisions, counted by rule
+        self._admission = AdmissionLayer(
+            OverloadController(cfg.overload),
+            self._tenant_policy,
+            self,
+            self._current_severity,
+            self._signals,
+            self._explain,
+        )
 
     def _build_tenant_layer(self, cfg: SchedulerConfig) -> None:
         """The tenant layer: one lane (class queues, allocation policy, usage) per tenant."""
@@ -198,13 +206,8 @@ class EngineBook:
         """The provider reported rate-limit headroom (smallest remaining/limit) on the
         answer to ``request_id`` (its endpoint's signal; ``None``: every endpoint's)."""
         self._advance(now)
-        self._signals.record_headroom(fraction)
         entry = None if request_id is None else self._entries.get(request_id)
-        if entry is not None and entry.endpoint is not None:
-            entry.endpoint.signals.record_headroom(fraction)
-        else:
-            for endpoint in self._fleet.endpoints:
-                endpoint.signals.record_headroom(fraction)
+        self._fleet.observe_headroom(fraction, None if entry is None else entry.endpoint)
 
     def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
         """The provider's rate-limit headers on the response to ``request_id``.

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Collection
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "check_named",
     "check_number",
     "check_str",
+    "token_count",
 ]
 
 _INF = math.inf
@@ -229,3 +231,13 @@ def check_named(name: str, value: object, cls: type, noun: str) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError(f"{name}={names!r} must have unique names")
     return names
+
+
+def token_count(value: int) -> int:
+    """``value`` as an int token count, or -1 when it is not one (bools are not)."""
+    if isinstance(value, bool):
+        return -1
+    try:
+        return operator.index(value)
+    except TypeError:
+        return -1

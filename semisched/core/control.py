@@ -2,7 +2,8 @@
 
 :class:`EngineControl` adds to the :class:`~semisched.core.book.EngineBook` the
 events that change what may be sent without deciding about any request: an
-endpoint added, drained or removed, sending held and released. Each then lets
+endpoint added, drained or removed, sending held and released, other processes'
+usage of a tenant observed. Each then lets
 the engine dispatch (:meth:`~semisched.core.engine.Engine` decides). Pure: no
 clock, no I/O.
 """
@@ -60,6 +61,17 @@ class EngineControl(EngineBook):
         """Undo :meth:`hold` and dispatch."""
         self._advance(now)
         self._held = False
+        return self._after_release(now, [])
+
+    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> list[Action]:
+        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
+        shared state): shares, debt and the tenant policy count it from now on, and
+        what the new standing lets go is sent.
+
+        Raises:
+            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
+        """
+        self._observe_usage(tenant, fleet_usage, now)
         return self._after_release(now, [])
 
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:

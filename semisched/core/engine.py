@@ -62,13 +62,12 @@ Rules:
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Sequence
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.book import DEADLINE
 from semisched.core.budget import rate_tokens
-from semisched.core.checks import check_instance, check_number
+from semisched.core.checks import check_instance, check_number, token_count
 from semisched.core.config import SchedulerConfig
 from semisched.core.control import EngineControl
 from semisched.core.explain import Decision, Explanation
@@ -76,7 +75,6 @@ from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
 from semisched.core.fleet.fleet import NoRoute
 from semisched.core.lifecycle import FailureKind, JitterSource, RetryDecision, decide_retry
 from semisched.core.ordering import is_feasible
-from semisched.core.overload import Verdict
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.states import Event
@@ -98,8 +96,7 @@ __all__ = [
 ]
 
 
-_DEFER = Verdict.DEFER
-_REJECT_D, _DEFER_D, _EXPIRE = Decision.REJECT, Decision.DEFER, Decision.EXPIRE
+_REJECT_D, _EXPIRE = Decision.REJECT, Decision.EXPIRE
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT = EntryState.INFLIGHT
 _ENQUEUE, _WAKE, _COMPLETE, _EXPIRE_E = Event.ENQUEUE, Event.WAKE, Event.COMPLETE, Event.EXPIRE
@@ -190,7 +187,7 @@ class Engine(EngineControl):
         Raises:
             ValueError: If ``request_id`` is not in flight.
         """
-        tokens = output_tokens if type(output_tokens) is int else _token_count(output_tokens)
+        tokens = output_tokens if type(output_tokens) is int else token_count(output_tokens)
         if tokens < 0:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._advance(now)
@@ -198,7 +195,6 @@ class Engine(EngineControl):
         self._terminal(entry, _COMPLETE)
         assert entry.sent_at is not None and entry.endpoint is not None
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
-        self._signals.record_completion(now - entry.sent_at, tokens)
         self._ledger.completed(entry, tokens, self._input_weight, charged_tokens, now)
         self._counters.completed += 1
         return self._after_release(now, [])
@@ -262,9 +258,6 @@ class Engine(EngineControl):
         self._failures[kind] = self._failures.get(kind, 0) + 1
         if kind is FailureKind.RATE_LIMITED:
             self._counters.throttled += 1
-            self._signals.record_throttle()
-        else:
-            self._signals.record_failure()
         elsewhere = self.config.routing.failover and fleet.alternative(entry, endpoint, now)
         decision = decide_retry(
             self.config.retry,
@@ -392,17 +385,6 @@ class Engine(EngineControl):
             self._counters.cancelled += 1
         return self._after_release(now, actions)
 
-    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> list[Action]:
-        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
-        shared state): shares, debt and the tenant policy count it from now on, and
-        what the new standing lets go is sent.
-
-        Raises:
-            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
-        """
-        self._observe_usage(tenant, fleet_usage, now)
-        return self._after_release(now, [])
-
     def poll(self, now: float) -> list[Action]:
         """Run due timers (deferral returns, deadlines, rate budget) and dispatch."""
         self._advance(now)
@@ -437,49 +419,29 @@ class Engine(EngineControl):
                 self._admit(entry, now, actions)
 
     def _admit(self, entry: Entry, now: float, actions: list[Action]) -> None:
-        """Overload control for an arrival or a return from deferral (rule 6)."""
+        """Overload control for an arrival or a return from deferral (rule 6): the
+        admission layer judges, the books follow."""
         event = _WAKE if entry.state == _DEFERRED else _ENQUEUE
         if entry.skip_admission:
             entry.skip_admission = False
             self._enqueue(entry, event)
             return
-        request = entry.request
-        lane = entry.lane
-        assert lane is not None
-        severity, offset = self._tenant_policy.standing(lane, self, self._current_severity())
-        verdict = self._overload.shed(request.bucket, severity, now, entry.defers, offset)
-        if verdict is None:
+        shed = self._admission.judge(entry, now)
+        if shed is None:
             self._counters.admitted += 1
             self._enqueue(entry, event)
             return
-        shed = self._explain.shed
-        if verdict.verdict is _DEFER:
-            assert verdict.until is not None
-            deadline = request.deadline
-            if deadline is None or verdict.until < deadline:
-                bucket = request.bucket
-                entry.defers += 1
-                lane.deferrals += 1
-                self._counters.deferrals += 1
-                self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
-                self._defer(entry, verdict.until)
-                why = self._explain.shed(
-                    request, _DEFER_D, verdict.rule, verdict, verdict.until - now
-                )
-                actions.append(Defer(request, verdict.until, verdict, why))
-                return
-            reason = verdict.reason + "; the deferral would outlast the deadline"
-            why = self._explain.shed(
-                request, _REJECT_D, "overload.defer_past_deadline", verdict, None
-            )
-            actions.append(Reject(request, reason, severity, None, why))
-            self._reject(entry, request.bucket)
-            return
-        # shed() only defers or rejects: this is a rejection.
-        reason = verdict.reason
-        why = shed(request, _REJECT_D, verdict.rule, verdict, verdict.retry_after, reason)
-        actions.append(Reject(request, reason, severity, verdict.retry_after, why))
-        self._reject(entry, request.bucket)
+        actions.append(shed)
+        bucket = entry.request.bucket
+        if type(shed) is Defer:
+            entry.defers += 1
+            assert entry.lane is not None
+            entry.lane.deferrals += 1
+            self._counters.deferrals += 1
+            self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
+            self._defer(entry, shed.until)
+        else:
+            self._reject(entry, bucket)
 
     def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
         self._run_timers(now, actions)
@@ -535,13 +497,3 @@ class Engine(EngineControl):
             actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
             if not self._queued or not self._has_capacity(0.0):
                 break
-
-
-def _token_count(value: int) -> int:
-    """``value`` as an int token count, or -1 when it is not one (bools are not)."""
-    if isinstance(value, bool):
-        return -1
-    try:
-        return operator.index(value)
-    except TypeError:
-        return -1

@@ -57,6 +57,10 @@ __all__ = ["RULES", "Decision", "DecisionCounts", "Explainer", "Explanation"]
 class Decision(enum.Enum):
     """What the engine decided about a request."""
 
+    # Members are singletons: hash by identity, in C (Enum hashes its name in Python,
+    # and these key the hot path's tallies).
+    __hash__ = object.__hash__
+
     REJECT = "reject"
     DEFER = "defer"
     EXPIRE = "expire"
@@ -214,15 +218,25 @@ class Explainer:
 
     def shed(
         self, request: Request, decision: Decision, rule: str, verdict: Admission,
-        retry_after: float | None, reason: str | None = None,
+        retry_after: float | None, signals: SignalSnapshot, reason: str | None = None,
     ) -> Explanation:  # fmt: skip
-        """An overload control decision: its severity, threshold and level (``reason``:
-        ``verdict.reason``, when the caller already has it)."""
-        if reason is None:
-            reason = verdict.reason
-        return self(request, decision, rule, reason, severity=verdict.severity,
-                    threshold=verdict.threshold, level=verdict.level,
-                    retry_after=retry_after)  # fmt: skip
+        """An overload control decision: its severity, threshold and level, with the
+        ``signals`` that severity came from (``reason``: ``verdict.reason``, when the
+        caller already has it)."""
+        counts = self._counts
+        counts[rule] = counts.get(rule, 0) + 1
+        return Explanation(
+            decision=decision,
+            rule=rule,
+            reason=verdict.reason if reason is None else reason,
+            severity=verdict.severity,
+            signals=signals,
+            bucket=request.bucket._value_,  # .value, without the enum property's call
+            tenant=request.tenant,
+            threshold=verdict.threshold,
+            level=verdict.level,
+            retry_after=retry_after,
+        )
 
     def failure(
         self,

@@ -51,6 +51,10 @@ __all__ = [
 class FailureKind(enum.Enum):
     """How one attempt failed, as far as a client can tell."""
 
+    # Members are singletons: hash by identity, in C (Enum hashes its name in Python,
+    # and these key the hot path's tallies).
+    __hash__ = object.__hash__
+
     RATE_LIMITED = "rate_limited"
     """429 ``rate_limit_exceeded``: the provider's RPM/TPM window is full."""
     QUOTA_EXHAUSTED = "quota_exhausted"

@@ -54,6 +54,10 @@ __all__ = ["OVERLOAD_POLICIES", "RULES", "Admission", "OverloadController", "Ver
 class Verdict(enum.Enum):
     """What overload control says about one arrival."""
 
+    # Members are singletons: hash by identity, in C (Enum hashes its name in Python,
+    # and these key the hot path's tallies).
+    __hash__ = object.__hash__
+
     ADMIT = "admit"
     DEFER = "defer"
     REJECT = "reject"
@@ -88,11 +92,20 @@ class Admission:
         """A one-line human explanation."""
         if self.verdict is Verdict.ADMIT or self.threshold is None:
             return "admitted" if self.level is None else "admitted: below thresholds"
-        action = "rejects" if self.verdict is Verdict.REJECT else "defers"
-        return (
-            f"overload: severity {self.severity:.2f} >= {self.threshold:.2f} "
-            f"{action} level-{self.level} ({self.bucket}) requests"
-        )
+        key = (self.verdict, self.threshold, self.level, self.bucket)
+        template = _REASONS.get(key)
+        if template is None:  # the sentence but its severity, once per rule, level and bucket
+            action = "rejects" if self.verdict is Verdict.REJECT else "defers"
+            template = _REASONS[key] = (
+                f"overload: severity %.2f >= {self.threshold:.2f} "
+                f"{action} level-{self.level} ({self.bucket}) requests"
+            )
+        return template % self.severity
+
+
+#: :attr:`Admission.reason`'s sentences by (verdict, threshold, level, bucket), each
+#: with a ``%.2f`` for the severity (a defer's reason is built at every deferral).
+_REASONS: dict[tuple[Verdict, float, int | None, Bucket | None], str] = {}
 
 
 _ADMIT, _REJECT = Verdict.ADMIT, Verdict.REJECT

@@ -59,6 +59,7 @@ class Signals:
         "_bucket_latency",
         "_cfg",
         "_headroom_pressure",
+        "_last",
         "_s_per_token",
         "_tail",
         "_tail_cache",
@@ -84,6 +85,7 @@ class Signals:
         self._bucket_latency: dict[Bucket, float] = {}
         self._throttle = 0.0
         self._headroom_pressure = 0.0
+        self._last = (0.0, 0.0, 0.0, 0.0)
         self.completions = 0
         self.failures = 0
         self.throttles = 0
@@ -95,6 +97,27 @@ class Signals:
             f"tail={self.tail_signal():.2f} completions={self.completions} "
             f"failures={self.failures} throttles={self.throttles}>"
         )
+
+    @property
+    def tracks_tail(self) -> bool:
+        """Whether this object keeps the tail window (an endpoint's own signals do)."""
+        return self._track_tail
+
+    def split(self) -> Signals:
+        """Hand this object's full state (tail included) to a copy, and keep only the
+        latency averages here: a fleet's aggregate that one endpoint shared until a
+        second one joined (:class:`~semisched.core.fleet.fleet.Fleet`)."""
+        copy = Signals(self._cfg)
+        for name in Signals.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, (deque, list, dict)):
+                value = type(value)(value)
+            setattr(copy, name, value)
+        copy._track_tail = True
+        self._track_tail = False
+        self._tail.clear()
+        self._tail_sorted.clear()
+        return copy
 
     # -- observations -------------------------------------------------------------
 
@@ -213,7 +236,15 @@ class Signals:
             if tail is None or self._throttle > tail or self._headroom_pressure > tail:
                 tail = self.tail_signal()  # the cached ratio alone is the common case
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
-        return severity if severity < 1.0 else 1.0
+        if severity > 1.0:
+            severity = 1.0
+        self._last = (load, queue, tail, severity)
+        return severity
+
+    def last_snapshot(self) -> SignalSnapshot:
+        """The signals of the last :meth:`severity` call, as :meth:`snapshot` would have
+        given them then (an explanation of the decision that severity fed)."""
+        return SignalSnapshot(*self._last)
 
     def snapshot(
         self,

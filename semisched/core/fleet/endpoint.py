@@ -101,23 +101,29 @@ class SpeedFit:
     is the prior ``s_per_token`` and the intercept the mean residual.
     """
 
-    __slots__ = ("_decay", "_n", "_prior", "_x", "_xx", "_xy", "_y", "intercept_s", "slope_s")
+    __slots__ = (
+        "_decay", "_fitted", "_intercept", "_n", "_prior", "_slope", "_x", "_xx", "_xy", "_y",
+    )  # fmt: skip
 
     def __init__(self, decay: float, s_per_token: float) -> None:
         self._decay = decay
         self._prior = s_per_token
         self._n = self._x = self._y = self._xx = self._xy = 0.0
-        self.slope_s = s_per_token
-        self.intercept_s = 0.0
+        self._slope = s_per_token
+        self._intercept = 0.0
+        self._fitted = True
 
     def observe(self, tokens: float, latency_s: float) -> None:
-        """Fold one answer in and refit."""
+        """Fold one answer in (the fit is redone when next read)."""
         d = self._decay
         self._n = d * self._n + 1.0
         self._x = d * self._x + tokens
         self._y = d * self._y + latency_s
         self._xx = d * self._xx + tokens * tokens
         self._xy = d * self._xy + tokens * latency_s
+        self._fitted = False
+
+    def _refit(self) -> None:
         n = self._n
         mx, my = self._x / n, self._y / n
         var = self._xx / n - mx * mx
@@ -125,9 +131,24 @@ class SpeedFit:
         if var > 256.0:
             fitted = (self._xy / n - mx * my) / var
             slope = fitted if fitted > self._prior * 0.05 else self._prior * 0.05
-        self.slope_s = slope
+        self._slope = slope
         intercept = my - slope * mx
-        self.intercept_s = intercept if intercept > 0.0 else 0.0
+        self._intercept = intercept if intercept > 0.0 else 0.0
+        self._fitted = True
+
+    @property
+    def slope_s(self) -> float:
+        """Learned seconds per output token of one request."""
+        if not self._fitted:
+            self._refit()
+        return self._slope
+
+    @property
+    def intercept_s(self) -> float:
+        """Learned fixed seconds of an answer (time to first token, network)."""
+        if not self._fitted:
+            self._refit()
+        return self._intercept
 
     @property
     def tokens_per_s(self) -> float:

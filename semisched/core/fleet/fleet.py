@@ -7,7 +7,8 @@ per-endpoint state (:mod:`semisched.core.fleet.endpoint`), the fleet-wide rate
 budget (``SchedulerConfig.budget``: one key shared by every endpoint) and
 each endpoint's own budget.
 
-Rules (enforced by :meth:`Fleet.pick`):
+Rules (enforced by :meth:`Fleet.pick`, which is
+:meth:`semisched.core.fleet.picking.Picker.pick`):
 
 1. A request can go to an endpoint that serves its model, whose
    ``context_tokens`` hold its estimated total, that is not drained, removed
@@ -39,34 +40,20 @@ Pure: no clock, no I/O; the engine passes ``now``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
 from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
-from semisched.core.fleet.routing import RoutingPolicy, make_routing, smallest_total
+from semisched.core.fleet.picking import BUSY, NoRoute, Picker, WaitUntil
+from semisched.core.fleet.routing import RoutingPolicy, make_routing
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.queue import Entry
+from semisched.core.signals import Signals
 from semisched.core.stats import EndpointStats, EngineTally
 
 __all__ = ["BUSY", "DEFAULT_ENDPOINT", "Fleet", "NoRoute", "WaitUntil"]
 
 
-class NoRoute(NamedTuple):
-    """:meth:`Fleet.pick`'s answer when no endpoint can ever take the request."""
-
-    reason: str
-
-
-class WaitUntil(NamedTuple):
-    """:meth:`Fleet.pick`'s answer when no endpoint can take the request now:
-    try again at ``at`` (``None``: no time is known; a completion frees one)."""
-
-    at: float | None
-
-
-#: No endpoint can take it now, and no time to try again is known.
-BUSY = WaitUntil(None)
 _CLOSED = Circuit.CLOSED
 
 #: The one endpoint of a scheduler built around a single client.
@@ -107,7 +94,18 @@ class Fleet:
         self._by_name: dict[str, EndpointState] = {}
         self._eligible: dict[str, tuple[EndpointState, ...]] = {}
         self._next_index = 0
-        self._solo: EndpointState | None = None  # pick's fast path (_changed)
+        self.solo: EndpointState | None = None  # pick's fast path (_changed)
+        picker = Picker(self, tally)
+        #: Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`).
+        self.pick = picker.pick
+        #: Whether an endpoint other than the one that failed could serve a request
+        #: (failover; :meth:`Picker.alternative`).
+        self.alternative = picker.alternative
+        # The aggregate of every endpoint's answers: latency averages for ordering and
+        # queue pressure. A fleet of one shares it with its endpoint (one update per
+        # answer), until a second endpoint joins.
+        self.signals = Signals(config.signals, track_tail=len(endpoints) == 1)
+        self._sharer: EndpointState | None = None
         if not endpoints:
             raise ValueError("endpoints=[] must name at least one endpoint")
         for spec in endpoints:
@@ -147,6 +145,12 @@ class Fleet:
         if spec.name in self._by_name:
             raise ValueError(f"endpoint name {spec.name!r} is already in the fleet")
         state = EndpointState(spec, self._next_index, self._cfg.signals, self._routing.speed_decay)
+        if self._sharer is not None:  # a second endpoint: the first takes its own signals
+            self._sharer.signals = self.signals.split()
+            self._sharer = None
+        elif not self._next_index and self.signals.tracks_tail:
+            state.signals = self.signals
+            self._sharer = state
         self._next_index += 1
         self._endpoints.append(state)
         self._by_name[spec.name] = state
@@ -181,7 +185,7 @@ class Fleet:
             and only.spec.context_tokens is None
             and only.spec.models is None
         )
-        self._solo = only if plain else None
+        self.solo = only if plain else None
 
     def eligible(self, model: str) -> tuple[EndpointState, ...]:
         """Endpoints that serve ``model`` and take new work (cached until the fleet changes)."""
@@ -190,177 +194,6 @@ class Fleet:
             found = tuple(e for e in self._endpoints if not e.out_reason and e.spec.serves(model))
             self._eligible[model] = found
         return found
-
-    # -- routing ------------------------------------------------------------------------
-
-    def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
-        """Where ``entry`` can be sent now (rules 1-4): the endpoint; else
-        :class:`WaitUntil` (a time to try again, or :data:`BUSY` when none is known)
-        or :class:`NoRoute` (no endpoint ever can; rule 3)."""
-        solo = self._solo
-        if (  # one plain endpoint (no budget, no context limit, any model): just its state
-            solo is not None
-            and not entry.avoid
-            and solo.circuit is _CLOSED
-            and solo.paused_until <= now
-            and self.paused_until <= now
-            and (solo.cap is None or solo.inflight < solo.cap)
-        ):
-            return solo
-        if self.paused_until > now:
-            return WaitUntil(self.paused_until)
-        charge = entry.charge
-        budget = self.budget
-        if budget is not None:
-            wait = budget.wait(now, charge)
-            if wait is None:
-                self._tally.budget_rejects += 1
-                return NoRoute(
-                    f"its token charge ({charge:.0f}) exceeds the token budget "
-                    f"({budget.limits()[1]} per {budget.config.window_s:g} s): it can never be sent"
-                )
-            if wait > 0.0:
-                self._tally.budget_waits += 1
-                return WaitUntil(now + wait)
-        eligible = self.eligible(entry.request.model)
-        if len(eligible) == 1 and not entry.avoid:
-            found = self._pick_one(eligible[0], entry, now)
-            if found is not None:
-                return found
-        return self._pick_among(eligible, entry, now)
-
-    def _pick_one(
-        self, endpoint: EndpointState, entry: Entry, now: float
-    ) -> EndpointState | WaitUntil | None:
-        """The one-endpoint case, without the lists (``None``: ask the general case)."""
-        if not (self._fits(endpoint, entry) and endpoint.sendable(now)):
-            return None
-        if endpoint.paused_until > now:
-            return WaitUntil(endpoint.paused_until)
-        if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
-            return BUSY
-        own = endpoint.budget
-        if own is None:
-            return endpoint
-        wait = own.wait(now, entry.charge)
-        if wait == 0.0:
-            return endpoint
-        if wait is not None:
-            self._tally.budget_waits += 1
-            return WaitUntil(now + wait)
-        return None
-
-    def _pick_among(
-        self, eligible: Sequence[EndpointState], entry: Entry, now: float
-    ) -> EndpointState | NoRoute | WaitUntil:
-        """The general case of :meth:`pick` over every eligible endpoint (rules 1-4)."""
-        candidates: list[EndpointState] = []
-        later = float("inf")
-        alive = 0  # endpoints that could take it, now or later
-        fresh = 0  # of those, ones it has not failed at and that are not throttled
-        avoid = entry.avoid
-        waited = False  # an endpoint's budget made it wait (statistics)
-        for endpoint in eligible:
-            limit = endpoint.spec.context_tokens
-            if limit is not None and smallest_total(entry) > limit:
-                continue
-            back = self._out_until(endpoint, now)
-            if back is not None:  # out for now (a circuit comes back, a pause ends)
-                alive += 1
-                if back < later:
-                    later = back
-                continue
-            wait = self._wait_at(endpoint, entry, now)
-            if wait is None:
-                continue
-            alive += 1
-            if endpoint not in avoid and endpoint.throttled_until <= now:
-                fresh += 1
-            if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
-                continue
-            if wait > 0.0:
-                waited = True
-                if now + wait < later:
-                    later = now + wait
-                continue
-            candidates.append(endpoint)
-        if fresh and len(candidates) > 0:  # rule 2: while a fresh endpoint exists, wait for it
-            tainted = [e for e in candidates if e in avoid or e.throttled_until > now]
-            if tainted:
-                candidates = [e for e in candidates if e not in tainted]
-                for endpoint in tainted:
-                    if now < endpoint.throttled_until < later:
-                        later = endpoint.throttled_until
-        if not candidates:
-            if not alive:
-                return NoRoute(self._why_never(entry))
-            if waited:
-                self._tally.budget_waits += 1
-            return BUSY if later == float("inf") else WaitUntil(later)
-        if len(candidates) == 1:
-            return candidates[0]
-        return self.policy.choose(entry, candidates, now)
-
-    @staticmethod
-    def _out_until(endpoint: EndpointState, now: float) -> float | None:
-        """When ``endpoint``, out for now, is back (``inf``: a half-open circuit's probe
-        is out, no time known); ``None``: it takes work now."""
-        if endpoint.circuit is not _CLOSED and not endpoint.sendable(now):
-            return endpoint.open_until if endpoint.circuit is Circuit.OPEN else float("inf")
-        if endpoint.paused_until > now:
-            return endpoint.paused_until
-        return None
-
-    @staticmethod
-    def _wait_at(endpoint: EndpointState, entry: Entry, now: float) -> float | None:
-        """How long ``entry`` waits for ``endpoint``'s own budget (``0.0``: none);
-        ``None``: it never fits there."""
-        own = endpoint.budget
-        if own is None:
-            return 0.0
-        if endpoint.cap is not None and endpoint.inflight >= endpoint.cap:
-            # No wait() for an endpoint that cannot take it now anyway: only "never".
-            tokens = own.limits()[1]
-            return None if tokens is not None and entry.charge > tokens else 0.0
-        return own.wait(now, entry.charge)
-
-    @staticmethod
-    def _fits(endpoint: EndpointState, entry: Entry) -> bool:
-        limit = endpoint.spec.context_tokens
-        return limit is None or smallest_total(entry) <= limit
-
-    def _why_never(self, entry: Entry) -> str:
-        model = entry.request.model
-        serving = [e for e in self._endpoints if e.spec.serves(model)]
-        what = f"model {model!r}" if model else "it"
-        if not serving:
-            return f"no endpoint serves {what}"
-        live = [e for e in serving if not e.out_reason]
-        if not live:
-            states = ", ".join(f"{e.name}: {e.out_reason}" for e in serving)
-            return f"no endpoint can take {what} ({states})"
-        fitting = [e for e in live if self._fits(e, entry)]
-        if not fitting:
-            return (
-                f"its estimated {smallest_total(entry):.0f} tokens exceed every endpoint's "
-                f"context ({', '.join(f'{e.name}: {e.spec.context_tokens}' for e in live)})"
-            )
-        return (
-            f"its token charge ({entry.charge:.0f}) exceeds the token budget of every "
-            f"endpoint that serves {what}: it can never be sent"
-        )
-
-    def alternative(self, entry: Entry, failed: EndpointState, now: float) -> bool:
-        """Whether an endpoint other than ``failed`` could serve ``entry`` (failover)."""
-        for endpoint in self.eligible(entry.request.model):
-            if endpoint is failed or not self._fits(endpoint, entry):
-                continue
-            if endpoint.circuit is Circuit.OPEN and now < endpoint.open_until:
-                continue
-            own = endpoint.budget
-            if own is None or own.wait(now, entry.charge) is not None:
-                return True
-        return False
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -404,8 +237,12 @@ class Fleet:
         assert entry.sent_at is not None
         latency = now - entry.sent_at
         endpoint.completed += 1
-        endpoint.on_success()
-        endpoint.signals.record_completion(latency, tokens)
+        if endpoint.consecutive_failures or endpoint.probing or endpoint.circuit is not _CLOSED:
+            endpoint.on_success()
+        signals = endpoint.signals
+        signals.record_completion(latency, tokens)
+        if signals is not self.signals:
+            self.signals.record_completion(latency, tokens)
         endpoint.fit.observe(tokens, latency)
         if charged_tokens is not None:
             rid = entry.request.id
@@ -413,6 +250,14 @@ class Fleet:
                 endpoint.budget.settle(rid, charged_tokens, now)
             if self.budget is not None:
                 self.budget.settle(rid, charged_tokens, now)
+
+    def observe_headroom(self, fraction: float, endpoint: EndpointState | None) -> None:
+        """The provider's rate-limit headroom (smallest remaining/limit), reported on an
+        answer from ``endpoint`` (its signal; ``None``: every endpoint's)."""
+        self.signals.record_headroom(fraction)
+        for each in self._endpoints if endpoint is None else (endpoint,):
+            if each.signals is not self.signals:
+                each.signals.record_headroom(fraction)
 
     def on_failed(self, endpoint: EndpointState, now: float, kind: FailureKind) -> float | None:
         """A failed attempt at ``endpoint``: its signals, circuit or quota (module rules).
@@ -424,8 +269,12 @@ class Fleet:
         if kind is FailureKind.RATE_LIMITED:
             endpoint.throttled += 1
             endpoint.signals.record_throttle()
+            if endpoint.signals is not self.signals:
+                self.signals.record_throttle()
             return None
         endpoint.signals.record_failure()
+        if endpoint.signals is not self.signals:
+            self.signals.record_failure()
         if kind is FailureKind.QUOTA_EXHAUSTED:
             endpoint.out_reason = "insufficient_quota"
             self._changed()
@@ -484,7 +333,7 @@ class Fleet:
         """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
         endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
         when none is usable. One pass: overload control asks on every decision."""
-        solo = self._solo
+        solo = self.solo
         if solo is not None and solo.circuit is _CLOSED and solo.cap is None:
             return solo.signals.tail_signal(), 0.0
         tail = load = 1.0
