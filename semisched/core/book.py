@@ -71,6 +71,7 @@ class EngineBook:
         # The standard score of the quantile the ordering tests deadlines with.
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._inflight_cap = math.inf if cfg.max_inflight is None else cfg.max_inflight
+        self._max_inflight, self._weights = cfg.max_inflight, cfg.overload  # severity's
         self._class_names = tuple(c.name for c in cfg.classes)
         self._input_weight = cfg.input_token_weight
         self._build_tenant_layer(cfg)
@@ -321,13 +322,9 @@ class EngineBook:
 
     def _current_severity(self) -> float:
         tail, load = self._fleet.pressure(self._now)
+        # positional: the hot path of admission and dispatch
         return self._signals.severity(
-            inflight=self._inflight,
-            max_inflight=self.config.max_inflight,
-            queued_tokens=self._queued_tokens,
-            weights=self.config.overload,
-            tail=tail,
-            load_floor=load,
+            self._inflight, self._max_inflight, self._queued_tokens, self._weights, tail, load
         )
 
     def _push_timer(self, at: float, kind: int, entry: Entry) -> None:

@@ -203,7 +203,6 @@ class Signals:
 
     def severity(
         self,
-        *,
         inflight: int,
         max_inflight: int | None,
         queued_tokens: float,

@@ -91,6 +91,13 @@ _TABLE: dict[tuple[str, int], str] = {
 #: The whole table, read-only: ``(state, event) -> state``.
 TRANSITIONS = MappingProxyType(_TABLE)
 
+#: The same table by event: ``_MOVES[event][state] -> state`` (no key tuple per move).
+_MOVES: dict[int, dict[str, str]] = {
+    event: {state: after for (state, on), after in _TABLE.items() if on == event}
+    for event in sorted({on for _, on in _TABLE})
+}
+_NOWHERE: dict[str, str] = {}
+
 
 class IllegalTransition(SemischedError):
     """An entry was asked to make a move the table does not hold (a bug in the engine).
@@ -115,7 +122,7 @@ def advance(entry: Entry, event: int) -> None:
     Raises:
         IllegalTransition: The table holds no such move.
     """
-    state = _TABLE.get((entry.state, event))
+    state = _MOVES.get(event, _NOWHERE).get(entry.state)
     if state is None:
         raise IllegalTransition(entry.request.id, entry.state, event)
     entry.state = state

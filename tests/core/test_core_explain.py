@@ -71,7 +71,28 @@ def test_an_overload_deferral_names_its_rule_threshold_level_and_back_off() -> N
     assert defer.signals.provider_load == pytest.approx(0.5)
     assert (defer.threshold, defer.level, defer.bucket) == (0.45, 1, "long")
     assert defer.retry_after == pytest.approx(2.0)  # the first back-off
-    assert "long" in defer.reason
+    assert defer.reason == "overload: severity 0.50 >= 0.45 defers level-1 (long) requests"
+
+
+def test_an_explanation_shows_the_signals_its_severity_was_computed_from() -> None:
+    # All three signals weigh in: load, queue pressure and the tail (a slow answer).
+    e = engine(overload=OverloadConfig(w_load=0.5, w_queue=0.3, w_tail=0.2))
+    fill(e, 4)
+    for rid in ("s0", "s1", "s2"):
+        e.completed(rid, 1.0, output_tokens=10)  # fast answers
+    for i in range(4, 7):
+        e.submit(req(f"s{i}", 10.0), 1.0)  # they take the freed places
+    e.completed("s3", 30.0, output_tokens=10)  # a slow one: the tail signal rises
+    for i in range(7, 15):
+        e.submit(req(f"s{i}", 10.0), 30.0)  # queued behind the full flight
+    actions = e.submit(req("long", 500.0), 30.0)
+    shed = [a for a in actions if isinstance(a, (Defer, Reject))]
+    assert shed, actions
+    why_ = shed[0].explanation
+    assert why_ is not None
+    now = e.signals()  # a deferral or rejection changes none of the signals' inputs
+    assert why_.signals == now and why_.severity == pytest.approx(now.severity)
+    assert now.provider_load > 0 and now.queue_pressure > 0 and now.tail_latency_ratio > 0
 
 
 def test_an_overload_rejection_and_a_deferral_past_the_deadline() -> None:

@@ -373,6 +373,41 @@ def test_endpoints_can_be_added_and_removed_at_run_time() -> None:
         e.add_endpoint(EndpointSpec(name="b"), 3.0)
 
 
+def test_a_second_endpoint_splits_the_signals_a_lone_one_shared_and_loses_nothing() -> None:
+    # A fleet of one keeps one Signals for its endpoint and its aggregate; when a second
+    # endpoint joins, each must go on as if it had always been kept apart.
+    from semisched.core.signals import Signals
+
+    cfg = config("round_robin")
+    e = Engine(cfg, endpoints=[EndpointSpec(name="a")])
+    every, only_a = Signals(cfg.signals, track_tail=False), Signals(cfg.signals)
+    now = 0.0
+
+    def answer(rid: str, at: float, tokens: int, sent: float) -> None:
+        e.completed(rid, at, output_tokens=tokens)
+        for signals in (every, only_a) if where_of[rid] == "a" else (every,):
+            signals.record_completion(at - sent, tokens)
+
+    where_of: dict[str, str] = {}
+    for i, (latency, tokens) in enumerate([(1.0, 10), (1.0, 12), (9.0, 10), (2.0, 40)]):
+        (send,) = sends(e.submit(req(f"r{i}"), now))
+        where_of[send.request.id] = send.endpoint
+        answer(f"r{i}", now + latency, tokens, now)
+        now += latency
+    e.add_endpoint(EndpointSpec(name="b"), now)
+    for i, (latency, tokens) in enumerate([(3.0, 10), (1.0, 30), (5.0, 10), (1.0, 8)], 4):
+        (send,) = sends(e.submit(req(f"r{i}"), now))
+        where_of[send.request.id] = send.endpoint
+        answer(f"r{i}", now + latency, tokens, now)
+        now += latency
+    assert set(where_of.values()) == {"a", "b"}
+    assert e.statistics().s_per_token == every.s_per_token
+    endpoint_a = e._fleet.get("a")
+    assert endpoint_a.signals.s_per_token == only_a.s_per_token
+    assert endpoint_a.signals.tail_signal() == only_a.tail_signal() > 0.0
+    assert e.statistics().endpoints[0].completed == sum(v == "a" for v in where_of.values())
+
+
 def test_overload_control_sees_the_least_loaded_endpoint() -> None:
     specs = [EndpointSpec(name="a", max_concurrency=2), EndpointSpec(name="b", max_concurrency=2)]
     e = Engine(config(), endpoints=specs)
