@@ -311,7 +311,10 @@ class Scheduler:
 
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
-                (:func:`semisched.runtime.calls.prepare_call`).
+                (:func:`semisched.runtime.calls.prepare_call`), and what can
+                never succeed: an output cap outside ``[1, 10**8]``, a prior
+                outside ``1 <= p50 <= p90 <= 10**8``, a deadline outside
+                ``(0, 1e8]`` seconds (:mod:`semisched.runtime.calls`, rule 7).
             RequestError: An outcome (see :mod:`semisched.errors`).
         """
         prepared = self._prepare(call)
