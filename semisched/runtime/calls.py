@@ -84,8 +84,8 @@ Api = Literal["chat", "completions"]
 _CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
 
 #: The largest output cap, and prior p90, a call may give (module rule 7): ten
-#: times the largest context window a model offers (10M tokens), so no provider
-#: can serve more.
+#: times the largest context window offered when this was written (10M tokens),
+#: so no provider serves more; a model's own, smaller limit is the provider's 400.
 MAX_OUTPUT_TOKENS: Final = 100_000_000
 #: The longest ``deadline`` (seconds from submission; module rule 7): about three
 #: years, far above any wait and far below an absolute timestamp (~1.7e9).
