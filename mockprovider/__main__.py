@@ -188,6 +188,14 @@ def _add_endpoint_options(one: argparse._ArgumentGroup) -> None:
         help="output length without hint or max_tokens (default 128)",
     )
     one.add_argument("--model", help="model id listed by /v1/models (default mock-1)")
+    one.add_argument(
+        "--context-tokens",
+        type=_positive_int,
+        help=(
+            "the model's context window, prompt plus output tokens; a max_tokens that does "
+            "not fit beside the prompt gets a 400 (default 131072)"
+        ),
+    )
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> MockConfig:
@@ -207,6 +215,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     plain = (
         *("time_scale", "rpm", "tpm", "rate_window", "quota_tokens", "error_rate", "hang_rate"),
         *("drop_rate", "capacity_loss", "seed", "default_output_tokens", "model"),
+        "context_tokens",
     )
     settings.update({k: getattr(args, k) for k in plain if getattr(args, k) is not None})
     if args.outage is not None:

@@ -6,6 +6,7 @@
 is made elsewhere.
 
 * ``mockprovider.wire``: request parsing, hints, output-length rules, bodies and SSE.
+* ``mockprovider.errors``: what a refusal says (OpenAI's bodies, vLLM's context-window 400).
 * ``mockprovider.gate``: outage windows, quota, rate windows and the seeded fault draw.
 * ``mockprovider.driver``: the physics (continuous batching, hidden FIFO) run against the
   app's clock, without a background task (no ASGI lifespan needed, so the app works unchanged
@@ -21,8 +22,9 @@ request when apps share a ``ClockOrigin``). The app waits only through
 anyio, so under trio's ``MockClock(autojump_threshold=0)``, ``clock=anyio.current_time`` runs the
 whole mock in virtual time. One app instance belongs to one event loop.
 
-Check order: auth (401), body (400), outage window (503), quota (429 ``insufficient_quota``,
-no retry-after), rate windows (429 ``rate_limit_exceeded``), fault draw. A request whose token
+Check order: auth (401), body (400; a request beyond the context window gets vLLM's 400),
+outage window (503), quota (429 ``insufficient_quota``, no retry-after), rate windows (429
+``rate_limit_exceeded``), fault draw. A request whose token
 charge exceeds the token limit can never fit: 429 without ``retry-after``. Rate windows run in
 virtual time; all time-valued headers (``retry-after``, ``retry-after-ms``,
 ``x-ratelimit-reset-*``) are in *real* wall time, i.e. the virtual wait divided by
@@ -61,6 +63,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mockprovider.driver import ClockOrigin, PhysicsDriver
+from mockprovider.errors import (
+    error_body,
+    quota_message,
+    rate_limit_message,
+    too_large_message,
+    unavailable_message,
+)
 from mockprovider.faults import Fault, WindowKind, WindowState, rate_limit_headers
 from mockprovider.gate import GateConfig, GateDecision, GateVerdict, ProviderGate
 from mockprovider.metrics import (
@@ -73,16 +82,7 @@ from mockprovider.metrics import (
 from mockprovider.physics import PROFILES, PhysicsParams
 from mockprovider.responses import ConnectionDropped, HangResponse, ServedResponse
 from mockprovider.stats import CounterName, MockStats, Tally
-from mockprovider.wire import (
-    BadRequest,
-    Job,
-    error_body,
-    parse_job,
-    quota_message,
-    rate_limit_message,
-    too_large_message,
-    unavailable_message,
-)
+from mockprovider.wire import DEFAULT_CONTEXT_TOKENS, BadRequest, Job, parse_job
 
 __all__ = ["ConnectionDropped", "MockConfig", "create_app"]
 
@@ -117,6 +117,9 @@ class MockConfig:
         seed: Seed of the fault draws.
         default_output_tokens: Output length when neither a hint nor max tokens is given.
         model: The model id listed by ``/v1/models`` (requests may name any model).
+        context_tokens: The model's context window, prompt plus output tokens: a prompt
+            that fills it, or a max tokens that does not fit beside the prompt, gets
+            vLLM's 400 (``mockprovider.errors``). Default 131,072.
     """
 
     physics: PhysicsParams = PROFILES["default"]
@@ -134,6 +137,7 @@ class MockConfig:
     seed: int = 0
     default_output_tokens: int = 128
     model: str = "mock-1"
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
 
     def __post_init__(self) -> None:
         if not isinstance(self.physics, PhysicsParams):
@@ -160,6 +164,8 @@ class MockConfig:
             )
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model={self.model!r} must be a non-empty string")
+        if not _is_int(self.context_tokens) or self.context_tokens < 1:
+            raise ValueError(f"context_tokens={self.context_tokens!r} must be an integer >= 1")
 
     def gate_config(self) -> GateConfig:
         """What the provider enforces at its door (60 s windows), for ``ProviderGate``.
@@ -186,7 +192,7 @@ def _error(
     message: str,
     type_: str,
     param: str | None = None,
-    code: str | None = None,
+    code: str | int | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     return JSONResponse(error_body(message, type_, param, code), status, headers=headers)
@@ -278,10 +284,11 @@ class _Provider:
                 await request.body(),
                 chat=chat,
                 default_output=self.config.default_output_tokens,
+                context_tokens=self.config.context_tokens,
             )
         except BadRequest as exc:
             self.count("bad_requests")
-            return _error(400, exc.message, "invalid_request_error", exc.param, exc.code)
+            return _error(400, exc.message, exc.type, exc.param, exc.code)
         now = self.driver.tick()
         decision = self.gate.admit(now, job.charge, forced=job.forced_fault)
         if decision.verdict is GateVerdict.ADMITTED:

@@ -40,17 +40,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mockprovider.driver import Flight, PhysicsDriver
+from mockprovider.errors import timeout_body
 from mockprovider.physics import EventKind
 from mockprovider.stats import CounterName
-from mockprovider.wire import (
-    Job,
-    completion_body,
-    raw_headers,
-    sse,
-    stream_head,
-    stream_tail,
-    timeout_body,
-)
+from mockprovider.wire import Job, completion_body, raw_headers, sse, stream_head, stream_tail
 
 __all__ = ["ConnectionDropped", "HangResponse", "ServedResponse", "ServingHost"]
 

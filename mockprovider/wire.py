@@ -2,8 +2,8 @@
 
 What it is: everything the mock says or reads on the wire, as plain functions over bytes,
 header mappings and dictionaries: request validation into a :class:`Job`, completion and
-chunk bodies, OpenAI error bodies and 429 messages, SSE encoding. Nothing here touches
-Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
+chunk bodies, SSE encoding (what a refusal says is in ``mockprovider.errors``). Nothing here
+touches Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
 ``mockprovider.responses`` send what these functions build.
 
 Per-request hints (headers, for benchmarks and tests): ``x-mock-output-tokens`` (output
@@ -14,8 +14,12 @@ body instead: ``"metadata": {"mock_output_tokens": "250"}`` (the header wins whe
 given).
 
 Output length: the ``x-mock-output-tokens`` hint, else ``max_completion_tokens``/``max_tokens``,
-else the default output length; always capped by the max tokens when given. ``finish_reason``
-is ``"length"`` when that cap cut the wanted length, else ``"stop"``. Prompt tokens: the hint,
+else the default output length; always capped by the max tokens when given, else by the room
+the context window leaves beside the prompt. ``finish_reason`` is ``"length"`` when that cap
+cut the wanted length, else ``"stop"``. The context window (``context_tokens``, default
+:data:`DEFAULT_CONTEXT_TOKENS`) holds prompt plus output, as on vLLM: a prompt that fills it,
+or a max tokens that does not fit beside the prompt, is refused with vLLM's 400
+(``mockprovider.errors``), whatever the hints say. Prompt tokens: the hint,
 else UTF-8 bytes of the prompt text / 4 (rounded up, at least 1). The content is filler words,
 one word per token. ``n`` other than 1 is refused; a list ``prompt`` counts as one prompt. A
 request's token charge (for the TPM window) is its prompt tokens plus its max tokens (or its
@@ -31,25 +35,21 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from mockprovider.faults import Fault, WindowState
+from mockprovider.errors import cap_too_large_message, prompt_too_long_message
+from mockprovider.faults import Fault
 
 __all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
     "BadRequest",
     "Job",
     "completion_body",
-    "error_body",
     "parse_job",
-    "quota_message",
-    "rate_limit_message",
     "raw_headers",
     "sse",
     "stream_head",
     "stream_tail",
-    "timeout_body",
-    "too_large_message",
-    "unavailable_message",
 ]
 
 _WORDS: Final = (
@@ -57,6 +57,9 @@ _WORDS: Final = (
     *("do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua"),
 )
 _STREAM_CONTENT_CHUNKS: Final = 4  # content chunks after the first one
+#: The context window (prompt plus output tokens) of a mock model unless configured:
+#: 128Ki, the window of the Llama 3.1 family (GPT-4o's is 128,000).
+DEFAULT_CONTEXT_TOKENS: Final = 131_072
 
 
 def _is_int(value: object) -> bool:
@@ -64,17 +67,24 @@ def _is_int(value: object) -> bool:
 
 
 class BadRequest(Exception):
-    """A request the mock refuses with 400 ``invalid_request_error``.
+    """A request the mock refuses with 400 (``invalid_request_error`` unless told otherwise).
 
     Attributes:
         message: The OpenAI-style message.
         param: The offending parameter (or header), or ``None``.
-        code: The OpenAI error code, or ``None``.
+        code: The error code, or ``None``.
+        type: The error type (vLLM's context-window refusal says ``"BadRequestError"``).
     """
 
-    def __init__(self, message: str, param: str | None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        param: str | None,
+        code: str | int | None = None,
+        type_: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
-        self.message, self.param, self.code = message, param, code
+        self.message, self.param, self.code, self.type = message, param, code, type_
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,7 +275,44 @@ def _forced_fault(headers: Mapping[str, str]) -> Fault | None:
         ) from None
 
 
-def parse_job(headers: Mapping[str, str], raw: bytes, *, chat: bool, default_output: int) -> Job:
+def _cap(body: Mapping[str, Any], chat: bool) -> tuple[str, int | None]:
+    """The output cap's name and value: ``max_completion_tokens``, else ``max_tokens``."""
+    if chat:
+        newer = _opt_int(body, "max_completion_tokens")
+        legacy = _opt_int(body, "max_tokens")
+        if newer is not None or legacy is None:
+            return "max_completion_tokens", newer
+        return "max_tokens", legacy
+    return "max_tokens", _opt_int(body, "max_tokens")
+
+
+def _check_context(
+    input_tokens: int, cap_name: str, cap: int | None, *, context: int, chat: bool
+) -> int:
+    """The room for output in a context window of ``context`` tokens (vLLM's 400s otherwise)."""
+    if input_tokens >= context:
+        raise BadRequest(
+            prompt_too_long_message(context, input_tokens),
+            "messages" if chat else "prompt",
+            400,
+            "BadRequestError",
+        )
+    room = context - input_tokens
+    if cap is not None and cap > room:
+        raise BadRequest(
+            cap_too_large_message(cap, context, input_tokens), cap_name, 400, "BadRequestError"
+        )
+    return room
+
+
+def parse_job(
+    headers: Mapping[str, str],
+    raw: bytes,
+    *,
+    chat: bool,
+    default_output: int,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+) -> Job:
     """Validate one completion request (see the module docstring for the length rules).
 
     Args:
@@ -274,6 +321,7 @@ def parse_job(headers: Mapping[str, str], raw: bytes, *, chat: bool, default_out
         raw: The raw request body.
         chat: ``/v1/chat/completions`` (else ``/v1/completions``).
         default_output: Output length when neither a hint nor max tokens is given.
+        context_tokens: The model's context window: prompt plus output tokens.
 
     Raises:
         BadRequest: The request is not one the mock (or OpenAI) accepts.
@@ -288,31 +336,20 @@ def parse_job(headers: Mapping[str, str], raw: bytes, *, chat: bool, default_out
     n = body.get("n")
     if n is not None and (not _is_int(n) or n != 1):
         raise BadRequest("Invalid 'n': the mock provider supports only n=1.", "n")
-    extra = 0
-    if chat:
-        text = _chat_prompt(body)
-        max_tokens = _opt_int(body, "max_completion_tokens")
-        legacy_max = _opt_int(body, "max_tokens")
-        if max_tokens is None:
-            max_tokens = legacy_max
-    else:
-        text, extra = _completion_prompt(body)
-        max_tokens = _opt_int(body, "max_tokens")
+    text, extra = (_chat_prompt(body), 0) if chat else _completion_prompt(body)
+    cap_name, max_tokens = _cap(body, chat)
     hinted_in = _header_int(headers, "x-mock-input-tokens")
     if hinted_in is not None:
         input_tokens = hinted_in
     else:
         input_tokens = (_estimate_tokens(text) if text else 0) + extra or 1
+    room = _check_context(input_tokens, cap_name, max_tokens, context=context_tokens, chat=chat)
     hinted_out = _header_int(headers, "x-mock-output-tokens")
     if hinted_out is None:
         hinted_out = _metadata_int(body, "mock_output_tokens")
-    if hinted_out is not None:
-        wanted = hinted_out
-    elif max_tokens is not None:
-        wanted = max_tokens
-    else:
-        wanted = default_output
-    output_tokens = wanted if max_tokens is None else min(wanted, max_tokens)
+    wanted = next(w for w in (hinted_out, max_tokens, default_output) if w is not None)
+    limit = room if max_tokens is None else max_tokens
+    output_tokens = min(wanted, limit)
     return Job(
         chat=chat,
         model=model,
@@ -320,74 +357,9 @@ def parse_job(headers: Mapping[str, str], raw: bytes, *, chat: bool, default_out
         include_usage=include_usage,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        finish_reason="length" if max_tokens is not None and wanted > max_tokens else "stop",
+        finish_reason="length" if wanted > limit else "stop",
         charge=input_tokens + (max_tokens if max_tokens is not None else output_tokens),
         forced_fault=_forced_fault(headers),
-    )
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-def error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
-    """An OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def timeout_body() -> dict[str, Any]:
-    """The body of a physics timeout (504, or an SSE error event mid-stream)."""
-    return error_body(
-        "The server had an error processing your request: the request timed out.",
-        "server_error",
-        None,
-        "timeout",
-    )
-
-
-def quota_message() -> str:
-    """The message of 429 ``insufficient_quota``."""
-    return "You exceeded your current quota, please check your plan and billing details."
-
-
-def unavailable_message() -> str:
-    """The message of the 503 answered during an outage window (the endpoint is down)."""
-    return (
-        "The endpoint is unavailable: it is down (mock outage window). "
-        "New requests are refused until the window ends; please try again later."
-    )
-
-
-def too_large_message(model: str, limit: int, charge: int) -> str:
-    """The message of a 429 for a token charge above the whole token window's ``limit``."""
-    return (
-        f"Request too large for {model}: Limit {limit}, "
-        f"Requested {charge}. The input or output tokens must be reduced."
-    )
-
-
-def rate_limit_message(
-    model: str,
-    kind: Literal["requests", "tokens"],
-    window: WindowState | None,
-    charge: int,
-    retry_after_ms: str,
-) -> str:
-    """The message of 429 ``rate_limit_exceeded`` (OpenAI's wording).
-
-    Args:
-        model: The model the request named.
-        kind: The window that refused it.
-        window: That window's state after the refusal.
-        charge: The request's token charge.
-        retry_after_ms: The ``retry-after-ms`` header.
-    """
-    limit = window.limit if window else 0
-    used = (window.limit - window.remaining) if window else 0
-    return (
-        f"Rate limit reached for {model} on {kind} per min: "
-        f"Limit {limit}, Used {used}, "
-        f"Requested {1 if kind == 'requests' else charge}. "
-        f"Please try again in {retry_after_ms}ms."
     )
 
 

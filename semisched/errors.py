@@ -31,9 +31,10 @@ A retryable failure whose next retry would not start before the deadline ends
 as :class:`DeadlineExceeded` with ``phase="retry"``, not as a provider error.
 
 Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
-queued; those are not in the tree. Provider exceptions (``openai.*``) are mapped
-to it in exactly one place, :mod:`semisched.runtime.failures`, and always chained, so
-``err.__cause__`` is the original.
+queued; those are not in the tree. Each of these leaves ``async with Scheduler(...)`` as
+itself, never inside an ``ExceptionGroup`` (the rule is :class:`~semisched.Scheduler`'s).
+Provider exceptions (``openai.*``) are mapped to it in exactly one place,
+:mod:`semisched.runtime.failures`, and always chained, so ``err.__cause__`` is the original.
 
 What this module is not: it raises nothing itself and reads no exception. The
 classes that belong to one capability live beside it (``StateUnavailable`` in

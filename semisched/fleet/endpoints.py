@@ -18,6 +18,7 @@ environment (API keys stay where the caller put them: in its clients).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from types import MappingProxyType
@@ -134,7 +135,8 @@ class Endpoint:
 
     Raises:
         ValueError: A bad value, naming the argument.
-        TypeError: ``client`` has no ``chat.completions``, or an unknown option.
+        TypeError: ``client`` has no ``chat.completions`` or is openai's
+            synchronous ``OpenAI`` (give ``AsyncOpenAI``), or an unknown option.
     """
 
     def __init__(
@@ -145,6 +147,12 @@ class Endpoint:
             raise TypeError(
                 f"client={client!r} of endpoint {name!r} must be an OpenAI-compatible client "
                 "(with chat.completions)"
+            )
+        sync_client = getattr(sys.modules.get("openai"), "OpenAI", None)  # imported if in use
+        if sync_client is not None and isinstance(client, sync_client):
+            raise TypeError(
+                f"client={client!r} of endpoint {name!r} is openai's synchronous client, whose "
+                "calls cannot be awaited: pass openai.AsyncOpenAI (or AsyncAzureOpenAI)"
             )
         self.spec = endpoint_spec(name, learn_limits=learn_limits, **options)
         model_map = options.get("model_map")

@@ -29,6 +29,14 @@ Rules:
    <semisched.core.tenants.config.TenantConfig.tenant_for>`): an unknown name is a
    ``ValueError`` naming the declared tenants, never silently the default
    tenant, since a typo must not change who pays.
+7. What can never succeed is refused here, not sent: an output cap outside
+   ``[1, MAX_OUTPUT_TOKENS]`` (providers refuse 0; no model's context holds
+   10**8 tokens), a ``prior`` outside ``1 <= p50 <= p90 <= MAX_OUTPUT_TOKENS``
+   (an answer has one token or more, and no more than a cap allows), a
+   ``deadline`` outside ``(0, MAX_DEADLINE_S]`` seconds (it counts from
+   submission: 10**8 s is three years, ``time.time()`` is 1.7e9; no deadline
+   is ``None``). A cap within the limit but beyond one model's context is the
+   provider's to refuse (a 400, never retried).
 
 What this module is not: it reads no clock, builds no core request (the
 deadline stays relative; the runtime anchors it on its clock) and asks no
@@ -53,6 +61,8 @@ from semisched.priors.sources import PriorQuery
 from semisched.runtime.estimate import prompt_bytes
 
 __all__ = [
+    "MAX_DEADLINE_S",
+    "MAX_OUTPUT_TOKENS",
     "SCHEDULER_ARGS",
     "Api",
     "CallArgs",
@@ -72,6 +82,14 @@ R = TypeVar("R")
 Api = Literal["chat", "completions"]
 
 _CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
+
+#: The largest output cap, and prior p90, a call may give (module rule 7): ten
+#: times the largest context window offered when this was written (10M tokens),
+#: so no provider serves more; a model's own, smaller limit is the provider's 400.
+MAX_OUTPUT_TOKENS: Final = 100_000_000
+#: The longest ``deadline`` (seconds from submission; module rule 7): about three
+#: years, far above any wait and far below an absolute timestamp (~1.7e9).
+MAX_DEADLINE_S: Final = 1e8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,13 +163,16 @@ class CallArgs:
         klass: Scheduling class; default ``interactive`` for short priors, else
             the batch class.
         deadline: Seconds from now (on the scheduler's clock) after which the
-            answer is useless.
+            answer is useless: a finite number in ``(0, 1e8]``
+            (:data:`MAX_DEADLINE_S`); ``None``: no deadline.
         prior: Output-length prior (a :class:`~semisched.core.Prior` or
-            ``(p50, p90)``); default from the scheduler's prior source.
+            ``(p50, p90)`` output tokens, ``1 <= p50 <= p90 <= 10**8``:
+            :data:`MAX_OUTPUT_TOKENS`); default from the scheduler's prior source.
         tenant: The declared tenant it is sent for (and charged to); ``None``:
             the default tenant. An undeclared name raises ``ValueError``.
         params: Passed to the provider unchanged (``max_completion_tokens``,
-            ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...).
+            ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...);
+            an output cap is an int in ``[1, 10**8]`` (:data:`MAX_OUTPUT_TOKENS`).
     """
 
     model: str
@@ -286,16 +307,22 @@ def scheduler_config(
         Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
 
     Raises:
-        TypeError: ``retry`` or ``routing`` of the wrong kind.
+        TypeError: ``config``, ``retry`` or ``routing`` of the wrong kind.
         ValueError: An unknown preset, or tenants declared twice.
     """
+    if not isinstance(config, SchedulerConfig | str):
+        raise TypeError(f"config={config!r} must be a SchedulerConfig or a preset's name")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
     if isinstance(routing, str):
         routing = RoutingConfig(policy=routing)
     elif routing is not None and not isinstance(routing, RoutingConfig):
         raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
-    config = preset(config) if isinstance(config, str) else config
+    if isinstance(config, str):
+        try:
+            config = preset(config)
+        except ValueError as exc:
+            raise ValueError(f"config={config!r}: {exc}") from None
     if retry is not None:
         config = replace(config, retry=retry)
     config = with_tenants(config, tenants)
@@ -339,8 +366,9 @@ def output_cap(params: Mapping[str, Any]) -> int | None:
 
     Raises:
         TypeError: A cap that is not an int (a bool is not).
-        ValueError: A negative cap, or ``max_completion_tokens`` and
-            ``max_tokens`` both given with different values.
+        ValueError: A cap outside ``[1, MAX_OUTPUT_TOKENS]`` (module rule 7), or
+            ``max_completion_tokens`` and ``max_tokens`` both given with
+            different values.
     """
     caps: dict[str, int] = {}
     for name in _CAP_NAMES:
@@ -349,8 +377,13 @@ def output_cap(params: Mapping[str, Any]) -> int | None:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}={value!r} must be an int")
-        if value < 0:
-            raise ValueError(f"{name}={value!r} must be an int >= 0")
+        if value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1 (providers refuse 0)")
+        if value > MAX_OUTPUT_TOKENS:
+            raise ValueError(
+                f"{name}={value!r} must be at most {MAX_OUTPUT_TOKENS:_}: "
+                "no model's context holds more"
+            )
         caps[name] = value
     if len(caps) == 2 and caps["max_completion_tokens"] != caps["max_tokens"]:
         raise ValueError(
@@ -419,16 +452,32 @@ def _check_deadline(deadline: object) -> None:
         raise TypeError(f"deadline={deadline!r} must be a number of seconds")
     if not math.isfinite(deadline) or deadline <= 0:
         raise ValueError(f"deadline={deadline!r} must be a finite number of seconds > 0")
+    if deadline > MAX_DEADLINE_S:
+        raise ValueError(
+            f"deadline={deadline!r} must be at most {MAX_DEADLINE_S:.0e} seconds: it counts "
+            "from submission (not a timestamp); pass deadline=None for no deadline"
+        )
 
 
 def _check_prior(prior: object) -> Prior | None:
-    if prior is None or isinstance(prior, Prior):
-        return prior
-    if not (isinstance(prior, tuple) and len(prior) == 2):
+    if prior is None:
+        return None
+    if isinstance(prior, Prior):
+        own = prior
+    elif not (isinstance(prior, tuple) and len(prior) == 2):
         raise TypeError(f"prior={prior!r} must be a Prior or a (p50, p90) tuple")
-    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in prior):
+    elif any(isinstance(v, bool) or not isinstance(v, int | float) for v in prior):
         raise TypeError(f"prior={prior!r} must hold two numbers (p50, p90)")
-    return Prior(p50=float(prior[0]), p90=float(prior[1]))
+    else:
+        try:
+            own = Prior(p50=float(prior[0]), p90=float(prior[1]))
+        except ValueError as exc:
+            raise ValueError(f"prior={prior!r}: {exc}") from None
+    if not 1 <= own.p50 <= own.p90 <= MAX_OUTPUT_TOKENS:  # module rule 7
+        raise ValueError(
+            f"prior={prior!r} must have 1 <= p50 <= p90 <= {MAX_OUTPUT_TOKENS:_} output tokens"
+        )
+    return own
 
 
 def _ask_for_usage(sent: dict[str, Any]) -> bool:

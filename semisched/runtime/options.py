@@ -13,22 +13,28 @@ whole, never field by field::
 
 :func:`removed_argument` names the new place of each keyword the constructor
 no longer takes, so an old call fails with a ``TypeError`` that says what to
-write instead.
+write instead. :func:`check_runtime_objects` checks the constructor's runtime
+objects (clock, telemetry, observers) before anything is built from them, so a
+wrong one is a ``TypeError`` naming the argument, not an error deep inside (or
+only on entering the context).
 
-What this module is not: it builds nothing and reads no environment.
+What this module is not: it builds nothing, imports no optional extra and
+reads no environment.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from semisched.core.checks import check_bool, check_int, check_number, check_str
 from semisched.priors.calibration import LengthCalibration
 from semisched.priors.sources import PriorSource
 from semisched.runtime.estimate import TokenEstimator
 
-__all__ = ["RuntimeOptions", "removed_argument"]
+__all__ = ["RuntimeOptions", "check_runtime_objects", "removed_argument"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,3 +132,40 @@ def removed_argument(names: object) -> TypeError | None:
         fields = ", ".join(f"{n}=..." for n in options)
         hints.append(f"{options} are runtime options: pass options=RuntimeOptions({fields})")
     return TypeError("Scheduler() no longer takes " + "; ".join(hints))
+
+
+def check_runtime_objects(*, clock: Any, metrics: Any, tracing: Any, observers: Any) -> None:
+    """Check ``Scheduler``'s runtime objects by what the runtime will call on them.
+
+    Args:
+        clock: ``None`` or a :class:`~semisched.runtime.clock.Clock` instance
+            (``now()``, ``sleep()``, ``to_wall()``).
+        metrics: A bool or a ``prometheus_client.CollectorRegistry``.
+        tracing: A bool or an ``opentelemetry.trace.TracerProvider``.
+        observers: A sequence (its items are checked where they are used).
+
+    Raises:
+        TypeError: One of them is of the wrong kind, naming it.
+    """
+    methods = ("now", "sleep", "to_wall")
+    if clock is not None and (
+        isinstance(clock, type) or not all(callable(getattr(clock, m, None)) for m in methods)
+    ):
+        raise TypeError(
+            f"clock={clock!r} must be a Clock instance with now(), sleep() and to_wall() "
+            "(e.g. AnyioClock()), or None"
+        )
+    _check_flag_or("metrics", metrics, "prometheus_client", "CollectorRegistry")
+    _check_flag_or("tracing", tracing, "opentelemetry.trace", "TracerProvider")
+    if isinstance(observers, str | bytes) or not isinstance(observers, Sequence):
+        raise TypeError(f"observers={observers!r} must be a sequence of RequestObserver")
+
+
+def _check_flag_or(name: str, value: Any, module: str, cls: str) -> None:
+    """``value`` is a bool or an instance of ``module.cls`` (an optional extra: when it is
+    not imported, nothing can be an instance of it, so it is not imported here)."""
+    if isinstance(value, bool):
+        return
+    kind = getattr(sys.modules.get(module), cls, None)
+    if kind is None or not isinstance(value, kind):
+        raise TypeError(f"{name}={value!r} must be True, False or an instance of {module}.{cls}")

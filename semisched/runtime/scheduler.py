@@ -73,7 +73,11 @@ from semisched.runtime.dispatch import Dispatcher
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.facade import ScheduledClient
 from semisched.runtime.layers import Configured
-from semisched.runtime.options import RuntimeOptions, removed_argument
+from semisched.runtime.options import (
+    RuntimeOptions,
+    check_runtime_objects,
+    removed_argument,
+)
 from semisched.runtime.pending import Pending
 from semisched.runtime.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.state.base import StateBackend
@@ -160,8 +164,23 @@ class Scheduler:
             state's ``namespace``.
 
     Raises:
-        TypeError: A keyword this constructor no longer takes (``routing=``,
-            ``retry=``, ``seed=``, ...), naming where it went.
+        TypeError: An argument of the wrong kind, naming it: openai's synchronous
+            ``OpenAI`` client (give ``AsyncOpenAI``), a ``config`` that is not a
+            config or a preset's name, a ``clock`` without ``now``/``sleep``/
+            ``to_wall``, ``metrics`` or ``tracing`` that is neither a bool nor a
+            registry or provider; or a keyword this constructor no longer takes
+            (``routing=``, ``retry=``, ``seed=``, ...), naming where it went.
+        ValueError: A bad value, naming it (an unknown preset or prior source).
+
+    Errors inside ``async with``: what the block raises (an outcome of
+    ``submit`` such as :class:`~semisched.errors.ProviderError`, or the
+    caller's own exception) leaves the block as itself, never wrapped in an
+    ``ExceptionGroup``, so ``except ProviderError`` around the block catches
+    it. The scheduler's own tasks raise nothing of their own (each outcome
+    goes to the caller that submitted the request), so an exception there is
+    a bug or an interrupt: alone, it too leaves as itself; together with the
+    block's, both leave as one ``BaseExceptionGroup`` (catch with
+    ``except*``), so that neither is lost.
     """
 
     def __init__(
@@ -182,6 +201,7 @@ class Scheduler:
         if error := removed_argument(removed):
             raise error
         check_instance("options", options, RuntimeOptions)
+        check_runtime_objects(clock=clock, metrics=metrics, tracing=tracing, observers=observers)
         self.config = scheduler_config(config)
         self.options = options
         source, self._prior_choice, self._load_priors = scheduler_priors(priors)
@@ -248,7 +268,8 @@ class Scheduler:
         tb: TracebackType | None,
     ) -> bool | None:
         """Leaving normally waits for every pending request; leaving with an
-        exception resolves them with :class:`SchedulerClosed` at once."""
+        exception resolves them with :class:`SchedulerClosed` at once. Errors
+        leave as the class docstring says: one error as itself, several as a group."""
         assert self._tg is not None
         self._closed = True
         try:
@@ -262,11 +283,13 @@ class Scheduler:
             self._tg.cancel_scope.cancel()
             self._priors.close()
             try:
-                await self._tg.__aexit__(exc_type, exc, tb)
+                error = await _leave(self._tg, exc_type, exc, tb)
             finally:
                 if self._shared is not None:
                     with anyio.CancelScope(shield=True):
                         await self._shared.close()
+            if error is not None and error is not exc:
+                raise error  # a task's lone error; the block's own leaves unchanged below
         return None
 
     # -- the public calls ------------------------------------------------------------------
@@ -288,7 +311,10 @@ class Scheduler:
 
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
-                (:func:`semisched.runtime.calls.prepare_call`).
+                (:func:`semisched.runtime.calls.prepare_call`), and what can
+                never succeed: an output cap outside ``[1, 10**8]``, a prior
+                outside ``1 <= p50 <= p90 <= 10**8``, a deadline outside
+                ``(0, 1e8]`` seconds (:mod:`semisched.runtime.calls`, rule 7).
             RequestError: An outcome (see :mod:`semisched.errors`).
         """
         prepared = self._prepare(call)
@@ -448,3 +474,20 @@ class Scheduler:
             tenant=call.tenant,
         )
         return request, calibrated
+
+
+async def _leave(
+    tg: TaskGroup,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> BaseException | None:
+    """Leave the task group; the one error of a group of one is returned, not raised
+    (``Scheduler``'s rule: the caller meets it as itself). Several are raised as the group."""
+    try:
+        await tg.__aexit__(exc_type, exc, tb)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        return group.exceptions[0]
+    return None

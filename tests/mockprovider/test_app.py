@@ -209,6 +209,30 @@ async def test_bad_completion_requests_get_openai_400(
     assert response.json()["error"]["param"] == param
 
 
+async def test_a_cap_beyond_the_context_window_is_refused_at_once_like_vllm() -> None:
+    async with serve(MockConfig()) as mock:
+        start = anyio.current_time()
+        with pytest.raises(openai.BadRequestError) as info:
+            await mock.chat(max_tokens=10**12)
+        waited = anyio.current_time() - start
+        stats = await mock.stats()
+        async with serve(MockConfig(context_tokens=4096)) as small:
+            with pytest.raises(openai.BadRequestError) as smaller:
+                await small.chat(max_completion_tokens=4093)
+            assert (await small.chat(max_completion_tokens=4092)).usage is not None
+    assert waited == 0.0  # answered, not decoded until a timeout
+    assert info.value.body == {
+        "message": "'max_tokens' or 'max_completion_tokens' is too large: 1000000000000. "
+        f"This model's maximum context length is 131072 tokens and your request has "
+        f"{PROMPT_TOKENS} input tokens (1000000000000 > 131072 - {PROMPT_TOKENS}).",
+        "type": "BadRequestError",
+        "param": "max_tokens",
+        "code": 400,
+    }
+    assert "maximum context length is 4096 tokens" in smaller.value.message
+    assert stats.counters.bad_requests == 1 and stats.physics.submitted == 0
+
+
 async def test_openai_client_raises_bad_request_and_unknown_routes_are_openai_shaped() -> None:
     async with serve(MockConfig()) as mock:
         with pytest.raises(openai.BadRequestError) as info:

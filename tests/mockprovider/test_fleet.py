@@ -225,6 +225,14 @@ def test_top_level_keys_are_defaults_that_an_endpoint_overrides(tmp_path: Path) 
         fleet.config("c")
 
 
+def test_a_fleet_file_sets_each_endpoints_context_window(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text('context_tokens = 8192\n[[endpoint]]\nname = "a"\n'
+                    '[[endpoint]]\nname = "b"\ncontext_tokens = 32768\n')  # fmt: skip
+    fleet = load_fleet(path)
+    assert (fleet.config("a").context_tokens, fleet.config("b").context_tokens) == (8192, 32768)
+
+
 ONE = '[[endpoint]]\nname = "a"\n'
 
 BAD_FILES = [

@@ -52,6 +52,8 @@ REPO = Path(__file__).resolve().parents[2]  # `-m mockprovider` runs this checko
         ("default_output_tokens", -1),
         ("model", ""),
         ("physics", "default"),
+        ("context_tokens", 0),
+        ("context_tokens", 4096.0),
     ],
 )
 def test_config_validation_names_the_field(field: str, value: object) -> None:
@@ -116,6 +118,14 @@ def test_cli_outages_are_repeatable_windows() -> None:
     assert config.outages == ((60.0, 120.0), (300.0, 330.5))
     assert config.seed == 3
     assert config_from_args(parser.parse_args([]), parser) == MockConfig()  # its own defaults
+
+
+def test_cli_context_window() -> None:
+    parser = build_parser()
+    config = config_from_args(parser.parse_args(["--context-tokens", "4096"]), parser)
+    assert config.context_tokens == 4096
+    assert MockConfig().context_tokens == 131_072
+    assert "--context-tokens" in parser.format_help()
 
 
 # -- the real server ------------------------------------------------------------------------

@@ -66,3 +66,38 @@ def test_a_stream_reassembles_to_the_json_answer(chat: bool) -> None:
     assert text == whole
     assert len(whole.split()) == 9
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_cap_beyond_the_context_window_is_vllms_400() -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_job({}, json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 95}).encode(),
+                  chat=True, default_output=7, context_tokens=100)  # fmt: skip
+    assert info.value.message == (
+        "'max_tokens' or 'max_completion_tokens' is too large: 95. This model's maximum "
+        "context length is 100 tokens and your request has 10 input tokens (95 > 100 - 10)."
+    )
+    error = info.value
+    assert (error.param, error.type, error.code) == ("max_tokens", "BadRequestError", 400)
+    fits = parse_job({}, json.dumps({"model": "m", "messages": MESSAGES,
+                                     "max_completion_tokens": 90}).encode(),
+                     chat=True, default_output=7, context_tokens=100)  # fmt: skip
+    assert fits.output_tokens == 90
+
+
+def test_a_prompt_that_fills_the_context_window_is_vllms_400() -> None:
+    body = json.dumps({"model": "m", "prompt": "x"}).encode()
+    with pytest.raises(BadRequest) as info:
+        parse_job({"x-mock-input-tokens": "100"}, body, chat=False, default_output=7,
+                  context_tokens=100)  # fmt: skip
+    assert info.value.message.startswith(
+        "This model's maximum context length is 100 tokens. However, your request has 100 "
+        "input tokens."
+    )
+    assert info.value.param == "prompt"
+
+
+def test_without_a_cap_the_context_window_cuts_the_answer() -> None:
+    body = json.dumps({"model": "m", "messages": MESSAGES}).encode()
+    cut = parse_job({"x-mock-output-tokens": "500"}, body, chat=True, default_output=7,
+                    context_tokens=100)  # fmt: skip
+    assert (cut.output_tokens, cut.finish_reason) == (90, "length")

@@ -63,7 +63,6 @@ def test_a_completions_call_and_its_prior_query() -> None:
         ({"max_completion_tokens": 80, "max_tokens": 80}, 80),
         ({"max_completion_tokens": 80, "max_tokens": None}, 80),
         ({"max_completion_tokens": None, "max_tokens": 50}, 50),
-        ({"max_tokens": 0}, 0),
     ],
 )
 def test_one_rule_for_the_output_cap(params: dict[str, Any], cap: int | None) -> None:
@@ -82,6 +81,8 @@ def test_one_rule_for_the_output_cap(params: dict[str, Any], cap: int | None) ->
         ({"max_tokens": 10.0}, TypeError, "max_tokens="),
         ({"max_tokens": "10"}, TypeError, "max_tokens="),
         ({"max_tokens": -1}, ValueError, "max_tokens=-1"),
+        ({"max_tokens": 0}, ValueError, "max_tokens=0 must be an int >= 1"),
+        ({"max_completion_tokens": 10**8 + 1}, ValueError, "must be at most 100_000_000"),
     ],
 )
 def test_bad_output_caps(params: dict[str, Any], error: type[Exception], match: str) -> None:

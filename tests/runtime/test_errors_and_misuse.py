@@ -1,0 +1,167 @@
+"""What a caller sees when something goes wrong: errors leave ``async with`` as themselves,
+calls that can never succeed are refused before anything is sent, and constructor misuse is a
+``TypeError``/``ValueError`` naming the argument, at construction.
+
+Virtual time (the in-process mock) except one test against a real closed port on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Any
+
+import openai
+import pytest
+from runtime_kit import Scripted, chat, mock_client
+
+from semisched import AnyioClock, Endpoint, Prior, ProviderError, RetryPolicy, Scheduler, preset
+from semisched.core.lifecycle import FailureKind
+
+pytestmark = pytest.mark.anyio
+
+
+# -- errors leave the block as themselves -----------------------------------------------------
+
+
+async def test_a_provider_error_leaves_async_with_as_itself() -> None:
+    caught: ProviderError | None = None
+    async with mock_client(script=[Scripted(400)]) as mock:
+        try:
+            async with Scheduler(mock.client) as s:
+                await s.submit(**chat(max_tokens=5))
+        except ProviderError as exc:  # not an ExceptionGroup around it
+            caught = exc
+    assert type(caught) is ProviderError
+    assert caught.status_code == 400 and caught.attempts == 1
+    assert isinstance(caught.__cause__, openai.BadRequestError)
+
+
+async def test_the_callers_own_exception_leaves_as_itself() -> None:
+    mine = LookupError("the caller's own")
+    caught: LookupError | None = None
+    async with mock_client() as mock:
+        try:
+            async with Scheduler(mock.client) as s:
+                await s.submit(**chat(max_tokens=5))
+                raise mine
+        except LookupError as exc:
+            caught = exc
+    assert caught is mine
+
+
+class _BreakingClock(AnyioClock):
+    """The loop's clock, until ``broken``: then converting to wall seconds fails."""
+
+    broken = False
+
+    def to_wall(self, seconds: float) -> float:
+        if self.broken:
+            raise RuntimeError("the clock broke")
+        return super().to_wall(seconds)
+
+
+async def test_a_lone_error_of_the_schedulers_own_task_leaves_as_itself() -> None:
+    clock = _BreakingClock()
+    caught: RuntimeError | None = None
+    async with mock_client() as mock:
+        try:
+            async with Scheduler(mock.client, clock=clock) as s:
+                clock.broken = True  # the attempt's task reads it for the deadline
+                await s.submit(**chat(max_tokens=5), deadline=30)
+        except RuntimeError as exc:
+            caught = exc
+    assert caught is not None and str(caught) == "the clock broke"
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then closed: connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.wallclock
+async def test_server_down_the_readme_way_is_caught_as_provider_error() -> None:
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="k")
+    config = preset("final_adrr_olc", retry=RetryPolicy(max_attempts=2, base_delay_s=0.01))
+    caught: ProviderError | None = None
+    try:
+        async with client, Scheduler(client, config=config) as scheduler:
+            await scheduler.client.chat.completions.create(**chat(max_tokens=20), deadline=30)
+    except ProviderError as exc:
+        caught = exc
+    assert type(caught) is ProviderError
+    assert caught.kind is FailureKind.CONNECTION and caught.attempts == 2
+    assert isinstance(caught.__cause__, openai.APIConnectionError)
+
+
+# -- calls that can never succeed are refused before anything is sent ------------------------
+
+
+@pytest.mark.parametrize(
+    ("refused", "at_the_limit", "match"),
+    [
+        ({"max_tokens": 0}, {"max_tokens": 1}, r"^max_tokens=0 must be an int >= 1"),
+        ({"max_completion_tokens": 0}, {"max_completion_tokens": 1}, r"^max_completion_tokens=0 "),
+        (
+            {"max_tokens": 10**12},
+            {"max_tokens": 10**8},  # sent: beyond the mock's context, its 400 answers it
+            r"^max_tokens=1000000000000 must be at most 100_000_000",
+        ),
+        ({"prior": (0, 0)}, {"prior": (1, 1)}, r"^prior=\(0, 0\) must have 1 <= p50 <= p90"),
+        ({"prior": Prior(p50=0.0, p90=0.0)}, {"prior": Prior(p50=1.0, p90=1.0)}, r"^prior=Prior"),
+        ({"prior": (1e300, 1e301)}, {"prior": (1, 10**8)}, r"^prior=\(1e\+300, 1e\+301\) must"),
+        ({"prior": (50, 10)}, {"prior": (10, 10)}, r"^prior=\(50, 10\): p90=10.0 must be >= p50"),
+        ({"deadline": 1e300}, {"deadline": 1e8}, r"^deadline=1e\+300 must be at most 1e\+08 s"),
+        ({"deadline": time.time() + 30}, {"deadline": 1e8}, r"^deadline=.* counts from submission"),
+    ],
+)
+async def test_submit_refuses_what_can_never_succeed_before_sending(
+    refused: dict[str, Any], at_the_limit: dict[str, Any], match: str
+) -> None:
+    async with mock_client() as mock, Scheduler(mock.client) as s:
+        with pytest.raises(ValueError, match=match):
+            await s.submit(**chat(**refused))
+        with pytest.raises(ValueError, match=match):
+            s.check(**chat(**refused))
+        stats = s.statistics()
+        assert mock.recorder.log == []  # nothing reached the provider
+        assert stats.counters.submitted == 0 and stats.pending == 0
+        with contextlib.suppress(ProviderError):
+            await s.submit(**chat(**at_the_limit))
+    assert len(mock.recorder.log) == 1  # the limit itself is sent
+
+
+# -- constructor misuse: a TypeError or ValueError naming the argument, at construction ------
+
+
+def test_the_sync_openai_client_is_refused_naming_async_openai() -> None:
+    sync = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
+    with pytest.raises(TypeError, match=r"synchronous client.*openai\.AsyncOpenAI"):
+        Scheduler(sync)
+    with pytest.raises(TypeError, match=r"endpoint 'east' is openai's synchronous.*AsyncOpenAI"):
+        Endpoint("east", sync)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"config": 123}, TypeError, r"^config=123 must be a SchedulerConfig or a preset's name"),
+        ({"config": "nope"}, ValueError, r"^config='nope': name='nope' must be one of"),
+        ({"metrics": "yes"}, TypeError, r"^metrics='yes' must be True, False or an instance of "),
+        ({"metrics": None}, TypeError, r"^metrics=None must be"),
+        ({"tracing": "x"}, TypeError, r"^tracing='x' must be True, False or an instance of "),
+        ({"clock": object()}, TypeError, r"^clock=<object .* must be a Clock instance"),
+        ({"clock": AnyioClock}, TypeError, r"^clock=<class .* must be a Clock instance"),
+        ({"observers": 123}, TypeError, r"^observers=123 must be a sequence"),
+    ],
+)
+def test_constructor_misuse_names_the_argument(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
+    with pytest.raises(error, match=match):
+        Scheduler(client, **kwargs)
