@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from semisched.core.errors import SemischedError
@@ -129,12 +129,17 @@ class Grant:
         scope: When refused, the key of the scope that refused (the longest wait).
         reason: When refused, ``"rpm"``, ``"tpm"``, ``"concurrency"``, ``"paused"``
             or ``"never"`` (the tokens exceed the scope's whole ``tpm``).
+        workers: Workers registered in the namespace at that instant (0: not reported).
+        used: What each scope's window held after it (``(key, requests, tokens)``; empty:
+            not reported). A fallback starts from the last report (:mod:`semisched.state.guard`).
     """
 
     ok: bool
     wait_s: float = 0.0
     scope: str = ""
     reason: str = ""
+    workers: int = field(default=0, compare=False)
+    used: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +197,11 @@ class StateBackend(Protocol):
 
     async def heartbeat(self) -> None:
         """Renew this worker's registration and every lease it holds (``lease_ttl_s``)."""
+
+    async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
+        """Charge sends this worker made without the store (``(request id, age in seconds,
+        tokens)``) in ``scope``'s window, each at its time, without a lease; a request
+        already charged there is left as it is. Returns how many were charged."""
 
     async def pause(self, scope: Scope, seconds: float) -> None:
         """Refuse every reservation in ``scope`` for ``seconds`` (wall), for everyone."""

@@ -6,7 +6,17 @@ the server's clock in µs. Values only: nothing here talks to Redis.
 
 from __future__ import annotations
 
-__all__ = ["HEARTBEAT", "PAUSE", "PRELUDE", "RESERVE", "SETTLE", "SOURCES", "USAGE", "WORKERS"]
+__all__ = [
+    "HEARTBEAT",
+    "PAUSE",
+    "PRELUDE",
+    "RECORD",
+    "RESERVE",
+    "SETTLE",
+    "SOURCES",
+    "USAGE",
+    "WORKERS",
+]
 
 PRELUDE = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -38,8 +48,10 @@ local function purge(charges, tokens, leases, now, window)
 end
 """
 
-# KEYS: per scope charges, tokens, leases, pause. ARGV: member, milli-tokens, lease µs,
-# then per scope rpm, tpm (milli-tokens), max_concurrency (0: unlimited), window µs.
+# KEYS: per scope charges, tokens, leases, pause, then the workers. ARGV: member,
+# milli-tokens, lease µs, then per scope rpm, tpm (milli-tokens), max_concurrency (0:
+# unlimited), window µs. Returns {1, report} or {0, wait µs, scope index, reason, report};
+# the report: the workers registered now, then per scope its charges and milli-tokens.
 RESERVE = """
 local member, units, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, stamp = clock()
@@ -58,7 +70,16 @@ local function tpm_wait(charges, tokens, need, count)
   end
   return now
 end
-for i = 1, #KEYS / 4 do
+local scopes = (#KEYS - 1) / 4
+local function report(out)
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[#KEYS], '(' .. now, '+inf')
+  for i = 1, scopes do
+    out[#out + 1] = redis.call('ZCARD', KEYS[4*i-3])
+    out[#out + 1] = tonumber(redis.call('HGET', KEYS[4*i-2], 'total')) or 0
+  end
+  return out
+end
+for i = 1, scopes do
   local charges, tokens, leases, pause = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
   local rpm, tpm = tonumber(ARGV[4*i]), tonumber(ARGV[4*i+1])
   local cap, window = tonumber(ARGV[4*i+2]), tonumber(ARGV[4*i+3])
@@ -88,8 +109,8 @@ for i = 1, #KEYS / 4 do
     end
   end
 end
-if why ~= '' then return {0, worst, where, why} end
-for i = 1, #KEYS / 4 do
+if why ~= '' then return report({0, worst, where, why}) end
+for i = 1, scopes do
   local charges, tokens, leases = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1]
   if redis.call('HSETNX', tokens, member, units) == 0 then
     local renamed = member .. '#' .. stamp
@@ -105,7 +126,27 @@ for i = 1, #KEYS / 4 do
   arm(ms, tokens, charges)
   arm(ms, leases)
 end
-return {1}
+return report({1})
+"""
+
+# KEYS: one scope's charges, tokens, leases. ARGV: window µs, lease µs, then per send
+# member, age µs, milli-tokens (a member already charged is left as it is).
+RECORD = """
+local window, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local charges, tokens, leases = KEYS[1], KEYS[2], KEYS[3]
+local now = clock()
+purge(charges, tokens, leases, now, window)
+local recorded = 0
+for i = 3, #ARGV, 3 do
+  local member, age, units = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if age < window and redis.call('HSETNX', tokens, member, units) == 1 then
+    redis.call('ZADD', charges, now - age, member)
+    redis.call('HINCRBY', tokens, 'total', units)
+    recorded = recorded + 1
+  end
+end
+if recorded > 0 then arm(math.ceil((window + lease) / 1000), tokens, charges) end
+return recorded
 """
 
 # KEYS: per scope charges, tokens, leases. ARGV: member, milli-tokens, then per scope window µs.
@@ -194,6 +235,7 @@ SOURCES = {
     name: PRELUDE + body
     for name, body in (
         ("reserve", RESERVE),
+        ("record", RECORD),
         ("settle", SETTLE),
         ("heartbeat", HEARTBEAT),
         ("workers", WORKERS),
