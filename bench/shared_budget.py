@@ -44,8 +44,9 @@ limit), and 3 s (wall) after the mock's first request Redis is either ``kill``-e
 (``SIGKILL``) and restarted 1 s later on the same port (an empty store), or ``stop``-ped
 (``SIGSTOP``) for 6 s and continued. Reported per fault: the mock's 429s; of the 429s
 the workers saw, those sent while the store was down and those sent after it was back;
-the workers counted in the namespace as each worker last saw it; and what the table
-above reports (``faults.csv``, ``faults_summary.csv``).
+and what the table
+above reports (``faults.csv``, ``faults_summary.csv``); and, from each worker's log,
+the share its fallback warning named and its "rejoined" lines.
 
 What this module is not: a simulation (everything is real processes on loopback), and
 not tuned: the tables print what was measured.
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -274,19 +276,33 @@ def run_fault(config: SharedBudgetConfig, fault: str, seed: int, logdir: Path) -
             server.start() if fault == "kill" else server.resume()
             up = time.time()
             results = fleet.results()
+            logs = [log.read_text() for log in fleet.logs]
         counters = mock_counters(url)
-    seen = [(float(t), fault) for r in results for t, status, _ in r["sends"] if status == 429]
+    seen = [float(t) for r in results for t, status, _ in r["sends"] if status == 429]
     row = {"condition": fault, "workers": n, "seed": seed,
            **measure(results, counters, rpm=config.rpm, tpm=config.tpm),
            "wall_s": time.perf_counter() - wall,
-           "down_429s": sum(down <= t < up for t, _ in seen),
-           "after_429s": sum(t >= up for t, _ in seen),
-           "workers_seen": " ".join(str(r["state"]["workers"]) for r in results)}  # fmt: skip
-    print(f"fault {fault:<5} N={n} seed {seed}: 429s {row['provider_429s']} (down "
-          f"{row['down_429s']}, after {row['after_429s']}), completed {row['completed']}/"
-          f"{row['requests']}, lost {row['lost']}, workers seen {row['workers_seen']}",
+           "before_429s": sum(t < down for t in seen),
+           "down_429s": sum(down <= t < up for t in seen),
+           "after_429s": sum(t >= up for t in seen),
+           "tpm_429s": counters["rate_limited_tokens"],
+           **fault_logs(logs)}  # fmt: skip
+    print(f"fault {fault:<5} N={n} seed {seed}: 429s {row['provider_429s']} (before "
+          f"{row['before_429s']}, down {row['down_429s']}, after {row['after_429s']}; tpm "
+          f"{row['tpm_429s']}), completed {row['completed']}/{row['requests']}, lost "
+          f"{row['lost']}, shares {row['shares']}, rejoins {row['rejoins']}",
           flush=True)  # fmt: skip
     return row
+
+
+def fault_logs(logs: Sequence[str]) -> dict[str, Any]:
+    """From the workers' stderr: each one's fallback share at its first loss (``1/N``) and
+    how many "rejoined" lines it logged."""
+    shares = [re.search(r"limit \(1/(\d+)\)", log) for log in logs]
+    return {
+        "shares": " ".join(f"1/{m.group(1)}" if m else "-" for m in shares),
+        "rejoins": " ".join(str(log.count("rejoined namespace")) for log in logs),
+    }
 
 
 def probe(redis_url: str, n: int, count: int, logdir: Path) -> tuple[float, float]:
@@ -407,8 +423,9 @@ METRICS: Final = ("makespan_s", "provider_429s", "client_429s", "refused", "req_
                   "probe_p99_ms", "completed", "failed",
                   "lost", "fallbacks", "wall_s")  # fmt: skip
 #: The fault runs' summary metrics.
-FAULT_METRICS: Final = ("provider_429s", "down_429s", "after_429s", "client_429s", "makespan_s",
-                        "completed", "failed", "lost", "fallbacks", "util")  # fmt: skip
+FAULT_METRICS: Final = ("provider_429s", "before_429s", "down_429s", "after_429s", "tpm_429s",
+                        "client_429s", "makespan_s", "completed", "failed", "lost", "fallbacks",
+                        "util")  # fmt: skip
 
 
 def summarize(
@@ -550,21 +567,22 @@ def fault_table(faults: Sequence[Mapping[str, Any]], config: SharedBudgetConfig)
         f"{c.fault_workers} workers x {c.fault_calls} calls, every one at the full limit, "
         "one Redis namespace; 3 s (wall) after the mock's first request Redis is killed "
         "(`SIGKILL`) and restarted 1 s later, empty (`kill`), or stopped (`SIGSTOP`) for 6 s "
-        "(`stop`). 429s as the mock counted them; `down` / `after`: the 429s the workers "
-        "saw, sent while the store was down / after it was back; `workers seen`: the "
-        "namespace's workers as each worker last counted them. mean ± std of runs.", "",
-        "| fault | runs | 429s | down | after | completed | lost | fallbacks | makespan s "
-        "| workers seen |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "(`stop`). 429s as the mock counted them; `before` / `down` / `after`: the 429s the "
+        "workers saw, sent before the fault / while the store was down / after it was back; "
+        "`shares`: each worker's fallback share as its warning logged it; `rejoins`: its "
+        "\"rejoined\" lines (one run per `;`). mean ± std of runs.", "",
+        "| fault | runs | 429s | before | down | after | completed | lost | makespan s "
+        "| shares | rejoins |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for row in summarize(faults, FAULT_METRICS):
-        seen = "; ".join(str(r["workers_seen"]) for r in faults
-                         if r["condition"] == row["condition"])  # fmt: skip
+        runs = [r for r in faults if r["condition"] == row["condition"]]
         lines.append(
             f"| {row['condition']} | {row['runs']} | {_pm(row, 'provider_429s', 1)} | "
-            f"{_pm(row, 'down_429s', 1)} | {_pm(row, 'after_429s', 1)} | "
-            f"{_pm(row, 'completed', 0)} | {_pm(row, 'lost', 0)} | {_pm(row, 'fallbacks', 1)} | "
-            f"{_pm(row, 'makespan_s', 0)} | {seen} |"
+            f"{_pm(row, 'before_429s', 1)} | {_pm(row, 'down_429s', 1)} | "
+            f"{_pm(row, 'after_429s', 1)} | {_pm(row, 'completed', 0)} | {_pm(row, 'lost', 0)} | "
+            f"{_pm(row, 'makespan_s', 0)} | {'; '.join(str(r['shares']) for r in runs)} | "
+            f"{'; '.join(str(r['rejoins']) for r in runs)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -10,12 +10,14 @@ guard's rules 3 and 4 need:
 - :meth:`Memory.fallback`: a :class:`~semisched.state.local.LocalState` in which
   every fallback send counts ``N`` times (``weight``) and each limited scope
   ``K`` appears twice. ``K`` holds the fleet's window as last reported: the
-  others' charges (reported minus this worker's own up to the report) at the
-  report's time, this worker's own sends at their times, against the whole
-  limit. ``K/share`` holds this worker's own sends ``N`` times each against
-  ``N`` times its share (``limit // N``, at least 1) and the concurrency share.
-  Each worker's fallback sends in a window then stay within ``(limit - what
-  the window held) / N`` and within its share, whatever the others sent before.
+  others' charges (reported minus this worker's own up to the report), held a
+  whole window from the loss (a report may be a refusal's wait old, and the
+  others' charges it counted may since have been replaced by later ones), and
+  this worker's own sends at their times, against the whole limit. ``K/share``
+  holds this worker's own sends ``N`` times each against ``N`` times its share
+  (``limit // N``, at least 1) and the concurrency share. Each worker's fallback
+  sends in a window then stay within ``(limit - what the window held) / N`` and
+  within its share, whatever the others sent before.
 - :meth:`Memory.unrecorded`: the sends to charge in the shared window on
   rejoining, per scope, each with its age. A send admitted by the store goes
   under its request id (the store keeps an existing charge as it is: after a
@@ -149,8 +151,8 @@ class Memory:
             own = [x for x in self._sent if x.at <= report.at and key in _keys(x.scopes)]
             requests = report.requests - len(own)
             tokens = max(0.0, report.tokens - sum(x.tokens for x in own))
-            if requests > 0:
-                seeds.append((report.at, "others", tokens, _plain(report.scope), requests))
+            if requests > 0:  # held a whole window from now (module docstring)
+                seeds.append((now, "others", tokens, _plain(report.scope), requests))
         for at, request_id, tokens, scope, count in sorted(seeds, key=lambda x: x[0]):
             local.seed(request_id, tokens, [scope], at, count)
         return local

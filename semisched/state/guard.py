@@ -26,10 +26,10 @@ Rules:
 
    a. *The share*: its own sends of the last window plus its fallback sends fit
       ``limit // N`` (at least 1) of the window.
-   b. *The fleet's window*: the window as the last reservation reported it
-      (:attr:`~semisched.state.base.Grant.used`; the others' charges held until
-      the report's time plus a window), plus its own sends since, plus ``N`` times
-      each fallback send, fit the whole limit. Every worker doing the same, the
+   b. *The fleet's window*: the others' part of the window as the last
+      reservation reported it (:attr:`~semisched.state.base.Grant.used`), held
+      a whole window from the loss, plus its own sends of the last window, plus
+      ``N`` times each fallback send, fit the whole limit. Every worker doing the same, the
       fallback sends of all of them together fit what the window had free.
 
    Concurrency is shared by rule a alone (``max_concurrency // N``; calls in

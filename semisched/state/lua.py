@@ -49,12 +49,15 @@ end
 """
 
 # KEYS: per scope charges, tokens, leases, pause, then the workers. ARGV: member,
-# milli-tokens, lease µs, then per scope rpm, tpm (milli-tokens), max_concurrency (0:
-# unlimited), window µs. Returns {1, report} or {0, wait µs, scope index, reason, report};
-# the report: the workers registered now, then per scope its charges and milli-tokens.
+# milli-tokens, lease µs, the worker, then per scope rpm, tpm (milli-tokens),
+# max_concurrency (0: unlimited), window µs. Returns {1, report}, {0, wait µs, scope
+# index, reason, report}, or {-1} when the worker is not registered; the report: the
+# workers registered now, then per scope its charges and milli-tokens.
 RESERVE = """
 local member, units, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, stamp = clock()
+local mine = tonumber(redis.call('ZSCORE', KEYS[#KEYS], ARGV[4]))
+if not mine or mine <= now then return {-1} end
 local worst, where, why = 0, 0, ''
 local function tpm_wait(charges, tokens, need, count)
   local freed = 0
@@ -81,8 +84,8 @@ local function report(out)
 end
 for i = 1, scopes do
   local charges, tokens, leases, pause = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
-  local rpm, tpm = tonumber(ARGV[4*i]), tonumber(ARGV[4*i+1])
-  local cap, window = tonumber(ARGV[4*i+2]), tonumber(ARGV[4*i+3])
+  local rpm, tpm = tonumber(ARGV[4*i+1]), tonumber(ARGV[4*i+2])
+  local cap, window = tonumber(ARGV[4*i+3]), tonumber(ARGV[4*i+4])
   local function refuse(wait, reason)
     if wait > worst then worst, where, why = wait, i, reason end
   end
@@ -122,7 +125,7 @@ for i = 1, scopes do
   redis.call('ZADD', charges, now, member)
   redis.call('HINCRBY', tokens, 'total', units)
   redis.call('ZADD', leases, now + lease, member)
-  local ms = math.ceil((tonumber(ARGV[4*i+3]) + lease) / 1000)
+  local ms = math.ceil((tonumber(ARGV[4*i+4]) + lease) / 1000)
   arm(ms, tokens, charges)
   arm(ms, leases)
 end

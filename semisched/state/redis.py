@@ -41,7 +41,11 @@ The scripts keep these rules:
    charges one request and the tokens and takes one lease in each; otherwise it
    writes nothing and answers the longest wait, its scope and its reason. Either
    way it reports the live registrations and what each scope's window holds
-   (:attr:`~semisched.state.base.Grant.used`). Waits
+   (:attr:`~semisched.state.base.Grant.used`). A worker that is not registered
+   (a restarted server, a registration that expired) is refused without a
+   charge and told so: :meth:`RedisState.reserve` raises
+   :class:`~semisched.state.base.StateUnavailable` until :meth:`~RedisState.heartbeat`
+   registers it again, so an empty store is never taken for an idle one. Waits
    are exact: ``rpm``, until enough of the oldest charges leave the window;
    ``tpm``, walking the charges in time order until enough tokens have left;
    concurrency, the earliest lease expiry capped at 50 ms (a release usually
@@ -229,7 +233,7 @@ class RedisState:
         if not scopes:
             return Grant(ok=True)
         keys: list[str] = []
-        args: list[str | int] = [self._member(request_id), units, self._lease_us]
+        args: list[str | int] = [self._member(request_id), units, self._lease_us, self.worker]
         for scope in _distinct(scopes):
             prefix = self._prefix(scope)
             keys += [f"{prefix}:charges", f"{prefix}:tokens", f"{prefix}:leases", f"{prefix}:pause"]
@@ -240,6 +244,11 @@ class RedisState:
         with self._mapped("reserve"):
             reply = await script(keys=[*keys, self._workers_key], args=args)
         self._round_trips.add(time.perf_counter() - started)
+        if int(reply[0]) == -1:
+            raise StateUnavailable(
+                f"Redis state at {self._where} unavailable (reserve): this worker is not "
+                "registered there (the server restarted, or its heartbeats stopped)"
+            )
         self._reservations += 1
         ok = int(reply[0]) == 1
         report = reply[1:] if ok else reply[4:]
