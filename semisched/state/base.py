@@ -68,6 +68,7 @@ __all__ = [
     "Grant",
     "Scope",
     "StateBackend",
+    "StateForgotten",
     "StateStats",
     "StateUnavailable",
     "check_usage",
@@ -79,6 +80,11 @@ USAGE_FLOOR = 1e-6
 
 class StateUnavailable(SemischedError):
     """The shared state cannot be reached (at start: the scheduler does not start)."""
+
+
+class StateForgotten(StateUnavailable):
+    """The shared state answered but no longer knew this worker (a restarted, empty
+    store, or a registration that expired): what it holds is not the whole window."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +202,8 @@ class StateBackend(Protocol):
         """Return the request's leases (its charges stay until their window passes)."""
 
     async def heartbeat(self) -> None:
-        """Renew this worker's registration and every lease it holds (``lease_ttl_s``)."""
+        """Renew this worker's registration and every lease it holds (``lease_ttl_s``);
+        :class:`StateForgotten` after registering a worker the store did not know."""
 
     async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
         """Charge sends this worker made without the store (``(request id, age in seconds,

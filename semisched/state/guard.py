@@ -73,7 +73,14 @@ import anyio
 from semisched.core.actions import Action
 from semisched.core.engine import Engine
 from semisched.runtime.clock import Clock
-from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
+from semisched.state.base import (
+    Grant,
+    Scope,
+    StateBackend,
+    StateForgotten,
+    StateStats,
+    StateUnavailable,
+)
 from semisched.state.fallback import SHARE, Memory
 from semisched.state.local import LocalState
 from semisched.state.usage import SharedUsage
@@ -336,7 +343,8 @@ class SharedBudget:
             return
         self._rejoining = True
         try:
-            await self.backend.heartbeat()
+            with contextlib.suppress(StateForgotten):  # registered again: what rejoining is
+                await self.backend.heartbeat()
             self.memory.count(await self.backend.workers())
             recorded = -1
             while recorded != self.memory.fallback_sends:  # sends made meanwhile too

@@ -168,11 +168,12 @@ end
 """
 
 # KEYS: workers, then one lease set per lease held. ARGV: worker, TTL µs, then the members.
+# Returns 1 when the worker was registered (0: it is now, and was not).
 HEARTBEAT = """
 local ttl = tonumber(ARGV[2])
 local now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+local known = redis.call('ZADD', KEYS[1], now + ttl, ARGV[1]) == 0 and 1 or 0
 arm(math.ceil(ttl / 1000), KEYS[1])
 local renewed = 0
 for i = 2, #KEYS do
@@ -180,7 +181,7 @@ for i = 2, #KEYS do
   renewed = renewed + redis.call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, ARGV[i + 1])
   arm(math.ceil(ttl / 1000), KEYS[i])
 end
-return renewed
+return known
 """
 
 # KEYS: workers.

@@ -44,8 +44,9 @@ The scripts keep these rules:
    (:attr:`~semisched.state.base.Grant.used`). A worker that is not registered
    (a restarted server, a registration that expired) is refused without a
    charge and told so: :meth:`RedisState.reserve` raises
-   :class:`~semisched.state.base.StateUnavailable` until :meth:`~RedisState.heartbeat`
-   registers it again, so an empty store is never taken for an idle one. Waits
+   :class:`~semisched.state.base.StateForgotten` until :meth:`~RedisState.heartbeat`
+   registers it again (which raises it once too, having done so), so an empty
+   store is never taken for an idle one. Waits
    are exact: ``rpm``, until enough of the oldest charges leave the window;
    ``tpm``, walking the charges in time order until enough tokens have left;
    concurrency, the earliest lease expiry capped at 50 ms (a release usually
@@ -88,6 +89,7 @@ from semisched.state.base import (
     USAGE_FLOOR,
     Grant,
     Scope,
+    StateForgotten,
     StateStats,
     StateUnavailable,
     check_usage,
@@ -245,10 +247,7 @@ class RedisState:
             reply = await script(keys=[*keys, self._workers_key], args=args)
         self._round_trips.add(time.perf_counter() - started)
         if int(reply[0]) == -1:
-            raise StateUnavailable(
-                f"Redis state at {self._where} unavailable (reserve): this worker is not "
-                "registered there (the server restarted, or its heartbeats stopped)"
-            )
+            raise StateForgotten(self._forgotten("reserve"))
         self._reservations += 1
         ok = int(reply[0]) == 1
         report = reply[1:] if ok else reply[4:]
@@ -308,10 +307,17 @@ class RedisState:
                     await pipe.execute()
 
     async def heartbeat(self) -> None:
-        """Renew this worker's registration and every live lease it holds, in one round trip."""
+        """Renew this worker's registration and every live lease it holds, in one round trip.
+
+        Raises:
+            StateForgotten: The server no longer knew this worker (restarted, or the
+                registration expired); it does now.
+        """
         self._connected()
         with self._mapped("heartbeat"):
-            await self._renew()
+            known = await self._renew()
+        if not known:
+            raise StateForgotten(self._forgotten("heartbeat"))
 
     async def pause(self, scope: Scope, seconds: float) -> None:
         """Refuse every reservation in ``scope`` for ``seconds`` (wall), for every worker."""
@@ -359,13 +365,18 @@ class RedisState:
             usage_syncs=self._usage_syncs,
         )
 
-    async def _renew(self) -> None:
+    async def _renew(self) -> bool:
+        """Register and renew; whether the worker was registered already."""
         keys, args = [self._workers_key], [self.worker, str(self._lease_us)]
         for request_id, lease_keys in self._leases.items():
             for key in sorted(lease_keys):
                 keys.append(key)
                 args.append(self._member(request_id))
-        await self._scripts["heartbeat"](keys=keys, args=args)
+        return int(await self._scripts["heartbeat"](keys=keys, args=args)) == 1
+
+    def _forgotten(self, action: str) -> str:
+        return (f"Redis state at {self._where} forgot this worker ({action}): the server "
+                "restarted, or its registration expired")  # fmt: skip
 
     def _member(self, request_id: str) -> str:
         if not isinstance(request_id, str) or not request_id:
