@@ -37,9 +37,12 @@ choice are fleet-wide. :mod:`semisched.state.usage` does this for the runtime,
 batching completions into at most one round trip per flush interval. Every
 process of a namespace must use the same half-life (the caller's decays the sums).
 
-When the store is lost (:class:`StateUnavailable` mid-run,
-:mod:`semisched.state.guard`), budgets fall back to this worker's share of
-each limit; tenant sharing simply stops: the engine keeps counting its own
+When the store is lost (:class:`StateUnavailable` mid-run, or
+:class:`StateForgotten`: it restarted empty), budgets fall back to this
+worker's share of each limit, starting from the window the last reservation
+reported (:mod:`semisched.state.guard`, :mod:`semisched.state.fallback`), and a
+rejoining worker records in the store what it sent meanwhile
+(:meth:`StateBackend.record`); tenant sharing simply stops: the engine keeps counting its own
 usage, the other processes' usage it last observed decays away with the
 half-life, and what this worker serves meanwhile is pushed (decayed) when the
 store is back. The loss is counted once, in :attr:`StateStats.fallbacks`.

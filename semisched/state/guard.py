@@ -41,7 +41,8 @@ Rules:
    info line, and only then reserves there again. For ``rejoin_s`` plus a
    heartbeat interval after that, a reservation must fit the fallback's rules as
    well (the other workers may still be sending on theirs, not yet recorded).
-   Leases taken before the loss expire there by their TTL.
+   Leases it took there before the loss and released meanwhile are returned
+   there first too (its heartbeats would otherwise renew them for ever).
 5. A refusal that says ``never`` (one call's tokens exceed a scope's whole
    ``tpm``) is passed on as a pause of one window: the core's own budget, with
    the same limits, rejects such a call before it is sent.
@@ -129,6 +130,7 @@ class SharedBudget:
         self._lost = False
         self._lost_at = 0.0
         self._rejoining = False
+        self._unreleased: list[tuple[str, str]] = []  # released while lost: (id, endpoint)
         self._probation_until = 0.0  # loop time
         self._fallbacks = 0
         self.usage: SharedUsage | None = None  # track_usage() (rule 7)
@@ -318,6 +320,8 @@ class SharedBudget:
         if self._local is not None:
             await getattr(self._local, method)(request_id, *args, self._local_scopes(scopes))
         if self._lost:
+            if method == "release":  # its lease there goes back on rejoining (rule 4)
+                self._unreleased.append((request_id, endpoint))
             return
         try:
             await getattr(self.backend, method)(request_id, *args, scopes)
@@ -346,11 +350,7 @@ class SharedBudget:
             with contextlib.suppress(StateForgotten):  # registered again: what rejoining is
                 await self.backend.heartbeat()
             self.memory.count(await self.backend.workers())
-            recorded = -1
-            while recorded != self.memory.fallback_sends:  # sends made meanwhile too
-                recorded = self.memory.fallback_sends
-                for scope, sends in self.memory.unrecorded():
-                    await self.backend.record(scope, sends)
+            await self._catch_up()
         except StateUnavailable:
             self._lost_at = anyio.current_time()
             return
@@ -360,6 +360,20 @@ class SharedBudget:
         self._probation_until = anyio.current_time() + self.rejoin_s + self.backend.lease_ttl_s / 3
         logger.info("semisched: shared state is back; rejoined namespace %r",
                     self.backend.namespace)  # fmt: skip
+
+    async def _catch_up(self) -> None:
+        """Rule 4: the last window's sends recorded, the leases released meanwhile
+        returned (a live worker's heartbeat would renew them forever); again for
+        whatever happened during these round trips."""
+        recorded = -1
+        while recorded != self.memory.fallback_sends or self._unreleased:
+            recorded = self.memory.fallback_sends
+            for scope, sends in self.memory.unrecorded():
+                await self.backend.record(scope, sends)
+            while self._unreleased:
+                request_id, endpoint = self._unreleased[-1]
+                await self.backend.release(request_id, self.scopes(endpoint))
+                self._unreleased.pop()
 
 
 def _key(grant: Grant) -> str:

@@ -221,3 +221,21 @@ async def test_many_callers_at_once_rejoin_once_and_log_one_line(
     rejoined = [r for r in caplog.records if "rejoined" in r.getMessage()]
     assert len(rejoined) == 1
     assert not budget.lost and len(results) == 33
+
+
+async def test_leases_released_while_lost_are_returned_on_rejoining() -> None:
+    store = Store()
+    config = preset("batch_makespan", max_inflight=2, budget=BudgetConfig(rpm=LIMIT))
+    budget = SharedBudget(store.view("w0"), Engine(config), AnyioClock(), rejoin_s=1.0,
+                          wall=anyio.current_time)  # fmt: skip
+    await budget.open()
+    for request_id in ("r1", "r2"):  # both leases of the fleet's two, taken in the store
+        assert (await budget.reserve(request_id, "default", 1.0))[0].ok
+    store.down = True
+    for request_id in ("r1", "r2"):  # the calls end while the store is down
+        await budget.release(request_id, "default")
+    store.down = False
+    await anyio.sleep(1.0)
+    # Rejoined: both leases were returned; the store would renew them (heartbeats) for ever.
+    grant, _ = await budget.reserve("r3", "default", 1.0)
+    assert not budget.lost and grant.ok
