@@ -140,11 +140,7 @@ class Memory:
         now, n = self.wall(), self.workers
         self._forget(now)
         local = LocalState(namespace=namespace, clock=self.wall, weight=n)
-        seeds: list[tuple[float, str, float, Scope, int]] = []  # at, id, tokens, scope, count
-        for sent in self._sent:
-            for s in sent.scopes:
-                seeds.append((sent.at, sent.request_id, sent.tokens, _plain(s), 1))
-                seeds.append((sent.at, sent.request_id, sent.tokens * n, _shared(s), n))
+        seeds = [seed for sent in self._sent for seed in _own(sent, n)]
         for key, report in self._reports.items():
             if report.at + report.scope.window_s <= now:
                 continue
@@ -157,6 +153,12 @@ class Memory:
             local.seed(request_id, tokens, [scope], at, count)
         return local
 
+    def late(self, local: LocalState) -> None:
+        """Count in ``local`` (a fallback) this worker's latest send: one the store admitted
+        while another call of this worker found it lost."""
+        for at, request_id, tokens, scope, count in _own(self._sent[-1], local.weight):
+            local.seed(request_id, tokens, [scope], at, count)
+
     def unrecorded(self) -> list[tuple[Scope, list[tuple[str, float, float]]]]:
         """Every send of the last window, per scope: ``(record id, age, tokens)``."""
         now = self.wall()
@@ -167,6 +169,15 @@ class Memory:
                 found.setdefault(s.key, (s, []))[1].append((sent.record_id, now - sent.at,
                                                             sent.tokens))  # fmt: skip
         return list(found.values())
+
+
+def _own(sent: _Sent, n: int) -> list[tuple[float, str, float, Scope, int]]:
+    """The seeds of one own send: ``(at, id, tokens in all, scope, requests)``."""
+    seeds = []
+    for s in sent.scopes:
+        seeds.append((sent.at, sent.request_id, sent.tokens, _plain(s), 1))
+        seeds.append((sent.at, sent.request_id, sent.tokens * n, _shared(s), n))
+    return seeds
 
 
 def _plain(scope: Scope) -> Scope:

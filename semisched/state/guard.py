@@ -219,6 +219,8 @@ class SharedBudget:
             self._local.cancel(request_id, self._local_scopes(scopes))  # not sent after all
         if shared.ok:
             self.memory.sent(request_id, tokens, scopes, fallback=False)
+            if self._lost and grant is None and self._local is not None:
+                self.memory.late(self._local)  # lost meanwhile: the fallback counts it too
         return shared, _key(shared) == FLEET
 
     async def _local_reserve(
