@@ -94,9 +94,10 @@ def test_utilisation_counts_only_the_queued_instants() -> None:
 @pytest.mark.wallclock
 def test_a_tiny_run_writes_every_condition(tmp_path: Path) -> None:
     out = tmp_path / "sb"
+    # No store faults: tests/state/test_multiprocess.py runs them.
     argv = ["shared-budget", "--out", str(out), "--workers", "1,2", "--requests", "12",
             "--repeats", "1", "--probe", "20", "--time-scale", "30",
-            "--faults", "none"]  # fmt: skip (tests/state/test_multiprocess.py runs the faults)
+            "--faults", "none"]  # fmt: skip
     assert main(argv) == 0
     with (out / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
