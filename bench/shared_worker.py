@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import random
@@ -468,6 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("rate", "time_scale", "lease_ttl"):
             if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
                 parser.error(f"--{name.replace('_', '-')} must be > 0")
+    # The shared state's warning (lost) and info line (rejoined) go to stderr, timed.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(created).6f %(levelname)s %(message)s"))
+    logging.getLogger("semisched").addHandler(handler)
+    logging.getLogger("semisched").setLevel(logging.INFO)
     try:
         result = anyio.run(run, args)
     except StateUnavailable as exc:

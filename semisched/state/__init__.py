@@ -12,7 +12,22 @@ worker's share, tenant sharing pauses, and both resume when it is back
 The Redis backend (:mod:`semisched.state.redis`) needs the ``redis`` extra.
 """
 
-from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
+from semisched.state.base import (
+    Grant,
+    Scope,
+    StateBackend,
+    StateForgotten,
+    StateStats,
+    StateUnavailable,
+)
 from semisched.state.local import LocalState
 
-__all__ = ["Grant", "LocalState", "Scope", "StateBackend", "StateStats", "StateUnavailable"]
+__all__ = [
+    "Grant",
+    "LocalState",
+    "Scope",
+    "StateBackend",
+    "StateForgotten",
+    "StateStats",
+    "StateUnavailable",
+]

@@ -37,9 +37,12 @@ choice are fleet-wide. :mod:`semisched.state.usage` does this for the runtime,
 batching completions into at most one round trip per flush interval. Every
 process of a namespace must use the same half-life (the caller's decays the sums).
 
-When the store is lost (:class:`StateUnavailable` mid-run,
-:mod:`semisched.state.guard`), budgets fall back to this worker's share of
-each limit; tenant sharing simply stops: the engine keeps counting its own
+When the store is lost (:class:`StateUnavailable` mid-run, or
+:class:`StateForgotten`: it restarted empty), budgets fall back to this
+worker's share of each limit, starting from the window the last reservation
+reported (:mod:`semisched.state.guard`, :mod:`semisched.state.fallback`), and a
+rejoining worker records in the store what it sent meanwhile
+(:meth:`StateBackend.record`); tenant sharing simply stops: the engine keeps counting its own
 usage, the other processes' usage it last observed decays away with the
 half-life, and what this worker serves meanwhile is pushed (decayed) when the
 store is back. The loss is counted once, in :attr:`StateStats.fallbacks`.
@@ -58,7 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from semisched.core.errors import SemischedError
@@ -68,6 +71,7 @@ __all__ = [
     "Grant",
     "Scope",
     "StateBackend",
+    "StateForgotten",
     "StateStats",
     "StateUnavailable",
     "check_usage",
@@ -79,6 +83,11 @@ USAGE_FLOOR = 1e-6
 
 class StateUnavailable(SemischedError):
     """The shared state cannot be reached (at start: the scheduler does not start)."""
+
+
+class StateForgotten(StateUnavailable):
+    """The shared state answered but no longer knew this worker (a restarted, empty
+    store, or a registration that expired): what it holds is not the whole window."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,12 +138,17 @@ class Grant:
         scope: When refused, the key of the scope that refused (the longest wait).
         reason: When refused, ``"rpm"``, ``"tpm"``, ``"concurrency"``, ``"paused"``
             or ``"never"`` (the tokens exceed the scope's whole ``tpm``).
+        workers: Workers registered in the namespace at that instant (0: not reported).
+        used: What each scope's window held after it (``(key, requests, tokens)``; empty:
+            not reported). A fallback starts from the last report (:mod:`semisched.state.guard`).
     """
 
     ok: bool
     wait_s: float = 0.0
     scope: str = ""
     reason: str = ""
+    workers: int = field(default=0, compare=False)
+    used: tuple[tuple[str, int, float], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +205,13 @@ class StateBackend(Protocol):
         """Return the request's leases (its charges stay until their window passes)."""
 
     async def heartbeat(self) -> None:
-        """Renew this worker's registration and every lease it holds (``lease_ttl_s``)."""
+        """Renew this worker's registration and every lease it holds (``lease_ttl_s``);
+        :class:`StateForgotten` after registering a worker the store did not know."""
+
+    async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
+        """Charge sends this worker made without the store (``(request id, age in seconds,
+        tokens)``) in ``scope``'s window, each at its time, without a lease; a request
+        already charged there is left as it is. Returns how many were charged."""
 
     async def pause(self, scope: Scope, seconds: float) -> None:
         """Refuse every reservation in ``scope`` for ``seconds`` (wall), for everyone."""

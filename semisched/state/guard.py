@@ -17,21 +17,39 @@ Rules:
    wall time; the engine's may be compressed): ``Clock.to_wall`` converts.
 3. Losing the backend mid-run never loses a request. The first failure logs one
    warning on the ``semisched`` logger and switches to an in-process
-   :class:`~semisched.state.local.LocalState` holding this worker's share of
-   every limit (the limit divided by the workers last seen in the namespace,
-   at least 1 of each), its window starting with the charges this worker
-   reserved in the last window (so it does not spend a fresh share while the
-   provider still counts what it sent; its calls in flight are not leased
-   there). Every ``rejoin_s`` (wall) the backend is tried again;
-   when it answers, the worker rejoins (one info line) and reserves there again.
-   Leases taken before the loss expire there by their TTL.
-4. A refusal that says ``never`` (one call's tokens exceed a scope's whole
+   :class:`~semisched.state.local.LocalState` (the *fallback*) that holds every
+   send of this worker to two rules at once, per limited scope, with ``N`` the
+   largest worker count this worker saw in the namespace within the last window
+   (every reservation reports the count, and so does every heartbeat: workers
+   that reserve agree on it, and a worker that left keeps its place for the
+   window its sends still count in):
+
+   a. *The share*: its own sends of the last window plus its fallback sends fit
+      ``limit // N`` (at least 1) of the window.
+   b. *The fleet's window*: the others' part of the window as the last
+      reservation reported it (:attr:`~semisched.state.base.Grant.used`), held
+      a whole window from the loss, plus its own sends of the last window, plus
+      ``N`` times each fallback send, fit the whole limit. Every worker doing the same, the
+      fallback sends of all of them together fit what the window had free.
+
+   Concurrency is shared by rule a alone (``max_concurrency // N``; calls in
+   flight are not leased there). Every ``rejoin_s`` (wall) the backend is tried
+   again, by one caller at a time (the others carry on in the fallback).
+4. Rejoining: the worker records its sends of the last window in the shared
+   window, each at its own time (its fallback sends, and those of its earlier
+   reservations that the store no longer holds, as after a restart), logs one
+   info line, and only then reserves there again. For ``rejoin_s`` plus a
+   heartbeat interval after that, a reservation must fit the fallback's rules as
+   well (the other workers may still be sending on theirs, not yet recorded).
+   Leases it took there before the loss and released meanwhile are returned
+   there first too (its heartbeats would otherwise renew them for ever).
+5. A refusal that says ``never`` (one call's tokens exceed a scope's whole
    ``tpm``) is passed on as a pause of one window: the core's own budget, with
    the same limits, rejects such a call before it is sent.
-5. A refused worker waits the backend's time (at least :data:`MIN_REFUSAL_WAIT_S`)
+6. A refused worker waits the backend's time (at least :data:`MIN_REFUSAL_WAIT_S`)
    plus up to a fifth more, drawn at random (``seed``): workers refused together
    do not all come back at the same instant to be refused again.
-6. Tenants' usage (:mod:`semisched.state.usage`, when :meth:`SharedBudget.track_usage`
+7. Tenants' usage (:mod:`semisched.state.usage`, when :meth:`SharedBudget.track_usage`
    made one) is read on :meth:`~SharedBudget.open`, before the first send, and
    the last completions' usage is pushed on :meth:`~SharedBudget.close`. While the
    backend is lost (rule 3) tenant sharing stops (:meth:`SharedBudget.add_usage`
@@ -46,9 +64,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 import anyio
@@ -56,7 +74,15 @@ import anyio
 from semisched.core.actions import Action
 from semisched.core.engine import Engine
 from semisched.runtime.clock import Clock
-from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
+from semisched.state.base import (
+    Grant,
+    Scope,
+    StateBackend,
+    StateForgotten,
+    StateStats,
+    StateUnavailable,
+)
+from semisched.state.fallback import SHARE, Memory
 from semisched.state.local import LocalState
 from semisched.state.usage import SharedUsage
 
@@ -72,10 +98,6 @@ logger = logging.getLogger("semisched")
 FLEET = "fleet"
 
 
-def _share(limit: int | None, workers: int) -> int | None:
-    return None if limit is None else max(1, limit // workers)
-
-
 class SharedBudget:
     """Reservations against a shared state for one scheduler (module rules).
 
@@ -84,7 +106,8 @@ class SharedBudget:
         engine: The core whose limits the scopes carry.
         clock: The scheduler's clock (windows and waits are converted to wall time).
         rejoin_s: After a loss, how often (wall seconds) the backend is tried again.
-        seed: Seed of rule 5's jitter (``None``: from the OS).
+        seed: Seed of rule 6's jitter (``None``: from the OS).
+        wall: The wall clock of this worker's sends and of the fallback (monotonic seconds).
     """
 
     def __init__(
@@ -95,39 +118,42 @@ class SharedBudget:
         *,
         rejoin_s: float = 5.0,
         seed: int | None = None,
+        wall: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
         self._jitter = random.Random(seed).random
-        # What this worker reserved in the last window (wall time): the fallback's seed.
-        self._recent: deque[tuple[float, str, float, tuple[Scope, ...]]] = deque()
+        self.memory = Memory(wall)  # this worker's sends, the workers, the last reports
         self.engine = engine
         self.clock = clock
         self.rejoin_s = rejoin_s
-        self._local: LocalState | None = None  # set while the backend is lost
+        self._local: LocalState | None = None  # the fallback (rule 3), kept on probation (4)
+        self._lost = False
         self._lost_at = 0.0
-        self._workers = 1
+        self._rejoining = False
+        self._unreleased: list[tuple[str, str]] = []  # released while lost: (id, endpoint)
+        self._probation_until = 0.0  # loop time
         self._fallbacks = 0
-        self.usage: SharedUsage | None = None  # track_usage() (rule 6)
+        self.usage: SharedUsage | None = None  # track_usage() (rule 7)
 
     def __repr__(self) -> str:
-        mode = "fallback (local share)" if self._local is not None else "shared"
-        return f"<SharedBudget {self.backend!r} {mode} workers={self._workers}>"
+        mode = "fallback (local share)" if self._lost else "shared"
+        return f"<SharedBudget {self.backend!r} {mode} workers={self.memory.workers}>"
 
     @property
     def lost(self) -> bool:
-        """Whether the worker runs on its local share (rule 3)."""
-        return self._local is not None
+        """Whether the worker runs on its fallback (rule 3)."""
+        return self._lost
 
     async def open(self) -> None:
         """Connect the backend (``StateUnavailable`` when it cannot be reached)."""
         await self.backend.open()
-        self._workers = max(1, await self.backend.workers())
+        self.memory.count(await self.backend.workers())
         if self.usage is not None:
             await self.usage.sync()  # the fleet's tenant usage, before the first send
 
     async def close(self) -> None:
         """Push the last tenant usage and deregister (quietly when the backend is gone)."""
-        if self.usage is not None and self._local is None:
+        if self.usage is not None and not self._lost:
             await self.usage.sync()
         with contextlib.suppress(StateUnavailable):
             await self.backend.close()
@@ -135,7 +161,7 @@ class SharedBudget:
     def track_usage(
         self, now: Callable[[], float], execute: Callable[[list[Action]], None]
     ) -> SharedUsage | None:
-        """Share tenants' usage through the backend (rule 6), with the engine's time
+        """Share tenants' usage through the backend (rule 7), with the engine's time
         source ``now`` and the shell's ``execute`` for the actions the fleet's usage
         lets go; ``None`` (nothing to share) when the engine declares one tenant."""
         if len(self.engine.config.tenants.tenants) < 2:
@@ -160,17 +186,8 @@ class SharedBudget:
         return tuple(found)
 
     def _local_scopes(self, scopes: Sequence[Scope]) -> tuple[Scope, ...]:
-        n = self._workers
-        return tuple(
-            Scope(
-                key=s.key,
-                rpm=_share(s.rpm, n),
-                tpm=_share(s.tpm, n),
-                max_concurrency=_share(s.max_concurrency, n),
-                window_s=s.window_s,
-            )
-            for s in scopes
-        )
+        assert self._local is not None
+        return self.memory.scopes(scopes, self._local.weight)
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -183,25 +200,47 @@ class SharedBudget:
         if not scopes:
             return Grant(ok=True), False
         await self._maybe_rejoin()
+        if not self._lost and anyio.current_time() >= self._probation_until:
+            self._local = None  # every other worker has rejoined by now (rule 4)
         grant: Grant | None = None
-        if self._local is None:
-            try:
-                grant = await self.backend.reserve(request_id, tokens, scopes)
-            except StateUnavailable as exc:
-                self._lose(exc)
-            else:
-                if grant.ok:
-                    self._remember(request_id, tokens, scopes)
-        if grant is None:
-            assert self._local is not None
-            grant = await self._local.reserve(request_id, tokens, self._local_scopes(scopes))
-        return grant, grant.scope == FLEET
+        if self._local is not None:  # lost, or on probation: the fallback's rules first
+            grant = await self._local_reserve(request_id, tokens, scopes)
+            if self._lost or not grant.ok:
+                return self._fallen_back(grant, request_id, tokens, scopes)
+        try:
+            shared = await self.backend.reserve(request_id, tokens, scopes)
+        except StateUnavailable as exc:
+            self._lose(exc)
+            if grant is None:  # the fallback decides from now on (rule 3)
+                grant = await self._local_reserve(request_id, tokens, scopes)
+            return self._fallen_back(grant, request_id, tokens, scopes)
+        self.memory.observe(shared, scopes)
+        if grant is not None and not shared.ok and self._local is not None:
+            self._local.cancel(request_id, self._local_scopes(scopes))  # not sent after all
+        if shared.ok:
+            self.memory.sent(request_id, tokens, scopes, fallback=False)
+            if self._lost and grant is None and self._local is not None:
+                self.memory.late(self._local)  # lost meanwhile: the fallback counts it too
+        return shared, _key(shared) == FLEET
+
+    async def _local_reserve(
+        self, request_id: str, tokens: float, scopes: Sequence[Scope]
+    ) -> Grant:
+        assert self._local is not None
+        return await self._local.reserve(request_id, tokens, self._local_scopes(scopes))
+
+    def _fallen_back(
+        self, grant: Grant, request_id: str, tokens: float, scopes: Sequence[Scope]
+    ) -> tuple[Grant, bool]:
+        if grant.ok:
+            self.memory.sent(request_id, tokens, scopes, fallback=True)
+        return grant, _key(grant) == FLEET
 
     def refusal_until(self, grant: Grant, now: float) -> float:
-        """The engine time a refused scope may be tried again (rule 2, rule 4)."""
+        """The engine time a refused scope may be tried again (rule 2, rule 5)."""
         per_wall = 1.0 / self.clock.to_wall(1.0)  # wall -> engine seconds
         wait = max(grant.wait_s, MIN_REFUSAL_WAIT_S) * per_wall  # never "again at once"
-        if grant.reason == "never":
+        if grant.reason == "never" or not math.isfinite(wait):
             wait = self.engine.shared_limits(None)[3]
         return now + wait * (1.0 + 0.2 * self._jitter())
 
@@ -220,18 +259,22 @@ class SharedBudget:
         for scope in self.scopes(endpoint):
             if scope.key == FLEET:
                 continue
-            target = self._local if self._local is not None else self.backend
+            if self._local is not None:
+                for local in self._local_scopes([scope]):
+                    await self._local.pause(local, wall)
+            if self._lost:
+                continue
             try:
-                await target.pause(scope, wall)
+                await self.backend.pause(scope, wall)
             except StateUnavailable as exc:
                 self._lose(exc)
 
     async def add_usage(
         self, tokens: Mapping[str, float], half_life_s: float
     ) -> dict[str, float] | None:
-        """:meth:`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 6)."""
+        """:meth:`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 7)."""
         await self._maybe_rejoin()
-        if self._local is not None:
+        if self._lost:
             return None
         try:
             return await self.backend.add_usage(tokens, half_life_s)
@@ -244,11 +287,11 @@ class SharedBudget:
         while True:
             await anyio.sleep(lease_ttl_s / 3.0)
             await self._maybe_rejoin()
-            if self._local is not None:
+            if self._lost:
                 continue
             try:
                 await self.backend.heartbeat()
-                self._workers = max(1, await self.backend.workers())
+                self.memory.count(await self.backend.workers())
             except StateUnavailable as exc:
                 self._lose(exc)
 
@@ -256,12 +299,12 @@ class SharedBudget:
         """The backend's statistics, with this worker's fallbacks."""
         stats = self.backend.statistics()
         backend = stats.backend
-        if self._local is not None:
+        if self._lost:
             backend += " (fallback: local share)"
         return StateStats(
             backend=backend,
             namespace=stats.namespace,
-            workers=self._workers,
+            workers=self.memory.workers,
             reservations=stats.reservations,
             refusals=stats.refusals,
             round_trip_p50_ms=stats.round_trip_p50_ms,
@@ -270,7 +313,7 @@ class SharedBudget:
             usage_syncs=stats.usage_syncs,
         )
 
-    # -- losing and rejoining (rule 3) ----------------------------------------------------
+    # -- losing and rejoining (rules 3 and 4) ----------------------------------------------
 
     async def _quietly(self, method: str, request_id: str, endpoint: str, *args: float) -> None:
         scopes = self.scopes(endpoint)
@@ -278,45 +321,66 @@ class SharedBudget:
             return
         if self._local is not None:
             await getattr(self._local, method)(request_id, *args, self._local_scopes(scopes))
+        if self._lost:
+            if method == "release":  # its lease there goes back on rejoining (rule 4)
+                self._unreleased.append((request_id, endpoint))
             return
         try:
             await getattr(self.backend, method)(request_id, *args, scopes)
         except StateUnavailable as exc:
             self._lose(exc)
 
-    def _remember(self, request_id: str, tokens: float, scopes: tuple[Scope, ...]) -> None:
-        now = time.monotonic()
-        recent = self._recent
-        recent.append((now, request_id, tokens, scopes))
-        window = max(s.window_s for s in scopes)
-        while recent and recent[0][0] <= now - window:
-            recent.popleft()
-
     def _lose(self, exc: StateUnavailable) -> None:
-        if self._local is None:
-            self._local = LocalState(namespace=self.backend.namespace, clock=time.monotonic)
-            for at, request_id, tokens, scopes in self._recent:
-                self._local.seed(request_id, tokens, self._local_scopes(scopes), at)
-            self._recent.clear()
+        if not self._lost:
+            if self._local is None:  # on probation, the fallback still counts (rule 4)
+                self._local = self.memory.fallback(self.backend.namespace)
+            self._lost = True
             self._fallbacks += 1
             logger.warning(
                 "semisched: shared state lost (%s); running on this worker's share of each "
-                "limit (1/%d) until it is back", exc, self._workers,
+                "limit (1/%d) until it is back", exc, self._local.weight,
             )  # fmt: skip
         self._lost_at = anyio.current_time()
 
     async def _maybe_rejoin(self) -> None:
-        if self._local is None or anyio.current_time() - self._lost_at < self.rejoin_s:
+        if not self._lost or self._rejoining:
+            return  # one attempt at a time: the others carry on in the fallback
+        if anyio.current_time() - self._lost_at < self.rejoin_s:
             return
+        self._rejoining = True
         try:
-            await self.backend.heartbeat()
-            self._workers = max(1, await self.backend.workers())
+            with contextlib.suppress(StateForgotten):  # registered again: what rejoining is
+                await self.backend.heartbeat()
+            self.memory.count(await self.backend.workers())
+            await self._catch_up()
         except StateUnavailable:
             self._lost_at = anyio.current_time()
             return
-        self._local = None
+        finally:
+            self._rejoining = False
+        self._lost = False
+        self._probation_until = anyio.current_time() + self.rejoin_s + self.backend.lease_ttl_s / 3
         logger.info("semisched: shared state is back; rejoined namespace %r",
                     self.backend.namespace)  # fmt: skip
+
+    async def _catch_up(self) -> None:
+        """Rule 4: the last window's sends recorded, the leases released meanwhile
+        returned (a live worker's heartbeat would renew them forever); again for
+        whatever happened during these round trips."""
+        recorded = -1
+        while recorded != self.memory.fallback_sends or self._unreleased:
+            recorded = self.memory.fallback_sends
+            for scope, sends in self.memory.unrecorded():
+                await self.backend.record(scope, sends)
+            while self._unreleased:
+                request_id, endpoint = self._unreleased[-1]
+                await self.backend.release(request_id, self.scopes(endpoint))
+                self._unreleased.pop()
+
+
+def _key(grant: Grant) -> str:
+    """The refusing scope's key, a fallback's share scope named as the scope it shares."""
+    return grant.scope.removesuffix(SHARE)
 
 
 def backend_for(state: StateBackend | str | None, namespace: str) -> StateBackend | None:

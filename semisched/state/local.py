@@ -21,6 +21,9 @@ Rules (the same as :mod:`semisched.state.redis`):
 5. Tenant usage (:meth:`add_usage`) is one decaying sum per tenant, on the
    same clock: every caller's work tokens add up, and all of it halves every
    ``half_life_s``.
+6. ``weight`` (a fallback's rule, :mod:`semisched.state.guard`): every
+   reservation counts as ``weight`` requests of ``weight`` times its tokens;
+   charges counted with :meth:`seed` or :meth:`record` count as given.
 
 Not thread-safe: one event loop.
 """
@@ -31,7 +34,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from semisched.state.base import USAGE_FLOOR, Grant, Scope, StateStats, check_usage
 from semisched.state.timing import Decaying, RoundTrips
@@ -44,9 +47,11 @@ CONCURRENCY_HINT_S = 0.05
 
 @dataclass
 class _Scope:
-    charges: deque[tuple[float, str]] = field(default_factory=deque)  # (time, charge id)
+    charges: deque[tuple[float, str, int]] = field(default_factory=deque)  # (time, id, weight)
     tokens: dict[str, float] = field(default_factory=dict)  # charge id -> tokens
+    scale: dict[str, int] = field(default_factory=dict)  # charge id -> weight, when not 1
     latest: dict[str, str] = field(default_factory=dict)  # member -> its latest charge id
+    count: int = 0  # requests charged (the weights' sum)
     total: float = 0.0
     leases: dict[str, float] = field(default_factory=dict)
     paused_until: float = float("-inf")
@@ -57,28 +62,52 @@ class _Scope:
         # still counted always has a positive wait (``at <= now - window_s`` rounds
         # differently, and a refusal with no wait was retried at once, forever).
         while charges and charges[0][0] + window_s <= now:
-            _, charge = charges.popleft()
-            self.total -= self.tokens.pop(charge, 0.0)
-            member = charge.rpartition("#")[0]
-            if self.latest.get(member) == charge:
-                del self.latest[member]
+            _, charge, weight = charges.popleft()
+            self._forget(charge, weight)
         if not charges:
             self.total = 0.0  # clamp float drift
         self.leases = {m: t for m, t in self.leases.items() if t > now}
 
-    def wait(self, now: float, scope: Scope, tokens: float, member: str) -> tuple[float, str]:
-        """Seconds until one request of ``tokens`` fits, and why (``0``: now)."""
+    def _forget(self, charge: str, weight: int) -> None:
+        self.count -= weight
+        self.total -= self.tokens.pop(charge, 0.0)
+        self.scale.pop(charge, None)
+        member = charge.rpartition("#")[0]
+        if self.latest.get(member) == charge:
+            del self.latest[member]
+
+    def cancel(self, member: str) -> None:
+        """Take back ``member``'s latest charge."""
+        charge = self.latest.get(member)
+        for i, (_, found, weight) in enumerate(self.charges):
+            if found == charge:
+                del self.charges[i]
+                self._forget(found, weight)
+                return
+
+    def wait(
+        self, now: float, scope: Scope, tokens: float, member: str, weight: int = 1
+    ) -> tuple[float, str]:
+        """Seconds until one request of ``tokens`` fits, counted ``weight`` times, and why
+        (``0``: now)."""
         if self.paused_until > now:
             return self.paused_until - now, "paused"
+        tokens *= weight
         if scope.tpm is not None and tokens > scope.tpm:
             return float("inf"), "never"
         wait, reason = 0.0, ""
-        if scope.rpm is not None and len(self.charges) + 1 > scope.rpm:
-            oldest = self.charges[len(self.charges) - scope.rpm][0]
-            wait, reason = oldest + scope.window_s - now, "rpm"
+        if scope.rpm is not None and weight > scope.rpm:
+            return scope.window_s, "rpm"  # never at this weight: try again in a window
+        if scope.rpm is not None and self.count + weight > scope.rpm:
+            held = self.count
+            for at, _, w in self.charges:
+                held -= w
+                if held + weight <= scope.rpm:
+                    wait, reason = at + scope.window_s - now, "rpm"
+                    break
         if scope.tpm is not None and self.total + tokens > scope.tpm:
             left = self.total
-            for at, charge in self.charges:
+            for at, charge, _ in self.charges:
                 left -= self.tokens.get(charge, 0.0)
                 if left + tokens <= scope.tpm:
                     if at + scope.window_s - now > wait:
@@ -99,6 +128,7 @@ class LocalState:
         namespace: Reported in statistics (one process: nothing to separate).
         lease_ttl_s: How long a lease lives past its last renewal.
         clock: Seconds, monotonic (default :func:`time.monotonic`).
+        weight: Rule 6: what one reservation counts (1: itself).
     """
 
     def __init__(
@@ -107,7 +137,11 @@ class LocalState:
         namespace: str = "local",
         lease_ttl_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        weight: int = 1,
     ) -> None:
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+            raise ValueError(f"{weight=} must be an int >= 1")
+        self.weight = weight
         self.namespace = namespace
         self.worker = uuid.uuid4().hex[:12]
         self.lease_ttl_s = lease_ttl_s
@@ -152,36 +186,73 @@ class LocalState:
         for scope in scopes:
             state = self._scope(scope.key)
             state.expire(now, scope.window_s)
-            wait, reason = state.wait(now, scope, tokens, member)
+            wait, reason = state.wait(now, scope, tokens, member, self.weight)
             if reason and (worst.ok or wait > worst.wait_s):
                 worst = Grant(ok=False, wait_s=wait, scope=scope.key, reason=reason)
         self._reservations += 1
         if worst.ok:
-            self._charge(member, tokens, scopes, now)
+            self._charge(member, tokens, scopes, now, self.weight, self.weight)
             for scope in scopes:
                 self._scope(scope.key).leases[member] = now + self.lease_ttl_s
             self._mine[member] = tuple(s.key for s in scopes)
         else:
             self._refusals += 1
         self._trips.add(time.perf_counter() - start)
-        return worst
+        used = tuple((s.key, self._scope(s.key).count, self._scope(s.key).total) for s in scopes)
+        return replace(worst, used=used)
 
-    def seed(self, request_id: str, tokens: float, scopes: Sequence[Scope], at: float) -> None:
-        """Count a charge made at ``at`` (this clock) elsewhere, without a lease: a worker
-        that lost its shared state starts its local window with what it already sent.
-        Seeds come in time order, before any reservation."""
-        self._charge(self._member(request_id), tokens, scopes, at)
+    def seed(
+        self, request_id: str, tokens: float, scopes: Sequence[Scope], at: float, count: int = 1
+    ) -> None:
+        """Count ``count`` requests of ``tokens`` in all, made at ``at`` (this clock)
+        elsewhere, without a lease: a worker that lost its shared state starts its local
+        window with what it knew of the shared one. Seeds come in time order, before any
+        reservation."""
+        self._charge(self._member(request_id), tokens, scopes, at, count, 1)
 
-    def _charge(self, member: str, tokens: float, scopes: Sequence[Scope], at: float) -> None:
-        """Count one charge of ``tokens`` made at ``at`` by ``member`` in every scope."""
+    def cancel(self, request_id: str, scopes: Sequence[Scope]) -> None:
+        """Take back the request's latest charge and its lease (it was never sent)."""
+        member = self._member(request_id)
+        for scope in scopes:
+            state = self._scope(scope.key)
+            state.cancel(member)
+            state.leases.pop(member, None)
+        self._mine.pop(member, None)
+
+    async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
+        """:meth:`StateBackend.record`: charges made elsewhere, ``age`` seconds ago."""
+        now, state, recorded = self._clock(), self._scope(scope.key), 0
+        state.expire(now, scope.window_s)
+        for request_id, age, tokens in sends:
+            member = self._member(request_id)
+            if age < scope.window_s and member not in state.latest:
+                self._charge(member, tokens, [scope], now - age, 1, 1)
+                recorded += 1
+        state.charges = deque(sorted(state.charges))  # in time order again
+        return recorded
+
+    def _charge(
+        self,
+        member: str,
+        tokens: float,
+        scopes: Sequence[Scope],
+        at: float,
+        count: int,
+        scale: int,
+    ) -> None:
+        """Count ``count`` requests and ``scale`` times ``tokens`` made at ``at`` by
+        ``member`` in every scope (a settlement is scaled alike)."""
         self._charges += 1
         charge = f"{member}#{self._charges}"
         for scope in scopes:
             state = self._scope(scope.key)
-            state.charges.append((at, charge))
-            state.tokens[charge] = tokens
+            state.charges.append((at, charge, count))
+            state.tokens[charge] = tokens * scale
+            if scale != 1:
+                state.scale[charge] = scale
             state.latest[member] = charge
-            state.total += tokens
+            state.count += count
+            state.total += tokens * scale
 
     async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
         """Rules 2 and 4."""
@@ -191,8 +262,9 @@ class LocalState:
             charge = state.latest.get(member, "")
             old = state.tokens.get(charge)
             if old is not None:
-                state.tokens[charge] = tokens
-                state.total += tokens - old
+                new = tokens * state.scale.get(charge, 1)
+                state.tokens[charge] = new
+                state.total += new - old
 
     async def release(self, request_id: str, scopes: Sequence[Scope]) -> None:
         """Rule 3: the lease goes; the charges stay."""

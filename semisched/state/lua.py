@@ -6,7 +6,17 @@ the server's clock in µs. Values only: nothing here talks to Redis.
 
 from __future__ import annotations
 
-__all__ = ["HEARTBEAT", "PAUSE", "PRELUDE", "RESERVE", "SETTLE", "SOURCES", "USAGE", "WORKERS"]
+__all__ = [
+    "HEARTBEAT",
+    "PAUSE",
+    "PRELUDE",
+    "RECORD",
+    "RESERVE",
+    "SETTLE",
+    "SOURCES",
+    "USAGE",
+    "WORKERS",
+]
 
 PRELUDE = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -38,11 +48,16 @@ local function purge(charges, tokens, leases, now, window)
 end
 """
 
-# KEYS: per scope charges, tokens, leases, pause. ARGV: member, milli-tokens, lease µs,
-# then per scope rpm, tpm (milli-tokens), max_concurrency (0: unlimited), window µs.
+# KEYS: per scope charges, tokens, leases, pause, then the workers. ARGV: member,
+# milli-tokens, lease µs, the worker, then per scope rpm, tpm (milli-tokens),
+# max_concurrency (0: unlimited), window µs. Returns {1, report}, {0, wait µs, scope
+# index, reason, report}, or {-1} when the worker is not registered; the report: the
+# workers registered now, then per scope its charges and milli-tokens.
 RESERVE = """
 local member, units, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, stamp = clock()
+local mine = tonumber(redis.call('ZSCORE', KEYS[#KEYS], ARGV[4]))
+if not mine or mine <= now then return {-1} end
 local worst, where, why = 0, 0, ''
 local function tpm_wait(charges, tokens, need, count)
   local freed = 0
@@ -58,10 +73,19 @@ local function tpm_wait(charges, tokens, need, count)
   end
   return now
 end
-for i = 1, #KEYS / 4 do
+local scopes = (#KEYS - 1) / 4
+local function report(out)
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[#KEYS], '(' .. now, '+inf')
+  for i = 1, scopes do
+    out[#out + 1] = redis.call('ZCARD', KEYS[4*i-3])
+    out[#out + 1] = tonumber(redis.call('HGET', KEYS[4*i-2], 'total')) or 0
+  end
+  return out
+end
+for i = 1, scopes do
   local charges, tokens, leases, pause = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
-  local rpm, tpm = tonumber(ARGV[4*i]), tonumber(ARGV[4*i+1])
-  local cap, window = tonumber(ARGV[4*i+2]), tonumber(ARGV[4*i+3])
+  local rpm, tpm = tonumber(ARGV[4*i+1]), tonumber(ARGV[4*i+2])
+  local cap, window = tonumber(ARGV[4*i+3]), tonumber(ARGV[4*i+4])
   local function refuse(wait, reason)
     if wait > worst then worst, where, why = wait, i, reason end
   end
@@ -88,8 +112,8 @@ for i = 1, #KEYS / 4 do
     end
   end
 end
-if why ~= '' then return {0, worst, where, why} end
-for i = 1, #KEYS / 4 do
+if why ~= '' then return report({0, worst, where, why}) end
+for i = 1, scopes do
   local charges, tokens, leases = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1]
   if redis.call('HSETNX', tokens, member, units) == 0 then
     local renamed = member .. '#' .. stamp
@@ -101,11 +125,31 @@ for i = 1, #KEYS / 4 do
   redis.call('ZADD', charges, now, member)
   redis.call('HINCRBY', tokens, 'total', units)
   redis.call('ZADD', leases, now + lease, member)
-  local ms = math.ceil((tonumber(ARGV[4*i+3]) + lease) / 1000)
+  local ms = math.ceil((tonumber(ARGV[4*i+4]) + lease) / 1000)
   arm(ms, tokens, charges)
   arm(ms, leases)
 end
-return {1}
+return report({1})
+"""
+
+# KEYS: one scope's charges, tokens, leases. ARGV: window µs, lease µs, then per send
+# member, age µs, milli-tokens (a member already charged is left as it is).
+RECORD = """
+local window, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local charges, tokens, leases = KEYS[1], KEYS[2], KEYS[3]
+local now = clock()
+purge(charges, tokens, leases, now, window)
+local recorded = 0
+for i = 3, #ARGV, 3 do
+  local member, age, units = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if age < window and redis.call('HSETNX', tokens, member, units) == 1 then
+    redis.call('ZADD', charges, now - age, member)
+    redis.call('HINCRBY', tokens, 'total', units)
+    recorded = recorded + 1
+  end
+end
+if recorded > 0 then arm(math.ceil((window + lease) / 1000), tokens, charges) end
+return recorded
 """
 
 # KEYS: per scope charges, tokens, leases. ARGV: member, milli-tokens, then per scope window µs.
@@ -124,11 +168,12 @@ end
 """
 
 # KEYS: workers, then one lease set per lease held. ARGV: worker, TTL µs, then the members.
+# Returns 1 when the worker was registered (0: it is now, and was not).
 HEARTBEAT = """
 local ttl = tonumber(ARGV[2])
 local now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+local known = redis.call('ZADD', KEYS[1], now + ttl, ARGV[1]) == 0 and 1 or 0
 arm(math.ceil(ttl / 1000), KEYS[1])
 local renewed = 0
 for i = 2, #KEYS do
@@ -136,7 +181,7 @@ for i = 2, #KEYS do
   renewed = renewed + redis.call('ZADD', KEYS[i], 'XX', 'CH', now + ttl, ARGV[i + 1])
   arm(math.ceil(ttl / 1000), KEYS[i])
 end
-return renewed
+return known
 """
 
 # KEYS: workers.
@@ -194,6 +239,7 @@ SOURCES = {
     name: PRELUDE + body
     for name, body in (
         ("reserve", RESERVE),
+        ("record", RECORD),
         ("settle", SETTLE),
         ("heartbeat", HEARTBEAT),
         ("workers", WORKERS),

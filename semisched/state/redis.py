@@ -39,7 +39,14 @@ The scripts keep these rules:
 3. ``RESERVE`` checks every scope (pause, ``tokens > tpm`` as "never", ``rpm``,
    ``tpm``, ``max_concurrency``) before writing anything. When all can pay it
    charges one request and the tokens and takes one lease in each; otherwise it
-   writes nothing and answers the longest wait, its scope and its reason. Waits
+   writes nothing and answers the longest wait, its scope and its reason. Either
+   way it reports the live registrations and what each scope's window holds
+   (:attr:`~semisched.state.base.Grant.used`). A worker that is not registered
+   (a restarted server, a registration that expired) is refused without a
+   charge and told so: :meth:`RedisState.reserve` raises
+   :class:`~semisched.state.base.StateForgotten` until :meth:`~RedisState.heartbeat`
+   registers it again (which raises it once too, having done so), so an empty
+   store is never taken for an idle one. Waits
    are exact: ``rpm``, until enough of the oldest charges leave the window;
    ``tpm``, walking the charges in time order until enough tokens have left;
    concurrency, the earliest lease expiry capped at 50 ms (a release usually
@@ -54,6 +61,9 @@ The scripts keep these rules:
    tenant's sum decayed to now in the same round trip; tenants decayed below
    :data:`~semisched.state.base.USAGE_FLOOR` are deleted. Only the server's
    clock is read, so processes whose clocks disagree still agree on the sums.
+8. ``RECORD`` charges sends made without the store at ``now - age`` (server
+   clock), without a lease; a member already charged keeps its charge, and a
+   send older than the window is not charged.
 
 What this module is not: the fallback when Redis is lost (a wrapper's job), and
 not for Redis Cluster (one script touches the keys of several scopes).
@@ -79,6 +89,7 @@ from semisched.state.base import (
     USAGE_FLOOR,
     Grant,
     Scope,
+    StateForgotten,
     StateStats,
     StateUnavailable,
     check_usage,
@@ -224,7 +235,7 @@ class RedisState:
         if not scopes:
             return Grant(ok=True)
         keys: list[str] = []
-        args: list[str | int] = [self._member(request_id), units, self._lease_us]
+        args: list[str | int] = [self._member(request_id), units, self._lease_us, self.worker]
         for scope in _distinct(scopes):
             prefix = self._prefix(scope)
             keys += [f"{prefix}:charges", f"{prefix}:tokens", f"{prefix}:leases", f"{prefix}:pause"]
@@ -233,16 +244,37 @@ class RedisState:
         script = self._script("reserve")
         started = time.perf_counter()
         with self._mapped("reserve"):
-            reply = await script(keys=keys, args=args)
+            reply = await script(keys=[*keys, self._workers_key], args=args)
         self._round_trips.add(time.perf_counter() - started)
+        if int(reply[0]) == -1:
+            raise StateForgotten(self._forgotten("reserve"))
         self._reservations += 1
-        if int(reply[0]) == 1:
+        ok = int(reply[0]) == 1
+        report = reply[1:] if ok else reply[4:]
+        self._workers = max(1, int(report[0]))
+        used = tuple((s.key, int(report[2 * i + 1]), int(report[2 * i + 2]) / 1000)
+                     for i, s in enumerate(scopes))  # fmt: skip
+        if ok:
             self._leases.setdefault(request_id, set()).update(keys[2::4])
-            return Grant(ok=True)
+            return Grant(ok=True, workers=self._workers, used=used)
         self._refusals += 1
         reason = _text(reply[3])
         wait_s = math.inf if reason == "never" else int(reply[1]) / 1e6
-        return Grant(ok=False, wait_s=wait_s, scope=scopes[int(reply[2]) - 1].key, reason=reason)
+        return Grant(ok=False, wait_s=wait_s, scope=scopes[int(reply[2]) - 1].key, reason=reason,
+                     workers=self._workers, used=used)  # fmt: skip
+
+    async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
+        """Charge sends made without the store, each ``age`` seconds ago (rule 8)."""
+        prefix = self._prefix(scope)
+        args: list[str | int] = [_window_us(scope), self._lease_us]
+        for request_id, age, tokens in sends:
+            args += [self._member(request_id), max(0, round(age * 1e6)), _milli(tokens)]
+        if not sends:
+            return 0
+        script = self._script("record")
+        keys = [f"{prefix}:charges", f"{prefix}:tokens", f"{prefix}:leases"]
+        with self._mapped("record"):
+            return int(await script(keys=keys, args=args))
 
     async def settle(self, request_id: str, tokens: float, scopes: Sequence[Scope]) -> None:
         """Replace the request's token charge with ``tokens`` in each scope where it counts."""
@@ -275,10 +307,17 @@ class RedisState:
                     await pipe.execute()
 
     async def heartbeat(self) -> None:
-        """Renew this worker's registration and every live lease it holds, in one round trip."""
+        """Renew this worker's registration and every live lease it holds, in one round trip.
+
+        Raises:
+            StateForgotten: The server no longer knew this worker (restarted, or the
+                registration expired); it does now.
+        """
         self._connected()
         with self._mapped("heartbeat"):
-            await self._renew()
+            known = await self._renew()
+        if not known:
+            raise StateForgotten(self._forgotten("heartbeat"))
 
     async def pause(self, scope: Scope, seconds: float) -> None:
         """Refuse every reservation in ``scope`` for ``seconds`` (wall), for every worker."""
@@ -326,13 +365,18 @@ class RedisState:
             usage_syncs=self._usage_syncs,
         )
 
-    async def _renew(self) -> None:
+    async def _renew(self) -> bool:
+        """Register and renew; whether the worker was registered already."""
         keys, args = [self._workers_key], [self.worker, str(self._lease_us)]
         for request_id, lease_keys in self._leases.items():
             for key in sorted(lease_keys):
                 keys.append(key)
                 args.append(self._member(request_id))
-        await self._scripts["heartbeat"](keys=keys, args=args)
+        return int(await self._scripts["heartbeat"](keys=keys, args=args)) == 1
+
+    def _forgotten(self, action: str) -> str:
+        return (f"Redis state at {self._where} forgot this worker ({action}): the server "
+                "restarted, or its registration expired")  # fmt: skip
 
     def _member(self, request_id: str) -> str:
         if not isinstance(request_id, str) or not request_id:

@@ -52,6 +52,7 @@ def test_a_skew_needs_a_call_per_worker() -> None:
         ({"time_scale": 0.0}, "time_scale"),
         ({"tpm": 4000}, "static share"),
         ({"probe": -1}, "probe"),
+        ({"faults": ("flood",)}, "faults"),
     ],
 )
 def test_config_names_the_bad_field(changes: dict[str, Any], field: str) -> None:
@@ -93,8 +94,10 @@ def test_utilisation_counts_only_the_queued_instants() -> None:
 @pytest.mark.wallclock
 def test_a_tiny_run_writes_every_condition(tmp_path: Path) -> None:
     out = tmp_path / "sb"
+    # No store faults: tests/state/test_multiprocess.py runs them.
     argv = ["shared-budget", "--out", str(out), "--workers", "1,2", "--requests", "12",
-            "--repeats", "1", "--probe", "20", "--time-scale", "30"]  # fmt: skip
+            "--repeats", "1", "--probe", "20", "--time-scale", "30",
+            "--faults", "none"]  # fmt: skip
     assert main(argv) == 0
     with (out / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))

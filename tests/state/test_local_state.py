@@ -124,3 +124,20 @@ async def test_tenant_usage_arguments_are_checked() -> None:
         with pytest.raises(ValueError, match=message):
             await state.add_usage(tokens, half_life)
     assert await state.add_usage({}, 60.0) == {}  # a refused call added nothing
+
+
+async def test_a_weighted_reservation_counts_weight_times_and_a_cancel_takes_it_back() -> None:
+    clock = Clock()
+    state = LocalState(clock=clock, weight=4)  # a fallback's send, four workers sharing
+    scope = Scope(key="fleet", rpm=9, tpm=1000, window_s=60.0)
+    state.seed("others", 300.0, [scope], clock.t, count=2)  # what the others held
+    assert (await state.reserve("a", 100, [scope])).ok  # 2 + 4 requests, 300 + 400 tokens
+    refused = await state.reserve("b", 10, [scope])
+    assert (refused.ok, refused.reason) == (False, "rpm") and refused.wait_s == 60.0
+    state.cancel("a", [scope])  # it was never sent after all
+    assert (await state.reserve("b", 100, [scope])).ok
+    await state.settle("b", 25, [scope])  # settled: 4 x 25, not 25
+    refused = await state.reserve("c", 1, [scope])
+    assert not refused.ok and refused.used == (("fleet", 6, 400.0),)
+    with pytest.raises(ValueError, match="weight"):
+        LocalState(weight=0)

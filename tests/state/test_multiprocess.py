@@ -1,4 +1,4 @@
-"""Several real worker processes share one budget through a real Redis (issue 14's tests).
+"""Several real worker processes share one budget through a real Redis.
 
 Each worker is ``python -m bench.shared_worker``: a :class:`~semisched.Scheduler` over
 the openai client, sending to one ``python -m mockprovider`` in compressed time and
@@ -6,10 +6,16 @@ reserving every send in the session's throwaway Redis (``conftest.py``). The wor
 start together (``WorkerFleet.go``) and each prints its counts as one JSON line; the
 mock's own counters are the truth about 429s and completions.
 
-The time compression is modest (10x) and the budgets keep a margin of 2 virtual
-seconds (200 ms of wall time) so that a loaded test machine's transit delays stay
-inside it: a 429 here would be the budget's fault, not the machine's. Outcomes are
-asserted exactly; times only with generous bounds.
+The time compression is modest (10x) and the budgets keep a margin of 10 virtual
+seconds (1 s of wall time): a call the shared window admitted reaches the mock
+up to a second later on a loaded two-core machine (two CPU hogs beside the test),
+and the provider still counts it inside a window the budget already paid for. A
+429 here is the budget's fault, not the machine's. Outcomes are asserted exactly;
+times only with generous bounds (no utilisation: that measures the machine).
+
+The store faults are the benchmark's (:func:`bench.shared_budget.run_fault`): Redis
+killed 3 s after the first send and restarted 1 s later, empty; or stopped
+(``SIGSTOP``) for 6 s. Four workers of 60 calls each on a 60-RPM key.
 """
 
 from __future__ import annotations
@@ -23,14 +29,14 @@ from typing import Any, Protocol, cast
 import pytest
 import redis
 
-from bench.shared_budget import measure, mock_counters, skewed_counts
+from bench.shared_budget import SharedBudgetConfig, measure, mock_counters, run_fault, skewed_counts
 from bench.shared_worker import command, worker_fleet
 from mockprovider.launch import running_server
 
 pytestmark = pytest.mark.wallclock  # real processes, a real server, real signals
 
 SCALE = 10.0
-MARGIN = 2.0
+MARGIN = 10.0
 
 
 class Server(Protocol):
@@ -101,9 +107,9 @@ def test_four_skewed_workers_share_the_limit_without_a_429(
     assert counters["rate_limited"] == 0
     assert row["completed"] == counters["completed"] == 150
     assert row["refused"] > 0  # the shared budget, not luck, kept them under the limit
-    # Near the limit, far above a static split's ~0.5 for these skewed counts; the bound
-    # leaves room for a loaded machine (0.898 seen on a busy two-core one).
-    assert row["req_util"] >= 0.80, row
+    # 150 calls at 60 per 70 s window: 2.5 windows (175 s) shared; a static split of 15
+    # each would keep the busiest worker (80 calls) at it for 5.3 windows (373 s).
+    assert row["makespan_s"] < 300.0, row
     assert all(r["state"]["backend"] == "redis" and r["state"]["fallbacks"] == 0 for r in results)
     assert max(r["state"]["workers"] for r in results) == 4
 
@@ -182,3 +188,19 @@ def test_redis_lost_mid_run_and_back_every_call_resolves_once(
     assert completed == counters["completed"]  # none answered twice, none lost on the way
     assert completed + sum(sum(r["outcomes"].values()) for r in results) == sum(counts)
     assert all(r["state"]["fallbacks"] >= 1 for r in results), [r["state"] for r in results]
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_redis_killed_or_stopped_mid_run_costs_no_429_and_no_call(
+    fault: str, tmp_path: Path
+) -> None:
+    """Every worker falls back on the same share (1/4), rejoins once per loss (one line),
+    and the provider answers no 429: neither while the workers run on their fallbacks
+    nor after they rejoin (their fallback sends are recorded in the shared window)."""
+    config = SharedBudgetConfig(rpm=60, tpm=10**8, time_scale=SCALE, margin_s=MARGIN,
+                                fault_workers=4, fault_calls=60)  # fmt: skip
+    row = run_fault(config, fault, seed=0, logdir=tmp_path)
+    assert row["provider_429s"] == 0, row
+    assert row["completed"] == row["provider_completed"] == 240 and row["lost"] == 0
+    assert row["shares"] == "1/4 1/4 1/4 1/4", row
+    assert row["rejoins"] == " ".join(["1"] * 4) and row["fallbacks"] == 4, row

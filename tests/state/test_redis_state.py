@@ -27,7 +27,7 @@ import anyio
 import pytest
 import redis.asyncio
 
-from semisched.state.base import Grant, Scope, StateBackend, StateUnavailable
+from semisched.state.base import Grant, Scope, StateBackend, StateForgotten, StateUnavailable
 from semisched.state.redis import RedisState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.wallclock]
@@ -264,6 +264,32 @@ async def test_the_running_total_never_drifts(redis_url: str, namespace: str, se
         await eventually(purged, within_s=3.0)
 
 
+async def test_a_reservation_reports_the_workers_and_what_each_window_holds(
+    redis_url: str, namespace: str
+) -> None:
+    fleet, east = Scope(key="fleet", rpm=2), Scope(key="endpoint:east", tpm=1000)
+    async with opened(redis_url, namespace, n=3) as (a, b, _):
+        granted = await a.reserve("r1", 300, [fleet, east])
+        assert granted.ok and granted.workers == 3
+        assert granted.used == (("fleet", 1, 300.0), ("endpoint:east", 1, 300.0))
+        assert (await b.reserve("r2", 200, [fleet])).ok
+        refused = await b.reserve("r3", 1, [fleet])
+        assert not refused.ok and refused.used == (("fleet", 2, 500.0),)  # as it was
+
+
+async def test_recorded_sends_count_at_their_times_and_once(redis_url: str, namespace: str) -> None:
+    scope = Scope(key="fleet", rpm=3, window_s=60.0)
+    async with opened(redis_url, namespace) as (state,):
+        sends = [("f1", 10.0, 100.0), ("f2", 0.5, 50.0), ("old", 61.0, 1.0)]
+        assert await state.record(scope, sends) == 2  # one left the window long ago
+        assert await state.record(scope, sends) == 0  # recorded already: counted once
+        assert (await state.reserve("r", 1, [scope])).ok
+        refused = await state.reserve("s", 1, [scope])
+        # Full until f1 leaves: it was charged 10 s ago, so in 50 s, not 60.
+        assert not refused.ok and 49.0 < refused.wait_s <= 50.0
+        assert refused.used == (("fleet", 3, 151.0),)
+
+
 async def test_concurrency_leases_and_release(redis_url: str, namespace: str) -> None:
     scope = Scope(key="fleet", max_concurrency=3)
     async with opened(redis_url, namespace, 2) as (a, b):
@@ -303,7 +329,8 @@ async def test_leases_of_a_silent_worker_expire_and_heartbeats_keep_them(
         took = await eventually(lambda: ok(b.reserve("x", 1, [scope])), within_s=ttl + 2.0)
         assert took <= ttl + 2.0
         assert await b.workers() == 1  # its registration expired too
-        await a.heartbeat()  # too late: an expired lease is not resurrected
+        with pytest.raises(StateForgotten):  # too late: it is told it was forgotten,
+            await a.heartbeat()  # and an expired lease is not resurrected
         async with inspector(redis_url) as client:
             assert await client.zcard(f"{namespace}:scope:fleet:leases") == 1  # b's "x"
         assert await b.workers() == 2  # but a registers again
@@ -457,8 +484,15 @@ async def test_a_server_restart_is_unavailable_then_rejoined(
             with pytest.raises(StateUnavailable, match=re.escape(f"127.0.0.1:{server.port}")):
                 await call()
         server.start()  # same port, empty state
-        assert (await state.reserve("r2", 1, [scope])).ok
+        # An empty store is not taken for an idle one: the worker hears that it was
+        # forgotten, from a reservation (nothing charged) or from the heartbeat that
+        # registers it again; then it reserves there again.
+        with pytest.raises(StateForgotten, match="forgot this worker"):
+            await state.reserve("r2", 1, [scope])
+        with pytest.raises(StateForgotten, match="forgot this worker"):
+            await state.heartbeat()
         await state.heartbeat()
+        assert (await state.reserve("r2", 1, [scope])).ok
         assert await state.workers() == 1
     finally:
         await state.close()
