@@ -17,6 +17,7 @@ batch         ``docs/results/batch-mixed/table.md``                  batch
 default-prior ``docs/results/default-prior/summary.csv``             default-prior
 routing       ``docs/results/routing/summary.csv``                   routing
 shared-budget ``docs/results/shared-budget/summary.csv``             shared-budget
+(faults)      ``docs/results/shared-budget/faults_summary.csv``      shared-budget
 tenants       ``docs/results/tenants/summary.csv``                   tenants
 plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
 ============  ====================================================  =========
@@ -176,6 +177,24 @@ def _shared_budget(root: Path) -> str:
     return _table(header, body)
 
 
+def _shared_budget_faults(root: Path) -> str:
+    """``docs/results/shared-budget/faults_summary.csv`` (and ``faults.csv`` for each
+    worker's fallback share and rejoin lines): Redis lost mid-run, by fault."""
+    folder = root / DOCS / "shared-budget"
+    runs = _read(folder / "faults.csv")
+    header = ("fault", "runs", "429s", "sent before / while down / after", "lost",
+              "makespan (s)", "fallback shares", "rejoined lines")  # fmt: skip
+    body = []
+    for r in _read(folder / "faults_summary.csv"):
+        mine = [run for run in runs if run["condition"] == r["condition"]]
+        split = " / ".join(_pm(r, f"{when}_429s", 1) for when in ("before", "down", "after"))
+        body.append((r["condition"], r["runs"], _pm(r, "provider_429s", 1), split,
+                     _pm(r, "lost", 0), _pm(r, "makespan_s", 0),
+                     "; ".join(run["shares"] for run in mine),
+                     "; ".join(run["rejoins"] for run in mine)))  # fmt: skip
+    return _table(header, body)
+
+
 def _tenants(root: Path) -> str:
     """``docs/results/tenants/summary.csv``: issue 15's targets per condition."""
     from bench.tenants import POLICIES
@@ -244,6 +263,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "default-prior": _default_prior,
     "routing": _routing,
     "shared-budget": _shared_budget,
+    "shared-budget-faults": _shared_budget_faults,
     "tenants": _tenants,
     "plan": _plan,
 }

@@ -30,8 +30,9 @@ every line), prints the floor's three bounds and sends nothing.
 Exit status: 0 every request answered successfully (with ``--dry-run``: the
 job could start); 1 some requests ended in an error (recorded in the
 output); 2 the job could not start (bad arguments, invalid input, unreadable
-or unwritable files, a bad fleet, no API key); 130 interrupted (rerun the same command to
-resume).
+or unwritable files, a bad fleet, no API key), or its API key was refused (three
+401 or 403 answers in a row and no success: the rest is left unsent, and a rerun
+with the right key resumes); 130 interrupted (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from semisched.batch import (
     BatchRun,
     BatchSummary,
 )
+from semisched.batch.auth import AUTH_FAILURES
 from semisched.batch.client import ClientFactory
 from semisched.batch.display import Display, progress_display
 from semisched.batch.metrics import serve_metrics
@@ -368,6 +370,14 @@ def _report(summary: BatchSummary, stream: TextIO) -> int:
             f"  (cut a torn last line of {summary.cut_bytes} bytes from the output first)",
             file=stream,
         )
+    if summary.auth_status is not None:
+        print(
+            f"authentication failed: {AUTH_FAILURES} answers in a row were "
+            f"{summary.auth_status}s and none succeeded; {summary.to_send - summary.finished} "
+            "requests left unsent. Check the API key, then rerun the same command to resume.",
+            file=stream,
+        )
+        return 2
     if summary.interrupted:
         print(
             f"interrupted: {summary.to_send - summary.finished} requests not answered; "

@@ -77,7 +77,8 @@ class InvalidLine:
 
     Attributes:
         line: Line number in the input file (from 1).
-        custom_id: The line's ``custom_id`` when it has a usable one.
+        custom_id: The line's ``custom_id`` when it has a usable one (``None`` for a
+            duplicate: that id belongs to its first line, whose record is the id's one).
         message: What is wrong with it.
     """
 
@@ -151,10 +152,10 @@ def _check_envelope(number: int, obj: Any, first_seen: dict[str, int]) -> Invali
     custom_id = obj.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return InvalidLine(number, None, "'custom_id' must be a non-empty string")
-    if custom_id in first_seen:
+    if custom_id in first_seen:  # the id is the first line's: its record must stay the only one
         return InvalidLine(
             number,
-            custom_id,
+            None,
             f"duplicate custom_id {custom_id!r} (first on line {first_seen[custom_id]})",
         )
     first_seen[custom_id] = number

@@ -15,6 +15,7 @@ from semisched.core.checks import check_choice, check_instance, check_int, check
 from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
 from semisched.core.tenants.config import TenantConfig
 from semisched.fleet.fleetfile import EndpointDef, check_unique
+from semisched.state.address import check_namespace, check_state_url
 
 __all__ = ["BatchOptions"]
 
@@ -64,8 +65,9 @@ class BatchOptions:
     def __post_init__(self) -> None:
         self._check_target()
         check_str("api_key_env", self.api_key_env)
-        check_str("state", self.state, optional=True)
-        check_str("namespace", self.namespace)
+        if self.state is not None:  # the command's --state, --namespace: exit 2 before any file
+            check_state_url(self.state)
+        check_namespace(self.namespace)
         check_instance("tenants", self.tenants, TenantConfig, optional=True)
         check_choice("policy", self.policy, PRESETS)
         check_choice("priors", self.priors, ("auto", "learned", "heuristic"))

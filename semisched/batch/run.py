@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 
+from semisched.batch.auth import AuthGuard
 from semisched.batch.client import ClientFactory, connect
 from semisched.batch.forecast import (
     BatchForecast,
@@ -155,6 +156,7 @@ class BatchRun:
         self._cut_bytes = 0
         self._started: float | None = None
         self._streamed: StreamedPriors | None = None
+        self._auth = AuthGuard()
 
     def __repr__(self) -> str:
         progress = self._progress
@@ -386,10 +388,15 @@ class BatchRun:
                 tg.cancel_scope.cancel()
         except StateUnavailable as exc:  # only entering can raise it (later: a fallback)
             raise BatchError(f"the shared state cannot be reached: {exc}") from None
+        if not self._auth.tripped:
+            self._write_held(writer)
         self._sync(scheduler)
         assert self._progress is not None
         if self._stopping and self._progress.finished < self._progress.to_send:
-            self._progress = replace(self._progress, interrupted=True)
+            self._progress = replace(
+                self._progress, interrupted=True, auth_status=self._auth.status
+                if self._auth.tripped else None
+            )  # fmt: skip
 
     async def _watch_stop(self, scheduler: Scheduler, scope: anyio.CancelScope) -> None:
         assert self._stop is not None
@@ -404,6 +411,12 @@ class BatchRun:
     async def _send_one(self, line: BatchLine, prior: Prior, sending: _Sending) -> None:
         try:
             record = await self._answer(line, prior, sending)
+            if record is None:  # a 401/403, held back (semisched.batch.auth)
+                if self._auth.tripped:
+                    self.stop()
+                return
+            if record.get("error") is None:  # the key works: what was held is recorded
+                self._write_held(sending.writer)
             sending.writer.write(record)
             self._sync(sending.scheduler)
             if self._on_result is not None:
@@ -414,8 +427,11 @@ class BatchRun:
             if self._streamed is not None:
                 self._streamed.poke()
 
-    async def _answer(self, line: BatchLine, prior: Prior, sending: _Sending) -> dict[str, Any]:
-        """Send ``line`` with its planned ``prior``; return its record (counted in the progress)."""
+    async def _answer(
+        self, line: BatchLine, prior: Prior, sending: _Sending
+    ) -> dict[str, Any] | None:
+        """Send ``line`` with its planned ``prior``; return its record (counted in the
+        progress), or ``None`` for a 401/403 the auth guard holds back."""
         deadline = None
         if sending.job_deadline is not None:
             deadline = sending.job_deadline - self.clock.now()
@@ -431,7 +447,8 @@ class BatchRun:
                 response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
         except RequestError as exc:
             code, status = error_code(exc)
-            return self._failure(line, code, str(exc), status)
+            record = error_record(line.custom_id, code, str(exc), status)
+            return None if self._auth.hold(record, code, status) else self._counted(record, code)
         usage = getattr(response, "usage", None)
         assert self._progress is not None
         self._progress = replace(
@@ -444,12 +461,18 @@ class BatchRun:
         )
         return success_record(line.custom_id, response, timed.record())
 
-    def _failure(
-        self, line: BatchLine, code: ErrorCode, message: str, status: int | None = None
-    ) -> dict[str, Any]:
+    def _failure(self, line: BatchLine, code: ErrorCode, message: str) -> dict[str, Any]:
+        return self._counted(error_record(line.custom_id, code, message), code)
+
+    def _counted(self, record: dict[str, Any], code: ErrorCode) -> dict[str, Any]:
+        """``record``, an error of ``code``, counted in the progress."""
         assert self._progress is not None
         self._progress = replace(self._progress, failed=self._progress.failed.plus(code))
-        return error_record(line.custom_id, code, message, status)
+        return record
+
+    def _write_held(self, writer: ResultWriter) -> None:
+        for record, code in self._auth.release():
+            writer.write(self._counted(record, code))
 
     def _sync(self, scheduler: Scheduler) -> None:
         """Copy the scheduler's counters and the elapsed time into the progress."""

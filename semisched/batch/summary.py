@@ -102,6 +102,8 @@ class BatchProgress:
         retries: Failed attempts the scheduler sent again.
         elapsed_s: Clock seconds since sending started.
         interrupted: The run was stopped before every request was answered.
+        auth_status: The status (401 or 403) of the answers that stopped the run:
+            the API key was refused (:mod:`semisched.batch.auth`); else ``None``.
         floor_s: The makespan floor of the requests to send, found before sending
             (:func:`semisched.core.makespan_floor`; ``None``: nothing to send).
         floor_binding: Its binding bound: ``requests``, ``tokens`` or ``serving``.
@@ -119,6 +121,7 @@ class BatchProgress:
     retries: int = 0
     elapsed_s: float = 0.0
     interrupted: bool = False
+    auth_status: int | None = None
     floor_s: float | None = None
     floor_binding: str | None = None
 
@@ -191,10 +194,10 @@ class BatchSummary(BatchProgress):
         p50, p95 = self.latency_percentile(50), self.latency_percentile(95)
         fails = ", ".join(f"{code.value} {n}" for code, n in self.failed.counts()) or "none"
         out = [
-            f"{'interrupted' if self.interrupted else 'done'}: {self.finished} of "
-            f"{self.to_send} requests answered in {self.elapsed_s:.1f} s "
-            f"({self.already_done} already in the output, {self.invalid} invalid lines)",
-            f"  succeeded {self.succeeded}; failed: {fails}",
+            f"{'interrupted' if self.interrupted else 'done'} in {self.elapsed_s:.1f} s: "
+            f"{self.succeeded} succeeded, {self.failed.total} failed, {self.invalid} invalid "
+            f"lines ({self.to_send} to send, {self.already_done} already in the output)",
+            f"  failed: {fails}",
             f"  tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
             f"({self.tokens_per_s:.0f}/s); 429s {self.rate_limited}; retries {self.retries}",
         ]

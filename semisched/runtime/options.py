@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from semisched.core.checks import check_bool, check_int, check_number, check_str
+from semisched.core.checks import check_bool, check_int, check_number
 from semisched.priors.calibration import LengthCalibration
 from semisched.priors.sources import PriorSource
 from semisched.runtime.estimate import TokenEstimator
+from semisched.state.address import check_namespace
 
 __all__ = ["RuntimeOptions", "check_runtime_objects", "removed_argument"]
 
@@ -83,7 +84,7 @@ class RuntimeOptions:
         check_int("max_pending", self.max_pending, minimum=1, optional=True)
         check_int("seed", self.seed, optional=True)
         check_bool("cancel_late", self.cancel_late)
-        check_str("namespace", self.namespace)
+        check_namespace(self.namespace)
 
     def length_calibration(self) -> LengthCalibration | None:
         """The calibration to use (a fresh one for ``True``; ``None``: off)."""

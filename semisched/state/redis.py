@@ -77,7 +77,7 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import redis.asyncio
 from redis.asyncio.retry import Retry
@@ -85,6 +85,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from semisched.state.address import check_namespace, check_state_url, redact
 from semisched.state.base import (
     USAGE_FLOOR,
     Grant,
@@ -103,7 +104,6 @@ __all__ = ["RedisState"]
 TIMEOUT_S = 2.0
 #: The tenant-usage keys live this many half-lives past their last write (2**-32 of a sum is left).
 USAGE_TTL_HALF_LIVES = 32
-_SCHEMES = ("redis", "rediss", "unix")
 
 
 class RedisState:
@@ -129,21 +129,20 @@ class RedisState:
         lease_ttl_s: float = 10.0,
         client: redis.asyncio.Redis | None = None,
     ) -> None:
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in _SCHEMES:
-            shown = _redact(url) if isinstance(url, str) else url
-            raise ValueError(f"url={shown!r} must start with redis://, rediss:// or unix://")
+        if not isinstance(url, str):
+            raise ValueError(f"url={url!r} must start with redis://, rediss:// or unix://")
+        check_state_url(url, "url")
+        parts = urlsplit(url)
         worker = secrets.token_hex(8) if worker is None else worker
-        for name, value in (("namespace", namespace), ("worker", worker)):
-            if not isinstance(value, str) or not value or ":" in value or value != value.strip():
-                raise ValueError(f"{name}={value!r} must be a non-empty str without ':' or spaces")
+        check_namespace(namespace)
+        check_namespace(worker, "worker")
         if not (math.isfinite(lease_ttl_s) and lease_ttl_s >= 0.001):
             raise ValueError(f"{lease_ttl_s=} must be a finite number >= 0.001")
         self.namespace = namespace
         self.worker = worker
         self.lease_ttl_s = float(lease_ttl_s)
         self._url = url
-        self._shown = _redact(url)
+        self._shown = redact(url)
         secret = parts.password or dict(parse_qsl(parts.query)).get("password") or ""
         self._secrets = {secret, unquote(secret)} - {""}  # redis-py unquotes it
         self._where = _where(parts)
@@ -441,18 +440,3 @@ def _where(parts: SplitResult) -> str:
     except ValueError:
         port = 6379
     return f"{parts.hostname or 'localhost'}:{port}"
-
-
-def _redact(url: str) -> str:
-    """``url`` with its password (in the authority or the query) replaced by ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    query = parts.query
-    if "password=" in query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs])
-    return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -27,7 +27,7 @@ async def test_a_run_shows_progress_per_result_and_exits_0(
     assert code == 0
     progress = [line for line in err.splitlines() if " done | failed " in line]
     assert [line.split(" ", 1)[0] for line in progress] == [f"{i}/6" for i in range(1, 7)]
-    assert "done: 6 of 6 requests answered" in err and "succeeded 6; failed: none" in err
+    assert "6 succeeded, 0 failed, 0 invalid lines (6 to send" in err and "failed: none" in err
     assert len(records(tmp_path / "out.jsonl")) == 6
 
 
@@ -39,7 +39,9 @@ async def test_failed_requests_exit_1_and_are_named_in_the_summary(
         code = await main_async(cli_args(tmp_path), client=client)
     err = capsys.readouterr().err
     assert code == 1
-    assert "succeeded 0; failed: provider_error 3" in err
+    # What happened, named: none of the three succeeded (not "3 of 3 answered").
+    assert "0 succeeded, 3 failed, 0 invalid lines" in err
+    assert "failed: provider_error 3" in err
     assert "retries 15" in err  # 6 attempts each: the scheduler's retries
 
 
@@ -51,7 +53,7 @@ async def test_a_rerun_with_nothing_left_sends_nothing_and_exits_0(
         assert await main_async(cli_args(tmp_path), client=client) == 0
         assert await main_async(cli_args(tmp_path), client=client) == 0
         assert stats().counters.requests == 1
-    assert "done: 0 of 0 requests answered" in capsys.readouterr().err
+    assert "0 succeeded, 0 failed, 0 invalid lines (0 to send, 1 already" in capsys.readouterr().err
 
 
 def test_unreadable_input_is_a_clear_error(
@@ -106,3 +108,68 @@ def test_invalid_input_exits_2_listing_line_numbers(
 def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["batch", "in.jsonl", "-o", "o.jsonl", "--base-url", "u", "--rpm", "0"])
     assert code == 2 and "rpm=0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--state", "garbage", "state='garbage': must start with redis://"),
+        ("--state", "redis://127.0.0.1:abc/0", "the port must be a number"),
+        ("--state", "redis://:secret@127.0.0.1:6379/x", "the database must be a number"),
+        ("--namespace", "bad:ns", "namespace='bad:ns' must be a non-empty str without ':'"),
+    ],
+)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_bad_state_or_namespace_exits_2_in_one_line_and_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+    message: str,
+    dry_run: bool,
+) -> None:
+    write_lines(tmp_path / "in.jsonl", [chat_line(0)])
+    args = ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"),
+            "--base-url", "http://127.0.0.1:9/v1", "--priors", "heuristic",
+            option, value]  # fmt: skip
+    code = main([*args, "--dry-run"] if dry_run else args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [err.strip()] and message in err  # one line, no traceback
+    assert "secret" not in err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+async def test_a_duplicate_custom_id_skipped_as_invalid_leaves_one_record_for_that_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_lines(tmp_path / "in.jsonl", [chat_line(0), chat_line(1), chat_line(0)])
+    async with provider() as (client, _):
+        assert await main_async(cli_args(tmp_path, "--skip-invalid"), client=client) == 1
+        for_req_0 = [r for r in records(tmp_path / "out.jsonl") if r["custom_id"] == "req-0"]
+        assert len(for_req_0) == 1 and for_req_0[0]["error"] is None
+        # --retry-failed drops the invalid line's record and writes it again: still one.
+        args = cli_args(tmp_path, "--skip-invalid", "--retry-failed")
+        assert await main_async(args, client=client) == 1
+    out = records(tmp_path / "out.jsonl")
+    assert [r["custom_id"] for r in out].count("req-0") == 1
+    (invalid,) = [r for r in out if r["error"] is not None]
+    assert invalid["custom_id"] is None and "line 3: duplicate custom_id" in str(invalid["error"])
+    assert "2 succeeded, 0 failed, 1 invalid lines" in capsys.readouterr().err
+
+
+async def test_a_refused_key_stops_the_job_with_exit_2_and_a_rerun_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(40)])
+    async with provider(api_key="not-the-clients-key") as (client, stats):  # every call: 401
+        code = await main_async(cli_args(tmp_path), client=client)
+        sent = stats().counters.requests
+    err = capsys.readouterr().err
+    assert code == 2 and "authentication failed: 3 answers in a row were 401s" in err
+    assert sent < 40  # it stopped sending
+    assert not (tmp_path / "out.jsonl").exists() or records(tmp_path / "out.jsonl") == []
+    async with provider() as (client, _):  # the right key: the rerun sends every line
+        assert await main_async(cli_args(tmp_path), client=client) == 0
+    out = records(tmp_path / "out.jsonl")
+    assert len(out) == 40 and all(r["error"] is None for r in out)

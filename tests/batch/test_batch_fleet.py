@@ -131,7 +131,7 @@ async def test_a_fleet_job_resumes_and_dry_runs_without_sending(
     assert sorted(r["custom_id"] for r in records(tmp_path / "out.jsonl")) == [
         f"req-{i}" for i in range(6)
     ]
-    assert "done: 2 of 2 requests answered" in capsys.readouterr().err
+    assert "2 succeeded, 0 failed, 0 invalid lines" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("keys")
