@@ -1,10 +1,11 @@
 """Shape a mixed interactive/batch workload through the drop-in facade.
 
-Starts the mock provider (``python -m mockprovider``) on a free loopback port,
-100x faster than real time, and sends 40 short interactive questions and 40
-long batch jobs through ``scheduler.client.chat.completions.create`` — the
-same call an application makes on ``AsyncOpenAI``, plus ``deadline``. Prints
-what happened per class.
+Runs the mock provider in process, in virtual time (trio's ``MockClock``, as in
+``examples/virtual_time.py``: what it prints does not depend on how busy the
+machine is), and sends 40 short interactive questions and 40 long batch jobs
+through ``scheduler.client.chat.completions.create`` — the same call an
+application makes on ``AsyncOpenAI``, plus ``deadline``. Prints what happened
+per class.
 
     python examples/mixed_workload.py
 """
@@ -15,27 +16,34 @@ import collections
 import random
 
 import anyio
+import httpx2
 import openai
+import trio.testing
 
-from mockprovider.launch import running_server
+from mockprovider.app import MockConfig, create_app
 from semisched import Scheduler, SemischedError
-from semisched.runtime.clock import ScaledClock
-
-SCALE = 100.0  # virtual seconds per wall second, shared by the mock and the scheduler
 
 
-async def main(base_url: str) -> None:
+async def main() -> None:
     rng = random.Random(7)
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed-for-the-mock")
+    app = create_app(MockConfig(), clock=anyio.current_time)
     outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     latencies: dict[str, list[float]] = collections.defaultdict(list)
-    clock = ScaledClock(SCALE)
-    async with client, Scheduler(client, config="final_adrr_olc", clock=clock) as scheduler:
+    transport = httpx2.ASGITransport(app=app)
+    async with (
+        httpx2.AsyncClient(transport=transport, base_url="http://mock") as http,
+        openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http) as client,
+        # An inline prior source: the learned model answers from a worker thread, which
+        # races a virtual clock (examples/virtual_time.py).
+        Scheduler(client, config="final_adrr_olc", priors="heuristic") as scheduler,
+    ):
         llm = scheduler.client  # the one-line change: use this where you used `client`
+        warm_up = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
+        await llm.chat.completions.create(model="mock-1", messages=warm_up, max_tokens=1)
 
         async def ask(kind: str, i: int) -> None:
             tokens = rng.randint(10, 60) if kind == "interactive" else rng.randint(300, 3000)
-            start = clock.now()
+            start = anyio.current_time()
             try:
                 await llm.chat.completions.create(
                     model="mock-1",
@@ -44,7 +52,7 @@ async def main(base_url: str) -> None:
                     deadline=30 if kind == "interactive" else 600,
                 )
                 outcomes[kind]["completed"] += 1
-                latencies[kind].append(clock.now() - start)
+                latencies[kind].append(anyio.current_time() - start)
             except SemischedError as exc:
                 outcomes[kind][type(exc).__name__] += 1
 
@@ -52,7 +60,7 @@ async def main(base_url: str) -> None:
             for i in range(40):
                 tg.start_soon(ask, "batch", i)
                 tg.start_soon(ask, "interactive", i)
-                await clock.sleep(rng.expovariate(1.0))  # ~1 arrival per virtual second
+                await anyio.sleep(rng.expovariate(1.0))  # ~1 arrival per virtual second
         stats = scheduler.statistics()
     for kind in ("interactive", "batch"):
         lat = sorted(latencies[kind])
@@ -67,5 +75,8 @@ async def main(base_url: str) -> None:
 
 
 if __name__ == "__main__":
-    with running_server("--time-scale", str(SCALE)) as url:
-        anyio.run(main, url)
+    anyio.run(
+        main,
+        backend="trio",
+        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+    )

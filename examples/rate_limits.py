@@ -1,13 +1,14 @@
 """Meet a provider's rate limit and its transient errors: without, then with, a client budget.
 
-Starts the mock provider (``python -m mockprovider``) on a free loopback port,
-50x faster than real time, allowing 30 requests a minute and failing 10% of
-the requests it admits with a 5xx. Sends the same 60 requests twice through
-``Scheduler``: once with no budget (the client discovers the limit from 429s
-and retries into them), once with ``BudgetConfig(rpm=30)`` (it paces itself
-and meets no 429). Both runs retry the 5xx answers with the core's retry
-policy (exponential back-off, seeded jitter, never past a deadline). Prints
-what each run saw.
+Runs the mock provider in process, allowing 30 requests a minute and failing
+10% of the requests it admits with a 5xx, in virtual time (trio's
+``MockClock``, as in ``examples/virtual_time.py``): minutes of traffic take
+a second, and what it prints does not depend on how busy the machine is.
+Sends the same 60 requests twice through ``Scheduler``: once with no budget
+(the client discovers the limit from 429s and retries into them), once with
+``BudgetConfig(rpm=30)`` (it paces itself and meets no 429). Both runs retry
+the 5xx answers with the core's retry policy (exponential back-off, seeded
+jitter, never past a deadline). Prints what each run saw.
 
     python examples/rate_limits.py
 """
@@ -17,28 +18,35 @@ from __future__ import annotations
 import collections
 
 import anyio
+import httpx2
 import openai
+import trio.testing
 
-from mockprovider.launch import running_server
+from mockprovider.app import MockConfig, create_app
 from semisched import RetryPolicy, RuntimeOptions, Scheduler, SemischedError, preset
 from semisched.core import BudgetConfig
-from semisched.runtime.clock import ScaledClock
 
-SCALE = 50.0  # virtual seconds per wall second, shared by the mock and the scheduler
 LIMIT_RPM = 30
-MOCK = ("--rpm", str(LIMIT_RPM), "--error-rate", "0.1", "--seed", "3")
 
 
-async def run(base_url: str, budget: BudgetConfig | None) -> str:
-    """Send 60 requests, 2 a second; return one line about what happened."""
+async def run(budget: BudgetConfig | None) -> str:
+    """Send 60 requests, 2 a second, to a fresh mock; return one line about what happened."""
+    app = create_app(MockConfig(rpm=LIMIT_RPM, error_rate=0.1, seed=3), clock=anyio.current_time)
     config = preset("final_adrr_olc", budget=budget, retry=RetryPolicy(max_attempts=6))
-    clock = ScaledClock(SCALE)
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed-for-the-mock")
     outcomes: collections.Counter[str] = collections.Counter()
+    transport = httpx2.ASGITransport(app=app)
     async with (
-        client,
-        Scheduler(client, config=config, clock=clock, options=RuntimeOptions(seed=1)) as scheduler,
+        httpx2.AsyncClient(transport=transport, base_url="http://mock") as http,
+        openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http) as client,
+        Scheduler(
+            client, config=config, priors="heuristic", options=RuntimeOptions(seed=1)
+        ) as scheduler,
     ):
+        # openai looks its platform up in a thread on the first call: make it before the clock
+        # matters (examples/virtual_time.py says why).
+        warm_up = [{"role": "user", "content": "warm-up"}]
+        await scheduler.submit(model="mock-1", messages=warm_up, max_completion_tokens=1)
+        await anyio.sleep(60.0)  # a fresh window for the measured part
 
         async def ask(i: int) -> None:
             try:
@@ -52,12 +60,12 @@ async def run(base_url: str, budget: BudgetConfig | None) -> str:
             except SemischedError as exc:
                 outcomes[type(exc).__name__] += 1
 
-        start = clock.now()
+        start = anyio.current_time()
         async with anyio.create_task_group() as tg:
             for i in range(60):
                 tg.start_soon(ask, i)
-                await clock.sleep(0.5)
-        elapsed = clock.now() - start
+                await anyio.sleep(0.5)
+        elapsed = anyio.current_time() - start
         stats = scheduler.statistics()
     failures = stats.engine.failures
     return (
@@ -69,8 +77,13 @@ async def run(base_url: str, budget: BudgetConfig | None) -> str:
 
 def main() -> None:
     for label, budget in (("no budget", None), ("budget = limit", BudgetConfig(rpm=LIMIT_RPM))):
-        with running_server("--time-scale", str(SCALE), *MOCK) as url:  # a fresh provider
-            print(f"{label:15s} {anyio.run(run, url, budget)}")
+        line = anyio.run(
+            run,
+            budget,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )
+        print(f"{label:15s} {line}")
 
 
 if __name__ == "__main__":
