@@ -28,7 +28,6 @@ PERCENTILES: tuple[int, ...] = (5, 25, 50, 75, 90, 95, 99)
 _CHUNK_SUFFIX = re.compile(r"_\d+$")
 
 
-
 class Split(NamedTuple):
     """Pairs split by conversation; each list keeps the input order."""
 

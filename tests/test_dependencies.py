@@ -38,12 +38,29 @@ def offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...]
 
 
 #: The packages of the SDK besides the core (docs/architecture.md, "Import directions").
-SHELLS = ("semisched.runtime", "semisched.priors", "semisched.fleet", "semisched.state",
-          "semisched.telemetry", "semisched.compress", "semisched.sim", "semisched.batch",
-          "semisched.plan", "semisched.errors", "semisched.command")
+SHELLS = (
+    "semisched.runtime",
+    "semisched.priors",
+    "semisched.fleet",
+    "semisched.state",
+    "semisched.telemetry",
+    "semisched.compress",
+    "semisched.sim",
+    "semisched.batch",
+    "semisched.plan",
+    "semisched.errors",
+    "semisched.command",
+)
 #: The scheduler's driver: what composes the capability packages, never what they import.
-DRIVER = ("semisched.runtime.scheduler", "semisched.runtime.dispatch", "semisched.runtime.layers",
-          "semisched.runtime.facade", "semisched.batch", "semisched.plan", "semisched.command")
+DRIVER = (
+    "semisched.runtime.scheduler",
+    "semisched.runtime.dispatch",
+    "semisched.runtime.layers",
+    "semisched.runtime.facade",
+    "semisched.batch",
+    "semisched.plan",
+    "semisched.command",
+)
 #: Async and network libraries: only the runtime side uses them.
 ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn")
 
