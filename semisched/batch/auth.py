@@ -42,6 +42,7 @@ class AuthGuard:
         self.limit = limit
         self.tripped = False
         self.status: int | None = None  # the last 401/403 seen
+        self.dropped = 0  # 401/403 answers left without a record: the limit and later ones
         self._held: list[Held] = []
 
     def hold(self, record: dict[str, Any], code: ErrorCode, status: int | None) -> bool:
@@ -55,7 +56,10 @@ class AuthGuard:
             self._held.append((record, code))
             if len(self._held) >= self.limit:
                 self.tripped = True
+                self.dropped = len(self._held)
                 self._held.clear()
+        else:
+            self.dropped += 1
         return True
 
     def release(self) -> list[Held]:

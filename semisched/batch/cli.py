@@ -80,7 +80,11 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Send every request of an OpenAI Batch API input file through the scheduler and "
             "append each result to OUTPUT as it completes. Rerunning with the same OUTPUT "
-            "skips what is already answered. API keys are read from the environment only."
+            "skips what is already answered. API keys are read from the environment only. "
+            "Exit status: 0 all succeeded; 1 some failed; 2 the job could not start, or its API "
+            f"key was refused ({AUTH_FAILURES} 401/403 answers in a row, no success: the rest "
+            "is left unsent and unrecorded, so a rerun with the right key resumes); 130 "
+            "interrupted."
         ),
     )
     _add_files(batch)
@@ -224,7 +228,8 @@ def _add_run_control(batch: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--skip-invalid",
         action="store_true",
-        help="record invalid lines as errors in the output and send the rest",
+        help="record invalid lines as errors in the output and send the rest (a repeated "
+        "custom_id's record names its line, so each custom_id keeps its first line's record)",
     )
     batch.add_argument(
         "--retry-failed",
@@ -361,8 +366,8 @@ def _options(args: argparse.Namespace) -> BatchOptions:
     )
 
 
-def _report(summary: BatchSummary, stream: TextIO) -> int:
-    """Print the summary; return the exit status."""
+def _report(summary: BatchSummary, stream: TextIO, key_hint: str = "the API key") -> int:
+    """Print the summary; return the exit status (``key_hint``: where the key comes from)."""
     for line in summary.lines():
         print(line, file=stream)
     if summary.cut_bytes:
@@ -371,19 +376,15 @@ def _report(summary: BatchSummary, stream: TextIO) -> int:
             file=stream,
         )
     if summary.auth_status is not None:
-        print(
-            f"authentication failed: {AUTH_FAILURES} answers in a row were "
-            f"{summary.auth_status}s and none succeeded; {summary.to_send - summary.finished} "
-            "requests left unsent. Check the API key, then rerun the same command to resume.",
-            file=stream,
-        )
+        unanswered, refused = summary.to_send - summary.finished, summary.auth_refused
+        print(f"authentication failed: {AUTH_FAILURES} answers in a row were "
+              f"{summary.auth_status}s and none succeeded; stopped with {unanswered} requests "
+              f"without a record ({refused} refused, {unanswered - refused} not sent). "
+              f"Check {key_hint}, then rerun the same command to resume.", file=stream)  # fmt: skip
         return 2
     if summary.interrupted:
-        print(
-            f"interrupted: {summary.to_send - summary.finished} requests not answered; "
-            "rerun the same command to resume",
-            file=stream,
-        )
+        print(f"interrupted: {summary.to_send - summary.finished} requests not answered; "
+              "rerun the same command to resume", file=stream)  # fmt: skip
         return 130
     return 1 if summary.failed.total or summary.invalid else 0
 
@@ -434,7 +435,8 @@ async def _batch(
     except BatchError as exc:
         print(f"semisched batch: {exc}", file=stream)
         return 2
-    return _report(summary, stream)
+    return _report(summary, stream, "each endpoint's key" if options.fleet else
+                   f"the key in {options.api_key_env}")  # fmt: skip
 
 
 async def _send(

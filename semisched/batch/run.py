@@ -393,10 +393,13 @@ class BatchRun:
         self._sync(scheduler)
         assert self._progress is not None
         if self._stopping and self._progress.finished < self._progress.to_send:
+            tripped = self._auth.tripped
             self._progress = replace(
-                self._progress, interrupted=True, auth_status=self._auth.status
-                if self._auth.tripped else None
-            )  # fmt: skip
+                self._progress,
+                interrupted=True,
+                auth_status=self._auth.status if tripped else None,
+                auth_refused=self._auth.dropped,
+            )
 
     async def _watch_stop(self, scheduler: Scheduler, scope: anyio.CancelScope) -> None:
         assert self._stop is not None
@@ -412,7 +415,8 @@ class BatchRun:
         try:
             record = await self._answer(line, prior, sending)
             if record is None:  # a 401/403, held back (semisched.batch.auth)
-                if self._auth.tripped:
+                if self._auth.tripped and not self._stopping:
+                    sending.scheduler.pause()  # now: the stop's watcher runs later
                     self.stop()
                 return
             if record.get("error") is None:  # the key works: what was held is recorded

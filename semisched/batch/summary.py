@@ -104,6 +104,8 @@ class BatchProgress:
         interrupted: The run was stopped before every request was answered.
         auth_status: The status (401 or 403) of the answers that stopped the run:
             the API key was refused (:mod:`semisched.batch.auth`); else ``None``.
+        auth_refused: Requests sent and refused with that status; like those
+            never sent, they have no record, so a rerun sends them.
         floor_s: The makespan floor of the requests to send, found before sending
             (:func:`semisched.core.makespan_floor`; ``None``: nothing to send).
         floor_binding: Its binding bound: ``requests``, ``tokens`` or ``serving``.
@@ -122,6 +124,7 @@ class BatchProgress:
     elapsed_s: float = 0.0
     interrupted: bool = False
     auth_status: int | None = None
+    auth_refused: int = 0
     floor_s: float | None = None
     floor_binding: str | None = None
 

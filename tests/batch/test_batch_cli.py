@@ -173,3 +173,18 @@ async def test_a_refused_key_stops_the_job_with_exit_2_and_a_rerun_resumes(
         assert await main_async(cli_args(tmp_path), client=client) == 0
     out = records(tmp_path / "out.jsonl")
     assert len(out) == 40 and all(r["error"] is None for r in out)
+
+
+async def test_a_refused_key_says_how_many_were_refused_and_how_many_not_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(40)])
+    args = cli_args(tmp_path, "--api-key-env", "TEAM_KEY")
+    async with provider(api_key="not-the-clients-key") as (client, stats):  # every call: 401
+        assert await main_async(args, client=client) == 2
+        refused = stats().counters.unauthorized
+    err = capsys.readouterr().err
+    assert 0 < refused < 40
+    # Not "40 requests left unsent": some were sent and refused, none of them recorded.
+    assert f"40 requests without a record ({refused} refused, {40 - refused} not sent)" in err
+    assert "Check the key in TEAM_KEY" in err
