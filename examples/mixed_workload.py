@@ -41,8 +41,7 @@ async def main() -> None:
         warm_up = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
         await llm.chat.completions.create(model="mock-1", messages=warm_up, max_tokens=1)
 
-        async def ask(kind: str, i: int) -> None:
-            tokens = rng.randint(10, 60) if kind == "interactive" else rng.randint(300, 3000)
+        async def ask(kind: str, i: int, tokens: int) -> None:
             start = anyio.current_time()
             try:
                 await llm.chat.completions.create(
@@ -58,8 +57,9 @@ async def main() -> None:
 
         async with anyio.create_task_group() as tg:
             for i in range(40):
-                tg.start_soon(ask, "batch", i)
-                tg.start_soon(ask, "interactive", i)
+                # Drawn here, not in the tasks: trio runs ready tasks in a random order.
+                tg.start_soon(ask, "batch", i, rng.randint(300, 3000))
+                tg.start_soon(ask, "interactive", i, rng.randint(10, 60))
                 await anyio.sleep(rng.expovariate(1.0))  # ~1 arrival per virtual second
         stats = scheduler.statistics()
     for kind in ("interactive", "batch"):
