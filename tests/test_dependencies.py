@@ -40,10 +40,11 @@ def offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...]
 #: The packages of the SDK besides the core (docs/architecture.md, "Import directions").
 SHELLS = ("semisched.runtime", "semisched.priors", "semisched.fleet", "semisched.state",
           "semisched.telemetry", "semisched.compress", "semisched.sim", "semisched.batch",
-          "semisched.plan", "semisched.errors", "semisched.command")
+          "semisched.plan", "semisched.gateway", "semisched.errors", "semisched.command")
 #: The scheduler's driver: what composes the capability packages, never what they import.
 DRIVER = ("semisched.runtime.scheduler", "semisched.runtime.dispatch", "semisched.runtime.layers",
-          "semisched.runtime.facade", "semisched.batch", "semisched.plan", "semisched.command")
+          "semisched.runtime.facade", "semisched.batch", "semisched.plan", "semisched.gateway",
+          "semisched.command")
 #: Async and network libraries: only the runtime side uses them.
 ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn")
 
@@ -70,6 +71,16 @@ ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn
                             "semisched.runtime.dispatch",
                             "semisched.batch", "semisched.state", "semisched.telemetry",
                             "semisched.sim"), ()),
+        # The gateway is a shell over the runtime, like batch: nothing of the SDK imports it
+        # (but the command's lazy dispatch), and it imports neither batch, plan nor sim. Only
+        # its server (the demo) loads the mock, lazily.
+        ("semisched", ("semisched.gateway",),
+         ("semisched/command.py", *(p.relative_to(ROOT).as_posix()
+                                    for p in modules("semisched/gateway")))),
+        ("semisched/gateway", ("semisched.batch", "semisched.plan", "semisched.sim", "bench"),
+         ()),
+        ("semisched/gateway", ("mockprovider",), ("semisched/gateway/server.py",
+                                                  "semisched/gateway/cli.py")),
         # The mock never depends on the SDK or the benchmarks.
         ("mockprovider", ("semisched", "bench", "predictors"), ()),
         ("predictors", ("bench", "mockprovider", "semisched.runtime", "semisched.sim",
