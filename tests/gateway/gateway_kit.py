@@ -40,6 +40,9 @@ class Capture:
         self.authorizations: list[str] = []
         self.open = threading.Event()
         self.open.set()
+        self.disconnected = 0
+        #: ``(status, body)``: answer every completion with it instead of the app's answer.
+        self.answer: tuple[int, dict[str, Any]] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].endswith("completions"):
@@ -54,8 +57,15 @@ class Capture:
         raw = b"".join(chunks)
         self.bodies.append(json.loads(raw))
         self.authorizations.append(dict(scope["headers"]).get(b"authorization", b"").decode())
-        while not self.open.is_set():  # held: the test releases it
-            await asyncio.sleep(0.002)
+        if not self.open.is_set() and await self._held(receive):
+            self.disconnected += 1
+            return
+        if self.answer is not None:
+            status, body = self.answer
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+            return
         sent = False
 
         async def replay() -> Any:
@@ -67,6 +77,18 @@ class Capture:
 
         await self.app(scope, replay, send)
 
+    async def _held(self, receive: Any) -> bool:
+        """Wait until released; ``True`` when the client disconnected first."""
+        gone = asyncio.ensure_future(receive())
+        try:
+            while not self.open.is_set():
+                if gone.done():
+                    return gone.result()["type"] == "http.disconnect"
+                await asyncio.sleep(0.002)
+            return False
+        finally:
+            gone.cancel()
+
 
 def mock_app(**options: Any) -> Any:
     """The mock provider, fast (ten times real time) unless told otherwise."""
@@ -77,9 +99,7 @@ def gateway_config(upstream: str, **gateway: Any) -> GatewayConfig:
     """Two tenants (``web``, ``batch``) with the :data:`KEYS`, one upstream needing a key."""
     data: dict[str, Any] = {
         "gateway": {"port": 0, **gateway.pop("gateway", {})},
-        "tenant": [
-            {"name": tenant, "key_sha256": key_hash(key)} for key, tenant in KEYS.items()
-        ],
+        "tenant": [{"name": tenant, "key_sha256": key_hash(key)} for key, tenant in KEYS.items()],
         "endpoint": [{"name": "mock", "base_url": upstream, "key_env": "UPSTREAM_KEY"}],
         **gateway,
     }
