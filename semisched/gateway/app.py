@@ -232,7 +232,7 @@ class Gateway:
             ticket.scope = None
             current_ticket.reset(token)
         if scope.cancelled_caught:
-            phase = "in_flight" if ticket.phase == "in_flight" else "queued"
+            phase = "in_flight" if ticket.cancelled_in == "in_flight" else "queued"
             self.cancelled[phase] += 1
             return None
         return result

@@ -40,7 +40,7 @@ current_ticket: ContextVar[Ticket | None] = ContextVar("semisched_gateway_ticket
 class Ticket:
     """One HTTP request on its way through the scheduler."""
 
-    __slots__ = ("klass", "phase", "reason", "request_id", "scope", "tenant")
+    __slots__ = ("cancelled_in", "klass", "phase", "reason", "request_id", "scope", "tenant")
 
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
@@ -49,6 +49,7 @@ class Ticket:
         self.phase: Phase = "arriving"
         self.reason: Reason = ""
         self.scope: anyio.CancelScope | None = None
+        self.cancelled_in: Phase = "arriving"  # the phase it was in when cancelled
 
     def __repr__(self) -> str:
         return f"<Ticket {self.request_id or '-'} {self.tenant}/{self.klass} {self.phase}>"
@@ -57,6 +58,7 @@ class Ticket:
         """Cancel its ``submit`` (or its stream) for ``reason``; the first reason sticks."""
         if not self.reason:
             self.reason = reason
+            self.cancelled_in = self.phase
         if self.scope is not None:
             self.scope.cancel()
 

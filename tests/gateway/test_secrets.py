@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import httpx2
-import openai
 import pytest
 from gateway_kit import UPSTREAM_SECRET, Capture, gateway_config, mock_app, servers
 
