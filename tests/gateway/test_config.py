@@ -54,8 +54,10 @@ def test_flags_make_the_simple_case_and_override_the_file(tmp_path: Path) -> Non
     assert config.port == 9000 and config.budget is not None and config.budget.rpm == 60
     assert config.keys == {key_hash("k"): "web"}
     path = tmp_path / "gw.toml"
-    path.write_text(f'[gateway]\nport = 8000\n[[tenant]]\nname = "web"\nkey_sha256 = '
-                    f'"{key_hash("k")}"\n[[endpoint]]\nname = "a"\nbase_url = "http://x/v1"\n')  # fmt: skip
+    path.write_text(
+        f'[gateway]\nport = 8000\n[[tenant]]\nname = "web"\nkey_sha256 = "{key_hash("k")}"\n'
+        '[[endpoint]]\nname = "a"\nbase_url = "http://x/v1"\n'
+    )
     config = build_config(parser().parse_args(["--config", str(path), "--port", "9001"]))
     assert config.port == 9001
 
