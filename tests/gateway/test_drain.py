@@ -58,14 +58,15 @@ def test_sigterm_answers_the_queued_503_and_lets_the_in_flight_finish(tmp_path: 
         upstream = s.serve_app(capture) + "/v1"
         port = free_port()
         env: dict[str, Any] = {**os.environ, "UPSTREAM_KEY": UPSTREAM_SECRET}
+        log = (tmp_path / "stderr").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "semisched", "serve", "--config",
              str(gateway_file(tmp_path, upstream)), "--port", str(port), "--log-level", "warning"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
         try:
             wait_for(lambda: not refused(port) or proc.poll() is not None, 60, "the gateway")
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()
             base = f"http://127.0.0.1:{port}/v1"
             capture.open.clear()
             in_flight: list[httpx2.Response] = []
@@ -90,5 +91,6 @@ def test_sigterm_answers_the_queued_503_and_lets_the_in_flight_finish(tmp_path: 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            log.close()
             capture.open.set()
     assert len(capture.bodies) == 1  # the queued one was never sent
