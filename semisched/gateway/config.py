@@ -74,7 +74,7 @@ GATEWAY_FIELDS: Final = ("host", "port", "preset", "max_inflight", "max_pending"
 _TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant")
 _TENANTS: Final = ("policy", "default", "half_life_s", "headroom")
 _TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "key_sha256")
-_BUDGET: Final = ("rpm", "tpm", "margin_s")
+_BUDGET: Final = ("rpm", "tpm", "window_s", "margin_s", "adapt")
 
 
 class GatewayConfigError(SemischedError, ValueError):
