@@ -75,8 +75,8 @@ def test_two_replicas_on_one_key_never_draw_a_429(tmp_path: Path, redis_url: str
 
             def call(i: int) -> int:
                 url = f"http://127.0.0.1:{ports[i % 2]}/v1/chat/completions"
-                return httpx2.post(url, json=BODY, timeout=240,
-                                   headers={"authorization": "Bearer sk-test-web"}).status_code  # fmt: skip
+                auth = {"authorization": "Bearer sk-test-web"}
+                return httpx2.post(url, json=BODY, timeout=240, headers=auth).status_code
 
             with ThreadPoolExecutor(12) as pool:
                 codes = list(pool.map(call, range(2 * RPM)))
