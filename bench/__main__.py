@@ -24,6 +24,8 @@ Subcommands:
   plan            the capacity planner (issue 17): plans for the paper's mixes and ShareGPT,
                   analytic vs simulated tails at the planned size and one unit smaller,
                   compress-and-route
+  gateway         what `semisched serve` adds over calling the upstream straight: added
+                  p50/p99 at a fixed rate, requests/s of one gateway process
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
                   Grafana-like panels (dashboard.png) and their series (issue 16)
 """
@@ -164,6 +166,12 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("--seed", type=int, default=0, help="workload seed (0)")
     db.add_argument("--scrape", type=float, default=5.0,
                     help="virtual seconds between scrapes; divides 60 (5)")  # fmt: skip
+    gw = sub.add_parser("gateway", help="what semisched serve adds over the upstream (benchmark)")
+    gw.add_argument("--out", type=Path, default=Path("results/gateway"), help="output folder")
+    gw.add_argument("--rate", type=float, default=500.0, help="open-loop requests/s")
+    gw.add_argument("--seconds", type=float, default=10.0, help="open-loop duration")
+    gw.add_argument("--connections", type=int, default=32, help="closed-loop connections")
+    gw.add_argument("--requests", type=int, default=5000, help="closed-loop requests")
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")
@@ -413,6 +421,15 @@ def _shared_budget(args: argparse.Namespace) -> Path:
     return written
 
 
+def _gateway(args: argparse.Namespace) -> Path:
+    from bench.gateway import gateway_bench
+
+    written = gateway_bench(args.out, rate=args.rate, seconds=args.seconds,
+                            connections=args.connections, requests=args.requests)  # fmt: skip
+    print(written.read_text())
+    return written
+
+
 def _sim_speed(args: argparse.Namespace) -> Path:
     from bench.perf import sim_speed
 
@@ -437,6 +454,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "tenants": _tenants,
     "plan": _plan,
     "dashboard": _dashboard,
+    "gateway": _gateway,
 }
 
 

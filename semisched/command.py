@@ -2,6 +2,7 @@
 
 ``semisched plan ...`` goes to :mod:`semisched.plan.cli` without importing the
 SDK (no anyio, no openai: the planner starts in a fraction of a second);
+``semisched serve ...`` to :mod:`semisched.gateway.cli` (the ``gateway`` extra);
 everything else goes to :mod:`semisched.batch.cli`.
 """
 
@@ -20,6 +21,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from semisched.plan.cli import plan_main
 
         return plan_main(args[1:], sys.stdout)
+    if args[:1] == ["serve"]:  # the gateway: its extra (starlette, uvicorn) loaded only here
+        from semisched.gateway.cli import main as serve_main
+
+        return serve_main(args[1:])
     from semisched.batch.cli import main as sdk_main
 
     return sdk_main(args)

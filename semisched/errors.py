@@ -19,6 +19,8 @@ Exception tree::
     ├── FleetFileError         a fleet file or --endpoint option is not usable
     │                          (semisched.fleet.fleetfile); also a ValueError: it is the
     │                          caller's input, and argument checks catch it as one
+    ├── GatewayConfigError     the gateway's file or flags are not usable
+    │                          (semisched.gateway.config); also a ValueError
     ├── BatchError             a batch job cannot start: unreadable input, unwritable
     │   │                      output, no API key (semisched.batch)
     │   └── InvalidInput       the input file has invalid lines; nothing was sent
@@ -39,6 +41,7 @@ Provider exceptions (``openai.*``) are mapped to it in exactly one place,
 What this module is not: it raises nothing itself and reads no exception. The
 classes that belong to one capability live beside it (``StateUnavailable`` in
 :mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
+``GatewayConfigError`` in :mod:`semisched.gateway.config`,
 ``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
 :mod:`semisched.plan.pools`); each derives from :class:`SemischedError`.
 """

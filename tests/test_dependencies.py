@@ -48,6 +48,7 @@ SHELLS = (
     "semisched.sim",
     "semisched.batch",
     "semisched.plan",
+    "semisched.gateway",
     "semisched.errors",
     "semisched.command",
 )
@@ -59,6 +60,7 @@ DRIVER = (
     "semisched.runtime.facade",
     "semisched.batch",
     "semisched.plan",
+    "semisched.gateway",
     "semisched.command",
 )
 #: Async and network libraries: only the runtime side uses them.
@@ -87,6 +89,16 @@ ASYNC_IO = ("anyio", "openai", "httpx", "httpx2", "redis", "starlette", "uvicorn
                             "semisched.runtime.dispatch",
                             "semisched.batch", "semisched.state", "semisched.telemetry",
                             "semisched.sim"), ()),
+        # The gateway is a shell over the runtime, like batch: nothing of the SDK imports it
+        # (but the command's lazy dispatch), and it imports neither batch, plan nor sim. Only
+        # its server (the demo) loads the mock, lazily.
+        ("semisched", ("semisched.gateway",),
+         ("semisched/command.py", *(p.relative_to(ROOT).as_posix()
+                                    for p in modules("semisched/gateway")))),
+        ("semisched/gateway", ("semisched.batch", "semisched.plan", "semisched.sim", "bench"),
+         ()),
+        ("semisched/gateway", ("mockprovider",), ("semisched/gateway/server.py",
+                                                  "semisched/gateway/cli.py")),
         # The mock never depends on the SDK or the benchmarks.
         ("mockprovider", ("semisched", "bench", "predictors"), ()),
         ("predictors", ("bench", "mockprovider", "semisched.runtime", "semisched.sim",

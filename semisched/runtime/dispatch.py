@@ -161,6 +161,8 @@ class Dispatcher:
             if not pending.resolved:  # the caller was cancelled
                 self.tally.cancelled += 1
                 self.abandon(pending, None)
+            elif isinstance(pending.value, ScheduledStream):  # cancelled as its stream came
+                self._spawn(pending.value.aclose)
             raise
         if pending.error is not None:
             raise pending.error
@@ -341,6 +343,8 @@ class Dispatcher:
             self._tg.start_soon(func, *args)
 
     async def _attempt(self, pending: Pending) -> None:
+        if pending.resolved:  # abandoned between its Send and this task's start: never sent
+            return
         deadline = pending.request.deadline
         with anyio.CancelScope() as scope:
             pending.scope = scope

@@ -1,0 +1,393 @@
+"""The gateway's ASGI app: OpenAI's routes in front of a :class:`~semisched.Scheduler`.
+
+``Gateway(config).app()`` is a Starlette app (serve it with uvicorn:
+:mod:`semisched.gateway.server`). Its routes:
+
+=================================  ==========================================================
+route                              what
+=================================  ==========================================================
+``POST /v1/chat/completions``      scheduled, then forwarded; JSON, or SSE chunk by chunk
+``POST /v1/completions``           the same for the completions API
+``GET /v1/models``                 what the fleet serves
+``GET /healthz``                   200 while the process serves
+``GET /readyz``                    200 when every upstream answers and the state is shared
+``GET /metrics``                   the SDK's Prometheus families (and the gateway's answers)
+``GET /semisched/status``          queues by tenant and class, endpoints, budgets, circuits
+=================================  ==========================================================
+
+A completion request goes: key → tenant (401 without one), body and hints
+(:mod:`semisched.gateway.hints`: 400/403), ``Scheduler.submit`` with the
+tenant, class, deadline and prior, then the upstream's answer as it came, or
+the outcome's answer (:mod:`semisched.gateway.answers`). The client's
+disconnect cancels the submit (a queued request is never sent; one in flight
+is aborted, its upstream connection closed); so does a drain for what is
+still queued (:meth:`Gateway.drain`, on SIGTERM), which answers 503.
+
+What this module is not: it schedules nothing (the runtime and the core do),
+parses no config (:mod:`semisched.gateway.config`) and runs no server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import anyio
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from semisched.errors import RequestError
+from semisched.gateway.answers import (
+    error_response,
+    outcome_response,
+    shutting_down,
+    unauthorized,
+)
+from semisched.gateway.config import GatewayConfig, GatewayConfigError
+from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadHint, read_hints
+from semisched.gateway.keys import KeyTable, bearer_key
+from semisched.gateway.status import status_document
+from semisched.gateway.tickets import Ticket, Tracker, current_ticket
+from semisched.gateway.upstream import RawAnswer, UpstreamClient
+from semisched.runtime.options import RuntimeOptions
+from semisched.runtime.scheduler import Scheduler
+from semisched.runtime.streams import ScheduledStream
+
+__all__ = ["Gateway", "SSEResponse", "upstream_keys"]
+
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class Gateway:
+    """The gateway: its scheduler, upstream clients, keys and routes (module docstring).
+
+    Args:
+        config: The checked configuration.
+        environ: Where upstream keys are read (default ``os.environ``), at :meth:`start`.
+    """
+
+    def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.keys = KeyTable(config.keys)
+        self.registry = CollectorRegistry()
+        self.tracker = Tracker()
+        self.draining = False
+        self.cancelled = {"queued": 0, "in_flight": 0}
+        self.scheduler: Scheduler | None = None
+        self.clients: dict[str, UpstreamClient] = {}
+        self._environ = environ
+        self._classes: tuple[str, ...] = tuple(c.name for c in config.scheduler_config().classes)
+        self._answers = Counter(
+            "semisched_gateway_responses",
+            "Gateway answers by route and HTTP status",
+            ("route", "status"),
+            registry=self.registry,
+        )
+
+    def __repr__(self) -> str:
+        state = "draining" if self.draining else "serving" if self.scheduler else "stopped"
+        return f"<Gateway {state} endpoints={list(self.clients)} {self.tracker!r}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the upstream keys, open the clients and enter the scheduler.
+
+        Raises:
+            GatewayConfigError: An upstream key variable is unset.
+            StateUnavailable: ``state`` is configured but unreachable.
+        """
+        keys = upstream_keys(self.config, self._environ)
+        endpoints = []
+        for d in self.config.fleet.endpoints:
+            client = UpstreamClient(d.base_url, keys[d.name], timeout_s=self.config.timeout_s)
+            self.clients[d.name] = client
+            endpoints.append(d.endpoint(client))
+        options = RuntimeOptions(max_pending=self.config.max_pending,
+                                 namespace=self.config.namespace)  # fmt: skip
+        scheduler = Scheduler(endpoints=endpoints, config=self.config.scheduler_config(),
+                              priors=self.config.priors, state=self.config.state,
+                              metrics=self.registry, observers=[self.tracker],
+                              options=options)  # fmt: skip
+        await scheduler.__aenter__()
+        self.scheduler = scheduler
+
+    def drain(self) -> None:
+        """Stop taking requests and sending queued ones; answer those with 503 (SIGTERM)."""
+        if self.draining:
+            return
+        self.draining = True
+        if self.scheduler is not None:
+            self.scheduler.pause()
+        for ticket in self.tracker.queued():
+            ticket.cancel("drain")
+
+    async def stop(self) -> None:
+        """Drain, leave the scheduler (waiting for what is left) and close the clients."""
+        self.drain()
+        try:
+            if self.scheduler is not None:
+                await self.scheduler.__aexit__(None, None, None)
+        finally:
+            self.scheduler = None
+            for client in self.clients.values():
+                await client.aclose()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """The ASGI lifespan: :meth:`start` on startup, :meth:`stop` on shutdown."""
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    def app(self) -> Starlette:
+        """The Starlette app serving the module's routes."""
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/readyz", self.readyz, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+                Route("/semisched/status", self.status, methods=["GET"]),
+            ],
+            lifespan=self.lifespan,
+        )
+
+    # -- completions ---------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        return self._count("chat", await self._complete(request, CHAT_FIELDS))
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        return self._count("completions", await self._complete(request, COMPLETION_FIELDS))
+
+    def _count(self, route: str, response: Response) -> Response:
+        self._answers.labels(route, str(response.status_code)).inc()
+        return response
+
+    def _tenant(self, request: Request) -> str | None:
+        """The caller's tenant (``""``: the default one), ``None``: no valid key."""
+        if not self.config.auth:
+            return self.config.default_tenant()
+        return self.keys.tenant_for(bearer_key(request.headers.get("authorization")))
+
+    async def _complete(self, request: Request, allowed: frozenset[str]) -> Response:
+        if self.draining or self.scheduler is None:
+            return shutting_down(self.config.retry_after_s)
+        tenant = self._tenant(request)
+        if tenant is None:
+            return unauthorized()
+        try:
+            body = json.loads(await request.body())
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error_response(400, "the request body must be a JSON object",
+                                  "invalid_request_error", "invalid_request")  # fmt: skip
+        try:
+            hints = read_hints(request.headers, body, tenant=tenant, allowed=allowed,
+                               classes=self._classes)  # fmt: skip
+        except BadHint as exc:
+            return error_response(exc.status, str(exc), "invalid_request_error", exc.code,
+                                  param=exc.param)  # fmt: skip
+        call = dict(body, klass=hints.klass, deadline=hints.deadline_s, prior=hints.prior,
+                    tenant=tenant or None)  # fmt: skip
+        headers = {"x-semisched-stripped": ",".join(hints.stripped)} if hints.stripped else {}
+        ticket = Ticket(tenant)
+        result = await self._submit(ticket, call, request.receive)
+        return self._answer(ticket, result, headers)
+
+    async def _submit(self, ticket: Ticket, call: dict[str, Any], receive: Receive) -> Any:
+        """``submit`` the call; a disconnect (or a drain) cancels it (``None`` is returned)."""
+        assert self.scheduler is not None
+        token = current_ticket.set(ticket)
+        result: Any = None
+        try:
+            with anyio.CancelScope() as scope:
+                ticket.scope = scope
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_watch, receive, ticket)
+                    try:
+                        result = await self.scheduler.submit(**call)
+                    except (RequestError, ValueError, TypeError) as exc:
+                        result = exc
+                    tg.cancel_scope.cancel()
+        finally:
+            ticket.scope = None
+            current_ticket.reset(token)
+        if scope.cancelled_caught:
+            phase = "in_flight" if ticket.cancelled_in == "in_flight" else "queued"
+            self.cancelled[phase] += 1
+            return None
+        return result
+
+    def _stream_cancelled(self) -> None:
+        self.cancelled["in_flight"] += 1
+
+    def _answer(self, ticket: Ticket, result: Any, headers: dict[str, str]) -> Response:
+        if result is None:  # cancelled
+            if ticket.reason == "drain":
+                return shutting_down(self.config.retry_after_s)
+            return Response(status_code=499)  # the client is gone: nobody reads it
+        if isinstance(result, RequestError):
+            return outcome_response(result, drain_retry_after_s=self.config.retry_after_s)
+        if isinstance(result, ValueError | TypeError):
+            return error_response(400, str(result), "invalid_request_error", "invalid_request")
+        if isinstance(result, ScheduledStream):
+            return SSEResponse(result, ticket, headers, on_cancel=self._stream_cancelled)
+        assert isinstance(result, RawAnswer)
+        return Response(result.content, result.status_code, headers=headers,
+                        media_type="application/json")  # fmt: skip
+
+    # -- the other routes ----------------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the configured models, the model maps' names, else the
+        upstreams' own lists."""
+        if self.config.auth and self._tenant(request) is None:
+            return unauthorized()
+        names = list(self.config.models)
+        for d in self.config.fleet.endpoints:
+            names += [m for m in (d.model_map or {}) if m not in names]
+        data: list[dict[str, Any]] = [
+            {"id": n, "object": "model", "created": 0, "owned_by": "semisched"} for n in names
+        ]
+        if not data:
+            seen: set[str] = set()
+            for client in self.clients.values():
+                for model in await client.models():
+                    if model.get("id") not in seen:
+                        seen.add(str(model.get("id")))
+                        data.append(model)
+        return JSONResponse({"object": "list", "data": data})
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: the process serves."""
+        return JSONResponse({"status": "draining" if self.draining else "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """``GET /readyz``: 200 when every upstream answers and the shared state is joined."""
+        if self.scheduler is None or self.draining:
+            return JSONResponse({"ready": False, "reason": "shutting down"}, 503)
+        upstreams = {name: await c.reachable() for name, c in self.clients.items()}
+        state = self.scheduler.statistics().state
+        shared = state is None or "fallback" not in state.backend
+        ready = shared and all(upstreams.values())
+        body = {"ready": ready, "upstreams": upstreams,
+                "state": "local" if state is None else state.backend}  # fmt: skip
+        return JSONResponse(body, 200 if ready else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text."""
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def status(self, request: Request) -> Response:
+        """``GET /semisched/status``: :func:`semisched.gateway.status.status_document`."""
+        if self.scheduler is None:
+            return JSONResponse({"serving": False}, 503)
+        document = status_document(self.scheduler.statistics(), self.tracker.table(),
+                                   draining=self.draining, cancelled=self.cancelled)  # fmt: skip
+        return JSONResponse(document)
+
+
+def upstream_keys(
+    config: GatewayConfig, environ: Mapping[str, str] | None = None
+) -> dict[str, str | None]:
+    """Each endpoint's upstream key from its ``key_env`` variable (``None``: it names none).
+
+    Raises:
+        GatewayConfigError: A named variable is unset or empty; every one is named,
+            never a value.
+    """
+    env = os.environ if environ is None else environ
+    missing = [f"endpoint {d.name!r}: the API key variable {d.key_env} is not set"
+               for d in config.fleet.endpoints if d.key_env and not env.get(d.key_env)]  # fmt: skip
+    if missing:
+        raise GatewayConfigError("; ".join(missing))
+    return {d.name: env[d.key_env] if d.key_env else None for d in config.fleet.endpoints}
+
+
+async def _watch(receive: Receive, ticket: Ticket) -> None:
+    """Cancel ``ticket`` when its client disconnects (uvicorn's ``http.disconnect``)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            ticket.cancel("disconnect")
+            return
+
+
+class SSEResponse(Response):
+    """A stream passed on event by event; the client's disconnect closes the upstream's.
+
+    Each upstream ``data:`` event is sent as it arrives, then ``data: [DONE]``.
+    A failure mid-stream ends it with an ``error`` event in OpenAI's shape.
+    """
+
+    def __init__(
+        self,
+        stream: ScheduledStream,
+        ticket: Ticket,
+        headers: dict[str, str],
+        *,
+        on_cancel: Callable[[], None],
+    ) -> None:
+        # Not Response.__init__: no body, so no content-length (StreamingResponse's way).
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers({**_SSE_HEADERS, **headers})
+        self.stream = stream
+        self.ticket = ticket
+        self.on_cancel = on_cancel
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})  # fmt: skip
+        try:
+            with anyio.CancelScope() as cancel:
+                self.ticket.scope = cancel
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_watch, receive, self.ticket)
+                    await self._pump(send)
+                    tg.cancel_scope.cancel()
+            if cancel.cancelled_caught:
+                self.on_cancel()
+            else:
+                await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+        finally:
+            self.ticket.scope = None
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _pump(self, send: Send) -> None:
+        try:
+            async for chunk in self.stream:
+                await send({"type": "http.response.body", "body": b"data: " + chunk.data +
+                            b"\n\n", "more_body": True})  # fmt: skip
+        except Exception as exc:  # the upstream failed mid-stream: say so, in the stream
+            error = {
+                "error": {
+                    "message": f"the upstream stream failed: {type(exc).__name__}",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "upstream_error",
+                }
+            }
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": b"data: " + json.dumps(error).encode() + b"\n\n"})  # fmt: skip

@@ -1,0 +1,183 @@
+"""Scheduling hints of a gateway request, and the body the upstream is sent.
+
+A caller passes hints in headers (case-insensitive):
+
+=========================  ==============================================================
+header                     meaning
+=========================  ==============================================================
+``x-semisched-deadline``   seconds from arrival after which the answer is useless (> 0)
+``x-semisched-class``      the scheduling class (``interactive``, ``batch`` ...)
+``x-semisched-prior``      the caller's output-length prior: ``P50,P90`` tokens
+``x-semisched-tenant``     optional; may only name the tenant of the caller's key
+=========================  ==============================================================
+
+Rules:
+
+1. The tenant is the key's (:mod:`semisched.gateway.keys`). A header or a
+   body's ``metadata.tenant`` naming another tenant is refused (403): a
+   header cannot make someone else pay.
+2. The body's ``priority``, when it is a string naming a class, is the class
+   (the header wins); ``priority`` and ``metadata`` are always removed.
+3. Only OpenAI's own fields of the route (:data:`CHAT_FIELDS`,
+   :data:`COMPLETION_FIELDS`) are forwarded; every other field is stripped, so
+   the upstream never sees a field it would refuse. The stripped names are
+   reported to the caller in the ``x-semisched-stripped`` response header.
+
+What this module is not: it validates no OpenAI field's value (the runtime's
+:func:`~semisched.runtime.calls.prepare_call` and the upstream do) and
+answers nothing (:mod:`semisched.gateway.answers`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "CHAT_FIELDS",
+    "COMPLETION_FIELDS",
+    "HEADER_CLASS",
+    "HEADER_DEADLINE",
+    "HEADER_PRIOR",
+    "HEADER_TENANT",
+    "BadHint",
+    "Hints",
+    "read_hints",
+]
+
+HEADER_DEADLINE: Final = "x-semisched-deadline"
+HEADER_CLASS: Final = "x-semisched-class"
+HEADER_PRIOR: Final = "x-semisched-prior"
+HEADER_TENANT: Final = "x-semisched-tenant"
+
+#: The request fields of OpenAI's ``POST /v1/chat/completions`` the gateway forwards.
+CHAT_FIELDS: Final = frozenset({
+    "model", "messages", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "modalities", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier",
+    "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
+    "top_logprobs", "top_p", "user", "verbosity", "web_search_options",
+})  # fmt: skip
+#: The request fields of OpenAI's ``POST /v1/completions`` the gateway forwards.
+COMPLETION_FIELDS: Final = frozenset({
+    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
+    "max_tokens", "n", "presence_penalty", "seed", "stop", "stream", "stream_options",
+    "suffix", "temperature", "top_p", "user",
+})  # fmt: skip
+
+
+class BadHint(ValueError):
+    """A request's hint or tenant claim is unusable (the caller's input: a ``ValueError``).
+
+    Attributes:
+        status: The HTTP status it is answered with (400, or 403 for another tenant).
+        param: The header or field at fault.
+        code: The OpenAI-style error code.
+    """
+
+    def __init__(self, message: str, *, status: int, param: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """What the scheduler is told besides the call.
+
+    Attributes:
+        klass: The scheduling class, or ``None`` (chosen from the prior).
+        deadline_s: Seconds from arrival, or ``None``.
+        prior: ``(p50, p90)`` output tokens, or ``None`` (the prior source answers).
+        stripped: The body fields removed before forwarding, sorted.
+    """
+
+    klass: str | None = None
+    deadline_s: float | None = None
+    prior: tuple[float, float] | None = None
+    stripped: tuple[str, ...] = ()
+
+
+def _deadline(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise BadHint(f"{HEADER_DEADLINE}: {text!r} must be a number of seconds > 0",
+                      status=400, param=HEADER_DEADLINE, code="invalid_hint")  # fmt: skip
+    return value
+
+
+def _prior(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        p50, p90 = (float(p) for p in parts) if len(parts) == 2 else (math.nan, math.nan)
+    except ValueError:
+        p50 = p90 = math.nan
+    if not (math.isfinite(p50) and math.isfinite(p90)) or not 0 < p50 <= p90:
+        raise BadHint(f"{HEADER_PRIOR}: {text!r} must be P50,P90 output tokens "
+                      "with 0 < P50 <= P90", status=400, param=HEADER_PRIOR,
+                      code="invalid_hint")  # fmt: skip
+    return p50, p90
+
+
+def _claim(claimed: object, tenant: str, where: str) -> None:
+    """Rule 1: ``claimed`` (a header or ``metadata.tenant``) must be ``tenant`` itself."""
+    if claimed is None or claimed == "":
+        return
+    if claimed != tenant:
+        raise BadHint(f"{where} names another tenant than the one of this API key",
+                      status=403, param=where, code="tenant_mismatch")  # fmt: skip
+
+
+def read_hints(
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    *,
+    tenant: str,
+    allowed: frozenset[str],
+    classes: tuple[str, ...],
+) -> Hints:
+    """Read the hints of one request and strip ``body`` in place (module rules).
+
+    Args:
+        headers: The request's headers (lower-case names, as Starlette gives them).
+        body: The parsed JSON body; non-OpenAI fields are removed from it.
+        tenant: The tenant of the caller's key.
+        allowed: The route's forwarded fields (:data:`CHAT_FIELDS` or
+            :data:`COMPLETION_FIELDS`).
+        classes: The configured class names.
+
+    Raises:
+        BadHint: A malformed hint (400), an unknown class (400) or a claim to
+            another tenant (403).
+    """
+    _claim(headers.get(HEADER_TENANT), tenant, HEADER_TENANT)
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):
+        _claim(metadata.get("tenant"), tenant, "metadata.tenant")
+    klass = headers.get(HEADER_CLASS)
+    priority = body.get("priority")
+    if klass is None and isinstance(priority, str) and priority in classes:
+        klass = priority
+    if klass is not None and klass not in classes:
+        raise BadHint(f"{HEADER_CLASS}: {klass!r} must be one of {list(classes)}",
+                      status=400, param=HEADER_CLASS, code="invalid_hint")  # fmt: skip
+    stripped = tuple(sorted(k for k in body if k not in allowed))
+    for name in stripped:
+        del body[name]
+    return Hints(
+        klass=klass,
+        deadline_s=_deadline(headers.get(HEADER_DEADLINE)),
+        prior=_prior(headers.get(HEADER_PRIOR)),
+        stripped=stripped,
+    )

@@ -1,0 +1,80 @@
+"""The gateway's JSON status document (``GET /semisched/status``).
+
+One read of the scheduler's statistics, shaped for an operator::
+
+    {"draining": false,
+     "queues": {"web": {"interactive": {"queued": 2, "in_flight": 5}}, ...},
+     "queued_by_class": {...}, "inflight": 5, "deferred": 0, "severity": 0.12,
+     "cancelled": {"queued": 0, "in_flight": 1},
+     "endpoints": [{"name", "state", "circuit", "inflight", "sent", "completed",
+                    "failed_attempts", "throttled", "budget": {...} | null}, ...],
+     "budget": {...} | null,
+     "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
+                  "completed", "rejected"}, ...],
+     "counters": {"submitted", "completed", "rejected", "expired", ...},
+     "state": {"backend", "namespace", "workers"} | null}
+
+What this module is not: it reads nothing itself; the caller gives the statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from semisched.core.budget import BudgetSnapshot
+from semisched.runtime.stats import SchedulerStats
+
+__all__ = ["status_document"]
+
+
+def _budget(snapshot: BudgetSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    return {
+        "limit_requests": snapshot.limit_requests,
+        "limit_tokens": snapshot.limit_tokens,
+        "used_requests": round(snapshot.used_requests, 3),
+        "used_tokens": round(snapshot.used_tokens, 3),
+        "paused_until": snapshot.paused_until,
+    }
+
+
+def status_document(
+    stats: SchedulerStats,
+    queues: dict[str, dict[str, dict[str, int]]],
+    *,
+    draining: bool,
+    cancelled: dict[str, int],
+) -> dict[str, Any]:
+    """The status document (module docstring) from one ``statistics()`` snapshot."""
+    engine = stats.engine
+    endpoints = [
+        {"name": e.name, "state": e.state, "circuit": e.circuit, "inflight": e.inflight,
+         "sent": e.sent, "completed": e.completed, "failed_attempts": e.failed_attempts,
+         "throttled": e.throttled, "budget": _budget(e.budget)}
+        for e in engine.endpoints
+    ]  # fmt: skip
+    tenants = [
+        {"name": t.name, "service": t.service, "entitlement": round(t.entitlement, 4),
+         "share": round(t.share, 4), "queued": t.queued, "inflight": t.inflight,
+         "completed": t.completed, "rejected": t.rejected}
+        for t in engine.tenants
+    ]  # fmt: skip
+    state = stats.state
+    return {
+        "draining": draining,
+        "queues": queues,
+        "queued_by_class": dict(engine.queued),
+        "inflight": engine.inflight,
+        "deferred": engine.deferred,
+        "severity": round(engine.signals.severity, 4),
+        "cancelled": dict(cancelled),
+        "endpoints": endpoints,
+        "budget": _budget(engine.budget),
+        "tenants": tenants,
+        "counters": asdict(engine.counters),
+        "state": None if state is None else {"backend": state.backend,
+                                             "namespace": state.namespace,
+                                             "workers": state.workers},
+    }  # fmt: skip
