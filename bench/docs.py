@@ -20,6 +20,7 @@ shared-budget ``docs/results/shared-budget/summary.csv``             shared-budg
 (faults)      ``docs/results/shared-budget/faults_summary.csv``      shared-budget
 tenants       ``docs/results/tenants/summary.csv``                   tenants
 plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
+gateway       ``docs/results/gateway/overhead.csv``                  gateway
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
@@ -195,6 +196,21 @@ def _shared_budget_faults(root: Path) -> str:
     return _table(header, body)
 
 
+def _gateway(root: Path) -> str:
+    """``docs/results/gateway/overhead.csv``: straight to an instant upstream vs through the
+    gateway, and what the gateway adds."""
+    header = ("path", "rate (req/s)", "p50 ms", "p99 ms", "added p50 / p99 ms",
+              "requests/s (closed loop)", "errors")  # fmt: skip
+    body = []
+    for r in _read(root / DOCS / "gateway" / "overhead.csv"):
+        added = (f"{float(r['added_p50_ms']):.2f} / {float(r['added_p99_ms']):.2f}"
+                 if r["added_p50_ms"] else "")  # fmt: skip
+        body.append((r["path"], r["rate"], f"{float(r['p50_ms']):.2f}",
+                     f"{float(r['p99_ms']):.2f}", added, f"{float(r['requests_per_s']):.0f}",
+                     r["errors"]))  # fmt: skip
+    return _table(header, body)
+
+
 def _tenants(root: Path) -> str:
     """``docs/results/tenants/summary.csv``: issue 15's targets per condition."""
     from bench.tenants import POLICIES
@@ -265,6 +281,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "shared-budget": _shared_budget,
     "shared-budget-faults": _shared_budget_faults,
     "tenants": _tenants,
+    "gateway": _gateway,
     "plan": _plan,
 }
 
