@@ -17,9 +17,9 @@ Values only: nothing here decides or does I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from semisched.core.explain import Explanation
+from semisched.core.explain import Explanation, LazyExplanation, resolve
 from semisched.core.lifecycle import FailureKind
 from semisched.core.overload import Admission
 from semisched.core.request import Request
@@ -45,7 +45,12 @@ class Reject:
     reason: str
     severity: float
     retry_after: float | None
-    explanation: Explanation | None = None
+    why: Explanation | LazyExplanation | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def explanation(self) -> Explanation | None:
+        """Why it was rejected (built when first read)."""
+        return resolve(self.why)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +60,12 @@ class Defer:
     request: Request
     until: float
     admission: Admission
-    explanation: Explanation | None = None
+    why: Explanation | LazyExplanation | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def explanation(self) -> Explanation | None:
+        """Why it was deferred (built when first read)."""
+        return resolve(self.why)
 
     @property
     def severity(self) -> float:

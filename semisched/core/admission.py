@@ -73,7 +73,7 @@ class AdmissionLayer:
         verdict = self.overload.shed(request.bucket, severity, now, entry.defers, offset)
         if verdict is None:
             return None
-        signals = self._signals.last_snapshot()  # those the severity above came from
+        signals = self._signals.last  # those the severity above came from
         shed = self._explain.shed
         if verdict.verdict is _DEFER:
             until = verdict.until

@@ -51,7 +51,15 @@ if TYPE_CHECKING:
     from semisched.core.overload import Admission
     from semisched.core.request import Request
 
-__all__ = ["RULES", "Decision", "DecisionCounts", "Explainer", "Explanation"]
+__all__ = [
+    "RULES",
+    "Decision",
+    "DecisionCounts",
+    "Explainer",
+    "Explanation",
+    "LazyExplanation",
+    "resolve",
+]
 
 
 class Decision(enum.Enum):
@@ -184,6 +192,56 @@ class DecisionCounts:
 assert [f.name for f in fields(DecisionCounts)] == [_field(r) for r in RULES]
 
 
+class LazyExplanation:
+    """An :class:`Explanation` whose values were taken when its decision was made and
+    which is built the first time someone reads it (:meth:`get`).
+
+    Overload control defers and rejects on the engine's hot path; a simulation reads
+    none of those explanations and a live run logs them only at DEBUG, so building
+    each one there would cost every decision for nothing.
+    """
+
+    __slots__ = ("_args", "_build", "_done")
+
+    def __init__(self, build: Callable[..., Explanation], *args: Any) -> None:
+        self._build = build
+        self._args = args
+        self._done: Explanation | None = None
+
+    def get(self) -> Explanation:
+        """The explanation (built once, then kept)."""
+        done = self._done
+        if done is None:
+            done = self._done = self._build(*self._args)
+            self._args = ()
+        return done
+
+
+def resolve(why: Explanation | LazyExplanation | None) -> Explanation | None:
+    """``why`` as an :class:`Explanation` (an action's ``explanation``)."""
+    if type(why) is LazyExplanation:
+        return why.get()
+    return why  # type: ignore[return-value]
+
+
+def _shed_explanation(
+    request: Request, decision: Decision, rule: str, verdict: Admission,
+    retry_after: float | None, signals: tuple[float, float, float, float], reason: str | None,
+) -> Explanation:  # fmt: skip
+    return Explanation(
+        decision=decision,
+        rule=rule,
+        reason=verdict.reason if reason is None else reason,
+        severity=verdict.severity,
+        signals=SignalSnapshot(*signals),
+        bucket=request.bucket._value_,  # .value, without the enum property's call
+        tenant=request.tenant,
+        threshold=verdict.threshold,
+        level=verdict.level,
+        retry_after=retry_after,
+    )
+
+
 class Explainer:
     """Builds the engine's explanations with the signals of the moment and counts them
     by rule (what :meth:`Engine.statistics` reports as ``decisions``).
@@ -218,24 +276,17 @@ class Explainer:
 
     def shed(
         self, request: Request, decision: Decision, rule: str, verdict: Admission,
-        retry_after: float | None, signals: SignalSnapshot, reason: str | None = None,
-    ) -> Explanation:  # fmt: skip
+        retry_after: float | None, signals: tuple[float, float, float, float],
+        reason: str | None = None,
+    ) -> LazyExplanation:  # fmt: skip
         """An overload control decision: its severity, threshold and level, with the
-        ``signals`` that severity came from (``reason``: ``verdict.reason``, when the
-        caller already has it)."""
+        ``signals`` that severity came from (:attr:`Signals.last`; ``reason``:
+        ``verdict.reason``, when the caller already has it). Counted now, built when
+        read: most deferrals are never read by anyone."""
         counts = self._counts
         counts[rule] = counts.get(rule, 0) + 1
-        return Explanation(
-            decision=decision,
-            rule=rule,
-            reason=verdict.reason if reason is None else reason,
-            severity=verdict.severity,
-            signals=signals,
-            bucket=request.bucket._value_,  # .value, without the enum property's call
-            tenant=request.tenant,
-            threshold=verdict.threshold,
-            level=verdict.level,
-            retry_after=retry_after,
+        return LazyExplanation(
+            _shed_explanation, request, decision, rule, verdict, retry_after, signals, reason
         )
 
     def failure(

@@ -51,7 +51,11 @@ class SignalSnapshot:
 
 
 class Signals:
-    """Running estimates built from completions; pure and deterministic."""
+    """Running estimates built from completions; pure and deterministic.
+
+    ``last`` holds the ``(load, queue, tail, severity)`` of the last :meth:`severity`
+    call (:meth:`last_snapshot` as a :class:`SignalSnapshot`).
+    """
 
     __slots__ = (
         "_alpha",
@@ -59,7 +63,6 @@ class Signals:
         "_bucket_latency",
         "_cfg",
         "_headroom_pressure",
-        "_last",
         "_s_per_token",
         "_tail",
         "_tail_cache",
@@ -68,6 +71,7 @@ class Signals:
         "_track_tail",
         "completions",
         "failures",
+        "last",
         "throttles",
     )
 
@@ -85,7 +89,7 @@ class Signals:
         self._bucket_latency: dict[Bucket, float] = {}
         self._throttle = 0.0
         self._headroom_pressure = 0.0
-        self._last = (0.0, 0.0, 0.0, 0.0)
+        self.last: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
         self.completions = 0
         self.failures = 0
         self.throttles = 0
@@ -237,13 +241,13 @@ class Signals:
         severity = weights.w_load * load + weights.w_queue * queue + weights.w_tail * tail
         if severity > 1.0:
             severity = 1.0
-        self._last = (load, queue, tail, severity)
+        self.last = (load, queue, tail, severity)
         return severity
 
     def last_snapshot(self) -> SignalSnapshot:
         """The signals of the last :meth:`severity` call, as :meth:`snapshot` would have
         given them then (an explanation of the decision that severity fed)."""
-        return SignalSnapshot(*self._last)
+        return SignalSnapshot(*self.last)
 
     def snapshot(
         self,

@@ -92,11 +92,10 @@ _TABLE: dict[tuple[str, int], str] = {
 TRANSITIONS = MappingProxyType(_TABLE)
 
 #: The same table by event: ``_MOVES[event][state] -> state`` (no key tuple per move).
-_MOVES: dict[int, dict[str, str]] = {
-    event: {state: after for (state, on), after in _TABLE.items() if on == event}
-    for event in sorted({on for _, on in _TABLE})
-}
-_NOWHERE: dict[str, str] = {}
+_MOVES: tuple[dict[str, str], ...] = tuple(
+    {state: after for (state, on), after in _TABLE.items() if on == event}
+    for event in range(len(EVENT_NAMES))
+)
 
 
 class IllegalTransition(SemischedError):
@@ -122,7 +121,7 @@ def advance(entry: Entry, event: int) -> None:
     Raises:
         IllegalTransition: The table holds no such move.
     """
-    state = _MOVES.get(event, _NOWHERE).get(entry.state)
-    if state is None:
-        raise IllegalTransition(entry.request.id, entry.state, event)
-    entry.state = state
+    try:
+        entry.state = _MOVES[event][entry.state]
+    except (IndexError, KeyError):
+        raise IllegalTransition(entry.request.id, entry.state, event) from None

@@ -39,6 +39,7 @@ prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -63,7 +64,13 @@ from semisched.runtime.pending import Pending
 from semisched.runtime.provider import usage_of
 from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
-from semisched.telemetry.observe import Finished, Observers, Outcome, log_decision
+from semisched.telemetry.observe import (
+    DECISION_LOGGER,
+    Finished,
+    Observers,
+    Outcome,
+    log_decision,
+)
 
 __all__ = ["Dispatcher"]
 
@@ -214,11 +221,13 @@ class Dispatcher:
             elif isinstance(action, Retry | Defer):
                 if isinstance(action, Retry):
                     self.tally.retries += 1
-                why = action.explanation
-                if why is not None:
-                    log_decision(action.request, why)
-                    if self.observers:
-                        self.observers.decided(action.request, why, self._last_now)
+                # Built only for a reader: observers, or the decision log at DEBUG.
+                if self.observers or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
+                    why = action.explanation
+                    if why is not None:
+                        log_decision(action.request, why)
+                        if self.observers:
+                            self.observers.decided(action.request, why, self._last_now)
             elif isinstance(action, Pause):
                 # What the engine keeps off, every process sharing the state keeps off.
                 if self.shared is not None and self._tg is not None:

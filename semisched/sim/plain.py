@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mockprovider.physics import COMPLETED, FIRST_TOKEN
-from semisched.core.actions import Send, Wake
+from semisched.core.actions import Defer, Send, Wake
 from semisched.core.lifecycle import FailureKind
 from semisched.sim.model import Outcome
 
@@ -100,6 +100,8 @@ def _sender(sim: Simulator) -> Callable[[Sequence[object], float], None]:
             elif cls is Wake:
                 sim._seq += 1
                 push(heap, (action.at, sim._seq))  # type: ignore[attr-defined]
+            elif cls is Defer:  # overload control's most common verdict
+                rows[action.request.id].defers += 1  # type: ignore[attr-defined]
             else:
                 apply_one(action, now)
 

@@ -95,6 +95,22 @@ def test_an_explanation_shows_the_signals_its_severity_was_computed_from() -> No
     assert now.provider_load > 0 and now.queue_pressure > 0 and now.tail_latency_ratio > 0
 
 
+def test_an_explanation_read_later_still_shows_the_moment_it_was_decided() -> None:
+    # Explanations are built when first read; what they show must not drift with
+    # what happened since.
+    e = engine()
+    fill(e, 2)  # severity 0.5: defers level >= 1
+    (deferral,) = [a for a in e.submit(req("long", 500.0), 1.0) if isinstance(a, Defer)]
+    fill_more = [req(f"t{i}", 10.0) for i in range(2)]
+    for r in fill_more:
+        e.submit(r, 2.0)  # severity 1.0 now
+    assert e.signals().severity == pytest.approx(1.0)
+    later = deferral.explanation
+    assert later is not None and later.severity == pytest.approx(0.5)
+    assert later.signals.provider_load == pytest.approx(0.5)
+    assert deferral.explanation is later  # built once
+
+
 def test_an_overload_rejection_and_a_deferral_past_the_deadline() -> None:
     e = engine()
     fill(e, 3)  # severity 0.75: rejects level >= 2 (xlong)
