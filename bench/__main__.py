@@ -5,6 +5,8 @@ Subcommands:
   decision-cost   one scheduling decision at 100 .. 100k queued, and one routing
                   decision per policy at 16 endpoints (timing benchmark)
   sim-speed       simulated requests per wall second at ~100 in flight
+  perf            decisions, simulator and routing against a baseline commit or
+                  worktree, the two taking turns: one table of ratios
   sdk-overhead    latency and throughput the async SDK adds over the bare openai client
   all             every experiment of the paper's evaluation + REPRODUCTION.md
   live-check      one cell of an experiment, simulated and live, compared
@@ -84,6 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
     s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
+    pf = sub.add_parser(
+        "perf",
+        help="decisions, simulator and routing against a baseline, alternating (benchmark)",
+    )
+    pf.add_argument("--baseline", required=True, help="a folder (worktree) or a commit")
+    pf.add_argument("--out", type=Path, default=Path("results/perf-compare"), help="output folder")
+    pf.add_argument("--rounds", type=int, default=2, help="rounds per side (default 2)")
+    pf.add_argument("--samples", type=int, default=3000, help="decisions timed per measure")
+    pf.add_argument("--requests", type=int, default=20_000, help="requests the simulator runs")
     from bench.suite import BEYOND, EXPERIMENTS
 
     for name in ("all", *(e.name for e in (*EXPERIMENTS, *BEYOND))):
@@ -440,10 +451,22 @@ def _sim_speed(args: argparse.Namespace) -> Path:
     return written
 
 
+def _perf(args: argparse.Namespace) -> Path:
+    from bench.perf_compare import perf_compare, table
+
+    rows = perf_compare(
+        Path(args.out), args.baseline, rounds=args.rounds, samples=args.samples,
+        requests=args.requests,
+    )  # fmt: skip
+    print(table(rows))
+    return Path(args.out) / "perf.csv"
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "quick": _quick,
     "decision-cost": _decision_cost,
     "sim-speed": _sim_speed,
+    "perf": _perf,
     "live-check": _live_check,
     "docs": _docs,
     "batch": _batch,

@@ -1,0 +1,48 @@
+"""``bench perf``: the table of ratios, and what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.perf_compare import baseline_tree, perf_compare, ratio_rows, table
+
+
+def _round(dispatch: float, rps: float, **picks: float) -> dict[str, float]:
+    return {"dispatch_p50_us": dispatch, "requests_per_s": rps,
+            **{f"pick_p99_us.{k}": v for k, v in picks.items()}}  # fmt: skip
+
+
+def test_ratios_are_medians_of_the_rounds_current_over_baseline() -> None:
+    rows = ratio_rows(
+        {
+            "baseline": [_round(20.0, 10_000.0), _round(30.0, 12_000.0), _round(25.0, 10_000.0)],
+            "current": [
+                _round(10.0, 40_000.0, random=8.0),
+                _round(50.0, 1.0, random=12.0),
+                _round(12.5, 44_000.0, random=10.0),
+            ],
+        }
+    )
+    by = {r["measure"]: r for r in rows}
+    dispatch = by["decision at 10k queued: dispatch p50 (µs)"]
+    assert (dispatch["baseline"], dispatch["current"]) == (25.0, 12.5)
+    assert dispatch["ratio"] == pytest.approx(0.5) and dispatch["better"] == "lower"
+    sim = by["simulator: requests per wall second"]
+    assert sim["ratio"] == pytest.approx(4.0) and sim["better"] == "higher"
+    # A figure the baseline cannot measure (no fleets then) has no ratio.
+    pick = by["routing pick p99 at 16 endpoints, random (µs)"]
+    assert (pick["baseline"], pick["current"], pick["ratio"]) == (None, 10.0, None)
+    admission = by["decision at 10k queued: admission p50 (µs)"]
+    assert admission["current"] is None and admission["ratio"] is None
+    printed = table(rows)
+    assert "| simulator: requests per wall second | higher | 1e+04 | 4e+04 | 4 |" in printed
+
+
+def test_a_baseline_that_is_neither_a_folder_nor_a_commit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="baseline='no-such-commit' must be a folder or a commit"):
+        with baseline_tree("no-such-commit", Path(__file__).resolve().parents[2]):
+            pass
+    with pytest.raises(ValueError, match="rounds=0 must be >= 1"):
+        perf_compare(tmp_path, str(tmp_path), rounds=0)
