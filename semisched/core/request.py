@@ -57,6 +57,9 @@ class Prior:
     p50: float
     p90: float
     bucket: Bucket | None = None
+    #: The spread of a log-normal fit to p50/p90: ``log(p90 / p50) / Z90`` (derived once:
+    #: routing, overload control and ordering all read it).
+    sigma: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_number("p50", self.p50, minimum=0)
@@ -64,13 +67,9 @@ class Prior:
         if self.p90 < self.p50:
             raise ValueError(f"p90={self.p90!r} must be >= p50={self.p50!r}")
         check_instance("bucket", self.bucket, Bucket, optional=True)
-
-    @property
-    def sigma(self) -> float:
-        """The spread of a log-normal fit to p50/p90: ``log(p90 / p50) / Z90``."""
-        if self.p50 <= 0.0:
-            return 0.0
-        return math.log(self.p90 / self.p50) / Z90 if self.p90 > self.p50 else 0.0
+        p50, p90 = self.p50, self.p90
+        sigma = math.log(p90 / p50) / Z90 if p50 > 0.0 and p90 > p50 else 0.0
+        object.__setattr__(self, "sigma", sigma)  # frozen: set once, here
 
     @property
     def short_probability(self) -> float:
