@@ -41,6 +41,7 @@ from typing import Any, NoReturn
 
 from bench.experiments import quick
 from bench.report import write_csv
+from semisched.extras import MissingDependency, needs
 
 
 def _perf_table(rows: list[dict[str, float]]) -> str:
@@ -464,9 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     handler = _COMMANDS.get(args.command, _experiments)  # the rest name experiments
     try:
-        written = handler(args)
+        with needs(f"python -m bench {args.command}", extra="bench"):
+            written = handler(args)
     except _UsageError as exc:
         parser.error(str(exc))
+    except MissingDependency as exc:
+        parser.exit(2, f"{parser.prog}: {exc}\n")
     print(f"\nwrote {written} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
 

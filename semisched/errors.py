@@ -26,6 +26,9 @@ Exception tree::
     │   └── InvalidInput       the input file has invalid lines; nothing was sent
     ├── Infeasible             no number of units meets an SLO; the message says what
     │                          it would take (semisched.plan)
+    ├── MissingDependency      a feature's optional package is not installed; the message
+    │                          is the pip install line (semisched.extras); also a
+    │                          ModuleNotFoundError
     └── IllegalTransition      a request moved between lifecycle states in a way the
                                table forbids (semisched.core): a bug in semisched
 
@@ -43,7 +46,7 @@ classes that belong to one capability live beside it (``StateUnavailable`` in
 :mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
 ``GatewayConfigError`` in :mod:`semisched.gateway.config`,
 ``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
-:mod:`semisched.plan.pools`); each derives from :class:`SemischedError`.
+:mod:`semisched.plan.pools`, ``MissingDependency`` in :mod:`semisched.extras`); each derives from :class:`SemischedError`.
 """
 
 from __future__ import annotations
