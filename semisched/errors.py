@@ -46,7 +46,8 @@ classes that belong to one capability live beside it (``StateUnavailable`` in
 :mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
 ``GatewayConfigError`` in :mod:`semisched.gateway.config`,
 ``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
-:mod:`semisched.plan.pools`, ``MissingDependency`` in :mod:`semisched.extras`); each derives from :class:`SemischedError`.
+:mod:`semisched.plan.pools`, ``MissingDependency`` in :mod:`semisched.extras`); each
+derives from :class:`SemischedError`.
 """
 
 from __future__ import annotations
@@ -162,6 +163,9 @@ class ProviderError(RequestError):
             seconds, if it gave one (``None`` for an exhausted quota).
         kind: How the last attempt failed, as the core saw it.
         reason: Why it was not retried (not retryable, attempts spent).
+        hint: What to check when the failure points at a setting, also at the
+            end of the message: a 404 from a base URL without ``/v1``, the URL a
+            connection failed at (``None`` otherwise).
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class ProviderError(RequestError):
         retry_after: float | None = None,
         kind: FailureKind = FailureKind.UNKNOWN,
         reason: str = "",
+        hint: str | None = None,
     ) -> None:
         super().__init__(message, request_id=request_id, klass=klass)
         self.status_code = status_code
@@ -182,6 +187,7 @@ class ProviderError(RequestError):
         self.retry_after = retry_after
         self.kind = kind
         self.reason = reason
+        self.hint = hint
 
 
 class RateLimited(ProviderError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 from batch_testkit import chat_line, cli_args, provider, records, write_lines
 
@@ -240,3 +241,24 @@ def test_batch_help_names_openai_base_url(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         main(["batch", "--help"])
     assert "$OPENAI_BASE_URL" in " ".join(capsys.readouterr().out.split())
+
+
+async def test_a_base_url_without_v1_is_named_once_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(3)])
+    args = [*cli_args(tmp_path)]
+    args[args.index("http://mock/v1")] = "http://mock"  # every call answers 404
+    async with provider() as (client, _):
+        http = client._client  # the in-process transport, under the base URL the job names
+
+        def make_client(base_url: str, api_key: str) -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http)
+
+        assert await main_async(args, make_client=make_client) == 1
+    err = capsys.readouterr().err
+    hint = ("  hint: http://mock/chat/completions answered 404 and the base URL http://mock "
+            "does not end in /v1: OpenAI-compatible servers answer under .../v1")  # fmt: skip
+    assert err.count(hint) == 1
+    assert "  failed: provider_error 3\n" + hint + "\n" in err

@@ -12,10 +12,13 @@ import socket
 import time
 from typing import Any
 
+import anyio
+import httpx2
 import openai
 import pytest
 from runtime_kit import Scripted, chat, mock_client
 
+from mockprovider.app import MockConfig, create_app
 from semisched import AnyioClock, Endpoint, Prior, ProviderError, RetryPolicy, Scheduler, preset
 from semisched.core.lifecycle import FailureKind
 
@@ -85,7 +88,8 @@ def _closed_port() -> int:
 
 @pytest.mark.wallclock
 async def test_server_down_the_readme_way_is_caught_as_provider_error() -> None:
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="k")
+    port = _closed_port()
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
     config = preset("final_adrr_olc", retry=RetryPolicy(max_attempts=2, base_delay_s=0.01))
     caught: ProviderError | None = None
     try:
@@ -96,6 +100,30 @@ async def test_server_down_the_readme_way_is_caught_as_provider_error() -> None:
     assert type(caught) is ProviderError
     assert caught.kind is FailureKind.CONNECTION and caught.attempts == 2
     assert isinstance(caught.__cause__, openai.APIConnectionError)
+    # openai says only "Connection error."; the error names where it tried
+    where = f"could not connect to http://127.0.0.1:{port}/v1/chat/completions"
+    assert caught.hint == where and str(caught).endswith(where)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "hint"),
+    [
+        ("http://mock", "http://mock/chat/completions answered 404 and the base URL "
+                        "http://mock does not end in /v1: OpenAI-compatible servers answer "
+                        "under .../v1"),
+        ("http://mock/other/v1", None),  # a 404 from a base URL that ends in /v1: no guess
+    ],
+)  # fmt: skip
+async def test_a_404_from_a_base_url_without_v1_says_so(base_url: str, hint: str | None) -> None:
+    app = create_app(MockConfig(), clock=anyio.current_time)
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="k", http_client=http)
+        with pytest.raises(ProviderError) as info:
+            async with Scheduler(client) as scheduler:
+                await scheduler.client.chat.completions.create(**chat(max_tokens=5))
+    assert info.value.status_code == 404 and info.value.hint == hint
+    assert hint is None or str(info.value).endswith(hint)
 
 
 # -- calls that can never succeed are refused before anything is sent ------------------------
