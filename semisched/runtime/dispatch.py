@@ -64,6 +64,7 @@ from semisched.runtime.provider import usage_of
 from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
 from semisched.telemetry.observe import Finished, Observers, Outcome, log_decision
+from semisched.telemetry.retries import RetryLog
 
 __all__ = ["Dispatcher"]
 
@@ -100,6 +101,7 @@ class Dispatcher:
         self.tally = tally
         self.cancel_late = cancel_late
         self.pending: dict[str, Pending] = {}
+        self.retry_log = RetryLog()
         self.open_streams = 0
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
@@ -214,6 +216,7 @@ class Dispatcher:
             elif isinstance(action, Retry | Defer):
                 if isinstance(action, Retry):
                     self.tally.retries += 1
+                    self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
                 why = action.explanation
                 if why is not None:
                     log_decision(action.request, why)
