@@ -156,6 +156,10 @@ class SchedulerClosed(RequestError):
 class ProviderError(RequestError):
     """The provider failed and the scheduler's retries are spent (or it is not retryable).
 
+    ``err.__cause__`` is always the last attempt's own exception from the wrapped
+    client (``openai.RateLimitError``, ``openai.APIConnectionError``, ...), which
+    handlers written for the bare client caught.
+
     Attributes:
         status_code: HTTP status, ``None`` for connection errors and timeouts.
         attempts: How many times the request was sent.

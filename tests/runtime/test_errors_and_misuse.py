@@ -19,7 +19,17 @@ import pytest
 from runtime_kit import Scripted, chat, mock_client
 
 from mockprovider.app import MockConfig, create_app
-from semisched import AnyioClock, Endpoint, Prior, ProviderError, RetryPolicy, Scheduler, preset
+from semisched import (
+    AnyioClock,
+    Endpoint,
+    Prior,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    RetryPolicy,
+    Scheduler,
+    preset,
+)
 from semisched.core.lifecycle import FailureKind
 
 pytestmark = pytest.mark.anyio
@@ -193,3 +203,50 @@ def test_constructor_misuse_names_the_argument(
     client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
     with pytest.raises(error, match=match):
         Scheduler(client, **kwargs)
+
+
+# -- what openai's own handlers would have caught --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "caught", "original"),
+    [
+        ([Scripted(429, code="rate_limit_exceeded")] * 4, RateLimited, openai.RateLimitError),
+        ([Scripted(429, code="insufficient_quota")], QuotaExceeded, openai.RateLimitError),
+        ([Scripted(503)] * 4, ProviderError, openai.InternalServerError),
+    ],
+)
+async def test_the_openai_exception_of_the_last_attempt_is_the_errors_cause(
+    script: list[Scripted], caught: type[ProviderError], original: type[Exception]
+) -> None:
+    config = preset("final_adrr_olc", retry=RetryPolicy(max_attempts=4, base_delay_s=0.01))
+    async with mock_client(script=script) as mock:
+        with pytest.raises(caught) as info:
+            async with Scheduler(mock.client, config=config) as s:
+                await s.client.chat.completions.create(**chat(max_tokens=5))
+    # `except openai.RateLimitError` no longer matches; the original is one attribute away
+    assert type(info.value.__cause__) is original
+    assert info.value.status_code == info.value.__cause__.status_code  # type: ignore[attr-defined]
+
+
+# -- the rest of the client passes through, unscheduled --------------------------------------
+
+
+async def test_the_drop_in_client_passes_models_and_embeddings_through_unscheduled() -> None:
+    async with mock_client() as mock:
+        async with Scheduler(mock.client) as s:
+            models = await s.client.models.list()
+            assert [m.id async for m in models][:1] == ["mock-1"]
+            assert s.client.embeddings is mock.client.embeddings
+            assert s.client.responses is mock.client.responses
+            assert s.statistics().counters.submitted == 0  # none of it was scheduled
+        assert mock.stats().counters.requests == 0  # and no completion reached the mock
+
+
+def test_a_fleets_drop_in_client_says_which_client_to_call() -> None:
+    fleet = [Endpoint("a", openai.AsyncOpenAI(api_key="k", base_url="http://a/v1"))]
+    s = Scheduler(endpoints=fleet)
+    with pytest.raises(AttributeError, match=r"call an endpoint's own client"):
+        _ = s.client.models
+    with pytest.raises(AttributeError):
+        _ = s.client._private
