@@ -359,7 +359,7 @@ def write_reproduction(summaries: Summaries, out: Path, *, live: bool = False) -
     lines.append(
         f"- Absolute latencies: our mock decodes a lone request at "
         f"{phys.lone_decode_ms_per_token():.1f} ms/token and a full batch of {phys.slots} at "
-        f"{phys.iteration_ms(phys.slots):.1f} ms/token (the W/H ratio of \"FleetOpt: Analytical "
+        f'{phys.iteration_ms(phys.slots):.1f} ms/token (the W/H ratio of "FleetOpt: Analytical '
         "Fleet Provisioning for LLM Inference\" scaled to the paper's 18.7 ms/token production "
         "slope), so a 64-token short request alone takes "
         f"{64 * phys.lone_decode_ms_per_token() / 1000:.1f} s; the paper's mock answered short "

@@ -227,7 +227,7 @@ def write_compress_tables(
         f"ShareGPT V3, {requests:,} chat requests (the whole conversation so far, "
         "`predictors.conversations`), lengths in `o200k_base` tokens. Band: "
         "B < prompt + output <= γB; each band request is compressed to T_c = B − output "
-        "(\"FleetOpt: Analytical Fleet Provisioning for LLM Inference\", section 5.1) "
+        '("FleetOpt: Analytical Fleet Provisioning for LLM Inference", section 5.1) '
         "by `semisched.compress.compressor.ExtractiveCompressor` (o200k counter). "
         "p_c: share that fits T_c. Cut: token reduction of those that fit. ms: one `compress` "
         "call, tokenizer included; overhead = β × mean ms.",

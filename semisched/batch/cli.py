@@ -104,7 +104,6 @@ async def _run_batch(run: BatchRun, display: Display) -> BatchSummary:
     return summary
 
 
-
 def _report(summary: BatchSummary, stream: TextIO, key_hint: str = "the API key") -> int:
     """Print the summary; return the exit status (``key_hint``: where the key comes from)."""
     for line in summary.lines():

@@ -216,8 +216,7 @@ def eta_s(*, to_send: int, done: int, elapsed_s: float, floor_s: float | None) -
         return 0.0
     remainder = max(0.0, floor_s - elapsed_s) if floor_s is not None else 0.0
     trusted = done > 0 and (
-        done >= ETA_OBSERVED_AFTER_SHARE * to_send
-        or elapsed_s >= ETA_OBSERVED_AFTER_S
+        done >= ETA_OBSERVED_AFTER_SHARE * to_send or elapsed_s >= ETA_OBSERVED_AFTER_S
     )
     if trusted:
         return max(remainder, left * elapsed_s / done)
