@@ -1,4 +1,4 @@
-"""``python -m bench``: the benchmark harness's command line.
+"""python -m bench: the benchmark harness's command line.
 
 Subcommands:
   quick           balanced/high, naive vs quota-tiered vs adaptive DRR vs full stack
@@ -15,21 +15,21 @@ Subcommands:
                   overload-policies, fair-queuing, layerwise, sensitivity,
                   predictor-noise, sharegpt-trace; beyond the paper:
                   rate-limits (client budgets vs the provider's 429s), prior-levers
-                  (issue 12: how routing reads a prior's uncertainty)
-  default-prior   the SDK's default prior under overload (issue 12's run)
-  routing         routing policies over a heterogeneous fleet (issue 13), simulated;
+                  (how routing reads a prior's uncertainty)
+  default-prior   the SDK's default prior under overload: 1,000 calls at ~10x capacity
+  routing         routing policies over a heterogeneous fleet, simulated;
                   --live-check adds one regime through the SDK and the HTTP fleet mock
   shared-budget   N worker processes on one provider limit: shared Redis state vs a
-                  static split vs uncoordinated (issue 14; real processes, real Redis)
-  tenants         tenants: noisy neighbour, entitlements, service classes (issue 15),
+                  static split vs uncoordinated (real processes, real Redis)
+  tenants         tenants: noisy neighbour, entitlements, service classes,
                   simulated; --live-check adds the noisy neighbour through the SDK
-  plan            the capacity planner (issue 17): plans for the paper's mixes and ShareGPT,
+  plan            the capacity planner: plans for the paper's mixes and ShareGPT,
                   analytic vs simulated tails at the planned size and one unit smaller,
                   compress-and-route
   gateway         what `semisched serve` adds over calling the upstream straight: added
                   p50/p99 at a fixed rate, requests/s of one gateway process
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
-                  Grafana-like panels (dashboard.png) and their series (issue 16)
+                  Grafana-like panels (dashboard.png) and their series
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from bench.experiments import quick
 from bench.report import write_csv
+from semisched.extras import MissingDependency, needs
 
 
 def _perf_table(rows: list[dict[str, float]]) -> str:
@@ -126,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workload",
         choices=("sharegpt", "mixed"),
         default="sharegpt",
-        help="held-out ShareGPT prompts (default), or issue 11's mixed lengths where RPM and "
+        help="held-out ShareGPT prompts (default), or mixed lengths where RPM and "
         "TPM both bind; one per run (each sets the defaults in parentheses below)",
     )
     b.add_argument("--requests", type=int, help="requests in the batch (600 | mixed 400)")
@@ -141,13 +142,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--seed", type=int, default=0, help="workload sample seed (0)")
     dp = sub.add_parser(
-        "default-prior", help="the SDK's default prior under overload (issue 12's run)"
+        "default-prior",
+        help="the SDK's default prior under overload: 1,000 calls at ~10x capacity",
     )
     dp.add_argument("--out", type=Path, default=Path("results/default-prior"), help="output folder")
     dp.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
     dp.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     dp.add_argument("--workloads", help="comma-separated: exact,bounded,sharegpt (default all)")
-    rt = sub.add_parser("routing", help="routing policies over a heterogeneous fleet (issue 13)")
+    rt = sub.add_parser("routing", help="routing policies over a heterogeneous fleet")
     rt.add_argument("--out", type=Path, default=Path("results/routing"), help="output folder")
     rt.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
     rt.add_argument("--requests", type=int, default=600, help="requests per run (600)")
@@ -157,20 +159,20 @@ def _parser() -> argparse.ArgumentParser:
     rt.add_argument("--live-check", action="store_true",
                     help="also run one regime through the SDK and the HTTP fleet mock")  # fmt: skip
     tn = sub.add_parser("tenants", help="tenants: noisy neighbour, entitlements, service "
-                        "classes (issue 15), simulated")  # fmt: skip
+                        "classes, simulated")  # fmt: skip
     tn.add_argument("--out", type=Path, default=Path("results/tenants"), help="output folder")
     tn.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
     tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     tn.add_argument("--live-check", action="store_true",
                     help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
-    pl = sub.add_parser("plan", help="the capacity planner (issue 17): plans, analytic vs "
+    pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
     pl.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     pl.add_argument("--cases", default=None,
                     help="comma-separated cases (default: balanced,heavy,sharegpt)")  # fmt: skip
     db = sub.add_parser("dashboard", help="an overload through the SDK's Prometheus metrics: "
-                        "Grafana-like panels and series (issue 16)")  # fmt: skip
+                        "Grafana-like panels and series")  # fmt: skip
     db.add_argument("--out", type=Path, default=Path("results/dashboard"), help="output folder")
     db.add_argument("--regime", default="balanced/high", help="workload regime (balanced/high)")
     db.add_argument("--requests", type=int, default=600, help="requests (600)")
@@ -191,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--priors", default="heuristic",
                    help="priors (heuristic: time the scheduler, not a model)")  # fmt: skip
     sb = sub.add_parser("shared-budget", help="N workers on one limit: shared vs static vs "
-                        "uncoordinated (issue 14)")  # fmt: skip
+                        "uncoordinated")  # fmt: skip
     sb.add_argument("--out", type=Path, default=Path("results/shared-budget"), help="output folder")
     sb.add_argument("--workers", help="comma-separated worker counts (1,2,4,8)")
     sb.add_argument("--modes", help="comma-separated: shared,static,uncoordinated (all)")
@@ -251,7 +253,7 @@ def _decision_cost(args: argparse.Namespace) -> Path:
         print(f"{row['policy']:>18}" + "".join(f"{row[k]:>{len(k) + 2}.2f}" for k in keys))
     worst = max(routed, key=lambda row: float(row["pick_p99_us"]))
     met = sum(float(row["pick_p99_us"]) <= 20.0 for row in routed)
-    print(f"pick p99 <= 20 µs (issue 13's target, set at 16 endpoints and 10k queued): "
+    print(f"pick p99 <= 20 µs (the target, set at 16 endpoints and 10k queued): "
           f"{met}/{len(routed)} policies in this run; worst {worst['policy']} "
           f"{float(worst['pick_p99_us']):.1f} µs")  # fmt: skip
     write_csv(Path(args.out) / "routing_cost.csv", routed)
@@ -487,9 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     handler = _COMMANDS.get(args.command, _experiments)  # the rest name experiments
     try:
-        written = handler(args)
+        with needs(f"python -m bench {args.command}", extra="bench"):
+            written = handler(args)
     except _UsageError as exc:
         parser.error(str(exc))
+    except MissingDependency as exc:
+        parser.exit(2, f"{parser.prog}: {exc}\n")
     print(f"\nwrote {written} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return 0
 

@@ -37,10 +37,11 @@ reads the model's predictions from the trace cache ``sharegpt-trace`` keeps.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.experiments import ProgressReporter
 from bench.report import write_csv
 from semisched import RuntimeOptions
 from semisched.core.request import Prior
@@ -346,11 +348,19 @@ def default_prior(
             raise ValueError(f"condition {name!r} must be one of {', '.join(CONDITIONS)}")
     specs = [(c, w, s) for w in workloads for c in conditions for s in range(seeds)]
     workers = workers or min(len(specs), os.cpu_count() or 1)
-    if workers <= 1:
-        rows = [overload_run(*spec) for spec in specs]
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_one_thread_each) as pool:
-            rows = list(pool.map(overload_run, *zip(*specs, strict=True)))
+    report, start = ProgressReporter("overload runs"), time.perf_counter()
+    rows: list[dict[str, object]] = []
+    with contextlib.ExitStack() as stack:
+        if workers <= 1:
+            results: Iterator[dict[str, object]] = (overload_run(*spec) for spec in specs)
+        else:
+            pool = stack.enter_context(
+                ProcessPoolExecutor(max_workers=workers, initializer=_one_thread_each)
+            )
+            results = pool.map(overload_run, *zip(*specs, strict=True))
+        for row in results:  # a line per tenth of the runs (a bar on a terminal)
+            rows.append(row)
+            report(len(rows), len(specs), time.perf_counter() - start)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "runs.csv", rows)
     summary = _summary(rows)

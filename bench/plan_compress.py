@@ -1,6 +1,7 @@
 """Compress-and-Route on ShareGPT: how often borderline prompts fit after extractive compression.
 
-Seed 000 (FleetOpt) §5.1: a request whose prompt plus output lies in the borderline band
+"FleetOpt: Analytical Fleet Provisioning for LLM Inference", section 5.1: a request whose
+prompt plus output lies in the borderline band
 ``(B, γB]`` of a short pool's context ``B`` is compressed to ``T_c = B - L_out`` prompt tokens and
 served by the short pool; the planner needs ``β`` (the band's share of traffic) and ``p_c`` (the
 share of the band that compression gets under ``T_c``). This measures both on ShareGPT V3 chat
@@ -226,7 +227,8 @@ def write_compress_tables(
         f"ShareGPT V3, {requests:,} chat requests (the whole conversation so far, "
         "`predictors.conversations`), lengths in `o200k_base` tokens. Band: "
         "B < prompt + output <= γB; each band request is compressed to T_c = B − output "
-        "(seed 000 §5.1) by `semisched.compress.compressor.ExtractiveCompressor` (o200k counter). "
+        '("FleetOpt: Analytical Fleet Provisioning for LLM Inference", section 5.1) '
+        "by `semisched.compress.compressor.ExtractiveCompressor` (o200k counter). "
         "p_c: share that fits T_c. Cut: token reduction of those that fit. ms: one `compress` "
         "call, tokenizer included; overhead = β × mean ms.",
     ]

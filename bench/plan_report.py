@@ -16,6 +16,7 @@ Numbers only ever come from the planner and the simulator.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from bench.experiments import ProgressReporter
 from bench.plan import (
     CASES,
     CR_SETTING,
@@ -282,11 +284,12 @@ def plan_benchmark(out: Path, *, cases: Sequence[Case] = CASES, workers: int | N
     plans = {(c.name, s): plan_case(c, cap) for c in cases for s, cap in SETTINGS.items()}
     timings = planning_timings(cases)
 
-    def progress(done: int, total: int) -> None:
-        print(f"\r  simulated {done}/{total}", end="", flush=True)
+    report, start = ProgressReporter("simulation checks"), time.perf_counter()
+
+    def progress(done: int, total: int) -> None:  # a bar on a terminal, else one line a step
+        report(done, total, time.perf_counter() - start)
 
     runs = run_checks(cases, workers=workers, progress=progress)
-    print()
     extra: list[str] = []
     for case in cases:
         if case.name == "sharegpt":

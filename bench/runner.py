@@ -97,8 +97,10 @@ def run_suite(
 
 
 def _source(section: str) -> str:
-    """What the experiment reproduces: a section of seed 004, or what it adds to it."""
-    return f"Reproduces seed 004 {section}." if section.startswith("§") else f"{section}."
+    """What the experiment reproduces: a section of the paper, or what it adds to it."""
+    if section.startswith("section "):
+        return f'Reproduces "Scheduling the Unschedulable", {section}.'
+    return f"{section}."
 
 
 def _tables(

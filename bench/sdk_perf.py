@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ import httpx2
 import numpy as np
 import openai
 
+from bench.experiments import ProgressReporter
 from semisched import Scheduler
 from semisched.core.config import preset
 
@@ -247,13 +249,18 @@ def sdk_overhead(
     ``vs_off_pct`` (added p50 over ``off``'s, in percent), ``calls_per_s``,
     ``throughput_ratio`` (over ``bare``) and ``vs_off_throughput`` (over ``off``).
     """
+    start = time.perf_counter()
+    print(f"  latency: {samples} calls per condition, {len(CONDITIONS) + 1} conditions "
+          "interleaved...", file=sys.stderr, flush=True)  # fmt: skip
     times = anyio.run(_latency, samples, priors)
     rates: dict[str, list[float]] = {name: [] for name in ("bare", *CONDITIONS)}
     for name in rates:  # a discarded warm-up round: first calls pay for lazy imports
         anyio.run(_throughput, 2 * concurrency, concurrency, name, priors)
-    for _ in range(repeats):
-        for name in rates:
-            rates[name].append(anyio.run(_throughput, calls, concurrency, name, priors))
+    report = ProgressReporter(f"throughput runs of {calls} calls")
+    runs = [name for _ in range(repeats) for name in rates]
+    for done, name in enumerate(runs, 1):
+        rates[name].append(anyio.run(_throughput, calls, concurrency, name, priors))
+        report(done, len(runs), time.perf_counter() - start)
     bare_rate = float(np.median(rates["bare"]))
     added_off = _percentile(times["off"] - times["bare"], 50)
     off_rate = float(np.median(rates["off"]))

@@ -249,20 +249,20 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "information-ladder",
         "Information ladder (full stack fixed)",
-        "§4.4, Table 1, Fig. 2",
+        "section 4.4, Table 1, Fig. 2",
         _information_ladder,
     ),
     Experiment(
         "main-comparison",
         "Main policy comparison (coarse priors)",
-        "§4.5, Table 2, Figs. 3-4",
+        "section 4.5, Table 2, Figs. 3-4",
         _main,
         columns=_MAIN_COLUMNS,
     ),
     Experiment(
         "overload-policies",
         "Overload bucket policy (full stack fixed)",
-        "§4.7, Table 5, Figs. 5-6",
+        "section 4.7, Table 5, Figs. 5-6",
         _overload,
         columns=(
             *_MAIN_COLUMNS[:2],
@@ -276,7 +276,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "fair-queuing",
         "Fair Queuing vs Short-Priority (70% long/xlong)",
-        "§4.6, Table 4",
+        "section 4.6, Table 4",
         _fair_queuing,
         columns=(
             ("Short P90 (ms)", "short_p90_ms", 0),
@@ -289,14 +289,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "layerwise",
         "Layerwise progression (high congestion)",
-        "§4.8, Fig. 7",
+        "section 4.8, Fig. 7",
         lambda seeds: _main(seeds, HIGH),
         columns=_MAIN_COLUMNS,
     ),
     Experiment(
         "sensitivity",
         "Overload thresholds and backoff ±20%",
-        "§4.9",
+        "section 4.9",
         _sensitivity,
         columns=(
             ("Short P95 (ms)", "short_p95_ms", 0),
@@ -310,13 +310,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "predictor-noise",
         "Predictor noise: multiplicative error L on p50/p90",
-        "§4.10, Fig. 8",
+        "section 4.10, Fig. 8",
         _noise,
     ),
     Experiment(
         "sharegpt-trace",
         "ShareGPT V3 output lengths (high congestion)",
-        "§4.1, Table 2 (trace)",
+        "section 4.1, Table 2 (trace)",
         _sharegpt,
         columns=(
             ("Short P95 (ms)", "short_p95_ms", 0),
@@ -372,7 +372,7 @@ BEYOND: tuple[Experiment, ...] = (
     Experiment(
         "prior-levers",
         "How the scheduler reads a prior's uncertainty (ShareGPT trace, high congestion)",
-        "Beyond the paper: issue 12's ablation of the routing and deadline rules",
+        "Beyond the paper: an ablation of the routing and deadline rules",
         _prior_levers,
         columns=(
             ("Short P95 (ms)", "short_p95_ms", 0),

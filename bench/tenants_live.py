@@ -48,6 +48,7 @@ import anyio
 import httpx2
 import openai
 
+from bench.experiments import ProgressReporter
 from bench.live import replay_jobs
 from bench.report import write_csv
 from bench.routing_live import Recorder, inline_platform_lookup
@@ -363,12 +364,14 @@ def tenants_live_check(
             simulated rows are checked against :func:`bench.tenants.run_tenants`'.
     """
     rows: list[dict[str, object]] = []
-    for scenario in PAIR:
-        for condition in conditions:
-            sim, sim_trace = _simulate(scenario, condition, seed, span_s)
-            live, live_trace = _live(scenario, condition, seed, span_s)
-            live[-1].update(_agreement(sim_trace, live_trace))
-            rows += sim + live
+    cells = [(scenario, condition) for scenario in PAIR for condition in conditions]
+    report, start = ProgressReporter("live-check cells"), time.perf_counter()
+    for done, (scenario, condition) in enumerate(cells, 1):
+        sim, sim_trace = _simulate(scenario, condition, seed, span_s)
+        live, live_trace = _live(scenario, condition, seed, span_s)
+        live[-1].update(_agreement(sim_trace, live_trace))
+        rows += sim + live
+        report(done, len(cells), time.perf_counter() - start)
     _headline(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "runs.csv", rows)

@@ -23,8 +23,14 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
-from semisched import RetryPolicy, RuntimeOptions, Scheduler, SemischedError, preset
-from semisched.core import BudgetConfig
+from semisched import (
+    BudgetConfig,
+    RetryPolicy,
+    RuntimeOptions,
+    Scheduler,
+    SemischedError,
+    preset,
+)
 
 LIMIT_RPM = 30
 

@@ -31,9 +31,7 @@ import anyio
 import openai
 
 from mockprovider.launch import running_server
-from semisched import RuntimeOptions, Scheduler, SemischedError, preset
-from semisched.core import BudgetConfig
-from semisched.runtime.clock import ScaledClock
+from semisched import BudgetConfig, RuntimeOptions, ScaledClock, Scheduler, SemischedError, preset
 
 SCALE = 50.0  # virtual seconds per wall second, for the mock and every worker
 LIMIT_RPM = 60

@@ -259,16 +259,34 @@ class _QuietDrops(logging.Filter):
         return not isinstance(exc, ConnectionDropped)
 
 
+#: The server's packages outside the base install -> how to install each (the mock imports
+#: nothing of semisched, so this is its own copy of semisched.extras' hint).
+_SERVER_PACKAGES = {
+    "starlette": "pip install 'semisched[mock]'",
+    "uvicorn": "pip install 'semisched[mock]'",
+    "prometheus_client": "pip install 'semisched[mock]'",
+    "httpx2": "pip install httpx2",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and serve until interrupted."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _serve(args, parser)
+    except ModuleNotFoundError as exc:
+        name = (exc.name or "").split(".", 1)[0]
+        if name not in _SERVER_PACKAGES:
+            raise
+        parser.error(f"the mock's HTTP server needs {name}: {_SERVER_PACKAGES[name]}")
+
+
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Serve what ``args`` ask for (the server's packages imported here)."""
     fleet = None if args.fleet is None else fleet_from_args(args, parser)
     config = None if fleet is not None else config_from_args(args, parser)
-    try:
-        import uvicorn
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        parser.error("uvicorn is not installed: pip install 'semisched[mock]'")
+    import uvicorn
 
     from mockprovider.app import create_app
     from mockprovider.fleet import create_fleet_app

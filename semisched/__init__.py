@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         SchedulerClosed,
         SemischedError,
     )
+    from semisched.extras import MissingDependency
     from semisched.fleet.endpoints import Endpoint
     from semisched.fleet.fleetfile import FleetFileError
     from semisched.plan.pools import Infeasible
@@ -142,6 +143,7 @@ _WHERE = {
     "SchedulerClosed": "semisched.errors",
     "SemischedError": "semisched.errors",
     "StateUnavailable": "semisched.state.base",
+    "MissingDependency": "semisched.extras",
     # the types of public signatures, and the rest of the error tree
     "Outcome": "semisched.telemetry.observe",
     "Calibrated": "semisched.priors.calibration",
@@ -226,6 +228,7 @@ __all__ = [
     "InvalidLine",
     "KeyStats",
     "LengthCalibration",
+    "MissingDependency",
     "MonotonicClock",
     "OrderingConfig",
     "OrderingPolicy",

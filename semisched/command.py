@@ -3,20 +3,35 @@
 ``semisched plan ...`` goes to :mod:`semisched.plan.cli` without importing the
 SDK (no anyio, no openai: the planner starts in a fraction of a second);
 ``semisched serve ...`` to :mod:`semisched.gateway.cli` (the ``gateway`` extra);
-everything else goes to :mod:`semisched.batch.cli`.
+``--version`` is answered here; everything else goes to :mod:`semisched.batch.cli`.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
 
-__all__ = ["main"]
+__all__ = ["main", "version"]
+
+
+def version() -> str:
+    """The installed distribution's version (``semisched.__version__`` in a bare checkout)."""
+    try:
+        return dist_version("semisched")
+    except PackageNotFoundError:  # a source tree that was never installed
+        from semisched import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``semisched`` command with ``argv`` (default ``sys.argv[1:]``)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:  # at once: no SDK import
+        print(f"semisched {version()}")
+        return 0
     if args[:1] == ["plan"]:
         from semisched.plan.cli import plan_main
 

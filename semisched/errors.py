@@ -26,6 +26,9 @@ Exception tree::
     │   └── InvalidInput       the input file has invalid lines; nothing was sent
     ├── Infeasible             no number of units meets an SLO; the message says what
     │                          it would take (semisched.plan)
+    ├── MissingDependency      a feature's optional package is not installed; the message
+    │                          is the pip install line (semisched.extras); also a
+    │                          ModuleNotFoundError
     └── IllegalTransition      a request moved between lifecycle states in a way the
                                table forbids (semisched.core): a bug in semisched
 
@@ -43,7 +46,8 @@ classes that belong to one capability live beside it (``StateUnavailable`` in
 :mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
 ``GatewayConfigError`` in :mod:`semisched.gateway.config`,
 ``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
-:mod:`semisched.plan.pools`); each derives from :class:`SemischedError`.
+:mod:`semisched.plan.pools`, ``MissingDependency`` in :mod:`semisched.extras`); each
+derives from :class:`SemischedError`.
 """
 
 from __future__ import annotations
@@ -152,6 +156,10 @@ class SchedulerClosed(RequestError):
 class ProviderError(RequestError):
     """The provider failed and the scheduler's retries are spent (or it is not retryable).
 
+    ``err.__cause__`` is always the last attempt's own exception from the wrapped
+    client (``openai.RateLimitError``, ``openai.APIConnectionError``, ...), which
+    handlers written for the bare client caught.
+
     Attributes:
         status_code: HTTP status, ``None`` for connection errors and timeouts.
         attempts: How many times the request was sent.
@@ -159,6 +167,9 @@ class ProviderError(RequestError):
             seconds, if it gave one (``None`` for an exhausted quota).
         kind: How the last attempt failed, as the core saw it.
         reason: Why it was not retried (not retryable, attempts spent).
+        hint: What to check when the failure points at a setting, also at the
+            end of the message: a 404 from a base URL without ``/v1``, the URL a
+            connection failed at (``None`` otherwise).
     """
 
     def __init__(
@@ -172,6 +183,7 @@ class ProviderError(RequestError):
         retry_after: float | None = None,
         kind: FailureKind = FailureKind.UNKNOWN,
         reason: str = "",
+        hint: str | None = None,
     ) -> None:
         super().__init__(message, request_id=request_id, klass=klass)
         self.status_code = status_code
@@ -179,6 +191,7 @@ class ProviderError(RequestError):
         self.retry_after = retry_after
         self.kind = kind
         self.reason = reason
+        self.hint = hint
 
 
 class RateLimited(ProviderError):

@@ -50,6 +50,7 @@ SHELLS = (
     "semisched.plan",
     "semisched.gateway",
     "semisched.errors",
+    "semisched.extras",
     "semisched.command",
 )
 #: The scheduler's driver: what composes the capability packages, never what they import.

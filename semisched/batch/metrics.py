@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 from semisched.batch.input import BatchError
+from semisched.extras import MissingDependency, needs
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -42,11 +43,10 @@ def serve_metrics(port: int | None, stream: TextIO) -> Iterator[CollectorRegistr
         yield None
         return
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
-    except ModuleNotFoundError:
-        raise BatchError(
-            "--metrics-port needs prometheus-client: pip install 'semisched[metrics]'"
-        ) from None
+        with needs("--metrics-port"):
+            from prometheus_client import CollectorRegistry, start_http_server
+    except MissingDependency as exc:
+        raise BatchError(str(exc)) from None
     registry = CollectorRegistry()
     try:
         server, thread = start_http_server(port, addr=METRICS_HOST, registry=registry)

@@ -19,12 +19,10 @@ so the model reads each prompt once, and the same requests give the makespan
 floor that the progress ETA and the summary report. :meth:`BatchRun.dry_run`
 does all of that and stops: it sends nothing and changes no file.
 
-This module decides nothing about scheduling (the scheduler and its core do)
-and draws nothing (the CLI shows :class:`~semisched.batch.summary.BatchProgress`).
-One job goes to one endpoint (``base_url``) or to a fleet (``endpoints``: the
-scheduler routes each send, :mod:`semisched.core.fleet.routing`). API keys are read
-from the environment variables the options name (``api_key_env``, each
-endpoint's ``key_env``) and are never written to the output, logs or progress.
+It decides nothing about scheduling and draws nothing (the CLI shows
+:class:`~semisched.batch.summary.BatchProgress`). A job goes to one endpoint
+(``base_url``) or a fleet (``endpoints``). API keys are read from the variables
+the options name and are never written to the output, logs or progress.
 """
 
 from __future__ import annotations
@@ -157,6 +155,7 @@ class BatchRun:
         self._started: float | None = None
         self._streamed: StreamedPriors | None = None
         self._auth = AuthGuard()
+        self._hints: dict[str, None] = {}  # ProviderError.hint of the failures, in order
 
     def __repr__(self) -> str:
         progress = self._progress
@@ -189,6 +188,7 @@ class BatchRun:
             priors=self._priors_used(),
             cut_bytes=self._cut_bytes,
             compression=self._compression,
+            hints=tuple(hint for hint in self._hints if hint),
             **engine_parts(self._engine_stats, fleet=self.options.fleet),
         )
 
@@ -452,6 +452,7 @@ class BatchRun:
         except RequestError as exc:
             code, status = error_code(exc)
             record = error_record(line.custom_id, code, str(exc), status)
+            self._hints.setdefault(getattr(exc, "hint", None) or "")  # the summary's, once
             return None if self._auth.hold(record, code, status) else self._counted(record, code)
         usage = getattr(response, "usage", None)
         assert self._progress is not None

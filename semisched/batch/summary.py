@@ -164,6 +164,9 @@ class BatchSummary(BatchProgress):
         tenants: Per declared tenant, the scheduler's counts, share and
             entitlement (``()`` unless the job declares several tenants).
         compression: What compress-and-route did (``None``: off).
+        hints: What to check, once each, from the failures that point at a setting
+            (:attr:`semisched.errors.ProviderError.hint`: a base URL without ``/v1``
+            answering 404, the URL a connection failed at).
     """
 
     latencies_s: tuple[float, ...] = ()
@@ -172,6 +175,7 @@ class BatchSummary(BatchProgress):
     endpoints: tuple[EndpointStats, ...] = ()
     tenants: tuple[TenantStats, ...] = ()
     compression: CompressionStats | None = None
+    hints: tuple[str, ...] = ()
 
     @classmethod
     def from_progress(cls, progress: BatchProgress, **extra: Any) -> BatchSummary:
@@ -201,6 +205,7 @@ class BatchSummary(BatchProgress):
             f"{self.succeeded} succeeded, {self.failed.total} failed, {self.invalid} invalid "
             f"lines ({self.to_send} to send, {self.already_done} already in the output)",
             f"  failed: {fails}",
+            *(f"  hint: {hint}" for hint in self.hints),
             f"  tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
             f"({self.tokens_per_s:.0f}/s); 429s {self.rate_limited}; retries {self.retries}",
         ]

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from semisched.core.config import PRESETS
+from semisched.extras import MissingDependency, needs
 from semisched.fleet.fleetfile import FleetFileError
 from semisched.gateway.config import GatewayConfig, GatewayConfigError, config_from_dict, read_toml
 from semisched.gateway.keys import key_hash
@@ -163,11 +164,11 @@ def main(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> in
     """Run ``semisched serve`` with ``argv`` (after ``serve``); the exit status."""
     args = parser().parse_args(list(argv))
     try:
-        from semisched.gateway.app import upstream_keys
-        from semisched.gateway.server import demo_mock_app, run
-    except ModuleNotFoundError as exc:  # pragma: no cover - the extra is missing
-        print(f"semisched serve: {exc.name} is missing: pip install 'semisched[gateway]'",
-              file=sys.stderr)  # fmt: skip
+        with needs("semisched serve", extra="gateway"):
+            from semisched.gateway.app import upstream_keys
+            from semisched.gateway.server import demo_mock_app, run
+    except MissingDependency as exc:
+        print(f"semisched serve: {exc}", file=sys.stderr)
         return 2
     mock = None
     try:

@@ -38,6 +38,20 @@ from semisched.plan.workload import Workload, load_batch, load_trace, mix_worklo
 
 __all__ = ["main", "plan_main"]
 
+#: ``semisched plan --help``'s description: the module docstring as plain text.
+DESCRIPTION = """\
+How many units a workload needs for its SLOs, in one pool or two.
+
+examples:
+  semisched plan --trace requests.jsonl --rate 20 --slo ttft_p99<=2 [--json]
+  semisched plan --mix balanced --rate 20 --slo interactive:e2e_p95<=5 --slo batch:e2e_p95<=200
+  semisched plan --batch input.jsonl --rate 5 --slo e2e_p95<=60 --compress
+  semisched plan ... --fleet-out fleet.toml [--base-url URL_WITH_{name}] [--key-env VAR]
+  semisched plan fit LOG [--profile NAME] [--out profile.json]
+
+Exit status: 0 planned; 2 bad input, or an SLO no fleet can meet (the message
+says what it would take)."""
+
 #: Profile overrides: option -> UnitProfile field and type.
 _OVERRIDES: dict[str, tuple[str, type]] = {
     "--base-iter-ms": ("base_iter_ms", float),
@@ -54,7 +68,7 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="semisched plan",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _workload_options(parser)

@@ -11,11 +11,22 @@ touching its code.
 The model is loaded once per process (several schedulers share it), lazily:
 importing ``semisched`` never imports torch. This module is the one place the
 SDK reaches into the ``predictors`` package (DESIGN.md's dependency rules).
+
+Loading takes seconds (entering and leaving a first ``Scheduler`` took 10.6 and
+16.1 s on a loaded 2-core machine, 0.3 and 0.5 s with ``priors="heuristic"``),
+so the ``semisched.priors`` logger says so once, as it starts (:data:`LOADING`).
+Nobody chose the model when the default chose it: then the line is a WARNING,
+which Python shows on stderr even where logging was never configured (its
+last-resort handler prints WARNING and above only), so a one-call script
+learns why it waits and how not to. A model chosen by name
+(``priors="learned"``/``"auto"``, ``SEMISCHED_PRIORS``, ``--priors``, which
+the commands announce themselves) is an INFO line.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -25,6 +36,8 @@ from semisched.core.checks import check_choice
 from semisched.priors.sources import Heuristic, PriorsChoice, PriorSource
 
 __all__ = [
+    "BY_DEFAULT",
+    "LOADING",
     "PRIORS_ENV",
     "PRIOR_CHOICES",
     "choose_priors",
@@ -35,6 +48,17 @@ __all__ = [
 
 #: The environment variable naming the default choice.
 PRIORS_ENV = "SEMISCHED_PRIORS"
+
+#: What the ``semisched.priors`` logger says as the model starts loading.
+LOADING = (
+    "loading the learned length predictor (once per process, a few seconds); "
+    'pass priors="heuristic" to skip'
+)
+
+#: ``asked_by`` when no argument or variable named the priors.
+BY_DEFAULT = "the default"
+
+logger = logging.getLogger("semisched.priors")
 
 #: The names a choice may take.
 PRIOR_CHOICES: tuple[str, ...] = ("auto", "learned", "heuristic")
@@ -59,6 +83,13 @@ def _learned() -> Any:
     return load_default()
 
 
+def _loaded() -> bool:
+    """Whether this process has loaded the model already (a stand-in for ``_learned``
+    without a cache, as tests install, never has)."""
+    info = getattr(_learned, "cache_info", None)
+    return info is not None and info().currsize > 0
+
+
 def choose_priors(choice: str, *, asked_by: str) -> tuple[PriorSource, PriorsChoice]:
     """The source ``choice`` names and why; loads the model (seconds, blocking) unless
     ``choice`` is ``heuristic``. ``asked_by`` is the setting that chose it, as the user
@@ -73,6 +104,9 @@ def choose_priors(choice: str, *, asked_by: str) -> tuple[PriorSource, PriorsCho
     check_choice("priors", choice, PRIOR_CHOICES)
     if choice == "heuristic":
         return Heuristic(), PriorsChoice(name="heuristic", reason=asked_by)
+    if not _loaded():
+        level = logging.WARNING if asked_by == BY_DEFAULT else logging.INFO
+        logger.log(level, LOADING)
     started = time.perf_counter()
     try:
         source: PriorSource = _learned()
@@ -105,7 +139,7 @@ def scheduler_priors(
     asked_by = f"priors={priors!r}"
     if priors is None:
         priors = default_choice()
-        asked_by = f"{PRIORS_ENV}={priors}" if os.environ.get(PRIORS_ENV) else "the default"
+        asked_by = f"{PRIORS_ENV}={priors}" if os.environ.get(PRIORS_ENV) else BY_DEFAULT
     if isinstance(priors, PriorSource):
         return priors, PriorsChoice(name=priors.name, reason="the priors argument"), None
     if not isinstance(priors, str):

@@ -71,6 +71,7 @@ from semisched.telemetry.observe import (
     Outcome,
     log_decision,
 )
+from semisched.telemetry.retries import RetryLog
 
 __all__ = ["Dispatcher"]
 
@@ -107,6 +108,7 @@ class Dispatcher:
         self.tally = tally
         self.cancel_late = cancel_late
         self.pending: dict[str, Pending] = {}
+        self.retry_log = RetryLog()
         self.open_streams = 0
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
@@ -221,6 +223,7 @@ class Dispatcher:
             elif isinstance(action, Retry | Defer):
                 if isinstance(action, Retry):
                     self.tally.retries += 1
+                    self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
                 # Built only for a reader: observers, or the decision log at DEBUG.
                 if self.observers or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
                     why = action.explanation

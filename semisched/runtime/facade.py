@@ -5,8 +5,15 @@ Existing code that calls ``client.chat.completions.create(...)`` or
 in its place. Every call goes through :meth:`semisched.Scheduler.submit`, so it
 also accepts the scheduling hints of :class:`semisched.runtime.calls.CallArgs`.
 
-What this module is not: no other part of the OpenAI client (files, batches,
-embeddings, ``with_raw_response``) is wrapped.
+Every other part of the wrapped client (``embeddings``, ``models``,
+``responses``, ``files``, ``batches``, ...) is passed through unscheduled:
+``scheduler.client.models.list()`` is the wrapped client's own call, with its
+own retries, outside the scheduler's budgets and statistics. A scheduler over
+several endpoints (``Scheduler(endpoints=[...])``) has no one client to pass
+to: there those names raise ``AttributeError`` saying to call an endpoint's
+own client.
+
+What this module is not: it schedules only the two completion routes.
 """
 
 from __future__ import annotations
@@ -44,11 +51,29 @@ class _Chat:
 
 
 class ScheduledClient:
-    """Drop-in facade: ``scheduler.client.chat.completions.create(...)`` is scheduled."""
+    """Drop-in facade: ``scheduler.client.chat.completions.create(...)`` is scheduled; any
+    other attribute is the wrapped client's, unscheduled (module docstring).
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    Args:
+        scheduler: The scheduler the completion calls go through.
+        wrapped: The client ``Scheduler(client)`` was given (``None`` for a fleet).
+    """
+
+    def __init__(self, scheduler: Scheduler, wrapped: Any = None) -> None:
         self.chat = _Chat(scheduler)
         self.completions = _ScheduledCompletions(scheduler, "completions")
+        self._wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names the instance lacks get here: chat and completions never do.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._wrapped is None:
+            raise AttributeError(
+                f"scheduler.client.{name}: a scheduler over several endpoints has no one "
+                f"client to pass {name!r} to (unscheduled); call an endpoint's own client"
+            )
+        return getattr(self._wrapped, name)
 
     def __repr__(self) -> str:
         return f"<ScheduledClient of {self.chat.completions._scheduler!r}>"

@@ -20,6 +20,12 @@ are mapped in exactly one place):
    anything else                                      ``UNKNOWN``
    ================================================  ==========================
 
+   Two failures usually mean a wrong setting, not a bad request, and carry a
+   ``hint`` (:func:`failure_hint`): a 404 from a base URL whose path does not
+   end in ``/v1`` (``http://host:8000`` instead of ``http://host:8000/v1``:
+   every call answers 404), and a connection that could not be made (the
+   hint names the URL; openai's own message is only "Connection error.").
+
 2. :func:`failure_outcome`: the core's terminal :class:`~semisched.core.Fail`
    becomes the caller's exception (:class:`~semisched.errors.QuotaExceeded`,
    :class:`~semisched.errors.RateLimited` or
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
@@ -55,6 +62,7 @@ __all__ = [
     "ProviderFailure",
     "classify_failure",
     "expire_outcome",
+    "failure_hint",
     "failure_outcome",
     "reject_outcome",
 ]
@@ -73,6 +81,8 @@ class ProviderFailure:
             does not help.
         headers: Response headers, if any (for rate-limit signals).
         message: Short description.
+        hint: What to check when the failure points at a setting (see the module
+            docstring), else ``None``.
     """
 
     kind: FailureKind
@@ -80,6 +90,42 @@ class ProviderFailure:
     retry_after_wall_s: float | None
     headers: Mapping[str, str]
     message: str
+    hint: str | None = None
+
+
+#: The paths the client appends to a base URL (longest first).
+_ROUTES = ("/chat/completions", "/completions", "/embeddings", "/responses", "/models")
+
+
+def _request_url(exc: BaseException) -> str | None:
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None)
+    return None if url is None else str(url)
+
+
+def failure_hint(exc: BaseException, kind: FailureKind, status: int | None) -> str | None:
+    """What to check for ``exc``: the base URL of a 404 whose path lacks ``/v1``, the
+    URL of a connection that failed; ``None`` for the rest."""
+    url = _request_url(exc)
+    if url is None:
+        return None
+    if kind is FailureKind.CONNECTION:
+        return f"could not connect to {url}"
+    if status != 404:
+        return None
+    parts = urlsplit(url)
+    base_path = parts.path
+    for route in _ROUTES:
+        if base_path.endswith(route):
+            base_path = base_path[: -len(route)]
+            break
+    if base_path.rstrip("/").endswith("/v1"):
+        return None
+    base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
+    return (
+        f"{url} answered 404 and the base URL {base or url} does not end in /v1: "
+        "OpenAI-compatible servers answer under .../v1"
+    )
 
 
 def _status_kind(status: int, code: str | None) -> FailureKind:
@@ -105,8 +151,10 @@ def classify_failure(exc: BaseException) -> ProviderFailure:
         status = exc.status_code
         code = exc.code or (exc.type if isinstance(exc.type, str) else None)
         kind = _status_kind(status, code)
-        hint = None if kind is FailureKind.QUOTA_EXHAUSTED else retry_after_seconds(headers)
-        return ProviderFailure(kind, status, hint, headers, exc.message)
+        wait = None if kind is FailureKind.QUOTA_EXHAUSTED else retry_after_seconds(headers)
+        return ProviderFailure(
+            kind, status, wait, headers, exc.message, failure_hint(exc, kind, status)
+        )
     # APITimeoutError subclasses APIConnectionError: test it first.
     if isinstance(exc, openai.APITimeoutError):
         kind = FailureKind.TIMEOUT
@@ -114,7 +162,8 @@ def classify_failure(exc: BaseException) -> ProviderFailure:
         kind = FailureKind.CONNECTION
     else:
         kind = FailureKind.UNKNOWN
-    return ProviderFailure(kind, None, None, {}, f"{type(exc).__name__}: {exc}")
+    hint = failure_hint(exc, kind, None)
+    return ProviderFailure(kind, None, None, {}, f"{type(exc).__name__}: {exc}", hint)
 
 
 def failure_outcome(
@@ -138,8 +187,9 @@ def failure_outcome(
         cls = QuotaExceeded
     elif fail.kind is FailureKind.RATE_LIMITED:
         cls = RateLimited
+    hint = "" if failure.hint is None else f"; {failure.hint}"
     error = cls(
-        f"{failure.message} ({fail.reason})",
+        f"{failure.message} ({fail.reason}){hint}",
         request_id=request_id,
         klass=fail.request.klass,
         status_code=failure.status_code,
@@ -147,6 +197,7 @@ def failure_outcome(
         retry_after=fail.retry_after,
         kind=fail.kind,
         reason=fail.reason,
+        hint=failure.hint,
     )
     error.__cause__ = cause
     error.explanation = fail.explanation

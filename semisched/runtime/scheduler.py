@@ -234,7 +234,7 @@ class Scheduler:
         self._preparing = 0
         self._tg: TaskGroup | None = None
         self._closed = False
-        self.client = ScheduledClient(self)
+        self.client = ScheduledClient(self, client)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._tg else "not started"

@@ -73,6 +73,7 @@ import anyio
 
 from semisched.core.actions import Action
 from semisched.core.engine import Engine
+from semisched.extras import needs
 from semisched.runtime.clock import Clock
 from semisched.state.base import (
     Grant,
@@ -388,16 +389,12 @@ def backend_for(state: StateBackend | str | None, namespace: str) -> StateBacken
 
     Raises:
         TypeError: ``state`` is neither a URL, a backend nor ``None``.
-        ImportError: A URL without the ``redis`` package.
+        MissingDependency: A URL without the ``redis`` package (an ``ImportError``).
     """
     if state is None or isinstance(state, StateBackend):
         return state
     if not isinstance(state, str):
         raise TypeError(f"state={state!r} must be a Redis URL, a StateBackend or None")
-    try:
+    with needs("state='redis://...'"):
         from semisched.state.redis import RedisState
-    except ImportError as exc:  # the redis package is missing
-        raise ImportError(
-            "state='redis://...' needs the redis client: pip install 'semisched[redis]'"
-        ) from exc
     return RedisState(state, namespace=namespace)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from semisched.core.explain import Explanation
 from semisched.core.request import Request
+from semisched.extras import needs
 
 __all__ = [
     "DECISION_LOGGER",
@@ -228,16 +229,19 @@ def build_observers(
 
     Raises:
         TypeError: An observer that is not a :class:`RequestObserver`.
-        ModuleNotFoundError: ``metrics`` without ``prometheus-client`` installed.
+        MissingDependency: ``metrics`` without ``prometheus-client`` installed, or
+            ``tracing`` without ``opentelemetry-api`` (the message says what to install).
     """
     items: list[RequestObserver] = []
     if metrics is not False:
-        from semisched.telemetry.prometheus import PrometheusMetrics
+        with needs("Scheduler(metrics=...)"):
+            from semisched.telemetry.prometheus import PrometheusMetrics
 
         registry = None if metrics is True else metrics
         items.append(PrometheusMetrics(statistics, registry=registry))
     if tracing is not False:
-        from semisched.telemetry.tracing import RequestTracing
+        with needs("Scheduler(tracing=...) (pass tracing=False to go without)"):
+            from semisched.telemetry.tracing import RequestTracing
 
         items.append(RequestTracing(None if tracing is True else tracing))
     return Observers([*items, *extra])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 from batch_testkit import chat_line, cli_args, provider, records, write_lines
 
@@ -188,3 +189,76 @@ async def test_a_refused_key_says_how_many_were_refused_and_how_many_not_sent(
     # Not "40 requests left unsent": some were sent and refused, none of them recorded.
     assert f"40 requests without a record ({refused} refused, {40 - refused} not sent)" in err
     assert "Check the key in TEAM_KEY" in err
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    from semisched.command import main as command
+
+    assert command(["--version"]) == 0
+    assert capsys.readouterr().out == f"semisched {version('semisched')}\n"
+    with pytest.raises(SystemExit) as info:  # also beside a subcommand: argparse's own
+        main(["--version", "batch"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"semisched {version('semisched')}\n"
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "expected"),
+    [
+        (["--base-url", "http://flag/v1"], "http://env/v1", "http://flag/v1"),
+        ([], "http://env/v1", "http://env/v1"),
+        ([], None, "https://api.openai.com/v1"),
+    ],
+)
+async def test_the_base_url_is_the_flag_else_openai_base_url_else_openais(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: list[str],
+    env: str | None,
+    expected: str,
+) -> None:
+    if env is None:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_BASE_URL", env)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    write_lines(tmp_path / "in.jsonl", [chat_line(0)])
+    args = ["batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"),
+            "--priors", "heuristic", *flag]  # fmt: skip
+    seen: list[str] = []
+    async with provider() as (client, _):
+
+        def make_client(base_url: str, api_key: str) -> object:
+            seen.append(base_url)
+            return client
+
+        assert await main_async(args, make_client=make_client) == 0
+    assert seen == [expected]
+
+
+def test_batch_help_names_openai_base_url(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["batch", "--help"])
+    assert "$OPENAI_BASE_URL" in " ".join(capsys.readouterr().out.split())
+
+
+async def test_a_base_url_without_v1_is_named_once_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(3)])
+    args = [*cli_args(tmp_path)]
+    args[args.index("http://mock/v1")] = "http://mock"  # every call answers 404
+    async with provider() as (client, _):
+        http = client._client  # the in-process transport, under the base URL the job names
+
+        def make_client(base_url: str, api_key: str) -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http)
+
+        assert await main_async(args, make_client=make_client) == 1
+    err = capsys.readouterr().err
+    hint = ("  hint: http://mock/chat/completions answered 404 and the base URL http://mock "
+            "does not end in /v1: OpenAI-compatible servers answer under .../v1")  # fmt: skip
+    assert err.count(hint) == 1
+    assert "  failed: provider_error 3\n" + hint + "\n" in err

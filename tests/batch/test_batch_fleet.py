@@ -225,7 +225,6 @@ def test_duplicate_endpoint_names_exit_2(
          "argument --fleet: not allowed with argument --endpoint"),
         (["--fleet", "f.toml", "--base-url", "http://a/v1"],
          "argument --base-url: not allowed with argument --fleet"),
-        ([], "one of the arguments --base-url --endpoint --fleet is required"),
         (["--endpoint", "a=http://a/v1,region=eu"],
          "argument --endpoint: endpoint 'a': unknown key 'region'"),
         (["--endpoint", "a"], "argument --endpoint: --endpoint 'a': must be NAME=URL"),

@@ -33,7 +33,10 @@ ETA_TABLE = [
     pytest.param(1000, 500, 100.0, 600.0, 500.0, id="faster than the floor: its remainder"),
     pytest.param(1000, 900, 700.0, 600.0, 77.8, id="past the floor: the observed rate"),
     pytest.param(6, 0, 10.0, 5.0, None, id="past the floor, no answer yet: unknown"),
-    pytest.param(6, 1, 6.0, 5.0, 30.0, id="past the floor: the observed rate at once"),
+    pytest.param(6, 1, 6.0, 5.0, 30.0, id="past the floor, 1 of 6 answered: the observed rate"),
+    pytest.param(
+        300, 1, 6.5, 6.1, None, id="past the floor, 1 of 300 answered: unknown, not 299 x 6.5 s"
+    ),
     pytest.param(1000, 1000, 700.0, 600.0, 0.0, id="all answered: 0"),
     pytest.param(0, 0, 0.0, None, 0.0, id="nothing to send: 0"),
     pytest.param(10, 0, 0.0, None, None, id="no floor, no answer: unknown"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from bench.tenants import scenario_jobs
 from bench.tenants_live import tenants_live_check
 
@@ -13,8 +15,17 @@ SPAN_S = 300.0
 TENANTS = ("A", "B", "C")
 
 
-def test_fair_share_keeps_the_flood_off_b_and_c_live_as_simulated(tmp_path: Path) -> None:
+def test_fair_share_keeps_the_flood_off_b_and_c_live_as_simulated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tenants_live_check(tmp_path, conditions=("fair_share", "tenant_blind"), span_s=SPAN_S)
+    err = capsys.readouterr().err  # the cells as they finish, not minutes of silence
+    assert [line.split()[2] for line in err.splitlines() if "live-check cells" in line] == [
+        "1/4",
+        "2/4",
+        "3/4",
+        "4/4",
+    ]
     with (tmp_path / "runs.csv").open() as fh:
         rows = {
             (r["scenario"], r["condition"], r["source"], r["tenant"]): r for r in csv.DictReader(fh)

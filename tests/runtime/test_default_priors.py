@@ -11,6 +11,8 @@ piles up and misses its deadlines. The default must shed explicitly instead.
 
 from __future__ import annotations
 
+import functools
+import logging
 import random
 from collections import Counter
 
@@ -23,7 +25,7 @@ from runtime_kit import chat, mock_client
 from semisched import DeadlineExceeded, RequestRejected, RuntimeOptions, Scheduler
 from semisched.core import Prior
 from semisched.core.buckets import Bucket
-from semisched.priors.default import PRIORS_ENV, _learned
+from semisched.priors.default import LOADING, PRIORS_ENV, _learned
 from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
 pytestmark = pytest.mark.anyio
@@ -185,3 +187,42 @@ def test_bad_choices_are_refused_before_anything_starts(monkeypatch: pytest.Monk
     monkeypatch.setenv(PRIORS_ENV, "fast")
     with pytest.raises(ValueError, match=f"^{PRIORS_ENV}='fast' must be one of"):
         Scheduler(object())
+
+
+@pytest.fixture
+def cached_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` with the ``ml`` extra, loaded once per process like the real one (but at once)."""
+    monkeypatch.delenv(PRIORS_ENV)
+    monkeypatch.setattr("semisched.priors.default._learned", functools.cache(_KnowsNothing))
+
+
+def _loading_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "semisched.priors"]
+
+
+async def test_a_scheduler_that_loads_the_model_by_default_says_so_once_where_python_shows_it(
+    cached_model: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="semisched.priors")
+    async with mock_client() as mock:
+        for _ in range(2):
+            async with Scheduler(mock.client) as scheduler:
+                pass
+    assert scheduler.statistics().priors.name == "learned"
+    assert _loading_lines(caplog) == [(logging.WARNING, LOADING)]
+    assert 'pass priors="heuristic" to skip' in LOADING
+    # A script that never configured logging sees it: the last-resort handler's level.
+    assert logging.lastResort is not None and logging.lastResort.level <= logging.WARNING
+
+
+async def test_a_model_asked_for_by_name_is_announced_at_info_and_the_heuristic_not_at_all(
+    cached_model: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="semisched.priors")
+    async with mock_client() as mock:
+        async with Scheduler(mock.client, priors="heuristic"):
+            pass
+        assert _loading_lines(caplog) == []
+        async with Scheduler(mock.client, priors="learned"):
+            pass
+    assert _loading_lines(caplog) == [(logging.INFO, LOADING)]

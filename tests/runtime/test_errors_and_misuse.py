@@ -12,11 +12,24 @@ import socket
 import time
 from typing import Any
 
+import anyio
+import httpx2
 import openai
 import pytest
 from runtime_kit import Scripted, chat, mock_client
 
-from semisched import AnyioClock, Endpoint, Prior, ProviderError, RetryPolicy, Scheduler, preset
+from mockprovider.app import MockConfig, create_app
+from semisched import (
+    AnyioClock,
+    Endpoint,
+    Prior,
+    ProviderError,
+    QuotaExceeded,
+    RateLimited,
+    RetryPolicy,
+    Scheduler,
+    preset,
+)
 from semisched.core.lifecycle import FailureKind
 
 pytestmark = pytest.mark.anyio
@@ -85,7 +98,8 @@ def _closed_port() -> int:
 
 @pytest.mark.wallclock
 async def test_server_down_the_readme_way_is_caught_as_provider_error() -> None:
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="k")
+    port = _closed_port()
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
     config = preset("final_adrr_olc", retry=RetryPolicy(max_attempts=2, base_delay_s=0.01))
     caught: ProviderError | None = None
     try:
@@ -96,6 +110,30 @@ async def test_server_down_the_readme_way_is_caught_as_provider_error() -> None:
     assert type(caught) is ProviderError
     assert caught.kind is FailureKind.CONNECTION and caught.attempts == 2
     assert isinstance(caught.__cause__, openai.APIConnectionError)
+    # openai says only "Connection error."; the error names where it tried
+    where = f"could not connect to http://127.0.0.1:{port}/v1/chat/completions"
+    assert caught.hint == where and str(caught).endswith(where)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "hint"),
+    [
+        ("http://mock", "http://mock/chat/completions answered 404 and the base URL "
+                        "http://mock does not end in /v1: OpenAI-compatible servers answer "
+                        "under .../v1"),
+        ("http://mock/other/v1", None),  # a 404 from a base URL that ends in /v1: no guess
+    ],
+)  # fmt: skip
+async def test_a_404_from_a_base_url_without_v1_says_so(base_url: str, hint: str | None) -> None:
+    app = create_app(MockConfig(), clock=anyio.current_time)
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="k", http_client=http)
+        with pytest.raises(ProviderError) as info:
+            async with Scheduler(client) as scheduler:
+                await scheduler.client.chat.completions.create(**chat(max_tokens=5))
+    assert info.value.status_code == 404 and info.value.hint == hint
+    assert hint is None or str(info.value).endswith(hint)
 
 
 # -- calls that can never succeed are refused before anything is sent ------------------------
@@ -165,3 +203,50 @@ def test_constructor_misuse_names_the_argument(
     client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
     with pytest.raises(error, match=match):
         Scheduler(client, **kwargs)
+
+
+# -- what openai's own handlers would have caught --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "caught", "original"),
+    [
+        ([Scripted(429, code="rate_limit_exceeded")] * 4, RateLimited, openai.RateLimitError),
+        ([Scripted(429, code="insufficient_quota")], QuotaExceeded, openai.RateLimitError),
+        ([Scripted(503)] * 4, ProviderError, openai.InternalServerError),
+    ],
+)
+async def test_the_openai_exception_of_the_last_attempt_is_the_errors_cause(
+    script: list[Scripted], caught: type[ProviderError], original: type[Exception]
+) -> None:
+    config = preset("final_adrr_olc", retry=RetryPolicy(max_attempts=4, base_delay_s=0.01))
+    async with mock_client(script=script) as mock:
+        with pytest.raises(caught) as info:
+            async with Scheduler(mock.client, config=config) as s:
+                await s.client.chat.completions.create(**chat(max_tokens=5))
+    # `except openai.RateLimitError` no longer matches; the original is one attribute away
+    assert type(info.value.__cause__) is original
+    assert info.value.status_code == info.value.__cause__.status_code  # type: ignore[attr-defined]
+
+
+# -- the rest of the client passes through, unscheduled --------------------------------------
+
+
+async def test_the_drop_in_client_passes_models_and_embeddings_through_unscheduled() -> None:
+    async with mock_client() as mock:
+        async with Scheduler(mock.client) as s:
+            models = await s.client.models.list()
+            assert [m.id async for m in models][:1] == ["mock-1"]
+            assert s.client.embeddings is mock.client.embeddings
+            assert s.client.responses is mock.client.responses
+            assert s.statistics().counters.submitted == 0  # none of it was scheduled
+        assert mock.stats().counters.requests == 0  # and no completion reached the mock
+
+
+def test_a_fleets_drop_in_client_says_which_client_to_call() -> None:
+    fleet = [Endpoint("a", openai.AsyncOpenAI(api_key="k", base_url="http://a/v1"))]
+    s = Scheduler(endpoints=fleet)
+    with pytest.raises(AttributeError, match=r"call an endpoint's own client"):
+        _ = s.client.models
+    with pytest.raises(AttributeError):
+        _ = s.client._private
