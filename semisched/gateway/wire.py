@@ -68,6 +68,7 @@ class _Connection(asyncio.Protocol):
         self.body: list[bytes] = []
         self.buffered = 0
         self.complete = False
+        self.keep_alive = False
         self.paused = False
 
     # -- asyncio's and the parser's callbacks ----------------------------------------------
@@ -108,6 +109,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.head:
             self.complete = True
+            self.keep_alive = self.parser.should_keep_alive()  # reset once this returns
         else:
             self._begin()
 
@@ -327,7 +329,7 @@ class Wire:
 
     def _release(self, conn: _Connection) -> None:
         """Rule 1: back to the idle list if the upstream keeps it alive, else closed."""
-        if self.closed or conn.lost is not None or not conn.parser.should_keep_alive():
+        if self.closed or conn.lost is not None or not conn.keep_alive:
             self._drop(conn)
             return
         conn.idle_since = time.monotonic()
