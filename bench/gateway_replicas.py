@@ -16,7 +16,11 @@ two replicas (a round-robin load balancer). Conditions:
     ``retry-after``).
 
 Per condition: requests, the answers' statuses, the upstream's 429s (its own counter,
-``GET /v1/mock/stats``) and the wall time to the last answer.
+``GET /v1/mock/stats``) and the wall time to the last answer. That time is not the shared
+window's: the mock advertises its limit per minute of *its* time, and a gateway (on wall
+time, unlike the SDK's benchmarks on a scaled clock) adopts it per wall minute for the
+endpoint, so after the first windows' worth it waits up to a wall minute. The 429 counts
+do not depend on it.
 """
 
 from __future__ import annotations
