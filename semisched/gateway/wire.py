@@ -202,7 +202,7 @@ class Reply:
                 else:
                     await conn.wait(self._wire.timeout_s)
             self._conn = None
-            self._wire._release(conn)
+            self._wire._done(conn, reuse=True)
         finally:
             if self._conn is not None:  # left early or failed: never reused
                 self.close()
@@ -211,7 +211,7 @@ class Reply:
         """Close the connection unless the body was read to the end."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._wire._drop(conn)
+            self._wire._done(conn, reuse=False)
 
     async def aclose(self) -> None:
         """:meth:`close` (the shape of an async resource)."""
@@ -288,17 +288,21 @@ class Wire:
             self._slots = asyncio.Semaphore(self._max)
         target = self.prefix + path.lstrip("/")
         head = f"{method} {target} HTTP/1.1\r\n{self._head}content-length: {len(body)}\r\n\r\n"
-        async with self._slots:
+        slots = self._slots
+        await slots.acquire()  # held until the answer is read or closed (rule 3)
+        conn = None
+        try:
             conn = await self._connection()
-            try:
-                assert conn.transport is not None
-                conn.transport.write(head.encode("latin-1") + body)
-                while not conn.head:
-                    await conn.wait(self.timeout_s)
-            except BaseException:
+            assert conn.transport is not None
+            conn.transport.write(head.encode("latin-1") + body)
+            while not conn.head:
+                await conn.wait(self.timeout_s)
+        except BaseException:
+            if conn is not None:
                 self._drop(conn)
-                raise
-            return Reply(self, conn)
+            slots.release()
+            raise
+        return Reply(self, conn)
 
     async def _connection(self) -> _Connection:
         now = time.monotonic()
@@ -327,9 +331,12 @@ class Wire:
             self._ssl = httpx2.create_ssl_context()
         return self._ssl
 
-    def _release(self, conn: _Connection) -> None:
-        """Rule 1: back to the idle list if the upstream keeps it alive, else closed."""
-        if self.closed or conn.lost is not None or not conn.keep_alive:
+    def _done(self, conn: _Connection, *, reuse: bool) -> None:
+        """An answer is done with ``conn``: its slot is free; rule 1 says whether the
+        connection goes back to the idle list (``reuse``: read to the end) or is closed."""
+        if self._slots is not None:
+            self._slots.release()
+        if not reuse or self.closed or conn.lost is not None or not conn.keep_alive:
             self._drop(conn)
             return
         conn.idle_since = time.monotonic()

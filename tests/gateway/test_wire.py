@@ -153,3 +153,16 @@ def test_misuse_is_refused_before_anything_is_sent() -> None:
         Wire("http://example.com/v1", headers={"authorization": "Bearer k\r\nx-evil: 1"})
     with pytest.raises(ValueError, match="max_connections"):
         Wire("http://example.com/v1", max_connections=0)
+
+
+def test_requests_beyond_max_connections_wait_for_an_answer_to_finish() -> None:
+    async def body(wire: Wire, upstream: Upstream) -> None:
+        first = await wire.request("POST", "x", b"{}")  # its body not read yet: slot held
+        second = asyncio.ensure_future(wire.request("POST", "x", b"{}"))
+        await asyncio.sleep(0.2)  # time for a wrong implementation to send it anyway
+        assert not second.done() and len(upstream.requests) == 1
+        assert await first.read() == b"{}"
+        assert await (await second).read() == b"{}"
+
+    upstream = run(lambda _: OK, body, max_connections=1)
+    assert (upstream.connections, len(upstream.requests)) == (1, 2)
