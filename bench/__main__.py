@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     gw.add_argument("--requests", type=int, default=5000, help="closed-loop requests (5000)")
     gw.add_argument("--rounds", type=int, default=3, help="overhead rounds, alternated (3)")
     gw.add_argument("--quick", action="store_true",
-                    help="tenants and replicas: a fifth of the span, one window")  # fmt: skip
+                    help="tenants: a fifth of the span")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")

@@ -205,7 +205,7 @@ def gateway_bench(out: Path, *, parts: Sequence[str] = PARTS, rates: Sequence[fl
     runs: dict[str, Callable[[], list[dict[str, Any]]]] = {
         "overhead": lambda: overhead_rows(rates=rates, seconds=seconds, connections=connections,
                                           requests=requests, rounds=rounds, node=node),
-        "tenants": lambda: _tenants(quick),
+        "tenants": lambda: _tenants(quick, node),
         "replicas": lambda: _replicas(quick),
     }  # fmt: skip
     for part in parts:
@@ -215,10 +215,10 @@ def gateway_bench(out: Path, *, parts: Sequence[str] = PARTS, rates: Sequence[fl
     return path
 
 
-def _tenants(quick: bool) -> list[dict[str, Any]]:
+def _tenants(quick: bool, node: str | None) -> list[dict[str, Any]]:
     from bench.gateway_tenants import tenant_rows
 
-    return tenant_rows(quick=quick)
+    return tenant_rows(quick=quick, node=node)
 
 
 def _replicas(quick: bool) -> list[dict[str, Any]]:

@@ -2,26 +2,30 @@
 // Usage: node gateway_load.mjs '{"url": ..., "mode": "open"|"closed", ...}'
 // open: a request every 1/rate s for `seconds`, latency from each one's scheduled start
 //   (a late generator counts against the path measured, never hides it);
-// closed: `connections` callers back to back until `requests` are answered.
+// closed: `connections` callers back to back until `requests` are answered;
+// replay: each of `requests` ({at_s, headers, body}, read from the file `spec.file`) sent
+//   at its time; prints [status, latency ms] per request, in order, instead.
 // Prints one JSON line: count, errors, p50/p90/p99 ms, requests/s, the generator's CPU s.
+import { readFileSync } from "node:fs";
 import http from "node:http";
 
 const spec = JSON.parse(process.argv[2]);
 const url = new URL(spec.url);
-const body = Buffer.from(JSON.stringify(spec.body));
+const body = Buffer.from(JSON.stringify(spec.body ?? {}));
 const agent = new http.Agent({ keepAlive: true, maxSockets: spec.connections ?? 64 });
 const headers = {
   "content-type": "application/json", "content-length": body.length, ...(spec.headers ?? {}),
 };
 
-function post() {
+function post(data = body, extra = headers) {
   return new Promise((resolve) => {
     const req = http.request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", agent, headers },
+      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", agent,
+        headers: extra },
       (res) => { res.on("data", () => {}); res.on("end", () => resolve(res.statusCode)); },
     );
     req.on("error", () => resolve(0));
-    req.end(body);
+    req.end(data);
   });
 }
 
@@ -67,6 +71,26 @@ async function closedLoop() {
   return (now() - start) / 1000;
 }
 
+async function replay() {
+  const jobs = JSON.parse(readFileSync(spec.file, "utf8"));
+  const start = now() + 50;
+  const results = await Promise.all(jobs.map(async (job) => {
+    const at = start + 1000 * job.at_s;
+    await new Promise((done) => setTimeout(done, Math.max(0, at - now())));
+    const data = Buffer.from(JSON.stringify(job.body));
+    const status = await post(data, {
+      "content-type": "application/json", "content-length": data.length, ...job.headers,
+    });
+    return [status, now() - at];
+  }));
+  console.log(JSON.stringify(results));
+  agent.destroy();
+}
+
+if (spec.mode === "replay") {
+  await replay();
+  process.exit(0);
+}
 const cpu0 = process.cpuUsage();
 const took = spec.mode === "open" ? await openLoop() : await closedLoop();
 const cpu = process.cpuUsage(cpu0);

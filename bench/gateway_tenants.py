@@ -30,7 +30,9 @@ scheduler config (:func:`simulated_p95`): what the policy itself does with this 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -41,7 +43,7 @@ from typing import Any
 
 import httpx2
 
-from bench.gateway import serve
+from bench.gateway import GENERATOR, serve
 from bench.live import filler
 from bench.tenants import PHYSICS, Load, load_jobs, tenant_of
 from mockprovider.launch import free_port, running_process
@@ -113,8 +115,41 @@ def headers_for(job: SimJob) -> dict[str, str]:
     return headers
 
 
+def _outcome(job: SimJob) -> Outcome:
+    request = job.request
+    deadline = (request.deadline or math.inf) - request.arrival
+    return Outcome(str(request.tenant), str(bucket_for_tokens(job.output_tokens)),
+                   deadline / TIME_SCALE)  # fmt: skip
+
+
+def _body(job: SimJob) -> dict[str, Any]:
+    return {"model": "mock-1", "max_tokens": job.output_tokens,
+            "messages": [{"role": "user", "content": filler(job.input_tokens)}]}  # fmt: skip
+
+
+def replay_node(base: str, jobs: Sequence[SimJob], node: str) -> list[Outcome]:
+    """:func:`replay` by the Node generator (``replay`` mode): thousands of requests
+    waiting at once cost it little, where an asyncio/httpx2 client's pool slows down."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "jobs.json"
+        path.write_text(json.dumps([{"at_s": j.request.arrival / TIME_SCALE,
+                                     "headers": headers_for(j), "body": _body(j)}
+                                    for j in jobs]))  # fmt: skip
+        spec = {"mode": "replay", "url": f"{base}/chat/completions", "file": str(path),
+                "connections": 1_000_000}  # fmt: skip
+        done = subprocess.run([node, str(GENERATOR), json.dumps(spec)], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+    outcomes = []
+    for job, (status, latency_ms) in zip(jobs, json.loads(done.stdout), strict=True):
+        outcome = _outcome(job)
+        outcome.status, outcome.latency_s = (status or -1), latency_ms / 1000
+        outcomes.append(outcome)
+    return outcomes
+
+
 async def replay(base: str, jobs: Sequence[SimJob]) -> list[Outcome]:
-    """Send each job at its arrival (over the time scale) and wait for every answer."""
+    """Send each job at its arrival (over the time scale) and wait for every answer
+    (asyncio and httpx2: the fallback without Node)."""
     outcomes: list[Outcome] = []
     limits = httpx2.Limits(max_connections=4096, max_keepalive_connections=256)
     async with httpx2.AsyncClient(limits=limits, timeout=120) as http:
@@ -124,14 +159,10 @@ async def replay(base: str, jobs: Sequence[SimJob]) -> list[Outcome]:
             request = job.request
             at = start + request.arrival / TIME_SCALE
             await asyncio.sleep(max(0.0, at - time.perf_counter()))
-            deadline = (request.deadline or float("inf")) - request.arrival
-            outcome = Outcome(str(request.tenant), str(bucket_for_tokens(job.output_tokens)),
-                              deadline / TIME_SCALE)  # fmt: skip
+            outcome = _outcome(job)
             outcomes.append(outcome)
-            body = {"model": "mock-1", "max_tokens": job.output_tokens,
-                    "messages": [{"role": "user", "content": filler(job.input_tokens)}]}
             try:
-                response = await http.post(f"{base}/chat/completions", json=body,
+                response = await http.post(f"{base}/chat/completions", json=_body(job),
                                            headers=headers_for(job))  # fmt: skip
                 outcome.status = response.status_code
             except httpx2.HTTPError:
@@ -167,8 +198,10 @@ def _latency(outcome: Outcome) -> float:
     return outcome.latency_s if ok and outcome.latency_s is not None else float("inf")
 
 
-def tenant_rows(*, quick: bool = False, seed: int = 0) -> list[dict[str, Any]]:
-    """Every condition and scenario (module docstring); ``quick``: a fifth of the span."""
+def tenant_rows(*, quick: bool = False, seed: int = 0,
+                node: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every condition and scenario (module docstring); ``quick``: a fifth of the span;
+    ``node``: the Node generator sends (else asyncio and httpx2)."""
     span = SPAN_S / 5 if quick else SPAN_S
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -181,7 +214,8 @@ def tenant_rows(*, quick: bool = False, seed: int = 0) -> list[dict[str, Any]]:
                 with running_process(mock, port):
                     path = gateway_file(Path(scratch), condition, f"http://127.0.0.1:{port}/v1")
                     with serve(["--config", str(path)]) as (base, _):
-                        outcomes = asyncio.run(replay(base, jobs))
+                        outcomes = (replay_node(base, jobs, node) if node else
+                                    asyncio.run(replay(base, jobs)))  # fmt: skip
                 simulated = simulated_p95(path, jobs)
                 for row in summarize(outcomes):
                     rows.append({"condition": condition, "scenario": scenario, **row,

@@ -21,6 +21,7 @@ from bench.gateway_tenants import (
     Outcome,
     gateway_file,
     headers_for,
+    replay_node,
     simulated_p95,
     summarize,
 )
@@ -56,6 +57,17 @@ def test_the_overhead_rows_compare_both_paths_at_each_rate() -> None:
     assert through["errors"] == 0
     assert through["added_p50_ms"] == pytest.approx(through["p50_ms"] - rows[0]["p50_ms"])
     assert through["cpu_ms_per_request"] > 0  # the gateway process's own CPU, read from /proc
+
+
+@pytest.mark.wallclock
+def test_the_node_replay_answers_every_job_in_order() -> None:
+    if NODE is None:
+        pytest.skip("node is not installed")
+    jobs = load_jobs(SCENARIOS["base"], seed=0, span_s=20.0)  # a second of wall time
+    with instant_upstream() as (base, _):
+        outcomes = replay_node(base, jobs, NODE)
+    assert [o.tenant for o in outcomes] == [str(j.request.tenant) for j in jobs]
+    assert all(o.status == 200 and o.latency_s is not None for o in outcomes)
 
 
 def test_each_condition_file_holds_its_scheduling(tmp_path: Path) -> None:
