@@ -16,9 +16,10 @@ Three parts (``--parts``, all by default), each writing its CSV to ``--out``, an
     minus the straight ones of the same round.
 
     The load generator is Node's http client with keep-alive (:file:`gateway_load.mjs`;
-    Node is what the polyglot test already needs), about 0.4 ms of CPU per request here,
-    against ~2.5 ms for an asyncio/httpx2 one, which capped at ~390 requests/s. Without
-    ``node`` on the PATH the Python generator runs instead, and the summary says so.
+    Node is what the polyglot test already needs; its own CPU per request is a column),
+    not an asyncio/httpx2 one, which capped at ~390 requests/s straight to the instant
+    upstream on this machine. Without ``node`` on the PATH the Python generator runs
+    instead, and the summary says so.
 
 ``tenants`` (``tenants.csv``): :mod:`bench.gateway_tenants`, a noisy neighbour through the
 gateway against a congested mock. ``replicas`` (``replicas.csv``): :mod:`bench.gateway_replicas`,
