@@ -26,8 +26,9 @@ Subcommands:
   plan            the capacity planner: plans for the paper's mixes and ShareGPT,
                   analytic vs simulated tails at the planned size and one unit smaller,
                   compress-and-route
-  gateway         what `semisched serve` adds over calling the upstream straight: added
-                  p50/p99 at a fixed rate, requests/s of one gateway process
+  gateway         what `semisched serve` costs and buys: added p50/p99 over calling the
+                  upstream straight, requests/s and CPU per request of one gateway process;
+                  a noisy neighbour through it; two replicas sharing one key via Redis
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
                   Grafana-like panels (dashboard.png) and their series
 """
@@ -179,12 +180,18 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("--seed", type=int, default=0, help="workload seed (0)")
     db.add_argument("--scrape", type=float, default=5.0,
                     help="virtual seconds between scrapes; divides 60 (5)")  # fmt: skip
-    gw = sub.add_parser("gateway", help="what semisched serve adds over the upstream (benchmark)")
+    gw = sub.add_parser("gateway", help="what semisched serve costs and buys: overhead, a "
+                        "noisy neighbour, two replicas on one key (benchmark)")  # fmt: skip
     gw.add_argument("--out", type=Path, default=Path("results/gateway"), help="output folder")
-    gw.add_argument("--rate", type=float, default=500.0, help="open-loop requests/s")
-    gw.add_argument("--seconds", type=float, default=10.0, help="open-loop duration")
-    gw.add_argument("--connections", type=int, default=32, help="closed-loop connections")
-    gw.add_argument("--requests", type=int, default=5000, help="closed-loop requests")
+    gw.add_argument("--parts", default="overhead,tenants,replicas",
+                    help="comma-separated parts (default: overhead,tenants,replicas)")  # fmt: skip
+    gw.add_argument("--rates", default="100,500", help="open-loop requests/s (100,500)")
+    gw.add_argument("--seconds", type=float, default=10.0, help="open-loop duration (10)")
+    gw.add_argument("--connections", type=int, default=32, help="closed-loop connections (32)")
+    gw.add_argument("--requests", type=int, default=5000, help="closed-loop requests (5000)")
+    gw.add_argument("--rounds", type=int, default=3, help="overhead rounds, alternated (3)")
+    gw.add_argument("--quick", action="store_true",
+                    help="tenants: a fifth of the span")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")
@@ -437,8 +444,14 @@ def _shared_budget(args: argparse.Namespace) -> Path:
 def _gateway(args: argparse.Namespace) -> Path:
     from bench.gateway import gateway_bench
 
-    written = gateway_bench(args.out, rate=args.rate, seconds=args.seconds,
-                            connections=args.connections, requests=args.requests)  # fmt: skip
+    try:
+        rates = [float(r) for r in args.rates.split(",") if r]
+        parts = [p for p in args.parts.split(",") if p]
+        written = gateway_bench(args.out, parts=parts, rates=rates, seconds=args.seconds,
+                                connections=args.connections, requests=args.requests,
+                                rounds=args.rounds, quick=args.quick)  # fmt: skip
+    except ValueError as exc:
+        _error(str(exc))
     print(written.read_text())
     return written
 

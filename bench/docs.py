@@ -21,6 +21,8 @@ shared-budget ``docs/results/shared-budget/summary.csv``             shared-budg
 tenants       ``docs/results/tenants/summary.csv``                   tenants
 plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
 gateway       ``docs/results/gateway/overhead.csv``                  gateway
+(tenants)     ``docs/results/gateway/tenants.csv``                   gateway
+(replicas)    ``docs/results/gateway/replicas.csv``                  gateway
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
@@ -30,6 +32,9 @@ e.g. ``python -m bench tenants --out docs/results/tenants --live-check``).
 The shared-budget table is not (it runs real worker processes for about ten
 minutes): ``python -m bench shared-budget --out docs/results/shared-budget
 --margin 3`` regenerates it, then ``docs --render-only`` re-renders the README.
+The gateway's tables are not rerun by ``docs`` either (real server processes for
+a few minutes, and timings that want a quiet machine): ``python -m bench gateway
+--out docs/results/gateway``, then ``docs --render-only``.
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
@@ -199,16 +204,23 @@ def _shared_budget_faults(root: Path) -> str:
 def _gateway(root: Path) -> str:
     """``docs/results/gateway/overhead.csv``: straight to an instant upstream vs through the
     gateway, and what the gateway adds."""
-    header = ("path", "rate (req/s)", "p50 ms", "p99 ms", "added p50 / p99 ms",
-              "requests/s (closed loop)", "errors")  # fmt: skip
-    body = []
-    for r in _read(root / DOCS / "gateway" / "overhead.csv"):
-        added = (f"{float(r['added_p50_ms']):.2f} / {float(r['added_p99_ms']):.2f}"
-                 if r["added_p50_ms"] else "")  # fmt: skip
-        body.append((r["path"], r["rate"], f"{float(r['p50_ms']):.2f}",
-                     f"{float(r['p99_ms']):.2f}", added, f"{float(r['requests_per_s']):.0f}",
-                     r["errors"]))  # fmt: skip
-    return _table(header, body)
+    from bench.gateway_report import markdown, overhead_table
+
+    return markdown(overhead_table(_read(root / DOCS / "gateway" / "overhead.csv")))
+
+
+def _gateway_tenants(root: Path) -> str:
+    """``docs/results/gateway/tenants.csv``: a noisy neighbour through the gateway."""
+    from bench.gateway_report import markdown, tenants_table
+
+    return markdown(tenants_table(_read(root / DOCS / "gateway" / "tenants.csv")))
+
+
+def _gateway_replicas(root: Path) -> str:
+    """``docs/results/gateway/replicas.csv``: two replicas on one key."""
+    from bench.gateway_report import markdown, replicas_table
+
+    return markdown(replicas_table(_read(root / DOCS / "gateway" / "replicas.csv")))
 
 
 def _tenants(root: Path) -> str:
@@ -282,6 +294,8 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "shared-budget-faults": _shared_budget_faults,
     "tenants": _tenants,
     "gateway": _gateway,
+    "gateway-tenants": _gateway_tenants,
+    "gateway-replicas": _gateway_replicas,
     "plan": _plan,
 }
 

@@ -69,8 +69,10 @@ from semisched.sim.simulator import SimJob, Simulator
 __all__ = [
     "POLICIES",
     "SCENARIOS",
+    "Load",
     "TenantRun",
     "goodput",
+    "load_jobs",
     "run_tenants",
     "scenario_jobs",
     "served_in",
@@ -150,10 +152,15 @@ def tenants_config(policy: str, specs: Sequence[TenantSpec]) -> SchedulerConfig:
 def scenario_jobs(scenario: str, seed: int, span_s: float = SPAN_S) -> list[SimJob]:
     """Every tenant's jobs of ``scenario`` over ``span_s`` seconds of arrivals, merged in
     arrival order (ids ``TENANT-rNNNNN``)."""
+    return load_jobs(SCENARIOS[scenario], seed, span_s)
+
+
+def load_jobs(loads: Sequence[Load], seed: int, span_s: float = SPAN_S) -> list[SimJob]:
+    """:func:`scenario_jobs` of any tenants' ``loads``."""
     capacity = PHYSICS.capacity_tokens_per_s()
     source = information_source("coarse", seed=seed)
     jobs: list[SimJob] = []
-    for index, load in enumerate(SCENARIOS[scenario]):
+    for index, load in enumerate(loads):
         rate = load.load * capacity / mean_output_tokens(MIX)
         n = max(1, round(rate * span_s))
         # generate() sets the rate from its regime's congestion: the capacity it is

@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
-__all__ = ["free_port", "running_fleet", "running_server"]
+__all__ = ["free_port", "running_fleet", "running_process", "running_server"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -69,19 +69,35 @@ def running_fleet(
 
 
 @contextlib.contextmanager
-def _serving(args: tuple[str, ...], host: str, startup_timeout_s: float) -> Iterator[str]:
-    """Run the server with ``args`` on a free port; yield ``http://host:port``."""
-    port = free_port(host)
-    command = [sys.executable, "-m", "mockprovider", "--host", host, "--port", str(port), *args]
+def running_process(
+    argv: Sequence[str],
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    startup_timeout_s: float = 30.0,
+    env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 10.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``python *argv`` and wait until it accepts connections on ``host:port``.
+
+    Yields the process; on exit it is terminated (killed after ``stop_timeout_s``).
+    Used for the mock, and by the benchmarks and tests that start a server process.
+
+    Raises:
+        RuntimeError: It exited (its stderr's tail in the message), or did not accept
+            connections within ``startup_timeout_s``.
+    """
+    command = [sys.executable, *argv]
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log,
+                                env=None if env is None else dict(env))  # fmt: skip
         try:
             deadline = time.monotonic() + startup_timeout_s
             while True:
                 if proc.poll() is not None:
                     log.seek(0)
                     raise RuntimeError(
-                        f"mock provider exited with {proc.returncode}: "
+                        f"{' '.join(argv[:2])} exited with {proc.returncode}: "
                         f"{log.read().decode(errors='replace')[-2000:]}"
                     )
                 try:
@@ -90,15 +106,24 @@ def _serving(args: tuple[str, ...], host: str, startup_timeout_s: float) -> Iter
                 except OSError:
                     if time.monotonic() > deadline:
                         raise RuntimeError(
-                            f"mock provider did not accept connections on {host}:{port} "
+                            f"{' '.join(argv[:2])} did not accept connections on {host}:{port} "
                             f"within {startup_timeout_s}s"
                         ) from None
                     time.sleep(0.05)  # bounded start-up wait for a child process
-            yield f"http://{host}:{port}"
+            yield proc
         finally:
             proc.terminate()
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=stop_timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextlib.contextmanager
+def _serving(args: tuple[str, ...], host: str, startup_timeout_s: float) -> Iterator[str]:
+    """Run the server with ``args`` on a free port; yield ``http://host:port``."""
+    port = free_port(host)
+    argv = ["-m", "mockprovider", "--host", host, "--port", str(port), *args]
+    with running_process(argv, port, host=host, startup_timeout_s=startup_timeout_s):
+        yield f"http://{host}:{port}"

@@ -28,7 +28,7 @@ import uvicorn
 from semisched.gateway.app import Gateway
 from semisched.gateway.config import GatewayConfig
 
-__all__ = ["DEMO_KEYS", "GatewayServer", "demo_mock_app", "run"]
+__all__ = ["DEMO_KEYS", "GatewayServer", "demo_mock_app", "loop_factory", "run"]
 
 logger = logging.getLogger("semisched.gateway")
 
@@ -129,4 +129,15 @@ def run(
         mock: ``(asgi_app, port)`` of a mock provider served beside it (``--demo``).
         started: Called once the gateway accepts connections.
     """
-    asyncio.run(_serve(config, log_level, mock, started))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(_serve(config, log_level, mock, started))
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (the ``gateway`` extra), else asyncio's."""
+    try:
+        import uvloop  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

@@ -21,12 +21,14 @@ decides nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import httpx2
 import openai
+
+from semisched.gateway.wire import Reply, Wire, WireError
 
 __all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient"]
 
@@ -49,10 +51,10 @@ class RawAnswer:
 
     __slots__ = ("content", "headers", "status_code", "usage")
 
-    def __init__(self, response: httpx2.Response) -> None:
-        self.content = response.content
-        self.status_code = response.status_code
-        self.headers = response.headers
+    def __init__(self, content: bytes, status_code: int, headers: Mapping[str, str]) -> None:
+        self.content = content
+        self.status_code = status_code
+        self.headers = headers
         try:
             self.usage = _usage(json.loads(self.content))
         except ValueError:
@@ -83,34 +85,48 @@ class SSEChunk:
 class SSEStream:
     """The upstream's stream of events; ends at ``data: [DONE]`` or when the body ends."""
 
-    def __init__(self, response: httpx2.Response) -> None:
-        self._response = response
-        self.headers = response.headers
+    def __init__(self, reply: Reply, request: Callable[[], httpx2.Request]) -> None:
+        self._reply = reply
+        self._request = request
+        self.headers = reply.headers
 
     def __repr__(self) -> str:
-        return f"<SSEStream closed={self._response.is_closed}>"
+        return f"<SSEStream {self._reply!r}>"
 
     def __aiter__(self) -> AsyncIterator[SSEChunk]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[SSEChunk]:
-        request = self._response.request
         try:
-            async for line in self._response.aiter_lines():
-                if not line.startswith("data:"):
+            async for line in _lines(self._reply.chunks()):
+                if not line.startswith(b"data:"):
                     continue  # event boundaries, comments, other fields
-                data = line[5:].strip().encode("utf-8")
+                data = line[5:].strip()
                 if data == _DONE:
                     break
                 yield SSEChunk(data)
-        except httpx2.TimeoutException:
-            raise openai.APITimeoutError(request=request) from None
-        except httpx2.TransportError as exc:
-            raise openai.APIConnectionError(request=request) from exc
+        except TimeoutError:
+            raise openai.APITimeoutError(request=self._request()) from None
+        except WireError as exc:
+            raise openai.APIConnectionError(request=self._request()) from exc
 
     async def close(self) -> None:
         """Close the upstream connection (a client that left closes it early)."""
-        await self._response.aclose()
+        await self._reply.aclose()
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The lines of a byte stream (``\n``, ``\r\n`` or ``\r`` ended), without their ends."""
+    rest = b""
+    async for chunk in chunks:
+        rest += chunk
+        if b"\r" in rest:
+            rest = rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            yield line
+    if rest:
+        yield rest
 
 
 class _Raw:
@@ -155,7 +171,6 @@ class UpstreamClient:
         api_key: Sent as ``Authorization: Bearer``; ``None``: no header.
         timeout_s: The read timeout of one call (a stream's, between events).
         max_connections: Connections kept to the upstream at most.
-        transport: An ``httpx2`` transport (tests); default: a real connection pool.
     """
 
     def __init__(
@@ -165,20 +180,14 @@ class UpstreamClient:
         *,
         timeout_s: float = 600.0,
         max_connections: int = 1000,
-        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.base_url = base_url.rstrip("/")
-        self._http = httpx2.AsyncClient(
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            limits=httpx2.Limits(max_connections=max_connections,
-                                 max_keepalive_connections=max_connections),
-            transport=transport,
-        )  # fmt: skip
+        self._wire = Wire(self.base_url, headers=headers, timeout_s=timeout_s,
+                          connect_timeout_s=min(timeout_s, 10.0),
+                          max_connections=max_connections)  # fmt: skip
         self.chat = SimpleNamespace(completions=_Route(self, "chat/completions"))
         self.completions = _Route(self, "completions")
 
@@ -192,52 +201,61 @@ class UpstreamClient:
             openai.APIStatusError: The upstream answered 4xx/5xx (its body read).
             openai.APITimeoutError, openai.APIConnectionError: No answer.
         """
-        request = self._http.build_request("POST", path, content=json.dumps(params))
-        stream = bool(params.get("stream"))
+        body = json.dumps(params).encode()
+
+        def request() -> httpx2.Request:  # only for an exception: openai's need one
+            return httpx2.Request("POST", f"{self.base_url}/{path}", content=body)
+
         try:
-            response = await self._http.send(request, stream=stream)
-            if response.status_code >= 400:
-                await response.aread()
-                await response.aclose()
-                raise _status_error(response)
-            if not stream:
-                return _Parsed(RawAnswer(response), response.headers)
-        except httpx2.TimeoutException:
-            raise openai.APITimeoutError(request=request) from None
-        except httpx2.TransportError as exc:
-            raise openai.APIConnectionError(request=request) from exc
-        return _Parsed(SSEStream(response), response.headers)
+            reply = await self._wire.request("POST", path, body)
+            if reply.status >= 400:
+                raise _status_error(reply.status, reply.headers, await reply.read(), request())
+            if not params.get("stream"):
+                content = await reply.read()
+                return _Parsed(RawAnswer(content, reply.status, reply.headers), reply.headers)
+        except TimeoutError:
+            raise openai.APITimeoutError(request=request()) from None
+        except WireError as exc:
+            raise openai.APIConnectionError(request=request()) from exc
+        return _Parsed(SSEStream(reply, request), reply.headers)
+
+    async def _get_models(self) -> Reply:
+        return await self._wire.request("GET", "models")
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's ``GET /models`` list (``[]`` when it has none or fails)."""
         try:
-            response = await self._http.get("models")
-            data = response.json().get("data") if response.status_code == 200 else None
-        except (httpx2.HTTPError, ValueError, AttributeError):
+            reply = await self._get_models()
+            content = await reply.read()
+            data = json.loads(content).get("data") if reply.status == 200 else None
+        except (WireError, TimeoutError, ValueError, AttributeError):
             return []
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     async def reachable(self) -> bool:
         """Whether the upstream answers HTTP at all (any status)."""
         try:
-            await self._http.get("models")
-        except httpx2.HTTPError:
+            await (await self._get_models()).read()
+        except (WireError, TimeoutError):
             return False
         return True
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Close the connections."""
+        await self._wire.aclose()
 
 
-def _status_error(response: httpx2.Response) -> openai.APIStatusError:
-    """The exception an OpenAI client raises for ``response`` (its error body inside)."""
+def _status_error(
+    status: int, headers: Mapping[str, str], content: bytes, request: httpx2.Request
+) -> openai.APIStatusError:
+    """The exception an OpenAI client raises for this answer (its error body inside)."""
+    response = httpx2.Response(status, headers=dict(headers), content=content, request=request)
     try:
-        body: Any = json.loads(response.content)
+        body: Any = json.loads(content)
     except ValueError:
         body = None
     data = body.get("error", body) if isinstance(body, dict) else body
     message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, str):
-        message = f"Error code: {response.status_code}"
+        message = f"Error code: {status}"
     return openai.APIStatusError(message, response=response, body=data)

@@ -192,14 +192,10 @@ def test_capacity_plan_meets_its_slo_as_planned_and_not_one_unit_smaller() -> No
 def test_the_gateway_example_serves_both_tenants(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import signal
-    import socket
-    import time
-
     import httpx2
     import openai
 
-    from mockprovider.launch import free_port, running_server
+    from mockprovider.launch import free_port, running_process, running_server
 
     monkeypatch.setenv("UPSTREAM_API_KEY", "sk-upstream-example")  # the mock's and the gateway's
     port = free_port()
@@ -207,34 +203,20 @@ def test_the_gateway_example_serves_both_tenants(
         config = tmp_path / "gateway.toml"  # the example, pointed at this test's mock
         text = (EXAMPLES / "gateway.toml").read_text()
         config.write_text(text.replace("http://127.0.0.1:8001/v1", url))
-        command = [sys.executable, "-m", "semisched", "serve", "--config", str(config),
-                   "--port", str(port)]  # fmt: skip
-        with subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) as gateway:  # fmt: skip
-            try:
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                        break
-                    except OSError:
-                        assert gateway.poll() is None and time.monotonic() < deadline
-                        time.sleep(0.05)  # bounded start-up wait for a child process
-                base = f"http://127.0.0.1:{port}/v1"
-                hi = [{"role": "user", "content": "hi"}]
-                with openai.OpenAI(base_url=base, api_key="sk-gw-web-example") as web:
-                    reply = web.chat.completions.create(
-                        model="mock-1", messages=hi, max_tokens=5,
-                        extra_headers={"x-semisched-deadline": "20"},
-                    )  # fmt: skip
-                    assert reply.choices[0].message.content
-                with openai.OpenAI(base_url=base, api_key="sk-gw-batch-example") as batch:
-                    stream = batch.completions.create(model="mock-1", prompt="x", max_tokens=4,
-                                                      stream=True)  # fmt: skip
-                    assert "".join(c.choices[0].text for c in stream if c.choices)
-                status = httpx2.get(f"http://127.0.0.1:{port}/semisched/status").json()
-                assert {t["name"]: t["completed"] for t in status["tenants"]} == {
-                    "web": 1, "batch": 1}  # fmt: skip
-            finally:
-                gateway.send_signal(signal.SIGTERM)
-                gateway.wait(60)
+        argv = ["-m", "semisched", "serve", "--config", str(config), "--port", str(port)]
+        with running_process(argv, port, startup_timeout_s=60, stop_timeout_s=60):
+            base = f"http://127.0.0.1:{port}/v1"
+            hi = [{"role": "user", "content": "hi"}]
+            with openai.OpenAI(base_url=base, api_key="sk-gw-web-example") as web:
+                reply = web.chat.completions.create(
+                    model="mock-1", messages=hi, max_tokens=5,
+                    extra_headers={"x-semisched-deadline": "20"},
+                )  # fmt: skip
+                assert reply.choices[0].message.content
+            with openai.OpenAI(base_url=base, api_key="sk-gw-batch-example") as batch:
+                stream = batch.completions.create(model="mock-1", prompt="x", max_tokens=4,
+                                                  stream=True)  # fmt: skip
+                assert "".join(c.choices[0].text for c in stream if c.choices)
+            status = httpx2.get(f"http://127.0.0.1:{port}/semisched/status").json()
+            assert {t["name"]: t["completed"] for t in status["tenants"]} == {
+                "web": 1, "batch": 1}  # fmt: skip
