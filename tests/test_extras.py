@@ -20,9 +20,23 @@ from semisched.extras import MissingDependency, require
 def hide(monkeypatch: pytest.MonkeyPatch, package: str, *importers: str) -> None:
     """Make ``package`` look uninstalled, and ``importers`` (module prefixes) not yet imported."""
     monkeypatch.setitem(sys.modules, package, None)
+    for name in list(sys.modules):  # an imported submodule would still import by itself
+        if name.startswith(package + "."):
+            monkeypatch.setitem(sys.modules, name, None)
     for name in list(sys.modules):
         if any(name == p or name.startswith(p + ".") for p in importers):
             monkeypatch.delitem(sys.modules, name)
+
+
+def never_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that starts anyway fails the test at once instead of serving forever."""
+    import uvicorn
+
+    def serve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the server started: the hidden package was imported")
+
+    monkeypatch.setattr(uvicorn, "run", serve)
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
 
 
 def client() -> openai.AsyncOpenAI:
@@ -81,6 +95,7 @@ def test_the_mock_server_without_starlette_exits_2_with_the_hint(
 ) -> None:
     from mockprovider.__main__ import main
 
+    never_serve(monkeypatch)
     hide(monkeypatch, "starlette", "mockprovider.app", "mockprovider.fleet",
          "mockprovider.metrics", "mockprovider.responses")  # fmt: skip
     with pytest.raises(SystemExit) as info:
@@ -96,6 +111,7 @@ def test_semisched_serve_without_starlette_exits_2_with_the_hint(
 ) -> None:
     from semisched.gateway.cli import main
 
+    never_serve(monkeypatch)
     hide(monkeypatch, "starlette", "semisched.gateway.app", "semisched.gateway.server",
          "semisched.gateway.answers", "mockprovider.app", "mockprovider.responses")  # fmt: skip
     assert main(["--demo"]) == 2
