@@ -498,3 +498,65 @@ def test_a_refused_request_still_expires_at_its_deadline() -> None:
     e.refused("r", 0.0, until=10.0)
     (expire,) = [a for a in e.poll(4.0) if isinstance(a, Expire)]
     assert expire.request.id == "r"
+
+
+# -- the endpoints with free room ------------------------------------------------------------
+
+
+def _varied_fleet(policy: str) -> Engine:
+    specs = [
+        EndpointSpec(name="a", max_concurrency=2),
+        EndpointSpec(name="b", max_concurrency=3, budget=BudgetConfig(rpm=30)),
+        EndpointSpec(name="c"),
+        EndpointSpec(name="d", max_concurrency=1, context_tokens=600),
+        EndpointSpec(name="e", max_concurrency=2, weight=2.0),
+    ]
+    cfg = config(policy, failure_threshold=2, cooloff_s=5.0).with_(max_inflight=7)
+    return Engine(cfg, endpoints=specs, jitter=random.Random(7).random)
+
+
+def _drive(engine: Engine, seed: int) -> list[tuple[str, ...]]:
+    """A seeded mix of arrivals, answers, 429s and server errors; every action, in order."""
+    rng = random.Random(seed)
+    trace: list[tuple[str, ...]] = []
+    inflight: list[str] = []
+    now = 0.0
+    for i in range(400):
+        now += rng.expovariate(4.0)
+        roll = rng.random()
+        if roll < 0.5 or not inflight:
+            actions = engine.submit(req(f"r{i}", rng.choice([20, 200, 900]), prompt=100.0), now)
+        else:
+            rid = inflight.pop(rng.randrange(len(inflight)))
+            if roll < 0.85:
+                actions = engine.completed(rid, now, output_tokens=50)
+            else:
+                kind = K.RATE_LIMITED if roll < 0.92 else K.SERVER_ERROR
+                actions = engine.failed(rid, now, kind, retry_after=1.0)
+        actions += engine.poll(now)
+        for action in actions:
+            if isinstance(action, Send):
+                inflight.append(action.request.id)
+                trace.append(("send", action.request.id, action.endpoint))
+            else:
+                request = getattr(action, "request", None)
+                trace.append((type(action).__name__, request.id if request else ""))
+        free = [e.name for e in engine._fleet.endpoints if e.cap is None or e.inflight < e.cap]
+        assert [e.name for e in engine._fleet.room] == free  # the index is the fleet's truth
+    return trace
+
+
+@pytest.mark.parametrize(
+    "policy", ["round_robin", "random", "least_outstanding", "latency_ewma", "anticipated_load"]
+)
+def test_picking_among_the_endpoints_with_room_decides_as_the_full_scan(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The index of endpoints with free room is a shortcut: with caps, a budget, a
+    # context limit, 429 pauses and opening circuits, every decision is the full scan's.
+    fast = _drive(_varied_fleet(policy), seed=3)
+    from semisched.core.fleet.picking import Picker
+
+    monkeypatch.setattr(Picker, "_pick_roomy", lambda self, entry, now: None)
+    assert _drive(_varied_fleet(policy), seed=3) == fast
+    assert sum(1 for t in fast if t[0] == "send") > 200

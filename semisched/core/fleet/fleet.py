@@ -39,7 +39,9 @@ Pure: no clock, no I/O; the engine passes ``now``.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Sequence
+from operator import attrgetter
 
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
@@ -55,6 +57,7 @@ __all__ = ["BUSY", "DEFAULT_ENDPOINT", "Fleet", "NoRoute", "WaitUntil"]
 
 
 _CLOSED = Circuit.CLOSED
+_fleet_order = attrgetter("index")
 
 #: The one endpoint of a scheduler built around a single client.
 DEFAULT_ENDPOINT = EndpointSpec(name="default")
@@ -95,6 +98,10 @@ class Fleet:
         self._eligible: dict[str, tuple[EndpointState, ...]] = {}
         self._next_index = 0
         self.solo: EndpointState | None = None  # pick's fast path (_changed)
+        #: The endpoints with free room (uncapped, or fewer in flight than their cap), in
+        #: fleet order: what pick reads first (kept on every send and answer).
+        self.room: list[EndpointState] = []
+        self.count = 0  # endpoints in the fleet (removed ones excluded)
         picker = Picker(self, tally)
         #: Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`).
         self.pick = picker.pick
@@ -176,6 +183,8 @@ class Fleet:
         whether :meth:`pick` may take its fast path (one endpoint, no fleet budget, no
         budget or context limit of its own, any model served)."""
         self._eligible.clear()
+        self.room = [e for e in self._endpoints if e.cap is None or e.inflight < e.cap]
+        self.count = len(self._endpoints)
         live = [e for e in self._endpoints if not e.out_reason]
         only = live[0] if len(live) == 1 and len(self._endpoints) == 1 else None
         plain = (
@@ -201,6 +210,8 @@ class Fleet:
         """``entry`` is sent to ``endpoint`` at ``now``."""
         entry.endpoint = endpoint
         endpoint.inflight += 1
+        if endpoint.inflight == endpoint.cap and endpoint in self.room:  # now full
+            self.room.remove(endpoint)
         endpoint.inflight_cost += entry.cost
         endpoint.sent_at_sum += now
         endpoint.sent += 1
@@ -218,6 +229,10 @@ class Fleet:
         assert endpoint is not None and entry.sent_at is not None
         endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next
         endpoint.inflight -= 1
+        cap, room = endpoint.cap, self.room
+        freed = cap is not None and endpoint.inflight == cap - 1 and not endpoint.removed
+        if freed and endpoint not in room:
+            insort(room, endpoint, key=_fleet_order)  # room again
         if endpoint.inflight:
             endpoint.inflight_cost -= entry.cost
             endpoint.sent_at_sum -= entry.sent_at

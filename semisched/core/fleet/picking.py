@@ -52,6 +52,10 @@ class PickView(Protocol):
     budget: RateBudget | None
     #: The routing policy that chooses among two or more candidates.
     policy: RoutingPolicy
+    #: The endpoints with free room, in fleet order (kept on every send and answer).
+    room: list[EndpointState]
+    #: How many endpoints the fleet has.
+    count: int
 
     @property
     def endpoints(self) -> tuple[EndpointState, ...]:
@@ -103,11 +107,47 @@ class Picker:
                 self._tally.budget_waits += 1
                 return WaitUntil(now + wait)
         eligible = fleet.eligible(entry.request.model)
-        if len(eligible) == 1 and not entry.avoid:
-            found = self._pick_one(eligible[0], entry, now)
-            if found is not None:
-                return found
+        if not entry.avoid:
+            if len(eligible) == 1:
+                found = self._pick_one(eligible[0], entry, now)
+                if found is not None:
+                    return found
+            elif len(eligible) == fleet.count:  # every endpoint may take it
+                roomy = self._pick_roomy(entry, now)
+                if roomy is not None:
+                    return roomy
         return self._pick_among(eligible, entry, now)
+
+    def _pick_roomy(self, entry: Entry, now: float) -> EndpointState | None:
+        """The common case, over the endpoints with free room only (a cost that follows
+        the free endpoints, not the fleet's size): when none of them is out, paused or
+        throttled, their candidates are exactly :meth:`_pick_among`'s, in the same order,
+        with the same budgets asked. ``None``: no candidate, or a case to leave to it."""
+        candidates: list[EndpointState] = []
+        total = -1.0
+        charge = entry.charge
+        for endpoint in self._fleet.room:
+            if (
+                endpoint.circuit is not _CLOSED
+                or endpoint.paused_until > now
+                or endpoint.throttled_until > now
+            ):
+                return None
+            limit = endpoint.spec.context_tokens
+            if limit is not None:
+                if total < 0.0:
+                    total = smallest_total(entry)
+                if total > limit:
+                    continue
+            own = endpoint.budget
+            if own is not None and own.wait(now, charge) != 0.0:
+                continue  # waits there, or never fits there
+            candidates.append(endpoint)
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        return self._fleet.policy.choose(entry, candidates, now)
 
     def _pick_one(
         self, endpoint: EndpointState, entry: Entry, now: float
