@@ -267,6 +267,36 @@ def _plan(root: Path) -> str:
     return _table(header, body)
 
 
+def _real_engine(root: Path) -> str:
+    """``docs/results/real-engine/``: the mock's ``llama-cpp`` profile as fitted (fit.json),
+    then the same workload on the fitted mock and on llama-server (compare.csv)."""
+    import json
+
+    folder = root / DOCS / "real-engine"
+    fit = json.loads((folder / "fit.json").read_text(encoding="utf-8"))
+    f, check = fit["fit"], fit["plan_fit_crosscheck"]
+    profile = _table(
+        ("slots", "W (ms)", "H (ms)", "prefill ms/token → chunk C", "overhead (ms)",
+         "decode R²", "plan fit on client times: W / H / overhead, R²"),
+        [(str(f["slots"]), f"{f['base_iter_ms']:.2f}", f"{f['per_slot_ms']:.2f}",
+          f"{f['prefill_ms_per_token']:.3f} → {f['prefill_chunk']}", f"{f['overhead_ms']:.1f}",
+          f"{f['decode_r_squared']:.3f}",
+          f"{check['base_iter_ms']:.2f} / {check['per_slot_ms']:.2f} / "
+          f"{check['overhead_ms']:.1f}, {check['r_squared']:.3f}")],
+    )  # fmt: skip
+    rows = _read(folder / "compare.csv")
+
+    def pair(r: Row, q: str) -> str:
+        mock, engine = r[f"mock_{q}_s"], r[f"engine_{q}_s"]
+        return f"{float(mock):.2f} / {float(engine):.2f}" if mock else ""
+
+    body = [(r["bucket"], r["requests"], pair(r, "p50"), r["ratio_p50"], pair(r, "p95"),
+             r["ratio_p95"], r["ratio_p99"]) for r in rows]  # fmt: skip
+    header = ("bucket", "requests", "P50 s: mock / engine", "engine / mock", "P95 s: mock / engine",
+              "engine / mock", "P99 engine / mock")  # fmt: skip
+    return profile + "\n\n" + _table(header, body)
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -283,6 +313,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "tenants": _tenants,
     "gateway": _gateway,
     "plan": _plan,
+    "real-engine": _real_engine,
 }
 
 

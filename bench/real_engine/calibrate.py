@@ -1,19 +1,21 @@
 """Fit the mock provider's physics to llama-server: ``python -m bench real-engine fit``.
 
-The mock's model (:mod:`mockprovider.physics`) is an iteration time ``W + H*n`` with
-``n`` sequences in the batch, a prompt that takes ``ceil(L_in / C)`` iterations, one
-iteration per output token, and a fixed ``overhead`` outside the batch. Each constant
-is measured on the real server, from llama-server's own per-request ``timings``:
+The mock's model (:mod:`mockprovider.physics`) is an iteration time ``W + H*n + P*p``
+with ``n`` sequences in the batch and ``p`` prompt tokens in it, a prompt that takes
+``ceil(L_in / C)`` iterations, one iteration per output token, and a fixed ``overhead``
+outside the batch. llama-server puts a whole prompt of up to ``--batch-size`` tokens in
+one step beside the other slots' decode tokens, so ``C`` is that batch size and a prompt
+stalls every sequence for ``P * L_in``. Each constant is measured on the real server,
+from llama-server's own per-request ``timings``:
 
 1. **Decode**: ``n`` identical requests at once (``n`` = 1 .. slots), each
    ``predicted_ms / predicted_n`` is the iteration time with ``n`` in the batch; a
-   least-squares line through them gives ``W`` and ``H``.
-2. **Prefill**: one request at a time, prompts of 32 .. 1024 tokens, one output token;
-   the slope of ``prompt_ms`` over prompt tokens is ``b`` ms per prompt token, and
-   ``C = round((W + H) / b)`` makes ``ceil(L / C)`` iterations cost what the engine's
-   prefill costs.
+   least-squares line through each level's median gives ``W`` and ``H``.
+2. **Prefill**: one request at a time, prompts of 32 .. 512 tokens, one output token;
+   the slope of the median ``prompt_ms`` over prompt tokens is ``P``.
 3. **Overhead**: the median, over the lone requests, of the client's latency minus what
-   the mock would take for the same request alone, ``(ceil(L/C) + L_out) * (W + H)``.
+   the mock would take for the same request alone,
+   ``(ceil(L/C) + L_out) * (W + H) + P * L``.
 
 As a cross-check, the same requests' send and answer times go through ``semisched plan
 fit`` (:func:`semisched.plan.fit.fit_observations`: W, H and the overhead from client
@@ -46,7 +48,8 @@ __all__ = [
 
 DECODE_PROMPT = 32
 DECODE_TOKENS = 128
-PREFILL_LENGTHS = (32, 64, 128, 256, 384, 512, 768, 1024)
+#: Prompt lengths of the prefill sweep: the range the comparison's prompts span (32-512).
+PREFILL_LENGTHS = (32, 64, 128, 192, 256, 384, 512)
 
 
 def decode_jobs(rng: np.random.Generator, n: int, vocab: int, repeat: int) -> list[Job]:
@@ -88,8 +91,8 @@ class EngineFit:
         slots: The server's ``--parallel``.
         base_iter_ms, per_slot_ms: ``W`` and ``H`` from the decode sweep.
         decode_r_squared: How well ``W + H n`` fits the decode sweep.
-        prefill_ms_per_token, prefill_intercept_ms: The prefill sweep's line.
-        prefill_chunk: ``C``.
+        prefill_ms_per_token, prefill_intercept_ms: The prefill sweep's line (``P``).
+        prefill_chunk: ``C``, the server's ``--batch-size``.
         overhead_ms: The fixed latency outside the batch.
     """
 
@@ -103,34 +106,41 @@ class EngineFit:
     overhead_ms: float
 
 
+def _medians(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The median ``y`` at each distinct ``x``: a sweep's repeats on a shared machine meet
+    other processes' bursts, which the median of each level leaves out."""
+    levels = sorted({x for x, _ in points})
+    return levels, [float(np.median([y for x, y in points if x == lv])) for lv in levels]
+
+
 def _lone(c: Completion) -> bool:
     kind, n, _ = c.tag.split("/")
     return kind == "prefill" or n == "1"
 
 
-def fit_engine(completions: Sequence[Completion], slots: int) -> EngineFit:
+def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> EngineFit:
     """The constants from the decode and prefill sweeps' completions (tags as the job
-    builders above set them).
+    builders above set them) of a server with ``slots`` and ``batch`` (its batch size).
 
     Raises:
         ValueError: A sweep is missing or gives a negative ``W``, ``H`` or slope.
     """
     decode = [c for c in completions if c.tag.startswith("decode/") and c.predicted_n > 0]
     prefill = [c for c in completions if c.tag.startswith("prefill/")]
-    x = [float(c.tag.split("/")[1]) for c in decode]
-    y = [c.predicted_ms / c.predicted_n for c in decode]
+    x, y = _medians([(float(c.tag.split("/")[1]), c.predicted_ms / c.predicted_n) for c in decode])
     w, h = fit_line(x, y)
     fitted = w + h * np.asarray(x)
     spread = float(np.sum((np.asarray(y) - np.mean(y)) ** 2))
     r2 = 1.0 - float(np.sum((np.asarray(y) - fitted) ** 2)) / spread if spread else 1.0
-    a, b = fit_line([c.prompt_tokens for c in prefill], [c.prompt_ms for c in prefill])
+    a, b = fit_line(*_medians([(float(c.prompt_tokens), c.prompt_ms) for c in prefill]))
     if w <= 0 or h < 0 or b <= 0:
         raise ValueError(f"the sweeps give W={w:.3f}, H={h:.3f}, prefill {b:.4f} ms/token")
-    lone_iter = w + h
-    chunk = max(1, round(lone_iter / b))
+    lone_iter, chunk = w + h, batch
     lone = [c for c in completions if _lone(c)]
     service = [
-        (math.ceil(c.prompt_tokens / chunk) + c.output_tokens) * lone_iter / 1000.0 for c in lone
+        ((math.ceil(c.prompt_tokens / chunk) + c.output_tokens) * lone_iter + b * c.prompt_tokens)
+        / 1000.0
+        for c in lone
     ]
     overhead = float(np.median([c.latency - s for c, s in zip(lone, service, strict=True)]))
     return EngineFit(
@@ -147,18 +157,22 @@ def fit_engine(completions: Sequence[Completion], slots: int) -> EngineFit:
 
 def profile_from_fit(fit: EngineFit) -> dict[str, float | int]:
     """The mock's ``PhysicsParams`` fields for the fit, rounded as the profile table holds
-    them (W, H to 0.01 ms, the overhead to 0.1 ms)."""
+    them (W, H to 0.01 ms, P to 0.001 ms, the overhead to 0.1 ms)."""
     return {
         "slots": fit.slots,
         "base_iter_ms": round(fit.base_iter_ms, 2),
         "per_slot_ms": round(fit.per_slot_ms, 2),
         "prefill_chunk": fit.prefill_chunk,
+        "prefill_ms_per_token": round(fit.prefill_ms_per_token, 3),
         "overhead_ms": round(fit.overhead_ms, 1),
     }
 
 
-def plan_fit_crosscheck(completions: Sequence[Completion], fit: EngineFit) -> dict[str, float]:
-    """``semisched plan fit`` on the same requests' client times (module docstring)."""
+def plan_fit_crosscheck(
+    completions: Sequence[Completion], fit: EngineFit
+) -> dict[str, float | str]:
+    """``semisched plan fit`` on the same requests' client times (module docstring); where
+    it refuses the log, its reason (``{"refused": ...}``)."""
     from semisched.plan.fit import Observations, fit_observations
     from semisched.plan.profile import named_profile
 
@@ -173,7 +187,10 @@ def plan_fit_crosscheck(completions: Sequence[Completion], fit: EngineFit) -> di
         output=np.array([float(c.output_tokens) for c in completions]),
     )
     base = named_profile("default")
-    result = fit_observations(obs, base, slots=fit.slots, prefill_chunk=fit.prefill_chunk)
+    try:
+        result = fit_observations(obs, base, slots=fit.slots, prefill_chunk=fit.prefill_chunk)
+    except ValueError as exc:
+        return {"refused": str(exc)}
     keys = ("base_iter_ms", "per_slot_ms", "overhead_ms", "r_squared", "observations")
     return {k: float(result.as_dict()[k]) for k in keys}
 
@@ -202,7 +219,7 @@ def read_calibration(path: Path) -> list[Completion]:
         ]  # fmt: skip
 
 
-def write_fit(out: Path, fit: EngineFit, crosscheck: dict[str, float]) -> dict[str, object]:
+def write_fit(out: Path, fit: EngineFit, crosscheck: dict[str, float | str]) -> dict[str, object]:
     """``fit.json``: the measured constants, the profile, the plan-fit cross-check."""
     data: dict[str, object] = {
         "fit": asdict(fit),

@@ -77,13 +77,14 @@ def _fit(args: argparse.Namespace, out: Path) -> Path:
         write_calibration,
         write_fit,
     )
+    from bench.real_engine.launcher import DEFAULT_BATCH
 
     if args.from_csv:
         completions = read_calibration(out / "calibration.csv")
     else:
         completions = measure(args.parallel, args.repeats, args.seed)
         write_calibration(out, completions)
-    fit = fit_engine(completions, args.parallel)
+    fit = fit_engine(completions, args.parallel, DEFAULT_BATCH)
     data = write_fit(out, fit, plan_fit_crosscheck(completions, fit))
     print(json.dumps(data, indent=2))
     return out / "fit.json"

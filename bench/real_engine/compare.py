@@ -7,8 +7,10 @@ the provider alone.
 
 The workload is the ``balanced`` mix (50/25/15/10 short/medium/long/xlong) scaled to the
 engine's speed: each bucket's output range divided by :data:`SCALE` (short 2-16 tokens,
-medium 16-64, long 64-256, xlong 256-1024), prompts uniform in 32-512 tokens, Poisson
-arrivals at ``load`` times the fitted profile's full-batch capacity over the mean output.
+medium 17-64, long 65-256, xlong 257-1024), prompts uniform in 32-512 tokens, Poisson
+arrivals at ``load`` over the mean seconds of a full batch a request takes in the fitted
+profile (:func:`demand_s`: its decode iterations and its prompt, which on a CPU engine is
+a large share of the work).
 
 Written: ``compare.csv`` (per bucket and overall: P50/P95/P99 latency of each side and
 their ratio, engine over mock; the completion time of the whole run) and
@@ -27,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +62,16 @@ def scaled_ranges() -> list[tuple[int, int]]:
     ]
 
 
+def demand_s(physics: PhysicsParams, prompts: Any, outputs: Any) -> Any:
+    """Seconds of a full batch each request takes: its share of the iterations it holds a
+    slot for (``ceil(L_in / C) + L_out``, each ``t_iter(slots) / slots``) plus its prompt
+    tokens' cost, which stalls the whole batch (``P * L_in``)."""
+    prompts = np.asarray(prompts)
+    iters = -(-prompts // physics.prefill_chunk) + np.asarray(outputs)
+    share = physics.iteration_ms(physics.slots) / physics.slots
+    return (iters * share + physics.prefill_ms_per_token * prompts) / 1000.0
+
+
 def workload(
     physics: PhysicsParams, *, requests: int, load: float, seed: int, vocab: int
 ) -> Workload:
@@ -71,8 +84,7 @@ def workload(
     picks = rng.choice(len(ranges), size=requests, p=shares)
     outputs = [int(rng.integers(ranges[b][0], ranges[b][1] + 1)) for b in picks]
     prompts = rng.integers(PROMPTS[0], PROMPTS[1] + 1, size=requests)
-    mean_out = sum(s * (lo + hi) / 2 for s, (lo, hi) in zip(shares, ranges, strict=True))
-    rate = load * physics.capacity_tokens_per_s() / mean_out
+    rate = load / float(np.mean(demand_s(physics, prompts, outputs)))
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=requests))
     jobs = tuple(
         Job(arrival=float(arrivals[i]), prompt=prompt_ids(rng, int(prompts[i]), vocab),

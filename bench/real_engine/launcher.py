@@ -24,7 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["EngineStartError", "LlamaServer", "ServerOptions", "free_port", "server_command"]
+__all__ = [
+    "DEFAULT_BATCH",
+    "EngineStartError",
+    "LlamaServer",
+    "ServerOptions",
+    "free_port",
+    "server_command",
+]
+
+
+#: llama-server's default ``--batch-size``: the most tokens (prompt and decode) of one step.
+DEFAULT_BATCH = 512
 
 
 class EngineStartError(RuntimeError):
@@ -53,8 +64,8 @@ class ServerOptions:
     parallel: int = 8
     ctx_per_slot: int = 2048
     threads: int = 2
-    batch: int = 512
-    ubatch: int = 512
+    batch: int = DEFAULT_BATCH
+    ubatch: int = DEFAULT_BATCH
     nice: int = 10
     extra: tuple[str, ...] = field(default=())
 

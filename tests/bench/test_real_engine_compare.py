@@ -17,8 +17,8 @@ from bench.real_engine.compare import (
 )
 from mockprovider.physics import PhysicsParams
 
-PHYSICS = PhysicsParams(slots=8, base_iter_ms=6.0, per_slot_ms=1.5, prefill_chunk=30,
-                        overhead_ms=40.0)  # fmt: skip
+PHYSICS = PhysicsParams(slots=8, base_iter_ms=6.0, per_slot_ms=1.5, prefill_chunk=512,
+                        prefill_ms_per_token=0.25, overhead_ms=40.0)  # fmt: skip
 
 
 def test_the_workload_is_seeded_and_is_the_balanced_mix_scaled_down() -> None:
@@ -38,8 +38,9 @@ def test_the_workload_is_seeded_and_is_the_balanced_mix_scaled_down() -> None:
 def test_arrivals_offer_the_asked_share_of_the_fitted_capacity() -> None:
     work = workload(PHYSICS, requests=4000, load=0.9, seed=1, vocab=8192)
     span = work.jobs[-1].arrival - work.jobs[0].arrival
-    offered = sum(j.max_tokens for j in work.jobs) / span
-    assert offered == pytest.approx(0.9 * PHYSICS.capacity_tokens_per_s(), rel=0.08)
+    per_iteration = (6.0 + 1.5 * 8) / 8  # ms of a full batch's iteration, per sequence
+    busy_ms = sum((1 + j.max_tokens) * per_iteration + 0.25 * len(j.prompt) for j in work.jobs)
+    assert busy_ms / 1000 / span == pytest.approx(0.9, rel=0.08)
 
 
 def test_the_mock_side_queues_beyond_its_slots() -> None:
