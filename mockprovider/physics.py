@@ -41,7 +41,10 @@ lockstep, each membership change takes effect mid-iteration instead of at the ne
 boundary, which moves times by less than one iteration per change.
 
 Prompt tokens: ``input_tokens = 0`` means zero prefill iterations; every request needs at least
-one iteration in total.
+one iteration in total. With ``prefill_ms_per_token`` (``P``) above 0, each prefilling request
+adds ``P * input_tokens / prefill_iters`` ms to every iteration until its prompt is done (one
+more transition per request, where the rate changes), so a prompt slows the whole batch the
+way a CPU engine's prompt processing does; with ``P = 0`` nothing changes.
 """
 
 from __future__ import annotations

@@ -108,15 +108,16 @@ PROFILES: Mapping[str, PhysicsParams] = MappingProxyType(
     {
         "default": PhysicsParams(),
         "production-fit": PhysicsParams(overhead_ms=3294.0),
-        # llama.cpp's llama-server on this repository's 2-core CPU with its random-weight
-        # Llama model, 8 slots: fitted by `python -m bench real-engine fit`, which writes
-        # these values to docs/results/real-engine/fit.json (a test keeps the two equal).
+        # llama.cpp's llama-server (one thread) on this repository's 2-core CPU with its
+        # random-weight Llama model, 8 slots: fitted by `python -m bench real-engine fit`,
+        # which writes these values to docs/results/real-engine/fit.json (a test keeps the
+        # two equal).
         "llama-cpp": PhysicsParams(
             slots=8,
-            base_iter_ms=2.4,
-            per_slot_ms=1.23,
+            base_iter_ms=3.4,
+            per_slot_ms=1.96,
             prefill_chunk=512,
-            prefill_ms_per_token=1.002,
+            prefill_ms_per_token=1.181,
             overhead_ms=0.0,
         ),
     }

@@ -48,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                               help="refit calibration.csv in --out, no engine run")  # fmt: skip
         if name == "compare":
             step.add_argument("--requests", type=int, default=300, help="requests (300)")
+            step.add_argument("--fit", type=Path, help="the fitted profile (OUT/fit.json)")
             step.add_argument("--load", type=float, default=0.9,
                               help="offered load, share of the fitted capacity (0.9)")  # fmt: skip
 
@@ -65,8 +66,9 @@ def run(args: argparse.Namespace) -> Path:
         return _fit(args, out)
     from bench.real_engine.compare import compare_main
 
-    return compare_main(out, parallel=args.parallel, requests=args.requests, load=args.load,
-                        seed=args.seed)  # fmt: skip
+    fit = args.fit if args.fit is not None else out / "fit.json"
+    return compare_main(out, fit=fit, parallel=args.parallel, requests=args.requests,
+                        load=args.load, seed=args.seed)  # fmt: skip
 
 
 def _fit(args: argparse.Namespace, out: Path) -> Path:

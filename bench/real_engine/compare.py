@@ -13,8 +13,9 @@ profile (:func:`demand_s`: its decode iterations and its prompt, which on a CPU 
 a large share of the work).
 
 Written: ``compare.csv`` (per bucket and overall: P50/P95/P99 latency of each side and
-their ratio, engine over mock; the completion time of the whole run) and
-``compare_requests.csv`` (every request on both sides).
+their ratio, engine over mock; the completion time of the whole run),
+``compare_requests.csv`` (every request on both sides) and ``compare_run.json`` (the
+run's rate, wall time and the machine's load average before and after).
 
 What it is not: a scheduler benchmark (``bench quick`` is); the mock side runs the physics
 directly (:class:`mockprovider.physics.ProviderPhysics`), not its HTTP server, so the
@@ -26,6 +27,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,21 +149,29 @@ def _write(path: Path, rows: Sequence[dict[str, object]]) -> None:
         writer.writerows(rows)
 
 
-def fitted_physics(out: Path) -> PhysicsParams:
-    """The profile in ``out/fit.json`` (what ``fit`` wrote)."""
-    data = json.loads((out / "fit.json").read_text(encoding="utf-8"))
+def fitted_physics(path: Path) -> PhysicsParams:
+    """The profile in ``path`` (a ``fit.json`` as ``fit`` writes it)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
     return PhysicsParams(**data["profile"])
 
 
-def compare_main(out: Path, *, parallel: int, requests: int, load: float, seed: int) -> Path:
-    """Run the workload on both sides and write the two CSV files (module docstring)."""
+def _load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (the engine shares the CPU)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def compare_main(
+    out: Path, *, fit: Path, parallel: int, requests: int, load: float, seed: int
+) -> Path:
+    """Run the workload on both sides (the mock with the profile in ``fit``) and write the
+    files (module docstring)."""
     from tokenizers import Tokenizer
 
     from bench.real_engine.client import run_jobs
     from bench.real_engine.launcher import LlamaServer, ServerOptions
     from bench.real_engine.setup import EnginePaths
 
-    physics = fitted_physics(out)
+    physics = fitted_physics(fit)
     if physics.slots != parallel:
         raise ValueError(f"parallel={parallel} must equal the fitted profile's {physics.slots}")
     paths = EnginePaths.default()
@@ -168,11 +179,16 @@ def compare_main(out: Path, *, parallel: int, requests: int, load: float, seed: 
     work = workload(physics, requests=requests, load=load, seed=seed, vocab=vocab)
     print(f"{requests} requests at {work.rate:.2f}/s (load {load})", flush=True)
     mock = mock_latencies(physics, work.jobs)
+    before, started = _load_average(), time.perf_counter()
     with LlamaServer(
         ServerOptions(binary=paths.server, model=paths.gguf, parallel=parallel)
     ) as srv:
         run_jobs(srv.base_url, [Job(arrival=0.0, prompt=(5, 6, 7), max_tokens=8)])  # warm-up
         done = {c.tag: c for c in run_jobs(srv.base_url, work.jobs)}
+    run = {"requests": requests, "load": load, "seed": seed, "rate_per_s": round(work.rate, 4),
+           "wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
+           "load_average_after": _load_average(), "cores": os.cpu_count()}  # fmt: skip
+    (out / "compare_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     engine = [done[j.tag].end - j.arrival for j in work.jobs]
     ends = [j.arrival + x for j, x in zip(work.jobs, engine, strict=True)]
     mock_ends = [j.arrival + x for j, x in zip(work.jobs, mock, strict=True)]

@@ -259,7 +259,10 @@ def setup_report(paths: EnginePaths, record: dict[str, dict[str, object]], spec:
         "",
         "| step | seconds (when it last ran) |",
         "|---|---|",
-        *(f"| {name} | {record.get(name, {}).get('seconds')} |" for name, *_ in steps(paths)),
+        *(
+            f"| {name} | {record.get(name, {}).get('seconds') or 'not recorded'} |"
+            for name, *_ in steps(paths)
+        ),
         "",
     ]
     return "\n".join(lines).replace(str(Path.home()), "~")

@@ -37,7 +37,7 @@ def _options(binary: Path, **kw: object) -> ServerOptions:
     return ServerOptions(binary=binary, model=binary.with_name("model.gguf"), **kw)  # type: ignore[arg-type]
 
 
-def test_the_command_serves_on_loopback_with_the_slots_and_a_shared_cache() -> None:
+def test_the_command_serves_on_loopback_with_the_slots_and_a_cache_per_slot() -> None:
     options = _options(Path("/opt/llama-server"), parallel=6, ctx_per_slot=1024, threads=2)
     command = server_command(options, 18123)
     assert command[:3] == ["nice", "-n", "10"] and command[3] == "/opt/llama-server"
@@ -48,7 +48,7 @@ def test_the_command_serves_on_loopback_with_the_slots_and_a_shared_cache() -> N
     assert (value("--host"), value("--port")) == ("127.0.0.1", "18123")
     assert value("--parallel") == "6" and value("--ctx-size") == "6144"
     assert value("--model") == "/opt/model.gguf" and value("--threads") == "2"
-    assert {"--kv-unified", "--cont-batching", "--no-cache-prompt", "--no-webui"} <= set(command)
+    assert {"--no-kv-unified", "--cont-batching", "--no-cache-prompt", "--no-webui"} <= set(command)
 
 
 def test_nice_zero_runs_the_binary_itself_and_extra_arguments_come_last() -> None:
