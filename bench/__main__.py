@@ -29,6 +29,8 @@ Subcommands:
   gateway         what `semisched serve` costs and buys: added p50/p99 over calling the
                   upstream straight, requests/s and CPU per request of one gateway process;
                   a noisy neighbour through it; two replicas sharing one key via Redis
+  real-engine     llama.cpp's llama-server built here: setup (build it and a random-weight
+                  model), fit (the mock's llama-cpp profile), compare (mock vs engine)
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
                   Grafana-like panels (dashboard.png) and their series
 """
@@ -199,6 +201,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--repeats", type=int, default=3, help="throughput rounds (3)")
     o.add_argument("--priors", default="heuristic",
                    help="priors (heuristic: time the scheduler, not a model)")  # fmt: skip
+    from bench.real_engine.cli import add_parser as add_real_engine
+
+    add_real_engine(sub)
     sb = sub.add_parser("shared-budget", help="N workers on one limit: shared vs static vs "
                         "uncoordinated")  # fmt: skip
     sb.add_argument("--out", type=Path, default=Path("results/shared-budget"), help="output folder")
@@ -456,6 +461,12 @@ def _gateway(args: argparse.Namespace) -> Path:
     return written
 
 
+def _real_engine(args: argparse.Namespace) -> Path:
+    from bench.real_engine.cli import run
+
+    return run(args)
+
+
 def _sim_speed(args: argparse.Namespace) -> Path:
     from bench.perf import sim_speed
 
@@ -493,6 +504,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "plan": _plan,
     "dashboard": _dashboard,
     "gateway": _gateway,
+    "real-engine": _real_engine,
 }
 
 

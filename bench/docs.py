@@ -279,6 +279,60 @@ def _plan(root: Path) -> str:
     return _table(header, body)
 
 
+def _real_engine(root: Path) -> str:
+    """``docs/results/real-engine/``: the mock's ``llama-cpp`` profile as fitted (fit.json),
+    then the same workload on the fitted mock and on llama-server (compare.csv)."""
+    import json
+
+    folder = root / DOCS / "real-engine"
+    fit = json.loads((folder / "fit.json").read_text(encoding="utf-8"))
+    f, check = fit["fit"], fit["plan_fit_crosscheck"]
+    crosscheck = (
+        f"refused: {check['refused']}" if "refused" in check
+        else f"{check['base_iter_ms']:.2f} / {check['per_slot_ms']:.2f} / "
+        f"{check['overhead_ms']:.1f}, {check['r_squared']:.3f}"
+    )  # fmt: skip
+    profile = _table(
+        ("slots", "W (ms)", "H (ms)", "P (ms per prompt token) / C", "overhead (ms)",
+         "decode R²", "plan fit on client times: W / H / overhead, R²"),
+        [(str(f["slots"]), f"{f['base_iter_ms']:.2f}", f"{f['per_slot_ms']:.2f}",
+          f"{f['prefill_ms_per_token']:.3f} / {f['prefill_chunk']}", f"{f['overhead_ms']:.1f}",
+          f"{f['decode_r_squared']:.3f}", crosscheck)],
+    )  # fmt: skip
+    tables = [profile]
+    for run in (folder, *sorted(folder.glob("load-*"))):
+        if (run / "compare.csv").exists():
+            tables.append(_real_engine_compare(run))
+    return "\n\n".join(tables)
+
+
+def _real_engine_compare(run: Path) -> str:
+    """One ``compare.csv``: each bucket's P50/P95 on the mock and the engine, and the
+    engine's over the mock's; its title from ``compare_run.json``."""
+    import json
+
+    rows = _read(run / "compare.csv")
+    meta = run / "compare_run.json"
+    title = f"`{run.name}`"
+    if meta.exists():
+        m = json.loads(meta.read_text(encoding="utf-8"))
+        title = (f"load {m['load']} ({m['requests']} requests, {m['rate_per_s']:.2f}/s; load "
+                 f"average {m['load_average_before'][0]} before, {m['load_average_after'][0]} "
+                 "after)")  # fmt: skip
+
+    def pair(r: Row, q: str) -> str:
+        mock, engine = r[f"mock_{q}_s"], r[f"engine_{q}_s"]
+        return f"{float(mock):.2f} / {float(engine):.2f}" if mock else ""
+
+    body = [(r["bucket"], r["requests"], pair(r, "p50"), r["ratio_p50"], pair(r, "p95"),
+             r["ratio_p95"], r["ratio_p99"]) for r in rows]  # fmt: skip
+    header = ("bucket", "requests", "P50 s: mock / engine", "engine / mock", "P95 s: mock / engine",
+              "engine / mock", "P99 engine / mock")  # fmt: skip
+    return f"{title}, `{run.as_posix().split('docs/results/')[-1]}/compare.csv`:\n\n" + _table(
+        header, body
+    )
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -297,6 +351,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-tenants": _gateway_tenants,
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
+    "real-engine": _real_engine,
 }
 
 

@@ -41,7 +41,10 @@ lockstep, each membership change takes effect mid-iteration instead of at the ne
 boundary, which moves times by less than one iteration per change.
 
 Prompt tokens: ``input_tokens = 0`` means zero prefill iterations; every request needs at least
-one iteration in total.
+one iteration in total. With ``prefill_ms_per_token`` (``P``) above 0, each prefilling request
+adds ``P * input_tokens / prefill_iters`` ms to every iteration until its prompt is done (one
+more transition per request, where the rate changes), so a prompt slows the whole batch the
+way a CPU engine's prompt processing does; with ``P = 0`` nothing changes.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ _FIRST: Final = 0  # first token reached in the batch
 _FINISH: Final = 1  # batch work done, slot freed
 _DOOM: Final = 2  # at deadline - overhead, unfinished: the completion can no longer be in time
 _RELEASE: Final = 3  # at the deadline, a doomed request leaves its slot or queue place
+_PREFILLED: Final = 4  # its prompt is done: its tokens leave the iteration time
 # Request states.
 _QUEUED: Final = 0
 _ACTIVE: Final = 1
@@ -116,6 +120,7 @@ class _Req:
     finish_g: float = 0.0
     terminal_time: float | None = None
     tokens_done: int = 0
+    prefill_load: float = 0.0  # prompt tokens it adds to each iteration while it prefills
 
 
 _Transition = tuple[float, int, int, _Req]  # (time, rank, seq, request)
@@ -141,6 +146,9 @@ class ProviderPhysics:
         self._queued = 0
         self._live: dict[str, _Req] = {}
         self._first: list[tuple[float, int, _Req]] = []  # (G milestone, seq, request)
+        self._prefill: list[tuple[float, int, _Req]] = []  # prefill ends, when P > 0
+        self._prefill_load = 0.0  # prompt tokens per iteration of the requests prefilling
+        self._prefilling = 0
         self._finish: list[tuple[float, int, _Req]] = []
         self._timeouts: list[_Transition] = []  # (time, _DOOM or _RELEASE, seq, request)
         self._notes: list[tuple[float, int, int, _Req]] = []  # (time, seq, 0 first/1 end, req)
@@ -333,6 +341,11 @@ class ProviderPhysics:
                     req.terminal_time = t + overhead
                     push(notes, (t + overhead, seq, 1, req))
                 self._leave(t, req)
+            elif rank == _PREFILLED:
+                pop(self._prefill)
+                self._g, self._t_last = req.started_g + req.prefill_iters, t
+                self._drop_prefill(req)
+                self._set_active(self._n)
             elif rank == _DOOM:
                 pop(self._timeouts)
                 req.doomed = True
@@ -352,7 +365,9 @@ class ProviderPhysics:
     def _peek(self) -> _Transition | None:
         """The next internal transition in (time, rank, seq) order, dropping stale entries."""
         pop = heapq.heappop
-        first, finish, tmo = self._first, self._finish, self._timeouts
+        first, finish, tmo, pre = self._first, self._finish, self._timeouts, self._prefill
+        while pre and (pre[0][2].state != _ACTIVE or not pre[0][2].prefill_load):
+            pop(pre)
         while first and (first[0][2].state != _ACTIVE or first[0][2].doomed):
             pop(first)
         while finish and finish[0][2].state != _ACTIVE:
@@ -362,9 +377,14 @@ class ProviderPhysics:
         # Each heap holds its own ranks (first 0, finish 1, timeouts 2-3): at equal times the
         # earlier heap's transition goes first, so ties need no (rank, seq) comparison.
         best: _Transition | None = None
+        if pre:  # first at a tie: the rate changes before anything else happens then
+            g, seq, req = pre[0]
+            best = (self._t_last + (g - self._g) * self._iter_s, _PREFILLED, seq, req)
         if first:
             g, seq, req = first[0]
-            best = (self._t_last + (g - self._g) * self._iter_s, _FIRST, seq, req)
+            t = self._t_last + (g - self._g) * self._iter_s
+            if best is None or t < best[0]:
+                best = (t, _FIRST, seq, req)
         if finish:
             g, seq, req = finish[0]
             t = self._t_last + (g - self._g) * self._iter_s
@@ -388,13 +408,24 @@ class ProviderPhysics:
     def _set_active(self, n: int) -> None:
         self._n = n
         params = self._params  # PhysicsParams.iteration_ms(n), inlined: twice per request
-        self._iter_s = (params.base_iter_ms + params.per_slot_ms * n) / 1000.0
+        ms = params.base_iter_ms + params.per_slot_ms * n
+        if self._prefilling:
+            ms += params.prefill_ms_per_token * self._prefill_load
+        self._iter_s = ms / 1000.0
+
+    def _drop_prefill(self, req: _Req) -> None:
+        """``req`` no longer prefills: its prompt tokens leave the iteration time."""
+        if req.prefill_load:
+            self._prefilling -= 1
+            self._prefill_load = self._prefill_load - req.prefill_load if self._prefilling else 0.0
+            req.prefill_load = 0.0
 
     def _leave(self, t: float, req: _Req) -> None:
         """Remove ``req`` from its slot or queue place at ``t`` (counter already synced)."""
         if req.state == _ACTIVE:
             self._sync(t)
             req.state = _DONE
+            self._drop_prefill(req)
             self._set_active(self._n - 1)
             self._admit(t)
         elif req.state == _QUEUED:
@@ -422,6 +453,11 @@ class ProviderPhysics:
             if req.output_tokens > 0:
                 heapq.heappush(self._first, (self._g + req.prefill_iters + 1, req.seq, req))
             heapq.heappush(self._finish, (req.finish_g, req.seq, req))
+            if req.prefill_iters and self._params.prefill_ms_per_token:
+                req.prefill_load = req.input_tokens / req.prefill_iters
+                self._prefill_load += req.prefill_load
+                self._prefilling += 1
+                heapq.heappush(self._prefill, (self._g + req.prefill_iters, req.seq, req))
             self._queued -= 1
             n += 1
         if expiring:

@@ -59,6 +59,13 @@ class PhysicsParams:
         per_slot_ms: ``H``, the extra iteration cost per active sequence (see above).
         prefill_chunk: ``C_chunk``, prompt tokens processed per prefill iteration (seed 000 §3,
             §6 setup: 512).
+        prefill_ms_per_token: ``P``, what each prompt token adds to the iteration that
+            processes it: an iteration lasts ``W + H*n + P*p`` with ``p`` the prompt tokens
+            in it (a prefilling request's ``L_in / ceil(L_in / C_chunk)``), so a prefill
+            slows every sequence in the batch. 0 by default (a GPU's prefill chunk costs
+            about one decode step); on a CPU engine prompt tokens are compute, measured on
+            llama-server as about a quarter of a lone decode step each (profile
+            ``"llama-cpp"``).
         overhead_ms: Fixed per-request latency outside the batch (network, gateway), added to
             the observed first-token and completion times. 0 by default; 3294 ms is the
             intercept of seed 004's fit (profile ``"production-fit"``).
@@ -70,6 +77,7 @@ class PhysicsParams:
     base_iter_ms: float = 17.3
     per_slot_ms: float = 1.4
     prefill_chunk: int = 512
+    prefill_ms_per_token: float = 0.0
     overhead_ms: float = 0.0
     timeout_s: float = 600.0
 
@@ -78,11 +86,13 @@ class PhysicsParams:
         _check_number("base_iter_ms", self.base_iter_ms, positive=True)
         _check_number("per_slot_ms", self.per_slot_ms, positive=False)
         _check_int("prefill_chunk", self.prefill_chunk, 1)
+        _check_number("prefill_ms_per_token", self.prefill_ms_per_token, positive=False)
         _check_number("overhead_ms", self.overhead_ms, positive=False)
         _check_number("timeout_s", self.timeout_s, positive=True)
 
     def iteration_ms(self, n_active: int) -> float:
-        """Duration of one batch iteration with ``n_active`` sequences: ``W + H * n``."""
+        """Duration of one decode iteration with ``n_active`` sequences: ``W + H * n`` (a
+        prefill adds ``prefill_ms_per_token`` per prompt token to its iterations)."""
         return self.base_iter_ms + self.per_slot_ms * n_active
 
     def lone_decode_ms_per_token(self) -> float:
@@ -98,6 +108,18 @@ PROFILES: Mapping[str, PhysicsParams] = MappingProxyType(
     {
         "default": PhysicsParams(),
         "production-fit": PhysicsParams(overhead_ms=3294.0),
+        # llama.cpp's llama-server (one thread) on this repository's 2-core CPU with its
+        # random-weight Llama model, 8 slots: fitted by `python -m bench real-engine fit`,
+        # which writes these values to docs/results/real-engine/fit.json (a test keeps the
+        # two equal).
+        "llama-cpp": PhysicsParams(
+            slots=8,
+            base_iter_ms=3.4,
+            per_slot_ms=1.96,
+            prefill_chunk=512,
+            prefill_ms_per_token=1.181,
+            overhead_ms=0.0,
+        ),
     }
 )
 

@@ -1,0 +1,121 @@
+"""``python -m bench real-engine {setup,fit,compare}``: the real engine's commands.
+
+* ``setup``: build llama-server and the model into the cache (:mod:`.setup`), write
+  ``setup.md``.
+* ``fit``: measure the engine and fit the mock's physics to it (:mod:`.calibrate`); writes
+  ``calibration.csv`` and ``fit.json`` (the ``llama-cpp`` profile of the mock).
+* ``compare``: the same seeded open-loop workload through the fitted mock and the
+  engine (:mod:`.compare`); writes ``compare.csv`` and ``compare_requests.csv``.
+
+All three write under ``--out`` (default ``docs/results/real-engine``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.real_engine.client import Completion
+
+__all__ = ["add_parser", "run"]
+
+DEFAULT_OUT = Path("docs/results/real-engine")
+#: Slots of the engine (``--parallel``), the mock profile's ``slots``.
+PARALLEL = 8
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``real-engine`` subcommand and its own subcommands."""
+    real = sub.add_parser("real-engine", help="llama.cpp's llama-server: build it, fit the mock "
+                          "to it, compare the two on one workload")  # fmt: skip
+    steps = real.add_subparsers(dest="step", required=True)
+    for name, text in (
+        ("setup", "download, build and cache llama-server and the model; write setup.md"),
+        ("fit", "measure the engine; fit the mock's llama-cpp profile (calibration.csv, fit.json)"),
+        ("compare", "one seeded open-loop workload on the fitted mock and on the engine"),
+    ):
+        step = steps.add_parser(name, help=text)
+        step.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder ({DEFAULT_OUT})")
+        if name != "setup":
+            step.add_argument("--parallel", type=int, default=PARALLEL, help="engine slots (8)")
+            step.add_argument("--seed", type=int, default=0, help="seed (0)")
+        if name == "fit":
+            step.add_argument("--repeats", type=int, default=3, help="sweeps (3)")
+            step.add_argument("--from-csv", action="store_true",
+                              help="refit calibration.csv in --out, no engine run")  # fmt: skip
+        if name == "compare":
+            step.add_argument("--requests", type=int, default=300, help="requests (300)")
+            step.add_argument("--fit", type=Path, help="the fitted profile (OUT/fit.json)")
+            step.add_argument("--load", type=float, default=0.9,
+                              help="offered load, share of the fitted capacity (0.9)")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> Path:
+    """Run the chosen step; the main file it wrote."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.step == "setup":
+        from bench.real_engine.setup import setup_main
+
+        setup_main(out)
+        return out / "setup.md"
+    if args.step == "fit":
+        return _fit(args, out)
+    from bench.real_engine.compare import compare_main
+
+    fit = args.fit if args.fit is not None else out / "fit.json"
+    return compare_main(out, fit=fit, parallel=args.parallel, requests=args.requests,
+                        load=args.load, seed=args.seed)  # fmt: skip
+
+
+def _fit(args: argparse.Namespace, out: Path) -> Path:
+    from bench.real_engine.calibrate import (
+        fit_engine,
+        plan_fit_crosscheck,
+        read_calibration,
+        write_calibration,
+        write_fit,
+    )
+    from bench.real_engine.launcher import DEFAULT_BATCH
+
+    if args.from_csv:
+        completions = read_calibration(out / "calibration.csv")
+    else:
+        completions = measure(args.parallel, args.repeats, args.seed)
+        write_calibration(out, completions)
+    fit = fit_engine(completions, args.parallel, DEFAULT_BATCH)
+    data = write_fit(out, fit, plan_fit_crosscheck(completions, fit))
+    print(json.dumps(data, indent=2))
+    return out / "fit.json"
+
+
+def measure(parallel: int, repeats: int, seed: int) -> list[Completion]:
+    """The decode and prefill sweeps on a fresh server (:mod:`.calibrate`)."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from bench.real_engine.calibrate import decode_jobs, prefill_jobs
+    from bench.real_engine.client import Job, run_jobs
+    from bench.real_engine.launcher import LlamaServer, ServerOptions
+    from bench.real_engine.setup import EnginePaths
+
+    paths = EnginePaths.default()
+    vocab = Tokenizer.from_file(str(paths.tokenizer)).get_vocab_size()
+    rng = np.random.default_rng(seed)
+    levels = sorted({1, 2, *range(4, parallel + 1, 2), parallel})
+    done: list[Completion] = []
+    with LlamaServer(
+        ServerOptions(binary=paths.server, model=paths.gguf, parallel=parallel)
+    ) as srv:
+        run_jobs(srv.base_url, [Job(arrival=0.0, prompt=(5, 6, 7), max_tokens=8)])  # warm-up
+        for repeat in range(repeats):
+            for n in levels:
+                done += run_jobs(srv.base_url, decode_jobs(rng, n, vocab, repeat))
+                print(f"decode n={n} repeat {repeat}: done", flush=True)
+            for job in prefill_jobs(rng, vocab, repeat):
+                done += run_jobs(srv.base_url, [job])
+            print(f"prefill repeat {repeat}: done", flush=True)
+    return done
