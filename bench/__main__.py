@@ -10,7 +10,7 @@ Subcommands:
   sdk-overhead    latency and throughput the async SDK adds over the bare openai client
   all             every experiment of the paper's evaluation + REPRODUCTION.md
   live-check      one cell of an experiment, simulated and live, compared
-  docs            regenerate docs/results/ and the README's generated tables
+  docs            regenerate docs/results/ and the generated tables of the README and guides
   NAME            one experiment: information-ladder, main-comparison,
                   overload-policies, fair-queuing, layerwise, sensitivity,
                   predictor-noise, sharegpt-trace; beyond the paper:
@@ -118,12 +118,12 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
     lc.add_argument("--tolerance", type=float, default=0.10, help="agreement bound (0.10)")
     lc.add_argument("--out", type=Path, default=Path("results/live-check"), help="output folder")
-    dc = sub.add_parser("docs", help="regenerate docs/results/ and the README's tables")
+    dc = sub.add_parser("docs", help="regenerate docs/results/ and the README's and guides' tables")
     dc.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
     dc.add_argument("--skip-live", action="store_true", help="keep the committed live check")
     dc.add_argument("--time-scale", type=float, default=25.0, help="live time compression")
     dc.add_argument("--render-only", action="store_true",
-                    help="rerun nothing: re-render the README from committed results")  # fmt: skip
+                    help="rerun nothing: re-render the tables from committed results")  # fmt: skip
     b = sub.add_parser("batch", help="semisched batch vs the fixed-rate recipe (benchmark)")
     b.add_argument("--out", type=Path, default=Path("results/batch"), help="output folder")
     b.add_argument(

@@ -1,11 +1,12 @@
 """The results the README shows: generated, committed, and re-rendered by one command.
 
-``python -m bench docs`` runs the benchmarks whose numbers the README quotes,
-writes their outputs under ``docs/results/`` (committed with the code), and
-rewrites the README's generated blocks from those files. A block sits between
+``python -m bench docs`` runs the benchmarks whose numbers the README and the
+docs site quote, writes their outputs under ``docs/results/`` (committed with the
+code), and rewrites the generated blocks of every file in :data:`RENDERED` (the
+README and the guides) from those files. A block sits between
 ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``; nothing between the
-markers is typed by hand, and a test checks that the README matches what
-:func:`render_readme` makes of the committed CSVs.
+markers is typed by hand, and a test checks that each of those files matches
+what :func:`render_readme` makes of the committed CSVs.
 
 ============  ====================================================  =========
 block         from                                                  command
@@ -27,18 +28,18 @@ gateway       ``docs/results/gateway/overhead.csv``                  gateway
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
 are the routing, tenants and plan runs. ``docs --render-only`` reruns nothing and
-re-renders the README from the committed results (after one benchmark alone,
+re-renders the README and the guides from the committed results (after one benchmark alone,
 e.g. ``python -m bench tenants --out docs/results/tenants --live-check``).
 The shared-budget table is not (it runs real worker processes for about ten
 minutes): ``python -m bench shared-budget --out docs/results/shared-budget
---margin 3`` regenerates it, then ``docs --render-only`` re-renders the README.
+--margin 3`` regenerates it, then ``docs --render-only`` re-renders the pages.
 The gateway's tables are not rerun by ``docs`` either (real server processes for
 a few minutes, and timings that want a quiet machine): ``python -m bench gateway
 --out docs/results/gateway``, then ``docs --render-only``.
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
-``docs`` run) re-renders the README.
+``docs`` run) re-renders the pages.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["DOCS", "LIVE_CHECK", "build_docs", "render_readme"]
+__all__ = ["DOCS", "LIVE_CHECK", "RENDERED", "build_docs", "render_files", "render_readme"]
 
 #: Where the committed results live, relative to the repository root.
 DOCS = Path("docs/results")
@@ -58,6 +59,20 @@ LIVE_CHECK: dict[str, str] = {
     "condition": "1.5x, headers ignored",
     "strategy": "final_adrr_olc",
 }
+
+#: The files whose generated blocks ``docs`` renders, relative to the repository root.
+RENDERED: tuple[Path, ...] = (
+    Path("README.md"),
+    Path("docs/guides/app.md"),
+    Path("docs/guides/batch.md"),
+    Path("docs/guides/fleets.md"),
+    Path("docs/guides/gateway.md"),
+    Path("docs/guides/plan.md"),
+    Path("docs/guides/real-engine.md"),
+    Path("docs/guides/research.md"),
+    Path("docs/guides/shared-state.md"),
+    Path("docs/guides/tenants.md"),
+)
 
 Row = Mapping[str, str]
 
@@ -372,14 +387,20 @@ def render_readme(text: str, root: Path) -> str:
     return re.sub(r"<!-- bench:([\w-]+) -->\n.*?<!-- /bench:\1 -->", block, text, flags=re.S)
 
 
+def render_files(root: Path) -> None:
+    """Re-render the generated blocks of every file in :data:`RENDERED` under ``root``."""
+    for name in RENDERED:
+        path = root / name
+        path.write_text(render_readme(path.read_text(encoding="utf-8"), root), encoding="utf-8")
+
+
 def build_docs(
     root: Path, *, seeds: int = 5, live: bool = True, time_scale: float = 25.0, run: bool = True
 ) -> None:
-    """Run the README's benchmarks into ``root/docs/results`` and re-render the README
-    (``run=False``: only re-render it from the committed results)."""
-    readme = root / "README.md"
+    """Run the benchmarks the docs quote into ``root/docs/results`` and re-render the
+    files of :data:`RENDERED` (``run=False``: only re-render them from the committed results)."""
     if not run:
-        readme.write_text(render_readme(readme.read_text(), root))
+        render_files(root)
         return
     from bench.crosscheck import live_check
     from bench.experiments import quick
@@ -419,4 +440,4 @@ def build_docs(
     from bench.plan_report import plan_benchmark
 
     plan_benchmark(out / "plan")
-    readme.write_text(render_readme(readme.read_text(), root))
+    render_files(root)

@@ -6,7 +6,7 @@ the config and its presets (:mod:`semisched.core`), the tenants
 (:mod:`semisched.core.tenants.config`) and their statistics, the retry policy, the
 clocks (:mod:`semisched.runtime.clock`), the prior interface (:mod:`semisched.priors.sources`)
 and the prompt-token estimator (:mod:`semisched.runtime.estimate`).
-The README's "API at a glance" lists each name; a test keeps the two in step.
+The API reference (docs/reference/api.md) lists each name; a test keeps the two in step.
 
 Names are loaded lazily on first use, so ``import semisched`` (and
 ``import semisched.core``, the pure scheduling core) loads neither anyio nor

@@ -1,4 +1,5 @@
-"""The public surface of ``semisched``: what ``__all__`` promises, the README lists, and costs."""
+"""The public surface of ``semisched``: what ``__all__`` promises, the API reference lists,
+and costs."""
 
 from __future__ import annotations
 
@@ -19,25 +20,34 @@ import pytest
 import semisched
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-HEADING = "### API at a glance"
+REFERENCE = ROOT / "docs/reference/api.md"
+HEADING = "## API at a glance"
 
 
 def readme_api_names() -> list[str]:
-    """The names the README's "API at a glance" list documents, in order."""
-    text = README.read_text(encoding="utf-8")
-    assert HEADING in text, f"README.md has no {HEADING!r} section"
+    """The names the API reference's "API at a glance" list documents, in order."""
+    text = REFERENCE.read_text(encoding="utf-8")
+    assert HEADING in text, f"{REFERENCE.name} has no {HEADING!r} section"
     section = text.split(HEADING, 1)[1]
-    section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
+    section = re.split(r"^#{1,2} ", section, maxsplit=1, flags=re.MULTILINE)[0]
     return re.findall(r"^- `([A-Za-z_][A-Za-z0-9_]*)` — ", section, flags=re.MULTILINE)
 
 
 def test_readme_api_section_lists_exactly_all() -> None:
     documented = readme_api_names()
-    assert len(documented) == len(set(documented)), "a name is listed twice in the README"
+    assert len(documented) == len(set(documented)), "a name is listed twice in the reference"
     missing = sorted(set(semisched.__all__) - set(documented))
     extra = sorted(set(documented) - set(semisched.__all__))
-    assert (missing, extra) == ([], []), "README 'API at a glance' and semisched.__all__ differ"
+    assert (missing, extra) == ([], []), "'API at a glance' and semisched.__all__ differ"
+
+
+def test_the_api_reference_renders_every_name_from_its_docstring() -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    rendered = re.findall(r"^::: ([\w.]+)$", text, flags=re.MULTILINE)
+    names = {path.rsplit(".", 1)[1]: path for path in rendered}
+    assert sorted(names) == sorted(semisched.__all__)
+    for name, path in names.items():  # each directive names the object's own module
+        assert getattr(semisched, name).__module__ == path.rsplit(".", 1)[0], path
 
 
 def test_all_is_sorted_and_every_name_has_a_home_module() -> None:

@@ -1,4 +1,4 @@
-"""The README's ``semisched plan`` commands run as printed, on the trace the README makes.
+"""The plan guide's ``semisched plan`` commands run as printed, on the trace the guide makes.
 
 The trace is ``examples/capacity_plan.py --write-trace``'s; the profile file stands for
 what ``semisched plan fit --profile default --out`` writes (the default's fields, W and H
@@ -22,9 +22,13 @@ from semisched.plan.profile import named_profile
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The page whose commands these are (``tests/docs/test_snippets.py`` leaves them to this test).
+GUIDE = ROOT / "docs/guides/plan.md"
+
+
 def readme_plan_commands() -> list[list[str]]:
-    """Each ``semisched plan ...`` line of the README's bash blocks, continuations joined."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """Each ``semisched plan ...`` line of the plan guide's bash blocks, continuations joined."""
+    text = GUIDE.read_text(encoding="utf-8")
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
