@@ -24,6 +24,7 @@ plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
 gateway       ``docs/results/gateway/overhead.csv``                  gateway
 (tenants)     ``docs/results/gateway/tenants.csv``                   gateway
 (replicas)    ``docs/results/gateway/replicas.csv``                  gateway
+perf          ``docs/results/perf/perf.csv``                         perf
 ============  ====================================================  =========
 
 The default-prior table is rerun by ``docs`` (three seeds, a few minutes), and so
@@ -36,6 +37,9 @@ minutes): ``python -m bench shared-budget --out docs/results/shared-budget
 The gateway's tables are not rerun by ``docs`` either (real server processes for
 a few minutes, and timings that want a quiet machine): ``python -m bench gateway
 --out docs/results/gateway``, then ``docs --render-only``.
+The perf table is not rerun by ``docs`` (it needs the baseline's tree and a quiet
+machine): ``python -m bench perf --baseline 2e91dde --out docs/results/perf``, then
+``docs --render-only``.
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
@@ -67,6 +71,7 @@ RENDERED: tuple[Path, ...] = (
     Path("docs/guides/batch.md"),
     Path("docs/guides/fleets.md"),
     Path("docs/guides/gateway.md"),
+    Path("docs/development.md"),
     Path("docs/guides/plan.md"),
     Path("docs/guides/real-engine.md"),
     Path("docs/guides/research.md"),
@@ -352,6 +357,29 @@ def _real_engine_compare(run: Path) -> str:
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
 
+def _perf(root: Path) -> str:
+    """``docs/results/perf/perf.csv``: this tree against the first wave's, alternating."""
+    import json
+
+    from bench.perf_compare import table
+
+    folder = root / DOCS / "perf"
+    meta = json.loads((folder / "perf.json").read_text())
+    rows = []
+    for r in _read(folder / "perf.csv"):
+        rows.append({k: (None if v == "-" else float(v) if k in _PERF_NUMBERS else v)
+                     for k, v in r.items()})  # fmt: skip
+    commits = meta["commits"]
+    return (
+        f"{table(rows)}\n\nBaseline {commits['baseline']}, current {commits['current']}; "
+        f"{meta['rounds']} rounds each, alternating, medians; {meta['machine']['cpus']} CPUs "
+        f"(load average {meta['load_average'][0]:.1f} at the end)."
+    )
+
+
+_PERF_NUMBERS = ("baseline", "current", "ratio")
+
+
 _BLOCKS: dict[str, Callable[[Path], str]] = {
     "quick": _quick,
     "rate-limits": _rate_limits,
@@ -367,6 +395,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
     "real-engine": _real_engine,
+    "perf": _perf,
 }
 
 
