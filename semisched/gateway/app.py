@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -58,10 +59,12 @@ from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadHint, rea
 from semisched.gateway.keys import KeyTable, bearer_key
 from semisched.gateway.status import status_document
 from semisched.gateway.tickets import Ticket, Tracker, current_ticket
-from semisched.gateway.upstream import RawAnswer, UpstreamClient
+from semisched.gateway.upstream import RawAnswer, UpstreamClient, ignored_proxy
 from semisched.runtime.options import RuntimeOptions
 from semisched.runtime.scheduler import Scheduler
 from semisched.runtime.streams import ScheduledStream
+
+logger = logging.getLogger("semisched.gateway")
 
 __all__ = ["Gateway", "SSEResponse", "upstream_keys"]
 
@@ -112,6 +115,10 @@ class Gateway:
         for d in self.config.fleet.endpoints:
             client = UpstreamClient(d.base_url, keys[d.name], timeout_s=self.config.timeout_s)
             self.clients[d.name] = client
+            proxy = ignored_proxy(d.base_url, self._environ)
+            if proxy is not None:
+                why = "endpoint %r: %s is set, but the gateway connects to %s directly (no proxies)"
+                logger.warning(why, d.name, proxy, d.base_url)
             endpoints.append(d.endpoint(client))
         options = RuntimeOptions(max_pending=self.config.max_pending,
                                  namespace=self.config.namespace)  # fmt: skip

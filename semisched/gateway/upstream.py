@@ -21,18 +21,40 @@ decides nothing.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import openai
 
 from semisched.gateway.wire import Reply, Wire, WireError
 
-__all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient"]
+__all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient", "ignored_proxy"]
 
 _DONE = b"[DONE]"
+
+
+def ignored_proxy(base_url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy variable an HTTP client that honours them would route ``base_url`` through
+    (``HTTPS_PROXY``, ``ALL_PROXY``, any case), unless ``NO_PROXY`` exempts its host (``*``,
+    the host, or a domain it is in); ``None`` when there is none (``environ``: default
+    ``os.environ``). The upstream connections are direct (:mod:`.wire`), so such a
+    variable is not used: the gateway says so when it starts."""
+    env = os.environ if environ is None else environ
+    given = {name.lower(): name for name, value in env.items() if value}
+    host = (urlsplit(base_url).hostname or "").lower()
+    exempt = given.get("no_proxy")
+    for entry in env[exempt].split(",") if exempt is not None else ():
+        domain = entry.strip().lower().split(":", 1)[0].lstrip(".")
+        if domain == "*" or (domain and (host == domain or host.endswith("." + domain))):
+            return None
+    for name in (f"{urlsplit(base_url).scheme}_proxy", "all_proxy"):
+        if name in given:
+            return given[name]
+    return None
 
 
 def _usage(data: object) -> Any:

@@ -70,3 +70,52 @@ def test_serve_exits_with_one_line_naming_a_missing_upstream_key_variable() -> N
     )  # fmt: skip
     assert run.returncode == 2
     assert "SEMISCHED_TEST_UNSET_VAR is not set" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "environ", "named"),
+    [
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://proxy:3128"}, "HTTPS_PROXY"),
+        ("https://api.example.com/v1", {"https_proxy": "http://proxy:3128"}, "https_proxy"),
+        ("http://10.0.0.5:8000/v1", {"ALL_PROXY": "socks5://proxy:1080"}, "ALL_PROXY"),
+        ("http://10.0.0.5:8000/v1", {"HTTPS_PROXY": "http://proxy:3128"}, None),  # other scheme
+        ("https://api.example.com/v1",
+         {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "localhost,.example.com"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "*"}, None),
+        ("https://api.example.org/v1",
+         {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "example.com"}, "HTTPS_PROXY"),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": ""}, None),  # set but empty
+    ],
+)  # fmt: skip
+def test_a_proxy_variable_the_direct_upstream_connections_ignore_is_named(
+    url: str, environ: dict[str, str], named: str | None
+) -> None:
+    from semisched.gateway.upstream import ignored_proxy
+
+    assert ignored_proxy(url, environ) == named
+
+
+def test_serve_warns_when_a_proxy_variable_would_have_routed_an_upstream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The gateway's upstream connections are direct: behind a proxy it says so at start,
+    # instead of failing to connect with no word why.
+    import anyio
+
+    from semisched.gateway.app import Gateway
+
+    config = config_from_dict(ENDPOINT, auth=False)
+    environ = {"HTTP_PROXY": "http://proxy.internal:3128"}
+
+    async def start_and_stop() -> None:
+        gateway = Gateway(config, environ=environ)
+        await gateway.start()
+        assert gateway.scheduler is not None
+        await gateway.scheduler.__aexit__(None, None, None)
+
+    with caplog.at_level("WARNING", logger="semisched.gateway"):
+        anyio.run(start_and_stop)
+    assert (
+        "endpoint 'a': HTTP_PROXY is set, but the gateway connects to http://127.0.0.1:1/v1 "
+        "directly (no proxies)" in caplog.text
+    )
