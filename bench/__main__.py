@@ -42,18 +42,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from bench.experiments import quick
-from bench.report import write_csv
+from bench.timing_cli import COMMANDS as TIMING
+from bench.timing_cli import UsageError, error
+from bench.timing_cli import add_parsers as add_timing
 from semisched.extras import MissingDependency, needs
-
-
-def _perf_table(rows: list[dict[str, float]]) -> str:
-    keys = list(rows[0])
-    lines = ["  ".join(f"{k:>16}" for k in keys)]
-    lines += ["  ".join(f"{row[k]:>16.1f}" for k in keys) for row in rows]
-    return "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,26 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--time-scale", type=float, default=25.0, help="live time compression (default 25)"
     )
-    d = sub.add_parser(
-        "decision-cost",
-        help="decision latency vs queue length, and routing cost per policy (benchmark)",
-    )
-    d.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
-    d.add_argument("--samples", type=int, default=2000, help="decisions timed per size")
-    d.add_argument("--endpoints", type=int, default=16, help="routing: endpoints (default 16)")
-    d.add_argument("--queued", type=int, default=10_000, help="routing: queued (default 10000)")
-    s = sub.add_parser("sim-speed", help="simulated requests per wall second (benchmark)")
-    s.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
-    s.add_argument("--requests", type=int, default=20_000, help="requests to simulate")
-    pf = sub.add_parser(
-        "perf",
-        help="decisions, simulator and routing against a baseline, alternating (benchmark)",
-    )
-    pf.add_argument("--baseline", required=True, help="a folder (worktree) or a commit")
-    pf.add_argument("--out", type=Path, default=Path("results/perf-compare"), help="output folder")
-    pf.add_argument("--rounds", type=int, default=2, help="rounds per side (default 2)")
-    pf.add_argument("--samples", type=int, default=3000, help="decisions timed per measure")
-    pf.add_argument("--requests", type=int, default=20_000, help="requests the simulator runs")
+    add_timing(sub)
     from bench.suite import BEYOND, EXPERIMENTS
 
     for name in ("all", *(e.name for e in (*EXPERIMENTS, *BEYOND))):
@@ -194,13 +170,6 @@ def _parser() -> argparse.ArgumentParser:
     gw.add_argument("--rounds", type=int, default=3, help="overhead rounds, alternated (3)")
     gw.add_argument("--quick", action="store_true",
                     help="tenants: a fifth of the span")  # fmt: skip
-    o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
-    o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
-    o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")
-    o.add_argument("--calls", type=int, default=4000, help="calls per throughput run (4000)")
-    o.add_argument("--repeats", type=int, default=3, help="throughput rounds (3)")
-    o.add_argument("--priors", default="heuristic",
-                   help="priors (heuristic: time the scheduler, not a model)")  # fmt: skip
     from bench.real_engine.cli import add_parser as add_real_engine
 
     add_real_engine(sub)
@@ -221,55 +190,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(message: str) -> NoReturn:
-    raise _UsageError(message)
-
-
-class _UsageError(Exception):
-    """A bad option value; reported as argparse reports its own errors."""
-
-
 def _check_seeds(args: argparse.Namespace) -> None:
     if args.seeds < 1:
-        _error(f"--seeds={args.seeds} must be >= 1")
+        error(f"--seeds={args.seeds} must be >= 1")
 
 
 def _quick(args: argparse.Namespace) -> Path:
     _check_seeds(args)
     if not args.time_scale > 0:
-        _error(f"--time-scale={args.time_scale} must be > 0")
+        error(f"--time-scale={args.time_scale} must be > 0")
     quick(args.out, seeds=args.seeds, workers=args.workers, live=args.live,
           time_scale=args.time_scale)  # fmt: skip
     return Path(args.out) / "summary.csv"
-
-
-def _decision_cost(args: argparse.Namespace) -> Path:
-    """The queue-length table (decision_cost.csv), then routing per policy (routing_cost.csv)."""
-    from bench.perf import decision_cost, routing_cost
-
-    if args.endpoints < 1:
-        _error(f"--endpoints={args.endpoints} must be >= 1")
-    if args.queued < 0:
-        _error(f"--queued={args.queued} must be >= 0")
-    rows = decision_cost(samples=args.samples)
-    print(_perf_table(rows))
-    ratio = rows[-1]["dispatch_p99_us"] / rows[1]["dispatch_p99_us"]
-    print(f"dispatch p99 growth 1k -> 100k queued: {ratio:.2f}x")
-    write_csv(Path(args.out) / "decision_cost.csv", rows)
-    routed = routing_cost(endpoints=args.endpoints, queued=args.queued, samples=args.samples)
-    print(f"\nrouting, {args.endpoints} endpoints, {args.queued} queued (µs; pick = Fleet.pick, "
-          "dispatch = Engine.completed with routing)")  # fmt: skip
-    keys = [k for k in routed[0] if k not in ("policy", "endpoints", "queued")]
-    print(f"{'policy':>18}" + "".join(f"{k:>{len(k) + 2}}" for k in keys))
-    for row in routed:
-        print(f"{row['policy']:>18}" + "".join(f"{row[k]:>{len(k) + 2}.2f}" for k in keys))
-    worst = max(routed, key=lambda row: float(row["pick_p99_us"]))
-    met = sum(float(row["pick_p99_us"]) <= 20.0 for row in routed)
-    print(f"pick p99 <= 20 µs (the target, set at 16 endpoints and 10k queued): "
-          f"{met}/{len(routed)} policies in this run; worst {worst['policy']} "
-          f"{float(worst['pick_p99_us']):.1f} µs")  # fmt: skip
-    write_csv(Path(args.out) / "routing_cost.csv", routed)
-    return Path(args.out)
 
 
 def _experiments(args: argparse.Namespace) -> Path:
@@ -292,13 +224,13 @@ def _live_check(args: argparse.Namespace) -> Path:
     from bench.crosscheck import live_check
 
     if args.seeds < 1 or not args.time_scale > 0 or not args.tolerance > 0:
-        _error("--seeds, --time-scale and --tolerance must be > 0")
+        error("--seeds, --time-scale and --tolerance must be > 0")
     try:
         live_check(args.experiment, args.out, regime=args.regime, condition=args.condition,
                    strategy=args.strategy, seeds=args.seeds, time_scale=args.time_scale,
                    tolerance=args.tolerance)  # fmt: skip
     except ValueError as exc:
-        _error(str(exc))
+        error(str(exc))
     return Path(args.out) / "live_check.md"
 
 
@@ -316,16 +248,16 @@ def _batch(args: argparse.Namespace) -> Path:
 
     for name in ("requests", "rpm", "tpm"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            _error(f"--{name}={getattr(args, name)} must be >= 1")
+            error(f"--{name}={getattr(args, name)} must be >= 1")
     if args.repeats < 1:
-        _error(f"--repeats={args.repeats} must be >= 1")
+        error(f"--repeats={args.repeats} must be >= 1")
     if args.time_scale is not None and not args.time_scale > 0:
-        _error(f"--time-scale={args.time_scale} must be > 0")
+        error(f"--time-scale={args.time_scale} must be > 0")
     policies = None if args.policies is None else [p.strip() for p in args.policies.split(",")]
     try:
         contenders(WORKLOADS[args.workload], policies=policies)  # names checked before any run
     except ValueError as exc:
-        _error(f"--policies: {exc}")
+        error(f"--policies: {exc}")
     print(batch_benchmark(args.out, workload=args.workload, requests=args.requests,
                           rpm=args.rpm, tpm=args.tpm, time_scale=args.time_scale,
                           repeats=args.repeats, policies=policies, seed=args.seed))  # fmt: skip
@@ -341,7 +273,7 @@ def _default_prior(args: argparse.Namespace) -> Path:
         written = default_prior(args.out, seeds=args.seeds, workloads=workloads,
                                 workers=args.workers)  # fmt: skip
     except ValueError as exc:
-        _error(f"--workloads: {exc}")
+        error(f"--workloads: {exc}")
     print(written.read_text())
     return written
 
@@ -355,7 +287,7 @@ def _routing(args: argparse.Namespace) -> Path:
         written = routing(args.out, seeds=args.seeds, regimes=regimes, requests=args.requests,
                           workers=args.workers)  # fmt: skip
     except ValueError as exc:
-        _error(f"--regimes: {exc}")
+        error(f"--regimes: {exc}")
     if args.live_check:
         from bench.routing_live import routing_live_check
 
@@ -388,25 +320,11 @@ def _plan(args: argparse.Namespace) -> Path:
         names = [n.strip() for n in args.cases.split(",")]
         unknown = sorted(set(names) - {c.name for c in CASES})
         if unknown:
-            _error(f"--cases: unknown {unknown}; known: {[c.name for c in CASES]}")
+            error(f"--cases: unknown {unknown}; known: {[c.name for c in CASES]}")
         cases = tuple(c for c in CASES if c.name in names)
     written = plan_benchmark(Path(args.out), cases=cases, workers=args.workers)
     print((written / "plans.md").read_text())
     print((written / "summary.md").read_text())
-    return written
-
-
-def _sdk_overhead(args: argparse.Namespace) -> Path:
-    from bench.sdk_perf import sdk_overhead, table
-
-    for name, least in (("samples", 1), ("calls", 64), ("repeats", 1)):
-        if getattr(args, name) < least:
-            _error(f"--{name}={getattr(args, name)} must be >= {least}")
-    rows = sdk_overhead(samples=args.samples, calls=args.calls, repeats=args.repeats,
-                        priors=args.priors)  # fmt: skip
-    print(table(rows))
-    written = Path(args.out) / "sdk_overhead.csv"
-    write_csv(written, rows)
     return written
 
 
@@ -419,7 +337,7 @@ def _dashboard(args: argparse.Namespace) -> Path:
         run = DashboardRun(regime=args.regime, requests=args.requests, seed=args.seed,
                            scrape_s=args.scrape)  # fmt: skip
     except ValueError as exc:
-        _error(str(exc))
+        error(str(exc))
     summary = dashboard(args.out, run)
     for key, value in summary.items():
         print(f"{key:>24}  {value:10.3f}" if isinstance(value, float) else f"{key:>24}  {value}")
@@ -440,7 +358,7 @@ def _shared_budget(args: argparse.Namespace) -> Path:
                               repeats=args.repeats, seed=args.seed, margin_s=args.margin,
                               probe=args.probe, faults=faults)  # fmt: skip
     except ValueError as exc:
-        _error(str(exc))
+        error(str(exc))
     written = shared_budget(args.out, config)
     print(written.read_text())
     return written
@@ -456,7 +374,7 @@ def _gateway(args: argparse.Namespace) -> Path:
                                 connections=args.connections, requests=args.requests,
                                 rounds=args.rounds, quick=args.quick)  # fmt: skip
     except ValueError as exc:
-        _error(str(exc))
+        error(str(exc))
     print(written.read_text())
     return written
 
@@ -467,36 +385,12 @@ def _real_engine(args: argparse.Namespace) -> Path:
     return run(args)
 
 
-def _sim_speed(args: argparse.Namespace) -> Path:
-    from bench.perf import sim_speed
-
-    row = sim_speed(requests=args.requests)
-    print(_perf_table([row]))
-    written = Path(args.out) / "sim_speed.csv"
-    write_csv(written, [row])
-    return written
-
-
-def _perf(args: argparse.Namespace) -> Path:
-    from bench.perf_compare import perf_compare, table
-
-    rows = perf_compare(
-        Path(args.out), args.baseline, rounds=args.rounds, samples=args.samples,
-        requests=args.requests,
-    )  # fmt: skip
-    print(table(rows))
-    return Path(args.out) / "perf.csv"
-
-
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "quick": _quick,
-    "decision-cost": _decision_cost,
-    "sim-speed": _sim_speed,
-    "perf": _perf,
+    **TIMING,
     "live-check": _live_check,
     "docs": _docs,
     "batch": _batch,
-    "sdk-overhead": _sdk_overhead,
     "default-prior": _default_prior,
     "routing": _routing,
     "shared-budget": _shared_budget,
@@ -516,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with needs(f"python -m bench {args.command}", extra="bench"):
             written = handler(args)
-    except _UsageError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     except MissingDependency as exc:
         parser.exit(2, f"{parser.prog}: {exc}\n")
