@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-__all__ = ["free_port", "running_fleet", "running_process", "running_server"]
+__all__ = ["free_port", "running_fleet", "running_process", "running_server", "stop_process"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -112,12 +112,20 @@ def running_process(
                     time.sleep(0.05)  # bounded start-up wait for a child process
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, stop_timeout_s)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """Stop ``proc``: SIGTERM, then SIGKILL if it has not exited within ``timeout_s``;
+    reaped either way (a no-op for one that already exited)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from mockprovider.launch import stop_process
+
 __all__ = [
     "DEFAULT_BATCH",
     "EngineStartError",
@@ -179,14 +181,8 @@ class LlamaServer:
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the process (SIGTERM, SIGKILL after ``grace_s``); idempotent."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, grace_s)
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from bench.redis_server import server_binary
-from mockprovider.launch import free_port
+from mockprovider.launch import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.wallclock
@@ -137,12 +137,7 @@ def serving(command: str, port: int) -> Iterator[None]:
                 time.sleep(0.1)  # bounded start-up wait for a child process
             yield
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def server_lines(block: Block) -> list[str]:
