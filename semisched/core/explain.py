@@ -219,9 +219,7 @@ class LazyExplanation:
 
 def resolve(why: Explanation | LazyExplanation | None) -> Explanation | None:
     """``why`` as an :class:`Explanation` (an action's ``explanation``)."""
-    if type(why) is LazyExplanation:
-        return why.get()
-    return why  # type: ignore[return-value]
+    return why.get() if isinstance(why, LazyExplanation) else why
 
 
 def _shed_explanation(
