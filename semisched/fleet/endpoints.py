@@ -47,12 +47,12 @@ _SPEC_OPTIONS: Final = tuple(
 _LIMITS: Final = ("rpm", "tpm")
 #: Every keyword option of :class:`Endpoint` (and of a fleet file's ``[[endpoint]]``
 #: table), in order: the one list of an endpoint's settings.
-ENDPOINT_OPTIONS: Final = ("model_map", *_LIMITS, *_SPEC_OPTIONS)
+ENDPOINT_OPTIONS: Final = ("model_map", *_LIMITS, "learn_limits", *_SPEC_OPTIONS)
 
 
 def endpoint_option_types() -> dict[str, type]:
     """Each scalar option's type (``model_map`` left out), read from the core's dataclasses."""
-    hints = {**get_type_hints(BudgetConfig), **get_type_hints(EndpointSpec)}
+    hints = {**get_type_hints(BudgetConfig), **get_type_hints(EndpointSpec), "learn_limits": bool}
     types: dict[str, type] = {}
     for name in ENDPOINT_OPTIONS[1:]:
         hint = hints[name]
@@ -73,8 +73,9 @@ def endpoint_spec(
 ) -> EndpointSpec:
     """What the core knows of an endpoint: its options (:data:`ENDPOINT_OPTIONS`), checked.
 
-    A budget is kept when it has ``rpm`` or ``tpm``, or ``learn_limits`` (then it
-    adopts the limits the endpoint's ``x-ratelimit-*`` headers advertise).
+    A budget is kept when it has ``rpm`` or ``tpm``, or ``learn_limits``; with
+    ``learn_limits`` it adopts the limits the endpoint's ``x-ratelimit-*`` headers
+    advertise (per minute), without it only ``rpm``/``tpm`` count.
     ``in_file``: messages in a fleet file's words (a ``model_map`` is a table there).
 
     Raises:
@@ -102,7 +103,10 @@ def endpoint_spec(
     check_int("tpm", tpm, minimum=1, optional=True)
     check_bool("learn_limits", learn_limits)
     unlimited = rpm is None and tpm is None
-    budget = None if unlimited and not learn_limits else BudgetConfig(rpm=rpm, tpm=tpm)
+    budget = (
+        None if unlimited and not learn_limits
+        else BudgetConfig(rpm=rpm, tpm=tpm, adapt=learn_limits)
+    )
     return EndpointSpec(name=name, models=models, budget=budget, **spec_options)
 
 
@@ -116,8 +120,11 @@ class Endpoint:
         learn_limits: Keep a rate budget for it even without ``rpm``/``tpm``,
             adopting the limits its ``x-ratelimit-*`` headers advertise (so a
             tight limit nobody told the scheduler about is learned from the
-            first answers, not from a storm of 429s). ``Scheduler(client)``'s
-            one endpoint does not: there ``config.budget`` governs, as before.
+            first answers, not from a storm of 429s). ``False``: only its
+            ``rpm``/``tpm`` count, for a server whose headers do not count per
+            minute or whose limits a fleet budget already keeps.
+            ``Scheduler(client)``'s one endpoint does not learn: there
+            ``config.budget`` governs, as before.
         **options: Its settings (:data:`ENDPOINT_OPTIONS`):
 
             - ``model_map``: logical model -> this deployment's model name (an

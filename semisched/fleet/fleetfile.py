@@ -13,7 +13,8 @@ A fleet file is TOML (read with :mod:`tomllib`)::
     key_env = "EAST_KEY"                # optional: the variable holding its API key
     model_map = { "gpt-4o-mini" = "east-deployment" }   # optional: logical -> deployed
     rpm = 500                           # optional: also tpm, max_concurrency, weight,
-                                        # pool ("short"/"long"), context_tokens
+                                        # pool ("short"/"long"), context_tokens,
+                                        # learn_limits (true: adopt x-ratelimit-* headers)
 
 :func:`load_fleet` reads and validates it into a :class:`FleetFile` (a tuple
 of :class:`EndpointDef` and an optional
@@ -198,7 +199,7 @@ class EndpointDef:
 
 
 #: Options with a default other than ``None``, and the scalar ones (all but ``model_map``).
-_DEFAULTS: Final = {"weight": 1.0}
+_DEFAULTS: Final = {"weight": 1.0, "learn_limits": True}
 _SCALARS: Final = ENDPOINT_OPTIONS[1:]
 
 
@@ -376,10 +377,20 @@ def option_pairs(
             raise FleetFileError(f"{where}: {key} given twice")
         raw = raw.strip()
         try:
-            values[field_name] = kind(raw)
+            values[field_name] = _flag(raw) if kind is bool else kind(raw)
         except ValueError:
-            what = "an int" if kind is int else "a number"
+            what = {int: "an int", bool: "true or false"}.get(kind, "a number")
             raise FleetFileError(f"{where}: {key}={raw!r} must be {what}") from None
+
+
+def _flag(raw: str) -> bool:
+    """``true``/``false`` (any case; ``1``/``0``, ``yes``/``no`` too) as a bool."""
+    word = raw.lower()
+    if word in ("true", "1", "yes"):
+        return True
+    if word in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)
 
 
 def openai_client(base_url: str, api_key: str) -> Any:

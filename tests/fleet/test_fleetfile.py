@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from semisched.core.budget import ProviderLimits, RateBudget
 from semisched.core.config import RoutingConfig
 from semisched.fleet.endpoints import Endpoint
 from semisched.fleet.fleetfile import (
@@ -22,6 +23,7 @@ from semisched.fleet.fleetfile import (
     FleetFileError,
     build_endpoints,
     load_fleet,
+    openai_client,
     parse_endpoint_option,
 )
 
@@ -209,7 +211,7 @@ def test_fleet_file_error_is_a_value_error() -> None:
 def test_an_endpoint_option_with_every_key() -> None:
     got = parse_endpoint_option(
         "east=http://127.0.0.1:8000/east/v1,key-env=EAST_KEY,rpm=500,tpm=9000,"
-        "max-concurrency=4,weight=0.5,pool=long,context_tokens=8192"
+        "max-concurrency=4,weight=0.5,pool=long,context_tokens=8192,learn-limits=false"
     )
     assert got == EndpointDef(
         name="east",
@@ -221,6 +223,7 @@ def test_an_endpoint_option_with_every_key() -> None:
         weight=0.5,
         pool="long",
         context_tokens=8192,
+        learn_limits=False,
     )
     assert parse_endpoint_option("w=https://w/v1") == EndpointDef(name="w", base_url="https://w/v1")
 
@@ -238,6 +241,7 @@ BAD_OPTIONS: list[tuple[str, str]] = [
     ("east=http://a/v1,pool=mid", "endpoint 'east': pool='mid' must be one of"),
     ("east=http://a/v1,key-env=", "endpoint 'east': key_env='' must be"),
     ("east=http://a/v1,rpm=1,rpm=2", "endpoint 'east': rpm given twice"),
+    ("east=http://a/v1,learn-limits=off", "endpoint 'east': learn-limits='off' must be true or"),
 ]
 
 
@@ -346,3 +350,27 @@ def test_the_example_client_fleet_matches_the_example_mock_fleet() -> None:
     for endpoint in client.endpoints:
         assert endpoint.base_url == f"http://127.0.0.1:8000/{endpoint.name}/v1"
     assert client.routing is not None and client.routing.policy == "anticipated_load"
+
+
+def _learned_limit(endpoint: Endpoint) -> int | None:
+    """The request limit the endpoint's budget keeps after a header advertised 5 per minute."""
+    assert endpoint.spec.budget is not None
+    budget = RateBudget(endpoint.spec.budget)
+    budget.charge(0.0, "r1", 10.0)
+    budget.observe("r1", 0.1, ProviderLimits(limit_requests=5, remaining_requests=4))
+    return budget.snapshot(0.2).limit_requests
+
+
+def test_an_endpoint_learns_advertised_limits_unless_told_not_to(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        '[[endpoint]]\nname = "a"\nbase_url = "http://a/v1"\nrpm = 100\n'
+        '[[endpoint]]\nname = "b"\nbase_url = "http://b/v1"\nrpm = 100\nlearn_limits = false\n'
+        '[[endpoint]]\nname = "c"\nbase_url = "http://c/v1"\nlearn_limits = false\n'
+    )
+    a, b, c = load_fleet(path).endpoints
+    assert (a.learn_limits, b.learn_limits) == (True, False)
+    client = openai_client("http://a/v1", "unused")
+    assert _learned_limit(a.endpoint(client)) == 5  # the header's tighter limit
+    assert _learned_limit(b.endpoint(client)) == 100  # only its own rpm counts
+    assert c.spec().budget is None  # nothing to keep: no rpm/tpm, no learning
