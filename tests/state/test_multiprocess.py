@@ -15,7 +15,8 @@ times only with generous bounds (no utilisation: that measures the machine).
 
 The store faults are the benchmark's (:func:`bench.shared_budget.run_fault`): Redis
 killed 3 s after the first send and restarted 1 s later, empty; or stopped
-(``SIGSTOP``) for 6 s. Four workers of 60 calls each on a 60-RPM key.
+(``SIGSTOP``) for 6 s. Four workers of 40 calls each on a 60-RPM key: the
+run lasts about 16 wall seconds, so the workers send on after the store is back.
 """
 
 from __future__ import annotations
@@ -198,10 +199,10 @@ def test_redis_killed_or_stopped_mid_run_costs_no_429_and_no_call(
     and the provider answers no 429: neither while the workers run on their fallbacks
     nor after they rejoin (their fallback sends are recorded in the shared window)."""
     config = SharedBudgetConfig(rpm=60, tpm=10**8, time_scale=SCALE, margin_s=MARGIN,
-                                fault_workers=4, fault_calls=60)  # fmt: skip
+                                fault_workers=4, fault_calls=40)  # fmt: skip
     row = run_fault(config, fault, seed=0, logdir=tmp_path)
     assert row["provider_429s"] == 0, row
-    assert row["completed"] == row["provider_completed"] == 240 and row["lost"] == 0
+    assert row["completed"] == row["provider_completed"] == 160 and row["lost"] == 0
     # Every worker that needed the store while it was lost fell back on the same share; one
     # that sent nothing then (it waited out a refusal, say) shows "-" and never fell back.
     shares = str(row["shares"]).split()
