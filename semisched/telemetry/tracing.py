@@ -65,12 +65,13 @@ _OK = {Outcome.COMPLETED, Outcome.CANCELLED}
 class _Open:
     """One request's span and its times."""
 
-    __slots__ = ("attempts", "first_send", "span", "submitted")
+    __slots__ = ("attempts", "first_send", "first_token", "span", "submitted")
 
     def __init__(self, span: trace.Span, submitted: float) -> None:
         self.span = span
         self.submitted = submitted
         self.first_send: float | None = None
+        self.first_token: float | None = None
         self.attempts: list[tuple[int, str, int]] = []  # attempt, endpoint, wall ns
 
 
@@ -131,32 +132,38 @@ class RequestTracing(RequestObserver):
     def first_token(self, request: Request, now: float) -> None:
         state = self._open.get(request.id)
         if state is not None:
-            state.span.set_attribute("semisched.time_to_first_token_s", now - state.submitted)
+            state.first_token = now
 
     def finished(self, request: Request, finished: Finished, now: float) -> None:
         state = self._open.pop(request.id, None)
         if state is None:
             return
         span = state.span
-        if state.first_send is not None:
-            span.set_attribute("semisched.queue_wait_s", state.first_send - state.submitted)
         for attempt, endpoint, at in state.attempts:
             span.add_event("semisched.attempt", {"attempt": attempt, "endpoint": endpoint},
                            timestamp=at)  # fmt: skip
-        span.set_attribute("semisched.outcome", finished.outcome.value)
-        span.set_attribute("semisched.attempts", finished.attempts)
+        # One call: the SDK takes its span lock once per call, not once per attribute.
+        attributes: dict[str, Any] = {
+            "semisched.outcome": finished.outcome.value,
+            "semisched.attempts": finished.attempts,
+        }
+        if state.first_send is not None:
+            attributes["semisched.queue_wait_s"] = state.first_send - state.submitted
+        if state.first_token is not None:
+            attributes["semisched.time_to_first_token_s"] = state.first_token - state.submitted
         if finished.endpoint:
-            span.set_attribute("semisched.endpoint", finished.endpoint)
+            attributes["semisched.endpoint"] = finished.endpoint
         if finished.prompt_tokens is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", finished.prompt_tokens)
+            attributes["gen_ai.usage.input_tokens"] = finished.prompt_tokens
         if finished.output_tokens is not None:
-            span.set_attribute("gen_ai.usage.output_tokens", finished.output_tokens)
+            attributes["gen_ai.usage.output_tokens"] = finished.output_tokens
         why = finished.explanation
         if why is not None:
-            span.set_attribute("semisched.decision", why.decision.value)
-            span.set_attribute("semisched.rule", why.rule)
-            span.set_attribute("semisched.reason", why.reason)
-            span.set_attribute("semisched.severity", why.severity)
+            attributes["semisched.decision"] = why.decision.value
+            attributes["semisched.rule"] = why.rule
+            attributes["semisched.reason"] = why.reason
+            attributes["semisched.severity"] = why.severity
+        span.set_attributes(attributes)
         if finished.outcome not in _OK:
             reason = why.reason if why is not None else finished.outcome.value
             span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
