@@ -82,8 +82,12 @@ def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     medians = median_rows(rows)
     seeds = sorted({int(str(r["seed"])) for r in rows})
     head = " | ".join(f"{name}: engine / sim" for name, *_ in _COLUMNS)
+    rates = {str(r["load"]): f"{float(r['rate_per_s']):.2f}/s, {r['requests']} requests"  # type: ignore[arg-type]
+             for r in rows if "rate_per_s" in r}  # fmt: skip
+    offered = "; ".join(f"{load}: {rate}" for load, rate in rates.items())
     lines = [
-        f"Medians over seeds {seeds}; each cell is engine / sim (the fitted `llama-cpp` profile).",
+        f"Medians over seeds {seeds}; each cell is engine / sim (the fitted `llama-cpp` profile)."
+        + (f" Arrivals per run: {offered}." if offered else ""),
         "",
         f"| load | strategy | {head} |",
         "|---|---|" + "---|" * len(_COLUMNS),

@@ -134,6 +134,8 @@ def test_the_report_takes_medians_over_seeds_and_the_naive_over_full_ratio() -> 
     assert "| high | direct_naive | 20.00 / 12.00 | 9.00 / 9.00 |" in text
     assert "| high | 5.00 | 4.00 |" in text
     assert "seeds [0, 1, 2]" in text
+    rated = [{**r, "rate_per_s": 1.8284, "requests": 40} for r in rows]
+    assert "Arrivals per run: high: 1.83/s, 40 requests." in headline_markdown(rated)
     assert "quota_tiered" not in text  # a strategy that did not run has no row
 
 
