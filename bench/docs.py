@@ -353,6 +353,19 @@ def _real_engine_compare(run: Path) -> str:
     )
 
 
+def _generated(name: str, command: str) -> Callable[[Path], str]:
+    """A block that shows ``docs/results/real-engine/<name>`` as ``command`` wrote it, or
+    says that it has not run yet."""
+
+    def render(root: Path) -> str:
+        path = root / DOCS / "real-engine" / name
+        if not path.exists():
+            return f"Not run yet: `{command}` writes `real-engine/{name}`."
+        return f"`real-engine/{name}`:\n\n" + path.read_text(encoding="utf-8").strip()
+
+    return render
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -395,6 +408,8 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
     "real-engine": _real_engine,
+    "real-engine-headline": _generated("headline.md", "python -m bench real-engine headline"),
+    "real-engine-routing": _generated("routing.md", "python -m bench real-engine routing"),
     "perf": _perf,
 }
 

@@ -6,8 +6,13 @@
   ``calibration.csv`` and ``fit.json`` (the ``llama-cpp`` profile of the mock).
 * ``compare``: the same seeded open-loop workload through the fitted mock and the
   engine (:mod:`.compare`); writes ``compare.csv`` and ``compare_requests.csv``.
+* ``headline``: the quick comparison's four strategies through the SDK into one engine,
+  beside the simulator's prediction (:mod:`.headline`); writes ``headline.csv``,
+  ``headline.md`` and ``headline_run.json``.
+* ``routing``: one scheduler over a fast and a slow engine, per routing policy
+  (:mod:`.routing_engine`); writes ``routing.csv`` and ``routing.md``.
 
-All three write under ``--out`` (default ``docs/results/real-engine``).
+All write under ``--out`` (default ``docs/results/real-engine``).
 """
 
 from __future__ import annotations
@@ -30,15 +35,28 @@ PARALLEL = 8
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``real-engine`` subcommand and its own subcommands."""
     real = sub.add_parser("real-engine", help="llama.cpp's llama-server: build it, fit the mock "
-                          "to it, compare the two on one workload")  # fmt: skip
+                          "to it, compare the two, run the headline and routing on it")  # fmt: skip
     steps = real.add_subparsers(dest="step", required=True)
     for name, text in (
         ("setup", "download, build and cache llama-server and the model; write setup.md"),
         ("fit", "measure the engine; fit the mock's llama-cpp profile (calibration.csv, fit.json)"),
         ("compare", "one seeded open-loop workload on the fitted mock and on the engine"),
+        (
+            "headline",
+            "the quick comparison's four strategies through the SDK into one engine, "
+            "beside the simulator (headline.csv, headline.md)",
+        ),
+        (
+            "routing",
+            "one scheduler over a fast and a slow engine, per routing policy "
+            "(routing.csv, routing.md)",
+        ),
     ):
         step = steps.add_parser(name, help=text)
         step.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder ({DEFAULT_OUT})")
+        if name in ("headline", "routing"):
+            _matrix_arguments(step, name)
+            continue
         if name != "setup":
             step.add_argument("--parallel", type=int, default=PARALLEL, help="engine slots (8)")
             step.add_argument("--seed", type=int, default=0, help="seed (0)")
@@ -53,10 +71,57 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                               help="offered load, share of the fitted capacity (0.9)")  # fmt: skip
 
 
+def positive(text: str) -> int:
+    """An integer >= 1 (an argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def loads(text: str) -> tuple[str, ...]:
+    """A comma-separated list of congestion levels of ``bench.workloads`` (an argparse type)."""
+    from bench.workloads import CONGESTION
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in CONGESTION]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: each load must be one of {', '.join(sorted(CONGESTION))}"
+        )
+    return names
+
+
+def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
+    step.add_argument("--seeds", type=positive, default=3, help="seeds 0..N-1 (3)")
+    step.add_argument("--requests", type=positive, default=300, help="requests per run (300)")
+    if name == "headline":
+        step.add_argument("--loads", type=loads, default=("medium", "high"),
+                          help="congestion levels, comma-separated (medium,high)")  # fmt: skip
+    else:
+        from bench.workloads import CONGESTION
+
+        step.add_argument("--load", choices=sorted(CONGESTION), default="medium",
+                          help="congestion of the pair's joint capacity (medium)")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> Path:
     """Run the chosen step; the main file it wrote."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.step == "headline":
+        from bench.real_engine.headline_report import headline_main
+
+        return headline_main(out, seeds=range(args.seeds), loads=args.loads,
+                             requests=args.requests, parallel=PARALLEL)  # fmt: skip
+    if args.step == "routing":
+        from bench.real_engine.routing_engine import routing_main
+
+        return routing_main(out, seeds=range(args.seeds), load=args.load,
+                            requests=args.requests)  # fmt: skip
     if args.step == "setup":
         from bench.real_engine.setup import setup_main
 

@@ -1,0 +1,175 @@
+"""The headline on the real engine: its run over the matrix and its files.
+
+:func:`headline_main` runs :mod:`.headline`'s matrix (strategies x loads x seeds, engine
+and sim) and writes ``headline.csv`` (every row), ``headline.md`` (medians over seeds,
+engine beside sim, and per load the ratio of ``direct_naive``'s short P95 to
+``final_adrr_olc``'s) and ``headline_run.json`` (wall time, load average before and after,
+cores, the engine's commit). The csv is rewritten after each engine run, so an interrupted
+run keeps what it measured.
+
+:func:`headline_markdown` and :func:`ratio_rows` are the report alone (no engine), so a
+test checks them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from bench.real_engine.headline import STRATEGIES, median
+
+__all__ = ["headline_main", "headline_markdown", "median_rows", "ratio_rows", "write_rows"]
+
+_COLUMNS = (
+    ("short P95 s", "short_p95_ms", 1e-3, 2),
+    ("global P95 s", "global_p95_ms", 1e-3, 2),
+    ("completion", "completion_rate", 1.0, 3),
+    ("satisfaction", "satisfaction", 1.0, 3),
+    ("goodput /s", "goodput_rps", 1.0, 3),
+)
+_BASE, _FULL = "direct_naive", "final_adrr_olc"
+
+
+def write_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
+    """``rows`` as csv, the columns in first-seen order."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def median_rows(
+    rows: Sequence[Mapping[str, object]],
+) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Per (load, strategy, mode): each metric's median over the seeds."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, object]]] = {}
+    for row in rows:
+        key = (str(row["load"]), str(row["strategy"]), str(row["mode"]))
+        groups.setdefault(key, []).append(row)
+    return {
+        key: {metric: median([float(r[metric]) for r in group])  # type: ignore[arg-type]
+              for _, metric, _, _ in _COLUMNS}
+        for key, group in groups.items()
+    }  # fmt: skip
+
+
+def ratio_rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    """Per load: ``direct_naive``'s median short P95 over ``final_adrr_olc``'s, engine and sim."""
+    medians = median_rows(rows)
+    out = []
+    for load in dict.fromkeys(str(r["load"]) for r in rows):
+        row: dict[str, object] = {"load": load}
+        for mode in ("engine", "sim"):
+            base = medians.get((load, _BASE, mode), {}).get("short_p95_ms", math.nan)
+            full = medians.get((load, _FULL, mode), {}).get("short_p95_ms", math.nan)
+            row[mode] = base / full if full > 0 else math.nan
+        out.append(row)
+    return out
+
+
+def _cell(engine: float, sim: float, scale: float, digits: int) -> str:
+    return f"{engine * scale:.{digits}f} / {sim * scale:.{digits}f}"
+
+
+def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
+    """The report (module docstring): one table of medians, one of ratios."""
+    medians = median_rows(rows)
+    seeds = sorted({int(str(r["seed"])) for r in rows})
+    head = " | ".join(f"{name}: engine / sim" for name, *_ in _COLUMNS)
+    rates = {str(r["load"]): f"{float(r['rate_per_s']):.2f}/s, {r['requests']} requests"  # type: ignore[arg-type]
+             for r in rows if "rate_per_s" in r}  # fmt: skip
+    offered = "; ".join(f"{load}: {rate}" for load, rate in rates.items())
+    lines = [
+        f"Medians over seeds {seeds}; each cell is engine / sim (the fitted `llama-cpp` profile)."
+        + (f" Arrivals per run: {offered}." if offered else ""),
+        "",
+        f"| load | strategy | {head} |",
+        "|---|---|" + "---|" * len(_COLUMNS),
+    ]
+    loads = list(dict.fromkeys(str(r["load"]) for r in rows))
+    for load in loads:
+        for strategy in STRATEGIES:
+            engine = medians.get((load, strategy, "engine"))
+            sim = medians.get((load, strategy, "sim"))
+            if engine is None or sim is None:
+                continue
+            cells = [_cell(engine[m], sim[m], s, d) for _, m, s, d in _COLUMNS]
+            lines.append(f"| {load} | {strategy} | " + " | ".join(cells) + " |")
+    lines += ["", f"Short P95, {_BASE} / {_FULL} (medians):", "",
+              "| load | engine | sim |", "|---|---|---|"]  # fmt: skip
+    for row in ratio_rows(rows):
+        lines.append(f"| {row['load']} | {row['engine']:.2f} | {row['sim']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def headline_main(
+    out: Path, *, seeds: Sequence[int], loads: Sequence[str], requests: int, parallel: int
+) -> Path:
+    """Run the matrix on one llama-server and the simulator; write the files (module
+    docstring). Returns ``headline.md``."""
+    import anyio
+    from tokenizers import Tokenizer
+
+    from bench.real_engine.client import Job, run_jobs
+    from bench.real_engine.headline import (
+        INFORMATION,
+        engine_jobs,
+        engine_run,
+        metric_row,
+        simulate_jobs,
+        strategy_config,
+    )
+    from bench.real_engine.launcher import LlamaServer, ServerOptions
+    from bench.real_engine.setup import EnginePaths, engine_commit
+    from mockprovider.physics import profile
+    from predictors.priors import information_source
+
+    physics = profile("llama-cpp")
+    if physics.slots != parallel:
+        raise ValueError(f"parallel={parallel} must equal the llama-cpp profile's {physics.slots}")
+    paths = EnginePaths.default()
+    vocab = Tokenizer.from_file(str(paths.tokenizer)).get_vocab_size()
+    rows: list[dict[str, object]] = []
+    runs: list[dict[str, object]] = []
+    before, started = _load_average(), time.perf_counter()
+    options = ServerOptions(binary=paths.server, model=paths.gguf, parallel=parallel)
+    with LlamaServer(options) as srv:
+        run_jobs(srv.base_url, [Job(arrival=0.0, prompt=(5, 6, 7), max_tokens=8)])  # warm-up
+        for load in loads:
+            for seed in seeds:
+                source = information_source(INFORMATION, seed=seed)
+                jobs, rate = engine_jobs(physics, source, load=load, requests=requests,
+                                         seed=seed, vocab=vocab)  # fmt: skip
+                keys = {"load": load, "seed": seed, "requests": requests,
+                        "rate_per_s": round(rate, 4)}  # fmt: skip
+                for strategy in STRATEGIES:
+                    config = strategy_config(strategy, parallel)
+                    sim = simulate_jobs(jobs, config, physics, seed)
+                    rows.append(metric_row(sim, strategy=strategy, mode="sim", **keys))
+                    t0, load_before = time.perf_counter(), _load_average()
+                    records, _ = anyio.run(engine_run, {"engine": srv.base_url}, jobs, config, seed)
+                    wall = round(time.perf_counter() - t0, 1)
+                    rows.append(metric_row(records, strategy=strategy, mode="engine", **keys))
+                    runs.append({**keys, "strategy": strategy, "wall_s": wall,
+                                 "load_average_before": load_before,
+                                 "load_average_after": _load_average()})  # fmt: skip
+                    print(f"{load} seed {seed} {strategy}: {wall} s", flush=True)
+                    write_rows(out / "headline.csv", rows)
+    run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
+           "load_average_after": _load_average(), "cores": os.cpu_count(),
+           "engine_commit": engine_commit(paths), "parallel": parallel,
+           "information": INFORMATION, "runs": runs}  # fmt: skip
+    (out / "headline_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    (out / "headline.md").write_text(headline_markdown(rows), encoding="utf-8")
+    print(headline_markdown(rows))
+    return out / "headline.md"

@@ -1,0 +1,158 @@
+"""Routing over two real engines: ``python -m bench real-engine routing``.
+
+Two llama-servers run side by side on loopback: ``fast`` with 8 slots (``--parallel 8``)
+and ``slow`` with 2 (:data:`FLEET`), each one thread at ``nice 10``. One
+:class:`semisched.Scheduler` (``final_adrr_olc``, at most 10 in flight) sends to both
+through one :class:`semisched.Endpoint` each, capped at its slots (``max_concurrency``:
+what a user who started the servers would set), and routes by each policy of
+:data:`POLICIES` in turn, on the same seeded workload (:mod:`.headline`'s: the scaled
+balanced mix, paper-scale priors and deadlines) at a congestion level of the pair's joint
+capacity (:func:`~bench.real_engine.headline.fleet_capacity`, from the ``llama-cpp``
+profile with each server's slots).
+
+On this 2-core machine the two servers are not independent: each has one thread, so with
+both busy they hold a core each and the client (the SDK, in Python) takes its time from
+both; other sessions on the machine take theirs too. ``slow`` is slow because it decodes 2
+sequences a step where ``fast`` decodes 8, and queues the rest.
+
+Written: ``routing.csv`` (per policy and seed: short P95, global P95, completion,
+satisfaction, goodput, and each endpoint's share of the completions) and ``routing.md``
+(medians over seeds). What it is not: no simulator beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.real_engine.headline import median
+
+__all__ = [
+    "FLEET",
+    "POLICIES",
+    "endpoint_shares",
+    "routing_config",
+    "routing_main",
+    "routing_markdown",
+    "routing_row",
+]
+
+#: The routing policies compared (``semisched.core.fleet.routing``'s names).
+POLICIES = ("round_robin", "anticipated_load", "latency_ewma")
+#: Each server's name and slots (``--parallel``).
+FLEET: Mapping[str, int] = {"fast": 8, "slow": 2}
+STRATEGY = "final_adrr_olc"
+
+
+def routing_config(policy: str, fleet: Mapping[str, int] = FLEET) -> Any:
+    """``final_adrr_olc`` routing by ``policy``, its client cap the fleet's slots.
+
+    Raises:
+        ValueError: An unknown ``policy``.
+    """
+    from semisched.core.config import preset
+
+    base = preset(STRATEGY)
+    return base.with_(max_inflight=sum(fleet.values()),
+                      routing=replace(base.routing, policy=policy))  # fmt: skip
+
+
+def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
+    """Each endpoint's share of the completions, from the scheduler's statistics."""
+    done = {e.name: e.completed for e in stats.engine.endpoints}
+    total = sum(done.values())
+    return {f"share_{n}": done.get(n, 0) / total if total else math.nan for n in names}
+
+
+def routing_markdown(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> str:
+    """Medians over seeds per policy: the metrics and each endpoint's share."""
+    columns = [("short P95 s", "short_p95_ms", 1e-3), ("global P95 s", "global_p95_ms", 1e-3),
+               ("completion", "completion_rate", 1.0), ("satisfaction", "satisfaction", 1.0),
+               *((f"share {n}", f"share_{n}", 1.0) for n in names)]  # fmt: skip
+    seeds = sorted({int(str(r["seed"])) for r in rows})
+    lines = [f"Medians over seeds {seeds}.", "",
+             "| policy | " + " | ".join(c[0] for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]  # fmt: skip
+    for policy in dict.fromkeys(str(r["policy"]) for r in rows):
+        mine = [r for r in rows if r["policy"] == policy]
+        cells = [f"{median([float(r[key]) for r in mine]) * scale:.2f}"  # type: ignore[arg-type]
+                 for _, key, scale in columns]  # fmt: skip
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _servers(fleet: Mapping[str, int]) -> Any:
+    from bench.real_engine.client import Job, run_jobs
+    from bench.real_engine.launcher import LlamaServer, ServerOptions
+    from bench.real_engine.setup import EnginePaths
+
+    paths = EnginePaths.default()
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for name, slots in fleet.items():
+            options = ServerOptions(binary=paths.server, model=paths.gguf, parallel=slots)
+            log = paths.gguf.with_name(f"llama-server-{name}.log")
+            srv = stack.enter_context(LlamaServer(options, log=log))
+            run_jobs(srv.base_url, [Job(arrival=0.0, prompt=(5, 6, 7), max_tokens=8)])  # warm-up
+            urls[name] = srv.base_url
+        yield urls
+
+
+def routing_main(out: Path, *, seeds: Sequence[int], load: str, requests: int) -> Path:
+    """Run every policy and seed on the two servers; write the files (module docstring).
+    Returns ``routing.md``."""
+    import anyio
+    from tokenizers import Tokenizer
+
+    from bench.real_engine.headline import INFORMATION, engine_jobs, engine_run, fleet_capacity
+    from bench.real_engine.headline_report import write_rows
+    from bench.real_engine.setup import EnginePaths
+    from mockprovider.physics import profile
+    from predictors.priors import information_source
+
+    physics = profile("llama-cpp")
+    members = [replace(physics, slots=slots) for slots in FLEET.values()]
+    vocab = Tokenizer.from_file(str(EnginePaths.default().tokenizer)).get_vocab_size()
+    rows: list[dict[str, object]] = []
+    started, before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
+    with _servers(FLEET) as urls:
+        for seed in seeds:
+            capacity = fleet_capacity(physics, members, requests=requests, seed=seed)
+            jobs, rate = engine_jobs(physics, information_source(INFORMATION, seed=seed),
+                                     load=load, requests=requests, seed=seed, vocab=vocab,
+                                     capacity=capacity)  # fmt: skip
+            for policy in POLICIES:
+                t0 = time.perf_counter()
+                records, stats = anyio.run(engine_run, urls, jobs, routing_config(policy), seed,
+                                           FLEET)  # fmt: skip
+                row = routing_row(records, stats, policy=policy, load=load, seed=seed,
+                                  requests=requests, rate_per_s=round(rate, 4))  # fmt: skip
+                row["wall_s"] = round(time.perf_counter() - t0, 1)
+                rows.append(row)
+                print(f"seed {seed} {policy}: {row['wall_s']} s", flush=True)
+                write_rows(out / "routing.csv", rows)
+    run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
+           "load_average_after": [round(x, 2) for x in os.getloadavg()],
+           "cores": os.cpu_count(), "fleet": dict(FLEET)}  # fmt: skip
+    (out / "routing_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    (out / "routing.md").write_text(routing_markdown(rows, list(FLEET)), encoding="utf-8")
+    print(routing_markdown(rows, list(FLEET)))
+    return out / "routing.md"
+
+
+def routing_row(records: Sequence[Any], stats: Any, **keys: object) -> dict[str, object]:
+    """``keys``, the :data:`~bench.real_engine.headline.METRICS` of ``records`` and each
+    endpoint's share of the completions."""
+    from bench.real_engine.headline import metric_row
+
+    row = metric_row(records, **keys)
+    row.update(endpoint_shares(stats, list(FLEET)))
+    return row
