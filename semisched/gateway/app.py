@@ -59,7 +59,7 @@ from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadHint, rea
 from semisched.gateway.keys import KeyTable, bearer_key
 from semisched.gateway.status import status_document
 from semisched.gateway.tickets import Ticket, Tracker, current_ticket
-from semisched.gateway.upstream import RawAnswer, UpstreamClient, ignored_proxy
+from semisched.gateway.upstream import RawAnswer, UpstreamClient, proxy_for
 from semisched.runtime.options import RuntimeOptions
 from semisched.runtime.scheduler import Scheduler
 from semisched.runtime.streams import ScheduledStream
@@ -113,12 +113,12 @@ class Gateway:
         keys = upstream_keys(self.config, self._environ)
         endpoints = []
         for d in self.config.fleet.endpoints:
-            client = UpstreamClient(d.base_url, keys[d.name], timeout_s=self.config.timeout_s)
+            proxy = proxy_for(d.base_url, self._environ)
+            if proxy is not None:  # the variable's name only: its value may hold credentials
+                logger.info("endpoint %r: through the proxy in %s", d.name, proxy[0])
+            client = UpstreamClient(d.base_url, keys[d.name], timeout_s=self.config.timeout_s,
+                                    proxy=None if proxy is None else proxy[1])  # fmt: skip
             self.clients[d.name] = client
-            proxy = ignored_proxy(d.base_url, self._environ)
-            if proxy is not None:
-                why = "endpoint %r: %s is set, but the gateway connects to %s directly (no proxies)"
-                logger.warning(why, d.name, proxy, d.base_url)
             endpoints.append(d.endpoint(client))
         options = RuntimeOptions(max_pending=self.config.max_pending,
                                  namespace=self.config.namespace)  # fmt: skip

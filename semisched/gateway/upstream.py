@@ -30,19 +30,20 @@ from urllib.parse import urlsplit
 import httpx2
 import openai
 
+from semisched.gateway.proxied import ProxyReply, ProxyWire
 from semisched.gateway.wire import Reply, Wire, WireError
 
-__all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient", "ignored_proxy"]
+__all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient", "proxy_for"]
 
 _DONE = b"[DONE]"
 
 
-def ignored_proxy(base_url: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The proxy variable an HTTP client that honours them would route ``base_url`` through
-    (``HTTPS_PROXY``, ``ALL_PROXY``, any case), unless ``NO_PROXY`` exempts its host (``*``,
-    the host, or a domain it is in); ``None`` when there is none (``environ``: default
-    ``os.environ``). The upstream connections are direct (:mod:`.wire`), so such a
-    variable is not used: the gateway says so when it starts."""
+def proxy_for(base_url: str, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The proxy an HTTP client that honours the environment would route ``base_url``
+    through: ``(variable, proxy URL)`` from ``HTTPS_PROXY``/``HTTP_PROXY`` (by the URL's
+    scheme) or ``ALL_PROXY``, any case, unless ``NO_PROXY`` exempts its host (``*``, the
+    host, or a domain it is in); ``None`` when there is none (``environ``: default
+    ``os.environ``)."""
     env = os.environ if environ is None else environ
     given = {name.lower(): name for name, value in env.items() if value}
     host = (urlsplit(base_url).hostname or "").lower()
@@ -53,7 +54,7 @@ def ignored_proxy(base_url: str, environ: Mapping[str, str] | None = None) -> st
             return None
     for name in (f"{urlsplit(base_url).scheme}_proxy", "all_proxy"):
         if name in given:
-            return given[name]
+            return given[name], env[given[name]]
     return None
 
 
@@ -107,7 +108,7 @@ class SSEChunk:
 class SSEStream:
     """The upstream's stream of events; ends at ``data: [DONE]`` or when the body ends."""
 
-    def __init__(self, reply: Reply, request: Callable[[], httpx2.Request]) -> None:
+    def __init__(self, reply: Reply | ProxyReply, request: Callable[[], httpx2.Request]) -> None:
         self._reply = reply
         self._request = request
         self.headers = reply.headers
@@ -193,6 +194,8 @@ class UpstreamClient:
         api_key: Sent as ``Authorization: Bearer``; ``None``: no header.
         timeout_s: The read timeout of one call (a stream's, between events).
         max_connections: Connections kept to the upstream at most.
+        proxy: A forward proxy's URL to send through (:mod:`.proxied`); ``None``: the
+            direct connections of :mod:`.wire`.
     """
 
     def __init__(
@@ -202,19 +205,28 @@ class UpstreamClient:
         *,
         timeout_s: float = 600.0,
         max_connections: int = 1000,
+        proxy: str | None = None,
     ) -> None:
         headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.base_url = base_url.rstrip("/")
-        self._wire = Wire(self.base_url, headers=headers, timeout_s=timeout_s,
-                          connect_timeout_s=min(timeout_s, 10.0),
-                          max_connections=max_connections)  # fmt: skip
+        connect_s = min(timeout_s, 10.0)
+        self._wire: Wire | ProxyWire
+        if proxy is None:
+            self._wire = Wire(self.base_url, headers=headers, timeout_s=timeout_s,
+                              connect_timeout_s=connect_s,
+                              max_connections=max_connections)  # fmt: skip
+        else:
+            self._wire = ProxyWire(self.base_url, proxy, headers=headers, timeout_s=timeout_s,
+                                   connect_timeout_s=connect_s,
+                                   max_connections=max_connections)  # fmt: skip
         self.chat = SimpleNamespace(completions=_Route(self, "chat/completions"))
         self.completions = _Route(self, "completions")
 
     def __repr__(self) -> str:
-        return f"<UpstreamClient {self.base_url}>"
+        through = " (through a proxy)" if isinstance(self._wire, ProxyWire) else ""
+        return f"<UpstreamClient {self.base_url}{through}>"
 
     async def post(self, path: str, params: Mapping[str, Any]) -> _Parsed:
         """POST ``params`` to ``path``: the answer (or the open stream) and its headers.
@@ -241,7 +253,7 @@ class UpstreamClient:
             raise openai.APIConnectionError(request=request()) from exc
         return _Parsed(SSEStream(reply, request), reply.headers)
 
-    async def _get_models(self) -> Reply:
+    async def _get_models(self) -> Reply | ProxyReply:
         return await self._wire.request("GET", "models")
 
     async def models(self) -> list[dict[str, Any]]:

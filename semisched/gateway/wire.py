@@ -22,8 +22,8 @@ Rules:
    new connection ``connect_timeout_s``: :class:`TimeoutError` past them. A
    connection that fails raises :class:`WireError` and is never reused.
 
-What this module is not: no redirects, cookies, proxies, compression or
-retries; it reads no JSON and raises no ``openai`` exception (the upstream
+What this module is not: no redirects, cookies, proxies (an upstream behind one
+goes through :mod:`.proxied`), compression or retries; it reads no JSON and raises no ``openai`` exception (the upstream
 client maps failures). It runs on asyncio only (the gateway runs on uvicorn).
 """
 

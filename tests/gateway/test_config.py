@@ -87,35 +87,10 @@ def test_serve_exits_with_one_line_naming_a_missing_upstream_key_variable() -> N
         ("https://api.example.com/v1", {"HTTPS_PROXY": ""}, None),  # set but empty
     ],
 )  # fmt: skip
-def test_a_proxy_variable_the_direct_upstream_connections_ignore_is_named(
+def test_the_proxy_an_upstream_goes_through_follows_the_environment(
     url: str, environ: dict[str, str], named: str | None
 ) -> None:
-    from semisched.gateway.upstream import ignored_proxy
+    from semisched.gateway.upstream import proxy_for
 
-    assert ignored_proxy(url, environ) == named
-
-
-def test_serve_warns_when_a_proxy_variable_would_have_routed_an_upstream(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # The gateway's upstream connections are direct: behind a proxy it says so at start,
-    # instead of failing to connect with no word why.
-    import anyio
-
-    from semisched.gateway.app import Gateway
-
-    config = config_from_dict(ENDPOINT, auth=False)
-    environ = {"HTTP_PROXY": "http://proxy.internal:3128"}
-
-    async def start_and_stop() -> None:
-        gateway = Gateway(config, environ=environ)
-        await gateway.start()
-        assert gateway.scheduler is not None
-        await gateway.scheduler.__aexit__(None, None, None)
-
-    with caplog.at_level("WARNING", logger="semisched.gateway"):
-        anyio.run(start_and_stop)
-    assert (
-        "endpoint 'a': HTTP_PROXY is set, but the gateway connects to http://127.0.0.1:1/v1 "
-        "directly (no proxies)" in caplog.text
-    )
+    found = proxy_for(url, environ)
+    assert found == (None if named is None else (named, environ[named]))
