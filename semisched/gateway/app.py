@@ -107,7 +107,7 @@ class Gateway:
         """Read the upstream keys, open the clients and enter the scheduler.
 
         Raises:
-            GatewayConfigError: An upstream key variable is unset.
+            GatewayConfigError: An upstream key variable is unset, or a proxy URL unusable.
             StateUnavailable: ``state`` is configured but unreachable.
         """
         keys = upstream_keys(self.config, self._environ)
@@ -116,8 +116,13 @@ class Gateway:
             proxy = proxy_for(d.base_url, self._environ)
             if proxy is not None:  # the variable's name only: its value may hold credentials
                 logger.info("endpoint %r: through the proxy in %s", d.name, proxy[0])
-            client = UpstreamClient(d.base_url, keys[d.name], timeout_s=self.config.timeout_s,
-                                    proxy=None if proxy is None else proxy[1])  # fmt: skip
+            try:
+                client = UpstreamClient(d.base_url, keys[d.name],
+                                        timeout_s=self.config.timeout_s,
+                                        proxy=None if proxy is None else proxy[1])  # fmt: skip
+            except ValueError as exc:  # only a proxy's URL can be bad here
+                where = "" if proxy is None else f" (the proxy in {proxy[0]})"
+                raise GatewayConfigError(f"endpoint {d.name!r}{where}: {exc}") from None
             self.clients[d.name] = client
             endpoints.append(d.endpoint(client))
         options = RuntimeOptions(max_pending=self.config.max_pending,

@@ -73,7 +73,8 @@ class ProxyWire:
         max_connections: Requests on the wire at once.
 
     Raises:
-        ValueError: ``base_url`` or ``proxy`` is not a usable URL.
+        ValueError: ``proxy`` is not a usable proxy URL, or a SOCKS one without
+            ``socksio`` (the message never holds the URL: it may hold credentials).
     """
 
     def __init__(
@@ -93,8 +94,12 @@ class ProxyWire:
             self._client = httpx2.AsyncClient(proxy=proxy, headers=dict(headers or {}),
                                               timeout=timeout, limits=limits,
                                               trust_env=False)  # fmt: skip
-        except (ValueError, httpx2.InvalidURL) as exc:
-            raise ValueError(f"the proxy URL is not usable: {exc}") from None
+        except ImportError:  # the message is httpx's: no URL in it
+            raise ValueError("a SOCKS proxy needs the socksio package "
+                             "(pip install socksio)") from None  # fmt: skip
+        except (ValueError, httpx2.InvalidURL):  # its message may show the URL: not passed on
+            raise ValueError("the proxy's URL is not an http://, https:// or socks5:// "
+                             "URL with a host") from None  # fmt: skip
 
     def __repr__(self) -> str:
         return f"<ProxyWire {self.base_url} (through a proxy)>"

@@ -23,8 +23,9 @@ Rules:
    connection that fails raises :class:`WireError` and is never reused.
 
 What this module is not: no redirects, cookies, proxies (an upstream behind one
-goes through :mod:`.proxied`), compression or retries; it reads no JSON and raises no ``openai`` exception (the upstream
-client maps failures). It runs on asyncio only (the gateway runs on uvicorn).
+goes through :mod:`.proxied`), compression or retries; it reads no JSON and
+raises no ``openai`` exception (the upstream client maps failures). It runs on
+asyncio only (the gateway runs on uvicorn).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,26 @@ def test_the_proxy_an_upstream_goes_through_follows_the_environment(
 
     found = proxy_for(url, environ)
     assert found == (None if named is None else (named, environ[named]))
+
+
+@pytest.mark.parametrize(
+    ("proxy", "says"),
+    [("ftp://user:s3cret@proxy:21", "is not an http://, https:// or socks5:// URL"),
+     pytest.param("socks5://user:s3cret@proxy:1080", "needs the socksio package",
+                  marks=pytest.mark.skipif(find_spec("socksio") is not None,
+                                           reason="socksio is installed"))],
+)  # fmt: skip
+def test_an_unusable_proxy_stops_the_start_naming_its_variable_but_not_its_url(
+    proxy: str, says: str
+) -> None:
+    import anyio
+
+    from semisched.gateway.app import Gateway
+    from semisched.gateway.config import GatewayConfigError
+
+    config = config_from_dict(ENDPOINT, auth=False)
+    gateway = Gateway(config, environ={"ALL_PROXY": proxy})
+    with pytest.raises(GatewayConfigError) as caught:
+        anyio.run(gateway.start)
+    assert "endpoint 'a' (the proxy in ALL_PROXY)" in str(caught.value)
+    assert says in str(caught.value) and "s3cret" not in str(caught.value)
