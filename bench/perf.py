@@ -40,6 +40,7 @@ from semisched.core.config import (
     BudgetConfig,
     OverloadConfig,
     RoutingConfig,
+    SchedulerConfig,
     preset,
 )
 from semisched.core.engine import Action, Engine, Send
@@ -344,6 +345,26 @@ def _percentiles(prefix: str, ns: np.ndarray) -> dict[str, float]:
 
 def sim_speed(requests: int = 20_000, inflight: int = 100, seed: int = 0) -> dict[str, float]:
     """Simulated requests per wall second at about ``inflight`` in flight."""
+    jobs, config, phys = sim_workload(requests, inflight, seed)
+    t0 = time.perf_counter()
+    result = simulate(jobs, config, phys)
+    wall = time.perf_counter() - t0
+    sends = [r for r in result.rows if r.first_send is not None]
+    busy = sum((r.end or 0.0) - (r.first_send or 0.0) for r in sends)
+    return {
+        "requests": float(requests),
+        "wall_s": wall,
+        "requests_per_s": requests / wall,
+        "events_per_s": result.events / wall,
+        "mean_inflight": busy / max(result.end_time, 1e-9),
+    }
+
+
+def sim_workload(
+    requests: int = 20_000, inflight: int = 100, seed: int = 0
+) -> tuple[list[SimJob], SchedulerConfig, PhysicsParams]:
+    """:func:`sim_speed`'s jobs, config and physics: the full stack at about ``inflight``
+    in flight, offered load 1.0."""
     phys: PhysicsParams = replace(profile("default"), slots=inflight)
     config = preset("final_adrr_olc", max_inflight=inflight)
     rng = np.random.default_rng(seed)
@@ -367,15 +388,4 @@ def sim_speed(requests: int = 20_000, inflight: int = 100, seed: int = 0) -> dic
             deadline=float(arrivals[i]) + 3600.0,
         )
         jobs.append(SimJob(request=request, output_tokens=out, input_tokens=256))
-    t0 = time.perf_counter()
-    result = simulate(jobs, config, phys)
-    wall = time.perf_counter() - t0
-    sends = [r for r in result.rows if r.first_send is not None]
-    busy = sum((r.end or 0.0) - (r.first_send or 0.0) for r in sends)
-    return {
-        "requests": float(requests),
-        "wall_s": wall,
-        "requests_per_s": requests / wall,
-        "events_per_s": result.events / wall,
-        "mean_inflight": busy / max(result.end_time, 1e-9),
-    }
+    return jobs, config, phys

@@ -16,7 +16,9 @@ Measures (each the median over the rounds, per side):
 * one routing pick at 16 endpoints and 10k queued: p99 per policy and the worst
   (``bench.perf.routing_cost``; ``-`` where the baseline has no fleets).
 
-A ratio is current over baseline; ``better`` says which way is good.
+A ratio is current over baseline; ``better`` says which way is good. After the
+rounds, ``sim_profile.md`` says where this tree's simulator spends its time
+(:mod:`bench.perf_profile`).
 """
 
 from __future__ import annotations
@@ -163,10 +165,12 @@ def perf_compare(
     samples: int = 3000,
     requests: int = 20_000,
     progress: bool = True,
+    profile: bool = True,
 ) -> list[dict[str, Any]]:
     """Measure ``current`` (default: this tree) against ``baseline`` in ``rounds`` rounds,
     the sides taking turns (which one goes first alternates too); write
-    ``out/perf.csv`` and ``out/perf.json`` (commits, machine, rounds) and return the rows.
+    ``out/perf.csv`` and ``out/perf.json`` (commits, machine, rounds) and, with
+    ``profile``, ``out/sim_profile.md`` (:mod:`bench.perf_profile`); return the rows.
 
     Raises:
         ValueError: ``rounds`` < 1, or a baseline that is neither folder nor commit.
@@ -205,6 +209,12 @@ def perf_compare(
         "load_average": os.getloadavg(),
     }
     (out / "perf.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if profile:
+        from bench.perf_profile import write_sim_profile
+
+        if progress:
+            print("perf: profiling the simulator (this tree)", flush=True)
+        write_sim_profile(out, requests)
     return rows
 
 

@@ -46,3 +46,16 @@ def test_a_baseline_that_is_neither_a_folder_nor_a_commit_is_refused(tmp_path: P
             pass
     with pytest.raises(ValueError, match="rounds=0 must be >= 1"):
         perf_compare(tmp_path, str(tmp_path), rounds=0)
+
+
+def test_the_simulator_profile_names_our_functions_and_their_shares(tmp_path: Path) -> None:
+    from bench.perf_profile import TOP, profile_rows, write_sim_profile
+
+    rows = profile_rows(requests=300, top=8)
+    assert len(rows) == 8
+    shares = [float(str(r["share"])) for r in rows]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
+    assert any(str(r["function"]).startswith("semisched/core/") for r in rows)
+    text = write_sim_profile(tmp_path, requests=300).read_text()
+    table = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(table) == TOP and "| function | calls | own s |" in text
