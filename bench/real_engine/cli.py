@@ -101,6 +101,8 @@ def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
     if name == "headline":
         step.add_argument("--loads", type=loads, default=("medium", "high"),
                           help="congestion levels, comma-separated (medium,high)")  # fmt: skip
+        step.add_argument("--from-csv", action="store_true",
+                          help="rewrite headline.md from OUT/headline.csv (no engine)")  # fmt: skip
     else:
         from bench.workloads import CONGESTION
 
@@ -112,6 +114,10 @@ def run(args: argparse.Namespace) -> Path:
     """Run the chosen step; the main file it wrote."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.step == "headline" and args.from_csv:
+        from bench.real_engine.headline_report import rewrite_markdown
+
+        return rewrite_markdown(out)
     if args.step == "headline":
         from bench.real_engine.headline_report import headline_main
 

@@ -23,7 +23,14 @@ from pathlib import Path
 
 from bench.real_engine.headline import STRATEGIES, median
 
-__all__ = ["headline_main", "headline_markdown", "median_rows", "ratio_rows", "write_rows"]
+__all__ = [
+    "headline_main",
+    "headline_markdown",
+    "median_rows",
+    "ratio_rows",
+    "rewrite_markdown",
+    "write_rows",
+]
 
 _COLUMNS = (
     ("short P95 s", "short_p95_ms", 1e-3, 2),
@@ -106,6 +113,20 @@ def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     for row in ratio_rows(rows):
         lines.append(f"| {row['load']} | {row['engine']:.2f} | {row['sim']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def rewrite_markdown(out: Path) -> Path:
+    """``out/headline.md`` from the rows in ``out/headline.csv`` (after an interrupted run,
+    or a change of the report alone).
+
+    Raises:
+        FileNotFoundError: No ``headline.csv`` in ``out``.
+    """
+    with open(out / "headline.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    path = out / "headline.md"
+    path.write_text(headline_markdown(rows), encoding="utf-8")
+    return path
 
 
 def _load_average() -> list[float]:

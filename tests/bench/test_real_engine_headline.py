@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +28,12 @@ from bench.real_engine.headline import (
     simulate_jobs,
     strategy_config,
 )
-from bench.real_engine.headline_report import headline_markdown, ratio_rows
+from bench.real_engine.headline_report import (
+    headline_markdown,
+    ratio_rows,
+    rewrite_markdown,
+    write_rows,
+)
 from bench.real_engine.routing_engine import endpoint_shares, routing_config, routing_markdown
 from bench.workloads import DEADLINES_S
 from mockprovider.physics import profile
@@ -137,6 +143,17 @@ def test_the_report_takes_medians_over_seeds_and_the_naive_over_full_ratio() -> 
     rated = [{**r, "rate_per_s": 1.8284, "requests": 40} for r in rows]
     assert "Arrivals per run: high: 1.83/s, 40 requests." in headline_markdown(rated)
     assert "quota_tiered" not in text  # a strategy that did not run has no row
+
+
+def test_the_report_is_rewritten_from_the_csv_alone(tmp_path: Path) -> None:
+    rows = [{**_row(strategy, mode, s, 2.0 + s), "rate_per_s": 1.5, "requests": 40}
+            for strategy in ("direct_naive", "final_adrr_olc") for mode in ("engine", "sim")
+            for s in range(2)]  # fmt: skip
+    write_rows(tmp_path / "headline.csv", rows)
+    assert main(["real-engine", "headline", "--from-csv", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "headline.md").read_text() == headline_markdown(rows)
+    with pytest.raises(FileNotFoundError):
+        rewrite_markdown(tmp_path / "empty")
 
 
 def test_a_missing_strategy_gives_no_ratio() -> None:
