@@ -366,6 +366,16 @@ def _generated(name: str, command: str) -> Callable[[Path], str]:
     return render
 
 
+def _real_engine_summary(root: Path) -> str:
+    """The README's view of ``real-engine/headline.csv`` (or that it has not run)."""
+    from bench.real_engine.headline_report import summary_markdown
+
+    path = root / DOCS / "real-engine" / "headline.csv"
+    if not path.exists():
+        return "Not run yet: `python -m bench real-engine headline` writes `real-engine/headline.csv`."
+    return summary_markdown(_read(path))
+
+
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -408,6 +418,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
     "real-engine": _real_engine,
+    "real-engine-summary": _real_engine_summary,
     "real-engine-headline": _generated("headline.md", "python -m bench real-engine headline"),
     "real-engine-routing": _generated("routing.md", "python -m bench real-engine routing"),
     "perf": _perf,

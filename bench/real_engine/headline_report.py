@@ -29,6 +29,7 @@ __all__ = [
     "median_rows",
     "ratio_rows",
     "rewrite_markdown",
+    "summary_markdown",
     "write_rows",
 ]
 
@@ -113,6 +114,23 @@ def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     for row in ratio_rows(rows):
         lines.append(f"| {row['load']} | {row['engine']:.2f} | {row['sim']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def summary_markdown(rows: Sequence[Mapping[str, object]]) -> str:
+    """The README's lines: per load, ``direct_naive``'s short P95 over ``final_adrr_olc``'s
+    on the engine and in the simulator, and the full stack's completion and satisfaction
+    on the engine (medians over the seeds)."""
+    medians = median_rows(rows)
+    seeds = len({str(r["seed"]) for r in rows})
+    lines = [f"| load | short P95 {_BASE} / {_FULL}: engine | simulated | {_FULL} on the "
+             "engine: completion | satisfaction |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for row in ratio_rows(rows):
+        full = medians.get((str(row["load"]), _FULL, "engine"), {})
+        lines.append(f"| {row['load']} | {row['engine']:.1f}x | {row['sim']:.1f}x | "
+                     f"{full.get('completion_rate', math.nan):.3f} | "
+                     f"{full.get('satisfaction', math.nan):.3f} |")  # fmt: skip
+    requests = sorted({str(r.get("requests", "?")) for r in rows})
+    return "\n".join(lines) + f"\n\nMedians over {seeds} seeds, {', '.join(requests)} requests a run."
 
 
 def rewrite_markdown(out: Path) -> Path:
