@@ -372,7 +372,8 @@ def _real_engine_summary(root: Path) -> str:
 
     path = root / DOCS / "real-engine" / "headline.csv"
     if not path.exists():
-        return "Not run yet: `python -m bench real-engine headline` writes `real-engine/headline.csv`."
+        return ("Not run yet: `python -m bench real-engine headline` writes "
+                "`real-engine/headline.csv`.")
     return summary_markdown(_read(path))
 
 

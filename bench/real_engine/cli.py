@@ -95,6 +95,16 @@ def loads(text: str) -> tuple[str, ...]:
     return names
 
 
+def caps(text: str) -> tuple[str, ...]:
+    """A comma-separated list of the routing run's endpoint caps (an argparse type)."""
+    from bench.real_engine.routing_engine import CAPS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names or any(n not in CAPS for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: each cap must be one of {', '.join(CAPS)}")
+    return names
+
+
 def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
     step.add_argument("--seeds", type=positive, default=3, help="seeds 0..N-1 (3)")
     step.add_argument("--requests", type=positive, default=300, help="requests per run (300)")
@@ -108,6 +118,9 @@ def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
 
         step.add_argument("--load", choices=sorted(CONGESTION), default="medium",
                           help="congestion of the pair's joint capacity (medium)")  # fmt: skip
+        step.add_argument("--caps", type=caps, default=("slots", "none"),
+                          help="endpoint caps, comma-separated: slots (each endpoint at most "
+                          "its slots), none (the scheduler's total only) (slots,none)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> Path:
@@ -127,7 +140,7 @@ def run(args: argparse.Namespace) -> Path:
         from bench.real_engine.routing_engine import routing_main
 
         return routing_main(out, seeds=range(args.seeds), load=args.load,
-                            requests=args.requests)  # fmt: skip
+                            requests=args.requests, caps=args.caps)  # fmt: skip
     if args.step == "setup":
         from bench.real_engine.setup import setup_main
 

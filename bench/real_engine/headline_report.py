@@ -130,7 +130,8 @@ def summary_markdown(rows: Sequence[Mapping[str, object]]) -> str:
                      f"{full.get('completion_rate', math.nan):.3f} | "
                      f"{full.get('satisfaction', math.nan):.3f} |")  # fmt: skip
     requests = sorted({str(r.get("requests", "?")) for r in rows})
-    return "\n".join(lines) + f"\n\nMedians over {seeds} seeds, {', '.join(requests)} requests a run."
+    tail = f"Medians over {seeds} seeds, {', '.join(requests)} requests a run."
+    return "\n".join(lines) + "\n\n" + tail
 
 
 def rewrite_markdown(out: Path) -> Path:

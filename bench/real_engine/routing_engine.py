@@ -3,12 +3,15 @@
 Two llama-servers run side by side on loopback: ``fast`` with 8 slots (``--parallel 8``)
 and ``slow`` with 2 (:data:`FLEET`), each one thread at ``nice 10``. One
 :class:`semisched.Scheduler` (``final_adrr_olc``, at most 10 in flight) sends to both
-through one :class:`semisched.Endpoint` each, capped at its slots (``max_concurrency``:
-what a user who started the servers would set), and routes by each policy of
+through one :class:`semisched.Endpoint` each, and routes by each policy of
 :data:`POLICIES` in turn, on the same seeded workload (:mod:`.headline`'s: the scaled
 balanced mix, paper-scale priors and deadlines) at a congestion level of the pair's joint
 capacity (:func:`~bench.real_engine.headline.fleet_capacity`, from the ``llama-cpp``
-profile with each server's slots).
+profile with each server's slots), under each endpoint cap of :data:`CAPS`: ``slots``,
+each endpoint capped at its slots (``max_concurrency``: what a user who started the
+servers would set), so that a send goes where a slot is free whatever the policy; and
+``none``, only the scheduler's total cap (a user who knows the fleet's size but not each
+server's), so that the policy decides which server queues what.
 
 On this 2-core machine the two servers are not independent: each has one thread, so with
 both busy they hold a core each and the client (the SDK, in Python) takes its time from
@@ -35,6 +38,7 @@ from typing import Any
 from bench.real_engine.headline import median
 
 __all__ = [
+    "CAPS",
     "FLEET",
     "POLICIES",
     "endpoint_shares",
@@ -72,19 +76,22 @@ def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
 
 
 def routing_markdown(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> str:
-    """Medians over seeds per policy: the metrics and each endpoint's share."""
+    """Medians over seeds per endpoint caps and policy: the metrics and each endpoint's
+    share."""
     columns = [("short P95 s", "short_p95_ms", 1e-3), ("global P95 s", "global_p95_ms", 1e-3),
                ("completion", "completion_rate", 1.0), ("satisfaction", "satisfaction", 1.0),
                *((f"share {n}", f"share_{n}", 1.0) for n in names)]  # fmt: skip
     seeds = sorted({int(str(r["seed"])) for r in rows})
-    lines = [f"Medians over seeds {seeds}.", "",
-             "| policy | " + " | ".join(c[0] for c in columns) + " |",
-             "|---|" + "---|" * len(columns)]  # fmt: skip
-    for policy in dict.fromkeys(str(r["policy"]) for r in rows):
-        mine = [r for r in rows if r["policy"] == policy]
+    lines = [f"Medians over seeds {seeds}. Caps `slots`: each endpoint takes at most its "
+             "slots; `none`: only the scheduler's total cap.", "",
+             "| caps | policy | " + " | ".join(c[0] for c in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]  # fmt: skip
+    groups = dict.fromkeys((str(r.get("caps", "slots")), str(r["policy"])) for r in rows)
+    for caps, policy in groups:
+        mine = [r for r in rows if (str(r.get("caps", "slots")), r["policy"]) == (caps, policy)]
         cells = [f"{median([float(r[key]) for r in mine]) * scale:.2f}"  # type: ignore[arg-type]
                  for _, key, scale in columns]  # fmt: skip
-        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+        lines.append(f"| {caps} | {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -106,9 +113,15 @@ def _servers(fleet: Mapping[str, int]) -> Any:
         yield urls
 
 
-def routing_main(out: Path, *, seeds: Sequence[int], load: str, requests: int) -> Path:
-    """Run every policy and seed on the two servers; write the files (module docstring).
-    Returns ``routing.md``."""
+#: Endpoint caps a run can compare: each endpoint capped at its slots, or none.
+CAPS = ("slots", "none")
+
+
+def routing_main(
+    out: Path, *, seeds: Sequence[int], load: str, requests: int, caps: Sequence[str] = CAPS
+) -> Path:
+    """Run every policy and seed on the two servers, under each of ``caps``; write the
+    files (module docstring). Returns ``routing.md``."""
     import anyio
     from tokenizers import Tokenizer
 
@@ -129,19 +142,20 @@ def routing_main(out: Path, *, seeds: Sequence[int], load: str, requests: int) -
             jobs, rate = engine_jobs(physics, information_source(INFORMATION, seed=seed),
                                      load=load, requests=requests, seed=seed, vocab=vocab,
                                      capacity=capacity)  # fmt: skip
-            for policy in POLICIES:
+            for cap, policy in ((c, p) for c in caps for p in POLICIES):
                 t0 = time.perf_counter()
+                slots = FLEET if cap == "slots" else None
                 records, stats = anyio.run(engine_run, urls, jobs, routing_config(policy), seed,
-                                           FLEET)  # fmt: skip
-                row = routing_row(records, stats, policy=policy, load=load, seed=seed,
+                                           slots)  # fmt: skip
+                row = routing_row(records, stats, policy=policy, caps=cap, load=load, seed=seed,
                                   requests=requests, rate_per_s=round(rate, 4))  # fmt: skip
                 row["wall_s"] = round(time.perf_counter() - t0, 1)
                 rows.append(row)
-                print(f"seed {seed} {policy}: {row['wall_s']} s", flush=True)
+                print(f"seed {seed} caps {cap} {policy}: {row['wall_s']} s", flush=True)
                 write_rows(out / "routing.csv", rows)
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-           "cores": os.cpu_count(), "fleet": dict(FLEET)}  # fmt: skip
+           "cores": os.cpu_count(), "fleet": dict(FLEET), "caps": list(caps)}  # fmt: skip
     (out / "routing_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     (out / "routing.md").write_text(routing_markdown(rows, list(FLEET)), encoding="utf-8")
     print(routing_markdown(rows, list(FLEET)))

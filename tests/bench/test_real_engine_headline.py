@@ -175,8 +175,10 @@ def test_routing_reports_each_endpoints_share() -> None:
     rows = [{"policy": "round_robin", "seed": s, "short_p95_ms": 1000.0 * (s + 1),
              "global_p95_ms": 5000.0, "completion_rate": 1.0, "satisfaction": 1.0, **shares}
             for s in range(3)]  # fmt: skip
-    text = routing_markdown(rows, ["fast", "slow"])
-    assert "| round_robin | 2.00 | 5.00 | 1.00 | 1.00 | 0.75 | 0.25 |" in text
+    uncapped = [{**r, "caps": "none", "short_p95_ms": 9000.0} for r in rows]
+    text = routing_markdown([*rows, *uncapped], ["fast", "slow"])
+    assert "| slots | round_robin | 2.00 | 5.00 | 1.00 | 1.00 | 0.75 | 0.25 |" in text
+    assert "| none | round_robin | 9.00 | 5.00 | 1.00 | 1.00 | 0.75 | 0.25 |" in text
 
 
 @pytest.mark.parametrize(
@@ -186,6 +188,7 @@ def test_routing_reports_each_endpoints_share() -> None:
         (["headline", "--requests", "many"], "--requests: 'many' is not an integer"),
         (["headline", "--loads", "medium,low"], "each load must be one of high, medium"),
         (["routing", "--load", "low"], "--load: invalid choice: 'low'"),
+        (["routing", "--caps", "slots,some"], "each cap must be one of slots, none"),
     ],
 )
 def test_bad_arguments_stop_before_any_engine_starts(
