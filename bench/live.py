@@ -29,7 +29,7 @@ physics. Differences from the simulator, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,15 @@ from semisched.runtime.clock import ScaledClock
 from semisched.sim.metrics import summarize
 from semisched.sim.simulator import SimJob
 
-__all__ = ["ID_HEADER", "LiveRecord", "live_run", "mock_arguments", "replay_jobs", "submit_job"]
+__all__ = [
+    "ID_HEADER",
+    "LiveRecord",
+    "live_run",
+    "mock_arguments",
+    "replay_jobs",
+    "settle",
+    "submit_job",
+]
 
 
 @dataclass(slots=True)
@@ -66,6 +74,23 @@ class LiveRecord:
     defers: int = 0
 
 
+async def settle(rec: LiveRecord, call: Awaitable[Any]) -> Any:
+    """Await one scheduled ``call`` and write its outcome into ``rec`` (completed,
+    rejected, expired, failed); its answer, ``None`` when the scheduler raised."""
+    try:
+        answer = await call
+    except RequestRejected:
+        rec.outcome = "rejected"
+    except DeadlineExceeded:
+        rec.outcome = "expired"
+    except SemischedError:
+        rec.outcome = "failed"
+    else:
+        rec.outcome = "completed"
+        return answer
+    return None
+
+
 async def submit_job(
     scheduler: Scheduler,
     job: SimJob,
@@ -76,27 +101,19 @@ async def submit_job(
     """Send one simulated job as a live call (its prompt length, prior, class, tenant,
     relative ``deadline`` and true lengths as the mock's hints) and record its outcome
     in ``rec``."""
-    try:
-        await scheduler.submit(
-            model="mock-1",
-            messages=[{"role": "user", "content": filler(job.input_tokens)}],
-            prior=job.request.prior,
-            klass=job.request.klass,
-            deadline=deadline,
-            tenant=job.request.tenant or None,
-            extra_headers={
-                "x-mock-output-tokens": str(job.output_tokens),
-                "x-mock-input-tokens": str(job.input_tokens),
-                **(headers or {}),
-            },
-        )
-        rec.outcome = "completed"
-    except RequestRejected:
-        rec.outcome = "rejected"
-    except DeadlineExceeded:
-        rec.outcome = "expired"
-    except SemischedError:
-        rec.outcome = "failed"
+    await settle(rec, scheduler.submit(
+        model="mock-1",
+        messages=[{"role": "user", "content": filler(job.input_tokens)}],
+        prior=job.request.prior,
+        klass=job.request.klass,
+        deadline=deadline,
+        tenant=job.request.tenant or None,
+        extra_headers={
+            "x-mock-output-tokens": str(job.output_tokens),
+            "x-mock-input-tokens": str(job.input_tokens),
+            **(headers or {}),
+        },
+    ))  # fmt: skip
 
 
 #: The header a recording transport reads a request's id from (the mock ignores it).

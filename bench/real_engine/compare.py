@@ -29,7 +29,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from bench.real_engine.client import Job, prompt_ids
 from mockprovider.physics import COMPLETED, PhysicsParams, ProviderPhysics
 from semisched.plan.mixes import MIXES, OUTPUT_RANGES
 
-__all__ = ["SCALE", "Workload", "bucket_table", "mock_latencies", "workload"]
+__all__ = ["SCALE", "Workload", "bucket_table", "mock_latencies", "workload", "write_rows"]
 
 #: Output lengths of the balanced mix divided by this (the engine is a 2-core CPU).
 SCALE = 4
@@ -141,7 +141,9 @@ def bucket_table(
     return rows
 
 
-def _write(path: Path, rows: Sequence[dict[str, object]]) -> None:
+def write_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
+    """``rows`` as csv, the columns in first-seen order (values as ``str()`` writes them:
+    the real-engine reports read them back at full precision)."""
     keys = list(dict.fromkeys(k for row in rows for k in row))
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=keys)
@@ -193,8 +195,8 @@ def compare_main(
     ends = [j.arrival + x for j, x in zip(work.jobs, engine, strict=True)]
     mock_ends = [j.arrival + x for j, x in zip(work.jobs, mock, strict=True)]
     rows = bucket_table(work.buckets, engine, mock, (max(ends), max(mock_ends)))
-    _write(out / "compare.csv", rows)
-    _write(out / "compare_requests.csv", [
+    write_rows(out / "compare.csv", rows)
+    write_rows(out / "compare_requests.csv", [
         {"id": j.tag, "bucket": b, "arrival_s": round(j.arrival, 4), "prompt_tokens": len(j.prompt),
          "output_tokens": j.max_tokens, "engine_latency_s": round(e, 4),
          "engine_send_lag_s": round(done[j.tag].sent - j.arrival, 4),

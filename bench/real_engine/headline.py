@@ -42,7 +42,7 @@ from typing import Any
 
 import anyio
 
-from bench.live import LiveRecord
+from bench.live import LiveRecord, settle
 from bench.real_engine.compare import SCALE, workload
 from bench.workloads import CONGESTION, DEADLINES_S, klass_for
 from mockprovider.gate import GateConfig
@@ -199,29 +199,18 @@ EXTRA_BODY = {"ignore_eos": True, "temperature": 0.0, "cache_prompt": False}
 async def _one(scheduler: Any, job: EngineJob, rec: LiveRecord, relative: float | None) -> int:
     """Submit ``job``; record its outcome in ``rec``; the output tokens the answer reports
     (``-1`` without an answer)."""
-    from semisched import DeadlineExceeded, RequestRejected, SemischedError
-
     request = job.sim.request
-    try:
-        answer = await scheduler.submit(
-            model="engine",
-            prompt=list(job.prompt),
-            max_tokens=job.sim.output_tokens,
-            prior=request.prior,
-            klass=request.klass,
-            deadline=relative,
-            extra_body=EXTRA_BODY,
-        )
-        rec.outcome = "completed"
-        usage = getattr(answer, "usage", None)
-        return int(getattr(usage, "completion_tokens", -1) or -1)
-    except RequestRejected:
-        rec.outcome = "rejected"
-    except DeadlineExceeded:
-        rec.outcome = "expired"
-    except SemischedError:
-        rec.outcome = "failed"
-    return -1
+    answer = await settle(rec, scheduler.submit(
+        model="engine",
+        prompt=list(job.prompt),
+        max_tokens=job.sim.output_tokens,
+        prior=request.prior,
+        klass=request.klass,
+        deadline=relative,
+        extra_body=EXTRA_BODY,
+    ))  # fmt: skip
+    usage = getattr(answer, "usage", None)
+    return int(getattr(usage, "completion_tokens", -1) or -1)
 
 
 async def replay(scheduler: Any, jobs: Sequence[EngineJob]) -> list[LiveRecord]:

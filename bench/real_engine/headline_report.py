@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bench.real_engine.compare import write_rows
 from bench.real_engine.headline import STRATEGIES, median
 
 __all__ = [
@@ -41,15 +42,6 @@ _COLUMNS = (
     ("goodput /s", "goodput_rps", 1.0, 3),
 )
 _BASE, _FULL = "direct_naive", "final_adrr_olc"
-
-
-def write_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
-    """``rows`` as csv, the columns in first-seen order."""
-    keys = list(dict.fromkeys(k for row in rows for k in row))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def median_rows(
