@@ -13,7 +13,7 @@ stack is built once, from what the scheduler is configured with
    the attempt ends its leases go back, a completion's charge is settled and
    tenants' work is shared.
 3. :class:`ObserverLayer` (observers): the provider call runs inside each
-   observer's ``attempt`` context (a trace's HTTP spans nest under it).
+   observer's ``attempt`` context (tracing: the caller's context, or the live span).
 4. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
    estimator and the length calibration.
 5. :class:`HeaderLayer`: rate-limit headers, of answers and of failures, go to

@@ -155,7 +155,10 @@ class Scheduler:
         tracing: One OpenTelemetry span per request
             (:mod:`semisched.telemetry.tracing`): ``True`` uses the global
             tracer provider (a no-op unless the application configured an
-            SDK), or give a ``TracerProvider``; ``False``: none.
+            SDK), or give a ``TracerProvider``; ``False``: none. Each span is
+            built when its request ends, from recorded times; for spans that an
+            instrumented HTTP client's spans nest under, pass ``tracing=False``
+            and ``observers=[RequestTracing(provider, nest_http=True)]``.
         observers: More :class:`~semisched.telemetry.observe.RequestObserver`\ s, told
             what happens to each request.
         options: The runtime's own settings (:class:`~semisched.RuntimeOptions`):

@@ -2,8 +2,8 @@
 
 A :class:`RequestObserver` hears what happens to each request the
 :class:`~semisched.runtime.dispatch.Dispatcher` runs, in order: ``submitted``; for each
-attempt ``sent`` (and the provider call runs inside ``attempt``'s context, so
-a trace's HTTP spans nest under the request's); ``decided`` for each
+attempt ``sent`` (and the provider call runs inside ``attempt``'s context: tracing
+runs it in the caller's context); ``decided`` for each
 non-terminal decision (a deferral, a retry, a failover, with its
 :class:`~semisched.core.explain.Explanation`); ``first_token`` once for a
 stream; ``finished`` once, with the :class:`Outcome`. The Prometheus metrics
@@ -120,13 +120,18 @@ class RequestObserver:
 class Observers:
     """Calls every observer in order; one that raises is logged, not propagated (rule 3)."""
 
-    __slots__ = ("_complained", "items")
+    __slots__ = ("_complained", "_contexts", "items")
 
     def __init__(self, items: Sequence[RequestObserver]) -> None:
         for item in items:
             if not isinstance(item, RequestObserver):
                 raise TypeError(f"observers: {item!r} must be a semisched.RequestObserver")
         self.items = tuple(items)
+        # Only the observers that give a provider call a context of their own are asked
+        # for one (the base class's is a no-op).
+        self._contexts = tuple(item for item in self.items
+                               if getattr(item.attempt, "__func__", None)
+                               is not RequestObserver.attempt)  # fmt: skip
         self._complained: set[tuple[int, str]] = set()
 
     def __bool__(self) -> bool:
@@ -155,18 +160,20 @@ class Observers:
     def attempt(
         self, request: Request, attempt: int, endpoint: str
     ) -> AbstractContextManager[object]:
-        if len(self.items) == 1:  # the common case, without an ExitStack
+        if len(self._contexts) == 1:  # the common case, without an ExitStack
             try:
-                return self.items[0].attempt(request, attempt, endpoint)
+                return self._contexts[0].attempt(request, attempt, endpoint)
             except Exception:
-                self._failed(self.items[0], "attempt")
+                self._failed(self._contexts[0], "attempt")
                 return contextlib.nullcontext()
+        if not self._contexts:
+            return contextlib.nullcontext()
         return self._attempts(request, attempt, endpoint)
 
     @contextlib.contextmanager
     def _attempts(self, request: Request, attempt: int, endpoint: str) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            for item in self.items:
+            for item in self._contexts:
                 try:
                     stack.enter_context(item.attempt(request, attempt, endpoint))
                 except Exception:

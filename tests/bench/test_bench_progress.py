@@ -32,8 +32,8 @@ def test_sdk_overhead_says_what_it_measures_and_counts_its_throughput_runs(
 ) -> None:
     sdk_overhead(samples=5, calls=16, concurrency=4, repeats=1)
     err = capsys.readouterr().err
-    assert "latency: 5 calls per condition, 6 conditions interleaved..." in err
-    assert "throughput runs of 16 calls 6/6" in err
+    assert "latency: 5 calls per condition, 7 conditions interleaved..." in err
+    assert "throughput runs of 16 calls 7/7" in err
 
 
 def test_bench_plan_progress_is_a_line_per_step_off_a_terminal(

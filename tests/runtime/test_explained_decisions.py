@@ -4,7 +4,7 @@ Virtual time, the in-process mock. A rejected, deferred, retried, expired or
 failed request carries the core's explanation (rule, severity, signals, retry
 hint); ``semisched.decisions`` logs it at DEBUG with structured ``extra``; no
 semisched log line ever holds a prompt or a key; an OpenTelemetry SDK sees one
-span per request, with the client's HTTP spans under it.
+span per request, with the client's HTTP spans beside it (or under it, live).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from semisched.core import preset
 from semisched.core.config import OverloadConfig
 from semisched.core.lifecycle import RetryPolicy
 from semisched.telemetry.observe import Finished, RequestObserver
+from semisched.telemetry.tracing import RequestTracing
 
 pytestmark = pytest.mark.anyio
 
@@ -157,21 +158,32 @@ class HttpSpans(httpx2.AsyncBaseTransport):
 # says so (as in test_scheduler.py).
 @pytest.mark.filterwarnings("ignore:Async generator 'openai._streaming.:ResourceWarning")
 @pytest.mark.filterwarnings("ignore:Async generator 'httpx2._models.Response.aiter_bytes'")
-async def test_one_span_per_request_with_the_http_spans_under_it() -> None:
+@pytest.mark.parametrize("nest_http", [False, True], ids=["built-at-end", "live"])
+async def test_one_span_per_request_beside_or_above_the_http_spans(nest_http: bool) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     app = create_app(MockConfig(), clock=anyio.current_time)
     transport = HttpSpans(httpx2.ASGITransport(app=app), provider.get_tracer("http"))
+    tracing: dict[str, Any] = (
+        {"tracing": False, "observers": [RequestTracing(provider, nest_http=True)]}
+        if nest_http else {"tracing": provider}
+    )  # fmt: skip
     async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
         c = openai.AsyncOpenAI(base_url="http://mock/v1", api_key=SECRET_KEY, http_client=http)
-        async with Scheduler(c, config=overloaded(), tracing=provider) as s:
+        # The scheduler starts inside a span of its own: a provider call must not run in
+        # that context, but in the caller's.
+        with provider.get_tracer("app").start_as_current_span("startup"):
+            s = await Scheduler(c, config=overloaded(), **tracing).__aenter__()
+        try:
             with provider.get_tracer("app").start_as_current_span("handler"):
                 await s.submit(**chat(SECRET_PROMPT, max_tokens=7), tenant=None)
             stream = await s.submit(**chat(SECRET_PROMPT, max_tokens=5), stream=True)
             async for _ in stream:
                 pass
             results = await overload_scenario(s, SECRET_PROMPT)
+        finally:
+            await s.__aexit__(None, None, None)
     assert isinstance(results["xlong"], RequestRejected)
     spans = exporter.get_finished_spans()
     requests = [sp for sp in spans if sp.name == "semisched.request"]
@@ -181,12 +193,20 @@ async def test_one_span_per_request_with_the_http_spans_under_it() -> None:
     attrs = first.attributes or {}
     assert attrs["semisched.outcome"] == "completed" and attrs["semisched.attempts"] == 1
     assert attrs["gen_ai.usage.output_tokens"] == 7 and attrs["semisched.queue_wait_s"] == 0.0
+    assert attrs["semisched.class"] and attrs["gen_ai.request.model"] == "mock-1"
     assert "semisched.time_to_first_token_s" not in attrs  # not a stream
+    assert [e.name for e in first.events] == ["semisched.attempt"]
+    assert first.start_time is not None and first.end_time is not None
+    http = [sp for sp in spans if sp.name.startswith("HTTP")]
+    assert first.start_time <= http[0].start_time and http[0].end_time <= first.end_time
+    under = first if nest_http else handler  # live: under the request's span; else beside it
+    assert http[0].parent is not None and http[0].parent.span_id == under.context.span_id
+    # The calls made outside any span of the caller's: under their request's (live), else
+    # roots; never under the span the scheduler was started in.
+    ids = {sp.context.span_id for sp in requests} if nest_http else {None}
+    assert {sp.parent.span_id if sp.parent else None for sp in http[1:]} <= ids
     streamed = (requests[1].attributes or {})["semisched.time_to_first_token_s"]
     assert isinstance(streamed, float) and streamed >= 0.0
-    http = [sp for sp in spans if sp.name.startswith("HTTP") and sp.parent is not None
-            and sp.parent.span_id == first.context.span_id]  # fmt: skip
-    assert len(http) == 1  # the client's own span nests under the request's
     rejected = next(sp for sp in requests if (sp.attributes or {}).get("semisched.outcome")
                     == "rejected")  # fmt: skip
     assert rejected.status.status_code is trace.StatusCode.ERROR
