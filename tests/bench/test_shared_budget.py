@@ -91,6 +91,7 @@ def test_utilisation_counts_only_the_queued_instants() -> None:
     assert math.isnan(row["rtt_p99_ms"])
 
 
+@pytest.mark.slow
 @pytest.mark.wallclock
 def test_a_tiny_run_writes_every_condition(tmp_path: Path) -> None:
     out = tmp_path / "sb"

@@ -81,6 +81,7 @@ def test_reproduction_lists_every_claim_with_a_verdict(tmp_path: Path) -> None:
     assert "Claim 3 does not hold" in text
 
 
+@pytest.mark.slow
 def test_all_generates_the_reproduction_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ SPAN_S = 300.0
 TENANTS = ("A", "B", "C")
 
 
+@pytest.mark.slow
 def test_fair_share_keeps_the_flood_off_b_and_c_live_as_simulated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -176,6 +176,7 @@ def test_the_grafana_dashboard_queries_only_metrics_semisched_exports() -> None:
     assert len(titles) == 10 and len(set(titles)) == 10
 
 
+@pytest.mark.slow
 def test_capacity_plan_meets_its_slo_as_planned_and_not_one_unit_smaller() -> None:
     out = run("capacity_plan.py")
     assert "Recommended: two pools split at B_short" in out

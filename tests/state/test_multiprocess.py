@@ -90,6 +90,7 @@ def _resolved_once(results: Sequence[dict[str, Any]]) -> None:
         assert r["completed"] + sum(r["outcomes"].values()) == r["requests"]
 
 
+@pytest.mark.slow
 def test_four_skewed_workers_share_the_limit_without_a_429(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -163,6 +164,7 @@ def _live_registration(client: redis.Redis, namespace: str, worker: str) -> bool
     return expiry is not None and expiry > int(seconds) * 1_000_000 + int(micros)
 
 
+@pytest.mark.slow
 def test_redis_lost_mid_run_and_back_every_call_resolves_once(
     redis_servers: Callable[[], Server], tmp_path: Path
 ) -> None:
@@ -191,6 +193,7 @@ def test_redis_lost_mid_run_and_back_every_call_resolves_once(
     assert all(r["state"]["fallbacks"] >= 1 for r in results), [r["state"] for r in results]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "stop"])
 def test_redis_killed_or_stopped_mid_run_costs_no_429_and_no_call(
     fault: str, tmp_path: Path
