@@ -313,9 +313,10 @@ def _real_engine(root: Path) -> str:
         f"{check['overhead_ms']:.1f}, {check['r_squared']:.3f}"
     )  # fmt: skip
     profile = _table(
-        ("slots", "W (ms)", "H (ms)", "P (ms per prompt token) / C", "overhead (ms)",
-         "decode R²", "plan fit on client times: W / H / overhead, R²"),
+        ("slots", "W (ms)", "H (ms)", "K (ms per context token)", "P (ms per prompt token) / C",
+         "overhead (ms)", "decode R²", "plan fit on client times: W / H / overhead, R²"),
         [(str(f["slots"]), f"{f['base_iter_ms']:.2f}", f"{f['per_slot_ms']:.2f}",
+          f"{f.get('context_ms_per_token', 0.0):.5f}",
           f"{f['prefill_ms_per_token']:.3f} / {f['prefill_chunk']}", f"{f['overhead_ms']:.1f}",
           f"{f['decode_r_squared']:.3f}", crosscheck)],
     )  # fmt: skip

@@ -35,7 +35,8 @@ The TOML file (read with :func:`load_fleet`)::
     capacity_loss = [30.0, 0.5]
 
 Endpoint keys: ``name``, ``profile``, the :class:`~mockprovider.physics.PhysicsParams` fields
-(``slots``, ``base_iter_ms``, ``per_slot_ms``, ``prefill_chunk``, ``overhead_ms``,
+(``slots``, ``base_iter_ms``, ``per_slot_ms``, ``prefill_chunk``, ``prefill_ms_per_token``,
+``context_ms_per_token``, ``overhead_ms``,
 ``timeout_s``), the :class:`~mockprovider.app.MockConfig` fields other than ``physics``,
 ``time_scale`` and ``api_key`` (``rpm``, ``tpm``, ``rate_window``, ``quota_tokens``,
 ``error_rate``, ``hang_rate``, ``drop_rate``, ``capacity_loss``, ``outages``, ``seed``,

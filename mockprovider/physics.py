@@ -45,6 +45,13 @@ one iteration in total. With ``prefill_ms_per_token`` (``P``) above 0, each pref
 adds ``P * input_tokens / prefill_iters`` ms to every iteration until its prompt is done (one
 more transition per request, where the rate changes), so a prompt slows the whole batch the
 way a CPU engine's prompt processing does; with ``P = 0`` nothing changes.
+
+Context: with ``context_ms_per_token`` (``K``) above 0, every iteration also costs ``K`` per
+token of context the batch holds: each active request's prompt plus the iterations it has
+been in the batch. That context grows by ``n`` tokens an iteration, so between membership
+changes the iteration time grows linearly in ``G`` (``dt/dG = a + b*G``, ``b = K*n``) and
+``G`` follows from the time by the quadratic's root: still O(log n) per event. With
+``K = 0`` the rate is piecewise constant as above.
 """
 
 from __future__ import annotations
@@ -141,7 +148,9 @@ class ProviderPhysics:
         self._t_last = float(start)  # time at which _g was last brought up to date
         self._g = 0.0  # global fluid iteration counter
         self._n = 0  # active (slot-holding) requests
-        self._iter_s = params.iteration_ms(0) / 1000.0
+        self._iter_s = params.iteration_ms(0) / 1000.0  # iteration time at G = _g
+        self._slope_s = 0.0  # d(iteration time)/dG: K * n / 1000 (0 without a context cost)
+        self._context_base = 0.0  # sum over active requests of input_tokens - started_g
         self._queue: deque[_Req] = deque()
         self._queued = 0
         self._live: dict[str, _Req] = {}
@@ -376,18 +385,24 @@ class ProviderPhysics:
             pop(tmo)
         # Each heap holds its own ranks (first 0, finish 1, timeouts 2-3): at equal times the
         # earlier heap's transition goes first, so ties need no (rank, seq) comparison.
+        # The time G reaches g: t_last + d * (iter_s + slope/2 * d), d = g - G (the
+        # iteration time grows by `slope` an iteration; with no context cost, d * iter_s).
         best: _Transition | None = None
+        g0, t0, it, half = self._g, self._t_last, self._iter_s, 0.5 * self._slope_s
         if pre:  # first at a tie: the rate changes before anything else happens then
             g, seq, req = pre[0]
-            best = (self._t_last + (g - self._g) * self._iter_s, _PREFILLED, seq, req)
+            d = g - g0
+            best = (t0 + d * (it + half * d), _PREFILLED, seq, req)
         if first:
             g, seq, req = first[0]
-            t = self._t_last + (g - self._g) * self._iter_s
+            d = g - g0
+            t = t0 + d * (it + half * d)
             if best is None or t < best[0]:
                 best = (t, _FIRST, seq, req)
         if finish:
             g, seq, req = finish[0]
-            t = self._t_last + (g - self._g) * self._iter_s
+            d = g - g0
+            t = t0 + d * (it + half * d)
             if best is None or t < best[0]:
                 best = (t, _FINISH, seq, req)
         if tmo and (best is None or tmo[0][0] < best[0]):
@@ -402,7 +417,15 @@ class ProviderPhysics:
     def _sync(self, t: float) -> None:
         """Bring the iteration counter up to ``t`` at the current rate."""
         if t > self._t_last:
-            self._g += (t - self._t_last) / self._iter_s
+            dt = t - self._t_last
+            slope = self._slope_s
+            if slope:  # dt = d * (it + slope/2 * d), solved for d (the stable root)
+                it = self._iter_s
+                d = 2.0 * dt / (it + math.sqrt(it * it + 2.0 * slope * dt))
+                self._g += d
+                self._iter_s = it + slope * d
+            else:
+                self._g += dt / self._iter_s
             self._t_last = t
 
     def _set_active(self, n: int) -> None:
@@ -411,6 +434,12 @@ class ProviderPhysics:
         ms = params.base_iter_ms + params.per_slot_ms * n
         if self._prefilling:
             ms += params.prefill_ms_per_token * self._prefill_load
+        k = params.context_ms_per_token
+        if k:  # the batch's context at G: each request's prompt and iterations so far
+            if not n:
+                self._context_base = 0.0  # no drift from the sums of an emptied batch
+            ms += k * (self._context_base + n * self._g)
+            self._slope_s = k * n / 1000.0
         self._iter_s = ms / 1000.0
 
     def _drop_prefill(self, req: _Req) -> None:
@@ -425,6 +454,7 @@ class ProviderPhysics:
         if req.state == _ACTIVE:
             self._sync(t)
             req.state = _DONE
+            self._context_base -= req.input_tokens - req.started_g
             self._drop_prefill(req)
             self._set_active(self._n - 1)
             self._admit(t)
@@ -450,6 +480,7 @@ class ProviderPhysics:
                 continue
             req.state, req.started, req.started_g = _ACTIVE, t, self._g
             req.finish_g = self._g + req.work
+            self._context_base += req.input_tokens - self._g
             if req.output_tokens > 0:
                 heapq.heappush(self._first, (self._g + req.prefill_iters + 1, req.seq, req))
             heapq.heappush(self._finish, (req.finish_g, req.seq, req))

@@ -66,6 +66,12 @@ class PhysicsParams:
             about one decode step); on a CPU engine prompt tokens are compute, measured on
             llama-server as about a quarter of a lone decode step each (profile
             ``"llama-cpp"``).
+        context_ms_per_token: ``K``, what each token of context held by a sequence in the
+            batch adds to an iteration: attention reads every cached token of every
+            sequence, so an iteration lasts ``W + H*n + P*p + K*c`` with ``c`` the context
+            of the batch (each sequence's prompt and the tokens it has produced so far).
+            0 by default (a GPU's decode step barely grows with the context at these
+            lengths); measured on llama-server's CPU decode (profile ``"llama-cpp"``).
         overhead_ms: Fixed per-request latency outside the batch (network, gateway), added to
             the observed first-token and completion times. 0 by default; 3294 ms is the
             intercept of seed 004's fit (profile ``"production-fit"``).
@@ -78,6 +84,7 @@ class PhysicsParams:
     per_slot_ms: float = 1.4
     prefill_chunk: int = 512
     prefill_ms_per_token: float = 0.0
+    context_ms_per_token: float = 0.0
     overhead_ms: float = 0.0
     timeout_s: float = 600.0
 
@@ -87,12 +94,14 @@ class PhysicsParams:
         _check_number("per_slot_ms", self.per_slot_ms, positive=False)
         _check_int("prefill_chunk", self.prefill_chunk, 1)
         _check_number("prefill_ms_per_token", self.prefill_ms_per_token, positive=False)
+        _check_number("context_ms_per_token", self.context_ms_per_token, positive=False)
         _check_number("overhead_ms", self.overhead_ms, positive=False)
         _check_number("timeout_s", self.timeout_s, positive=True)
 
     def iteration_ms(self, n_active: int) -> float:
         """Duration of one decode iteration with ``n_active`` sequences: ``W + H * n`` (a
-        prefill adds ``prefill_ms_per_token`` per prompt token to its iterations)."""
+        prefill adds ``prefill_ms_per_token`` per prompt token to its iterations, and the
+        batch's context ``context_ms_per_token`` per token)."""
         return self.base_iter_ms + self.per_slot_ms * n_active
 
     def lone_decode_ms_per_token(self) -> float:
@@ -114,10 +123,11 @@ PROFILES: Mapping[str, PhysicsParams] = MappingProxyType(
         # two equal).
         "llama-cpp": PhysicsParams(
             slots=8,
-            base_iter_ms=3.4,
-            per_slot_ms=1.96,
+            base_iter_ms=3.36,
+            per_slot_ms=1.82,
             prefill_chunk=512,
-            prefill_ms_per_token=1.181,
+            prefill_ms_per_token=1.213,
+            context_ms_per_token=0.00271,
             overhead_ms=0.0,
         ),
     }

@@ -1,21 +1,28 @@
 """Fit the mock provider's physics to llama-server: ``python -m bench real-engine fit``.
 
-The mock's model (:mod:`mockprovider.physics`) is an iteration time ``W + H*n + P*p``
-with ``n`` sequences in the batch and ``p`` prompt tokens in it, a prompt that takes
+The mock's model (:mod:`mockprovider.physics`) is an iteration time ``W + H*n + P*p + K*c``
+with ``n`` sequences in the batch, ``p`` prompt tokens in it and ``c`` tokens of context
+(every sequence's prompt and output so far), a prompt that takes
 ``ceil(L_in / C)`` iterations, one iteration per output token, and a fixed ``overhead``
 outside the batch. llama-server puts a whole prompt of up to ``--batch-size`` tokens in
 one step beside the other slots' decode tokens, so ``C`` is that batch size and a prompt
 stalls every sequence for ``P * L_in``. Each constant is measured on the real server,
 from llama-server's own per-request ``timings``:
 
-1. **Decode**: ``n`` identical requests at once (``n`` = 1 .. slots), each
-   ``predicted_ms / predicted_n`` is the iteration time with ``n`` in the batch; a
-   least-squares line through each level's median gives ``W`` and ``H``.
+1. **Decode**: ``n`` identical requests at once (``n`` = 1 .. slots, prompts of 32
+   tokens), and the **context** sweep: lone requests with prompts of 512 .. 1536 tokens.
+   Each ``predicted_ms / predicted_n`` is the mean iteration time with ``n`` in the batch
+   holding ``n * (L_in + (L_out - 1) / 2)`` tokens of context on average; a least-squares
+   fit of ``W + H*n + K*c`` through each level's median gives ``W``, ``H`` and ``K``.
+   The context sweep also sends ``slots`` long prompts at once, kept in
+   ``calibration.csv`` but left out of the fit: the first sequences then decode beside the
+   others' prompt chunks, steps the mock charges to the prompt (``P``), so their mean
+   step measures prefill as much as context.
 2. **Prefill**: one request at a time, prompts of 32 .. 512 tokens, one output token;
    the slope of the median ``prompt_ms`` over prompt tokens is ``P``.
 3. **Overhead**: the median, over the lone requests, of the client's latency minus what
    the mock would take for the same request alone,
-   ``(ceil(L/C) + L_out) * (W + H) + P * L``.
+   ``i * (W + H + K*L) + K*i^2/2 + P * L`` with ``i = ceil(L/C) + L_out`` iterations.
 
 As a cross-check, the same requests' send and answer times go through ``semisched plan
 fit`` (:func:`semisched.plan.fit.fit_observations`: W, H and the overhead from client
@@ -39,6 +46,7 @@ from bench.real_engine.client import Completion, Job, prompt_ids
 
 __all__ = [
     "EngineFit",
+    "context_jobs",
     "decode_jobs",
     "fit_engine",
     "fit_line",
@@ -50,6 +58,9 @@ DECODE_PROMPT = 32
 DECODE_TOKENS = 128
 #: Prompt lengths of the prefill sweep: the range the comparison's prompts span (32-512).
 PREFILL_LENGTHS = (32, 64, 128, 192, 256, 384, 512)
+#: Prompt lengths of the context sweep: contexts up to those of the comparison's longest
+#: requests (a 512-token prompt and 1,024 output tokens).
+CONTEXT_PROMPTS = (512, 1024, 1536)
 
 
 def decode_jobs(rng: np.random.Generator, n: int, vocab: int, repeat: int) -> list[Job]:
@@ -57,6 +68,18 @@ def decode_jobs(rng: np.random.Generator, n: int, vocab: int, repeat: int) -> li
     return [
         Job(arrival=0.0, prompt=prompt_ids(rng, DECODE_PROMPT, vocab),
             max_tokens=DECODE_TOKENS, tag=f"decode/{n}/{repeat}")
+        for _ in range(n)
+    ]  # fmt: skip
+
+
+def context_jobs(
+    rng: np.random.Generator, n: int, prompt: int, vocab: int, repeat: int
+) -> list[Job]:
+    """``n`` requests of ``prompt`` tokens sent together (``DECODE_TOKENS`` each), tagged
+    ``context/n/repeat``."""
+    return [
+        Job(arrival=0.0, prompt=prompt_ids(rng, prompt, vocab),
+            max_tokens=DECODE_TOKENS, tag=f"context/{n}/{repeat}")
         for _ in range(n)
     ]  # fmt: skip
 
@@ -89,8 +112,9 @@ class EngineFit:
 
     Attributes:
         slots: The server's ``--parallel``.
-        base_iter_ms, per_slot_ms: ``W`` and ``H`` from the decode sweep.
-        decode_r_squared: How well ``W + H n`` fits the decode sweep.
+        base_iter_ms, per_slot_ms: ``W`` and ``H`` from the decode sweeps.
+        context_ms_per_token: ``K`` from the decode sweeps (0 without a context sweep).
+        decode_r_squared: How well ``W + H n + K c`` fits the decode sweeps.
         prefill_ms_per_token, prefill_intercept_ms: The prefill sweep's line (``P``).
         prefill_chunk: ``C``, the server's ``--batch-size``.
         overhead_ms: The fixed latency outside the batch.
@@ -99,6 +123,7 @@ class EngineFit:
     slots: int
     base_iter_ms: float
     per_slot_ms: float
+    context_ms_per_token: float
     decode_r_squared: float
     prefill_ms_per_token: float
     prefill_intercept_ms: float
@@ -118,6 +143,31 @@ def _lone(c: Completion) -> bool:
     return kind == "prefill" or n == "1"
 
 
+def _decode_fit(decode: Sequence[Completion]) -> tuple[float, float, float, float]:
+    """``(W, H, K, r²)`` of each decode level's median iteration time over ``n`` and the
+    batch's mean context (``K = 0`` when every level has the same prompt: no context
+    sweep, as in a calibration from before it)."""
+    levels: dict[tuple[int, float], list[float]] = {}
+    for c in decode:
+        n = int(c.tag.split("/")[1])
+        context = n * (c.prompt_tokens + (c.predicted_n - 1) / 2)
+        levels.setdefault((n, context), []).append(c.predicted_ms / c.predicted_n)
+    keys = sorted(levels)
+    n = np.array([k[0] for k in keys], dtype=float)
+    context = np.array([k[1] for k in keys])
+    y = np.array([float(np.median(levels[k])) for k in keys])
+    if len({round(c / m) for c, m in zip(context, n, strict=True)}) < 2:
+        w, h = fit_line(n, y)
+        k = 0.0
+    else:
+        design = np.column_stack([np.ones_like(n), n, context])
+        (w, h, k), *_ = np.linalg.lstsq(design, y, rcond=None)
+    fitted = w + h * n + k * context
+    spread = float(np.sum((y - np.mean(y)) ** 2))
+    r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / spread if spread else 1.0
+    return float(w), float(h), float(k), r2
+
+
 def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> EngineFit:
     """The constants from the decode and prefill sweeps' completions (tags as the job
     builders above set them) of a server with ``slots`` and ``batch`` (its batch size).
@@ -125,28 +175,27 @@ def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> Eng
     Raises:
         ValueError: A sweep is missing or gives a negative ``W``, ``H`` or slope.
     """
-    decode = [c for c in completions if c.tag.startswith("decode/") and c.predicted_n > 0]
+    decode = [c for c in completions  # the lone context levels only (module docstring)
+              if c.tag.startswith(("decode/", "context/1/")) and c.predicted_n > 0]  # fmt: skip
     prefill = [c for c in completions if c.tag.startswith("prefill/")]
-    x, y = _medians([(float(c.tag.split("/")[1]), c.predicted_ms / c.predicted_n) for c in decode])
-    w, h = fit_line(x, y)
-    fitted = w + h * np.asarray(x)
-    spread = float(np.sum((np.asarray(y) - np.mean(y)) ** 2))
-    r2 = 1.0 - float(np.sum((np.asarray(y) - fitted) ** 2)) / spread if spread else 1.0
+    w, h, k, r2 = _decode_fit(decode)
     a, b = fit_line(*_medians([(float(c.prompt_tokens), c.prompt_ms) for c in prefill]))
-    if w <= 0 or h < 0 or b <= 0:
-        raise ValueError(f"the sweeps give W={w:.3f}, H={h:.3f}, prefill {b:.4f} ms/token")
-    lone_iter, chunk = w + h, batch
+    if w <= 0 or h < 0 or k < 0 or b <= 0:
+        raise ValueError(f"the sweeps give W={w:.3f}, H={h:.3f}, K={k:.5f}, "
+                         f"prefill {b:.4f} ms/token")  # fmt: skip
+    chunk = batch
     lone = [c for c in completions if _lone(c)]
-    service = [
-        ((math.ceil(c.prompt_tokens / chunk) + c.output_tokens) * lone_iter + b * c.prompt_tokens)
-        / 1000.0
-        for c in lone
-    ]
+    service = []
+    for c in lone:  # the mock's fluid lockstep, alone: iteration w + h + k * (L + G)
+        iters = math.ceil(c.prompt_tokens / chunk) + c.output_tokens
+        ms = iters * (w + h + k * c.prompt_tokens) + k * iters**2 / 2 + b * c.prompt_tokens
+        service.append(ms / 1000.0)
     overhead = float(np.median([c.latency - s for c, s in zip(lone, service, strict=True)]))
     return EngineFit(
         slots=slots,
         base_iter_ms=w,
         per_slot_ms=h,
+        context_ms_per_token=k,
         decode_r_squared=r2,
         prefill_ms_per_token=b,
         prefill_intercept_ms=a,
@@ -157,13 +206,14 @@ def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> Eng
 
 def profile_from_fit(fit: EngineFit) -> dict[str, float | int]:
     """The mock's ``PhysicsParams`` fields for the fit, rounded as the profile table holds
-    them (W, H to 0.01 ms, P to 0.001 ms, the overhead to 0.1 ms)."""
+    them (W, H to 0.01 ms, P to 0.001 ms, K to 0.00001 ms, the overhead to 0.1 ms)."""
     return {
         "slots": fit.slots,
         "base_iter_ms": round(fit.base_iter_ms, 2),
         "per_slot_ms": round(fit.per_slot_ms, 2),
         "prefill_chunk": fit.prefill_chunk,
         "prefill_ms_per_token": round(fit.prefill_ms_per_token, 3),
+        "context_ms_per_token": round(fit.context_ms_per_token, 5),
         "overhead_ms": round(fit.overhead_ms, 1),
     }
 

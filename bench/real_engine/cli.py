@@ -177,11 +177,16 @@ def _fit(args: argparse.Namespace, out: Path) -> Path:
 
 
 def measure(parallel: int, repeats: int, seed: int) -> list[Completion]:
-    """The decode and prefill sweeps on a fresh server (:mod:`.calibrate`)."""
+    """The decode, prefill and context sweeps on a fresh server (:mod:`.calibrate`)."""
     import numpy as np
     from tokenizers import Tokenizer
 
-    from bench.real_engine.calibrate import decode_jobs, prefill_jobs
+    from bench.real_engine.calibrate import (
+        CONTEXT_PROMPTS,
+        context_jobs,
+        decode_jobs,
+        prefill_jobs,
+    )
     from bench.real_engine.client import Job, run_jobs
     from bench.real_engine.launcher import LlamaServer, ServerOptions
     from bench.real_engine.setup import EnginePaths
@@ -202,4 +207,8 @@ def measure(parallel: int, repeats: int, seed: int) -> list[Completion]:
             for job in prefill_jobs(rng, vocab, repeat):
                 done += run_jobs(srv.base_url, [job])
             print(f"prefill repeat {repeat}: done", flush=True)
+            for n in (1, parallel):
+                for prompt in CONTEXT_PROMPTS:
+                    done += run_jobs(srv.base_url, context_jobs(rng, n, prompt, vocab, repeat))
+                print(f"context n={n} repeat {repeat}: done", flush=True)
     return done

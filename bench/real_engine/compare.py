@@ -67,12 +67,14 @@ def scaled_ranges() -> list[tuple[int, int]]:
 
 def demand_s(physics: PhysicsParams, prompts: Any, outputs: Any) -> Any:
     """Seconds of a full batch each request takes: its share of the iterations it holds a
-    slot for (``ceil(L_in / C) + L_out``, each ``t_iter(slots) / slots``) plus its prompt
-    tokens' cost, which stalls the whole batch (``P * L_in``)."""
+    slot for (``i = ceil(L_in / C) + L_out``, each ``t_iter(slots) / slots``) plus what its
+    prompt and its context add to the whole batch's iterations (``P * L_in``, and
+    ``K * (L_in * i + i^2 / 2)``: its context grows by a token an iteration)."""
     prompts = np.asarray(prompts)
     iters = -(-prompts // physics.prefill_chunk) + np.asarray(outputs)
     share = physics.iteration_ms(physics.slots) / physics.slots
-    return (iters * share + physics.prefill_ms_per_token * prompts) / 1000.0
+    context = physics.context_ms_per_token * (prompts * iters + iters**2 / 2)
+    return (iters * share + physics.prefill_ms_per_token * prompts + context) / 1000.0
 
 
 def workload(

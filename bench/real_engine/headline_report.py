@@ -4,8 +4,9 @@
 and sim) and writes ``headline.csv`` (every row), ``headline.md`` (medians over seeds,
 engine beside sim, and per load the ratio of ``direct_naive``'s short P95 to
 ``final_adrr_olc``'s) and ``headline_run.json`` (wall time, load average before and after,
-cores, the engine's commit). The csv is rewritten after each engine run, so an interrupted
-run keeps what it measured.
+cores, the engine's commit, the mock profile that set its arrivals and ran its simulated
+side). The csv is rewritten after each engine run, so an interrupted run keeps what it
+measured.
 
 :func:`headline_markdown` and :func:`ratio_rows` are the report alone (no engine), so a
 test checks them.
@@ -149,6 +150,8 @@ def headline_main(
 ) -> Path:
     """Run the matrix on one llama-server and the simulator; write the files (module
     docstring). Returns ``headline.md``."""
+    from dataclasses import asdict
+
     import anyio
     from tokenizers import Tokenizer
 
@@ -200,7 +203,7 @@ def headline_main(
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": _load_average(), "cores": os.cpu_count(),
            "engine_commit": engine_commit(paths), "parallel": parallel,
-           "information": INFORMATION, "runs": runs}  # fmt: skip
+           "information": INFORMATION, "profile": asdict(physics), "runs": runs}  # fmt: skip
     (out / "headline_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     (out / "headline.md").write_text(headline_markdown(rows), encoding="utf-8")
     print(headline_markdown(rows))

@@ -147,9 +147,10 @@ NAMED_UNITS: dict[str, UnitPhysics] = {
     "production-fit": {"slots": 32, "base_iter_ms": 17.3, "per_slot_ms": 1.4,
                        "prefill_chunk": 512, "overhead_ms": 3294.0},
     # llama-server on a 2-core CPU (docs/results/real-engine/fit.json). The mock's profile
-    # also charges each prompt token 1.181 ms of every sequence's time, which the
-    # planner's queueing model does not: its plans for this unit leave prefill out.
-    "llama-cpp": {"slots": 8, "base_iter_ms": 3.4, "per_slot_ms": 1.96, "prefill_chunk": 512,
+    # also charges each prompt token 1.213 ms and each token of the batch's context
+    # 0.00271 ms of every sequence's time, which the planner's queueing model does not:
+    # its plans for this unit leave prefill and context out.
+    "llama-cpp": {"slots": 8, "base_iter_ms": 3.36, "per_slot_ms": 1.82, "prefill_chunk": 512,
                   "overhead_ms": 0.0},
 }  # fmt: skip
 

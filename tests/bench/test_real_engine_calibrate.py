@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench.real_engine.calibrate import (
+    CONTEXT_PROMPTS,
     DECODE_PROMPT,
     DECODE_TOKENS,
     PREFILL_LENGTHS,
@@ -27,17 +28,22 @@ from mockprovider.physics import PhysicsParams
 W, H, P, OVERHEAD_MS, SLOTS, BATCH = 6.0, 1.5, 0.25, 40.0, 8, 512  # P: ms per prompt token
 
 
-def _lone_s(prompt: int, output: int) -> float:
-    """An engine request alone: its prompt in one step (prompt <= BATCH), then its decode."""
-    return (OVERHEAD_MS + P * prompt + (1 + output) * (W + H)) / 1e3
+def _lone_s(prompt: int, output: int, k: float = 0.0) -> float:
+    """An engine request alone: its prompt in steps of BATCH tokens, then its decode, each
+    step paying ``k`` per token of context (the prompt and the tokens so far)."""
+    steps = -(-prompt // BATCH) + output
+    context = k * (prompt * steps + steps**2 / 2)
+    return (OVERHEAD_MS + P * prompt + steps * (W + H) + context) / 1e3
 
 
-def _engine(rng: np.random.Generator) -> list[Completion]:
-    """What an engine with the constants above reports, a little noisy (1%)."""
+def _engine(rng: np.random.Generator, k: float = 0.0) -> list[Completion]:
+    """What an engine with the constants above reports, a little noisy (1%); with ``k``, its
+    decode steps also pay ``k`` per token of context, and it runs the context sweep."""
     done = []
     for repeat in range(2):
         for n in (1, 2, 4, 6, 8):
-            it = (W + H * n) * rng.normal(1.0, 0.01)
+            context = k * n * (DECODE_PROMPT + (DECODE_TOKENS - 1) / 2)
+            it = (W + H * n + context) * rng.normal(1.0, 0.01)
             latency = (OVERHEAD_MS + P * DECODE_PROMPT * n + (1 + DECODE_TOKENS) * it) / 1e3
             done += [Completion(tag=f"decode/{n}/{repeat}", sent=0.0, end=latency,
                                 prompt_tokens=DECODE_PROMPT, output_tokens=DECODE_TOKENS,
@@ -49,7 +55,42 @@ def _engine(rng: np.random.Generator) -> list[Completion]:
                                    end=_lone_s(length, 1), prompt_tokens=length, output_tokens=1,
                                    prompt_ms=prompt_ms, predicted_ms=0.0,
                                    predicted_n=0))  # fmt: skip
+        for n in (1, SLOTS) if k else ():
+            for prompt in CONTEXT_PROMPTS:
+                mean_context = n * (prompt + (DECODE_TOKENS - 1) / 2)
+                it = (W + H * n + k * mean_context) * rng.normal(1.0, 0.01)
+                done += [Completion(tag=f"context/{n}/{repeat}", sent=0.0,
+                                    end=_lone_s(prompt, DECODE_TOKENS, k), prompt_tokens=prompt,
+                                    output_tokens=DECODE_TOKENS, prompt_ms=P * prompt * n,
+                                    predicted_ms=it * DECODE_TOKENS,
+                                    predicted_n=DECODE_TOKENS) for _ in range(n)]  # fmt: skip
     return done
+
+
+K = 0.004  # ms per token of context
+
+
+def test_the_context_sweep_gives_the_context_cost_back() -> None:
+    fit = fit_engine(_engine(np.random.default_rng(5), k=K), SLOTS, BATCH)
+    assert fit.context_ms_per_token == pytest.approx(K, rel=0.1)
+    assert fit.base_iter_ms == pytest.approx(W, rel=0.1)
+    assert fit.per_slot_ms == pytest.approx(H, rel=0.1)
+    assert fit.overhead_ms == pytest.approx(OVERHEAD_MS, abs=8.0)
+    profile = PhysicsParams(**profile_from_fit(fit))
+    assert profile.context_ms_per_token == pytest.approx(K, rel=0.1)
+    # without the context sweep (a calibration from before it) there is no context cost
+    assert fit_engine(_engine(np.random.default_rng(5)), SLOTS, BATCH).context_ms_per_token == 0
+
+
+def test_with_the_context_cost_the_mock_takes_what_a_long_request_took() -> None:
+    done = _engine(np.random.default_rng(6), k=K)
+    mock = PhysicsParams(**profile_from_fit(fit_engine(done, SLOTS, BATCH)))
+    flat = PhysicsParams(**{**profile_from_fit(fit_engine(done, SLOTS, BATCH)),
+                            "context_ms_per_token": 0.0})  # fmt: skip
+    job = Job(arrival=0.0, prompt=tuple(range(2, 2 + 500)), max_tokens=1000, tag="long")
+    truth = _lone_s(500, 1000, K)
+    assert mock_latencies(mock, [job])[0] == pytest.approx(truth, rel=0.05)
+    assert mock_latencies(flat, [job])[0] < 0.8 * truth  # what the mock missed before
 
 
 def test_a_line_is_recovered_and_one_point_is_refused() -> None:
