@@ -149,15 +149,15 @@ def _decode_fit(decode: Sequence[Completion]) -> tuple[float, float, float, floa
     sweep, as in a calibration from before it)."""
     levels: dict[tuple[int, float], list[float]] = {}
     for c in decode:
-        n = int(c.tag.split("/")[1])
-        context = n * (c.prompt_tokens + (c.predicted_n - 1) / 2)
-        levels.setdefault((n, context), []).append(c.predicted_ms / c.predicted_n)
+        size = int(c.tag.split("/")[1])
+        mean_context = size * (c.prompt_tokens + (c.predicted_n - 1) / 2)
+        levels.setdefault((size, mean_context), []).append(c.predicted_ms / c.predicted_n)
     keys = sorted(levels)
-    n = np.array([k[0] for k in keys], dtype=float)
-    context = np.array([k[1] for k in keys])
-    y = np.array([float(np.median(levels[k])) for k in keys])
-    if len({round(c / m) for c, m in zip(context, n, strict=True)}) < 2:
-        w, h = fit_line(n, y)
+    n = np.array([key[0] for key in keys], dtype=float)
+    context = np.array([key[1] for key in keys])
+    y = np.array([float(np.median(levels[key])) for key in keys])
+    if len({round(float(c) / float(m)) for c, m in zip(context, n, strict=True)}) < 2:
+        w, h = fit_line(n.tolist(), y.tolist())
         k = 0.0
     else:
         design = np.column_stack([np.ones_like(n), n, context])
