@@ -139,15 +139,23 @@ def _int(headers: Mapping[str, str], name: str) -> int | None:
 
 
 def parse_rate_limits(headers: Mapping[str, str]) -> RateLimitInfo | None:
-    """Read the ``x-ratelimit-*`` headers; ``None`` when none is present."""
-    reset_r = _get(headers, "x-ratelimit-reset-requests")
-    reset_t = _get(headers, "x-ratelimit-reset-tokens")
+    """Read the ``x-ratelimit-*`` headers (any case); ``None`` when none is present."""
+    # One pass over the headers: most answers carry none of them, and a case-insensitive
+    # lookup per name (an httpx ``Headers`` scans its list each time) costs more.
+    found: dict[str, str] = {}
+    for key, value in headers.items():
+        if key[:12].lower() == "x-ratelimit-":
+            found[key.lower()] = value
+    if not found:
+        return None
+    reset_r = found.get("x-ratelimit-reset-requests")
+    reset_t = found.get("x-ratelimit-reset-tokens")
     info = RateLimitInfo(
-        limit_requests=_int(headers, "x-ratelimit-limit-requests"),
-        remaining_requests=_int(headers, "x-ratelimit-remaining-requests"),
+        limit_requests=_int(found, "x-ratelimit-limit-requests"),
+        remaining_requests=_int(found, "x-ratelimit-remaining-requests"),
         reset_requests_s=parse_duration(reset_r) if reset_r else None,
-        limit_tokens=_int(headers, "x-ratelimit-limit-tokens"),
-        remaining_tokens=_int(headers, "x-ratelimit-remaining-tokens"),
+        limit_tokens=_int(found, "x-ratelimit-limit-tokens"),
+        remaining_tokens=_int(found, "x-ratelimit-remaining-tokens"),
         reset_tokens_s=parse_duration(reset_t) if reset_t else None,
     )
     return None if info == RateLimitInfo() else info

@@ -68,6 +68,14 @@ def test_rate_limit_headroom() -> None:
     assert (limits.limit_tokens, limits.remaining_tokens) == (1000, 100)
 
 
+def test_rate_limit_headers_are_read_in_any_case() -> None:
+    mixed = parse_rate_limits({"X-RateLimit-Limit-Tokens": "5000", "Content-Type": "json",
+                               "x-ratelimit-remaining-TOKENS": "4000"})  # fmt: skip
+    assert mixed is not None and (mixed.limit_tokens, mixed.remaining_tokens) == (5000, 4000)
+    http = parse_rate_limits(httpx2.Headers({"X-Ratelimit-Limit-Requests": "60"}))
+    assert http is not None and http.limit_requests == 60
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
