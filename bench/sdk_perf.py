@@ -319,8 +319,8 @@ def table(rows: list[dict[str, object]]) -> str:
     on, off, api = by["on"], by["off"], by["api"]
     lines += [
         f"telemetry on adds {on['vs_off_pct']:+.1f}% to off's added latency (p50; target "
-        f"<= +5%; the API no-op, one check a request, reads {api['vs_off_pct']:+.1f}%: the "
-        f"measure's noise); throughput of bare: on {on['throughput_ratio']:.3f} (target "
-        f">= 0.85), off {off['throughput_ratio']:.3f} (target >= 0.9)",
+        f"<= +5%; the API no-op, the observer calls with nothing recorded, adds "
+        f"{api['vs_off_pct']:+.1f}%); throughput of bare: on {on['throughput_ratio']:.3f} "
+        f"(target >= 0.85), off {off['throughput_ratio']:.3f} (target >= 0.9)",
     ]
     return "\n".join(lines)
