@@ -59,7 +59,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final
 
 from mockprovider.physics_params import (
@@ -71,6 +71,18 @@ from mockprovider.physics_params import (
     _check_int,
     _is_real,
     profile,
+)
+from mockprovider.physics_records import (
+    ACTIVE,
+    DONE,
+    DOOM,
+    FINISH,
+    FIRST,
+    PREFILLED,
+    QUEUED,
+    RELEASE,
+    Req,
+    Transition,
 )
 
 __all__ = [
@@ -97,40 +109,6 @@ _COMPLETED_EVENT = EventKind.COMPLETED
 _TIMED_OUT_EVENT = EventKind.TIMED_OUT
 
 
-# Transition ranks: order of internal state changes that fall on the same instant.
-_FIRST: Final = 0  # first token reached in the batch
-_FINISH: Final = 1  # batch work done, slot freed
-_DOOM: Final = 2  # at deadline - overhead, unfinished: the completion can no longer be in time
-_RELEASE: Final = 3  # at the deadline, a doomed request leaves its slot or queue place
-_PREFILLED: Final = 4  # its prompt is done: its tokens leave the iteration time
-# Request states.
-_QUEUED: Final = 0
-_ACTIVE: Final = 1
-_DONE: Final = 2
-
-
-@dataclass(slots=True, eq=False)
-class _Req:
-    seq: int
-    request_id: str
-    submitted: float
-    deadline: float
-    input_tokens: int
-    output_tokens: int
-    prefill_iters: int
-    work: int
-    state: int = _QUEUED
-    doomed: bool = False
-    cancelled_at: float | None = None
-    started: float | None = None
-    started_g: float = 0.0
-    finish_g: float = 0.0
-    terminal_time: float | None = None
-    tokens_done: int = 0
-    prefill_load: float = 0.0  # prompt tokens it adds to each iteration while it prefills
-
-
-_Transition = tuple[float, int, int, _Req]  # (time, rank, seq, request)
 
 
 class ProviderPhysics:
@@ -151,16 +129,16 @@ class ProviderPhysics:
         self._iter_s = params.iteration_ms(0) / 1000.0  # iteration time at G = _g
         self._slope_s = 0.0  # d(iteration time)/dG: K * n / 1000 (0 without a context cost)
         self._context_base = 0.0  # sum over active requests of input_tokens - started_g
-        self._queue: deque[_Req] = deque()
+        self._queue: deque[Req] = deque()
         self._queued = 0
-        self._live: dict[str, _Req] = {}
-        self._first: list[tuple[float, int, _Req]] = []  # (G milestone, seq, request)
-        self._prefill: list[tuple[float, int, _Req]] = []  # prefill ends, when P > 0
+        self._live: dict[str, Req] = {}
+        self._first: list[tuple[float, int, Req]] = []  # (G milestone, seq, request)
+        self._prefill: list[tuple[float, int, Req]] = []  # prefill ends, when P > 0
         self._prefill_load = 0.0  # prompt tokens per iteration of the requests prefilling
         self._prefilling = 0
-        self._finish: list[tuple[float, int, _Req]] = []
-        self._timeouts: list[_Transition] = []  # (time, _DOOM or _RELEASE, seq, request)
-        self._notes: list[tuple[float, int, int, _Req]] = []  # (time, seq, 0 first/1 end, req)
+        self._finish: list[tuple[float, int, Req]] = []
+        self._timeouts: list[Transition] = []  # (time, DOOM or RELEASE, seq, request)
+        self._notes: list[tuple[float, int, int, Req]] = []  # (time, seq, 0 first/1 end, req)
         self._seq = 0
         self._completed = 0
         self._timed_out = 0
@@ -169,7 +147,7 @@ class ProviderPhysics:
         self._next_valid = False
         self._next_value: float | None = None
         # The last _peek() stays valid until a public method changes state after _enter.
-        self._upcoming: _Transition | None = None
+        self._upcoming: Transition | None = None
         self._upcoming_known = False
 
     @property
@@ -199,7 +177,7 @@ class ProviderPhysics:
         params = self._params
         prefill = -(-input_tokens // params.prefill_chunk)
         # Positional, in field order: keywords make this dataclass call ~40% dearer.
-        req = _Req(
+        req = Req(
             self._seq,  # seq
             request_id,
             now,  # submitted
@@ -211,7 +189,7 @@ class ProviderPhysics:
         )
         self._seq += 1
         self._live[request_id] = req
-        heapq.heappush(self._timeouts, (req.deadline - self._overhead_s, _DOOM, req.seq, req))
+        heapq.heappush(self._timeouts, (req.deadline - self._overhead_s, DOOM, req.seq, req))
         self._queue.append(req)
         self._queued += 1
         self._admit(now)
@@ -262,9 +240,9 @@ class ProviderPhysics:
         if nxt is None:
             return None if best == math.inf else best
         t, rank, _, req = nxt
-        if rank == _DOOM:
+        if rank == DOOM:
             produced = req.deadline
-        elif rank == _FIRST or (rank == _FINISH and not req.doomed):
+        elif rank == FIRST or (rank == FINISH and not req.doomed):
             produced = t + self._overhead_s
         else:  # a doomed request leaving: its TIMED_OUT is already in `notes`
             produced = math.inf
@@ -339,10 +317,10 @@ class ProviderPhysics:
         pop, push, notes = heapq.heappop, heapq.heappush, self._notes
         while nxt is not None and nxt[0] <= now:
             t, rank, seq, req = nxt
-            if rank == _FIRST:
+            if rank == FIRST:
                 pop(self._first)
                 push(notes, (t + overhead, seq, 0, req))
-            elif rank == _FINISH:
+            elif rank == FINISH:
                 pop(self._finish)
                 self._g, self._t_last = req.finish_g, t
                 req.tokens_done = req.output_tokens
@@ -350,20 +328,20 @@ class ProviderPhysics:
                     req.terminal_time = t + overhead
                     push(notes, (t + overhead, seq, 1, req))
                 self._leave(t, req)
-            elif rank == _PREFILLED:
+            elif rank == PREFILLED:
                 pop(self._prefill)
                 self._g, self._t_last = req.started_g + req.prefill_iters, t
                 self._drop_prefill(req)
                 self._set_active(self._n)
-            elif rank == _DOOM:
+            elif rank == DOOM:
                 pop(self._timeouts)
                 req.doomed = True
                 req.terminal_time = req.deadline
                 push(notes, (req.deadline, seq, 1, req))
-                push(self._timeouts, (req.deadline, _RELEASE, seq, req))
+                push(self._timeouts, (req.deadline, RELEASE, seq, req))
             else:
                 pop(self._timeouts)
-                if req.state == _ACTIVE:
+                if req.state == ACTIVE:
                     self._sync(t)
                     done = math.floor(self._g - req.started_g - req.prefill_iters)
                     req.tokens_done = min(max(done, 0), req.output_tokens)
@@ -371,46 +349,46 @@ class ProviderPhysics:
             nxt = self._peek()
         self._upcoming, self._upcoming_known = nxt, True
 
-    def _peek(self) -> _Transition | None:
+    def _peek(self) -> Transition | None:
         """The next internal transition in (time, rank, seq) order, dropping stale entries."""
         pop = heapq.heappop
         first, finish, tmo, pre = self._first, self._finish, self._timeouts, self._prefill
-        while pre and (pre[0][2].state != _ACTIVE or not pre[0][2].prefill_load):
+        while pre and (pre[0][2].state != ACTIVE or not pre[0][2].prefill_load):
             pop(pre)
-        while first and (first[0][2].state != _ACTIVE or first[0][2].doomed):
+        while first and (first[0][2].state != ACTIVE or first[0][2].doomed):
             pop(first)
-        while finish and finish[0][2].state != _ACTIVE:
+        while finish and finish[0][2].state != ACTIVE:
             pop(finish)
-        while tmo and (tmo[0][3].state == _DONE or (tmo[0][1] == _DOOM and tmo[0][3].doomed)):
+        while tmo and (tmo[0][3].state == DONE or (tmo[0][1] == DOOM and tmo[0][3].doomed)):
             pop(tmo)
         # Each heap holds its own ranks (first 0, finish 1, timeouts 2-3): at equal times the
         # earlier heap's transition goes first, so ties need no (rank, seq) comparison.
         # The time G reaches g: t_last + d * (iter_s + slope/2 * d), d = g - G (the
         # iteration time grows by `slope` an iteration; with no context cost, d * iter_s).
-        best: _Transition | None = None
+        best: Transition | None = None
         g0, t0, it, half = self._g, self._t_last, self._iter_s, 0.5 * self._slope_s
         if pre:  # first at a tie: the rate changes before anything else happens then
             g, seq, req = pre[0]
             d = g - g0
-            best = (t0 + d * (it + half * d), _PREFILLED, seq, req)
+            best = (t0 + d * (it + half * d), PREFILLED, seq, req)
         if first:
             g, seq, req = first[0]
             d = g - g0
             t = t0 + d * (it + half * d)
             if best is None or t < best[0]:
-                best = (t, _FIRST, seq, req)
+                best = (t, FIRST, seq, req)
         if finish:
             g, seq, req = finish[0]
             d = g - g0
             t = t0 + d * (it + half * d)
             if best is None or t < best[0]:
-                best = (t, _FINISH, seq, req)
+                best = (t, FINISH, seq, req)
         if tmo and (best is None or tmo[0][0] < best[0]):
             best = tmo[0]
         return best
 
     @staticmethod
-    def _note_stale(note: tuple[float, int, int, _Req]) -> bool:
+    def _note_stale(note: tuple[float, int, int, Req]) -> bool:
         cancelled_at = note[3].cancelled_at
         return cancelled_at is not None and note[0] > cancelled_at
 
@@ -442,24 +420,24 @@ class ProviderPhysics:
             self._slope_s = k * n / 1000.0
         self._iter_s = ms / 1000.0
 
-    def _drop_prefill(self, req: _Req) -> None:
+    def _drop_prefill(self, req: Req) -> None:
         """``req`` no longer prefills: its prompt tokens leave the iteration time."""
         if req.prefill_load:
             self._prefilling -= 1
             self._prefill_load = self._prefill_load - req.prefill_load if self._prefilling else 0.0
             req.prefill_load = 0.0
 
-    def _leave(self, t: float, req: _Req) -> None:
+    def _leave(self, t: float, req: Req) -> None:
         """Remove ``req`` from its slot or queue place at ``t`` (counter already synced)."""
-        if req.state == _ACTIVE:
+        if req.state == ACTIVE:
             self._sync(t)
-            req.state = _DONE
+            req.state = DONE
             self._context_base -= req.input_tokens - req.started_g
             self._drop_prefill(req)
             self._set_active(self._n - 1)
             self._admit(t)
-        elif req.state == _QUEUED:
-            req.state = _DONE
+        elif req.state == QUEUED:
+            req.state = DONE
             self._queued -= 1
             if self._queued == 0:
                 self._queue.clear()
@@ -473,12 +451,12 @@ class ProviderPhysics:
         n = self._n
         while queue and n < self._params.slots:
             req = queue.popleft()
-            if req.state != _QUEUED:
+            if req.state != QUEUED:
                 continue
             if req.deadline <= t:  # leaves at this very instant; admitting it would be noise
                 expiring.append(req)
                 continue
-            req.state, req.started, req.started_g = _ACTIVE, t, self._g
+            req.state, req.started, req.started_g = ACTIVE, t, self._g
             req.finish_g = self._g + req.work
             self._context_base += req.input_tokens - self._g
             if req.output_tokens > 0:
@@ -495,7 +473,7 @@ class ProviderPhysics:
             queue.extendleft(reversed(expiring))
         self._set_active(n)
 
-    def _event(self, time: float, rank: int, req: _Req) -> ProviderEvent:
+    def _event(self, time: float, rank: int, req: Req) -> ProviderEvent:
         if rank == 0:
             kind, tokens = _FIRST_TOKEN_EVENT, 1
         else:
@@ -507,7 +485,7 @@ class ProviderPhysics:
             kind, req.request_id, time, req.submitted, req.started, req.input_tokens, tokens
         )
 
-    def _settle(self, req: _Req) -> tuple[int, int]:
+    def _settle(self, req: Req) -> tuple[int, int]:
         """The terminal event of ``req`` is observed: forget it, count it; its code and tokens."""
         if self._live.get(req.request_id) is req:
             del self._live[req.request_id]
