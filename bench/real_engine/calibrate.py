@@ -156,7 +156,7 @@ def _decode_fit(decode: Sequence[Completion]) -> tuple[float, float, float, floa
     n = np.array([key[0] for key in keys], dtype=float)
     context = np.array([key[1] for key in keys])
     y = np.array([float(np.median(levels[key])) for key in keys])
-    if len({round(float(c) / float(m)) for c, m in zip(context, n, strict=True)}) < 2:
+    if len({c.prompt_tokens for c in decode}) < 2:
         w, h = fit_line(n.tolist(), y.tolist())
         k = 0.0
     else:
@@ -183,11 +183,10 @@ def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> Eng
     if w <= 0 or h < 0 or k < 0 or b <= 0:
         raise ValueError(f"the sweeps give W={w:.3f}, H={h:.3f}, K={k:.5f}, "
                          f"prefill {b:.4f} ms/token")  # fmt: skip
-    chunk = batch
     lone = [c for c in completions if _lone(c)]
     service = []
     for c in lone:  # the mock's fluid lockstep, alone: iteration w + h + k * (L + G)
-        iters = math.ceil(c.prompt_tokens / chunk) + c.output_tokens
+        iters = math.ceil(c.prompt_tokens / batch) + c.output_tokens
         ms = iters * (w + h + k * c.prompt_tokens) + k * iters**2 / 2 + b * c.prompt_tokens
         service.append(ms / 1000.0)
     overhead = float(np.median([c.latency - s for c, s in zip(lone, service, strict=True)]))
@@ -199,7 +198,7 @@ def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> Eng
         decode_r_squared=r2,
         prefill_ms_per_token=b,
         prefill_intercept_ms=a,
-        prefill_chunk=chunk,
+        prefill_chunk=batch,
         overhead_ms=max(0.0, overhead * 1000.0),
     )
 

@@ -128,8 +128,7 @@ class RateLimitInfo:
         )
 
 
-def _int(headers: Mapping[str, str], name: str) -> int | None:
-    value = _get(headers, name)
+def _int(value: str | None) -> int | None:
     if value is None:
         return None
     try:
@@ -151,11 +150,11 @@ def parse_rate_limits(headers: Mapping[str, str]) -> RateLimitInfo | None:
     reset_r = found.get("x-ratelimit-reset-requests")
     reset_t = found.get("x-ratelimit-reset-tokens")
     info = RateLimitInfo(
-        limit_requests=_int(found, "x-ratelimit-limit-requests"),
-        remaining_requests=_int(found, "x-ratelimit-remaining-requests"),
+        limit_requests=_int(found.get("x-ratelimit-limit-requests")),
+        remaining_requests=_int(found.get("x-ratelimit-remaining-requests")),
         reset_requests_s=parse_duration(reset_r) if reset_r else None,
-        limit_tokens=_int(found, "x-ratelimit-limit-tokens"),
-        remaining_tokens=_int(found, "x-ratelimit-remaining-tokens"),
+        limit_tokens=_int(found.get("x-ratelimit-limit-tokens")),
+        remaining_tokens=_int(found.get("x-ratelimit-remaining-tokens")),
         reset_tokens_s=parse_duration(reset_t) if reset_t else None,
     )
     return None if info == RateLimitInfo() else info

@@ -5,9 +5,8 @@ the way llama-server's attention over its KV cache does."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from physics_kit import run_both_ways
 
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 
@@ -68,23 +67,10 @@ def test_the_context_of_a_finished_request_leaves_the_batch() -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_random_workload_ends_the_same_however_it_is_advanced(seed: int) -> None:
-    rng = random.Random(seed)
-    arrivals = sorted(rng.uniform(0, 2) for _ in range(40))
-    jobs = [(t, f"r{i}", rng.randint(0, 1500), rng.randint(0, 80)) for i, t in enumerate(arrivals)]
     params = PhysicsParams(slots=4, base_iter_ms=W, per_slot_ms=H, prefill_chunk=256,
                            prefill_ms_per_token=0.2, context_ms_per_token=K,
                            timeout_s=4.0)  # fmt: skip
-    one, many = ProviderPhysics(params), ProviderPhysics(params)
-    stepped = []
-    for t, rid, prompt, out in jobs:
-        one.submit(t, rid, prompt, out)
-        stepped += many.advance(t)
-        many.submit(t, rid, prompt, out)
-        if rng.random() < 0.2:
-            one.cancel(t, rid)
-            many.cancel(t, rid)
-    stepped += [e for k in range(1, 200) for e in many.advance(2 + k * 0.05)]
-    whole = one.advance(1e9)
+    one, stepped, whole = run_both_ways(params, seed, max_prompt=1500, max_output=80)
     assert [(e.request_id, e.kind) for e in stepped] == [(e.request_id, e.kind) for e in whole]
     assert [e.time for e in stepped] == pytest.approx([e.time for e in whole])
     assert one.statistics().active == 0

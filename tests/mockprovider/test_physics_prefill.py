@@ -4,9 +4,8 @@ way llama-server's prompt processing stalls the requests decoding beside it."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from physics_kit import run_both_ways
 
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 
@@ -56,21 +55,8 @@ def test_without_a_prefill_cost_nothing_changes() -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_random_workload_ends_the_same_however_it_is_advanced(seed: int) -> None:
-    rng = random.Random(seed)
-    arrivals = sorted(rng.uniform(0, 2) for _ in range(40))
-    jobs = [(t, f"r{i}", rng.randint(0, 600), rng.randint(0, 50)) for i, t in enumerate(arrivals)]
     params = PhysicsParams(**{**_fields(CPU), "prefill_chunk": 128, "timeout_s": 3.0})
-    one, many = ProviderPhysics(params), ProviderPhysics(params)
-    stepped = []
-    for t, rid, prompt, out in jobs:
-        one.submit(t, rid, prompt, out)
-        stepped += many.advance(t)
-        many.submit(t, rid, prompt, out)
-        if rng.random() < 0.2:
-            one.cancel(t, rid)
-            many.cancel(t, rid)
-    stepped += [e for k in range(1, 200) for e in many.advance(2 + k * 0.05)]
-    whole = one.advance(1e9)
+    one, stepped, whole = run_both_ways(params, seed, max_prompt=600, max_output=50)
     assert [(e.request_id, e.kind) for e in stepped] == [(e.request_id, e.kind) for e in whole]
     assert [e.time for e in stepped] == pytest.approx([e.time for e in whole])
     assert one.statistics().active == 0 and one.statistics().iteration_ms == W
