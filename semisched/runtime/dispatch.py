@@ -103,6 +103,7 @@ class Dispatcher:
     ) -> None:
         self.engine = engine
         self.observers = configured.observers or Observers(())
+        self._observed = bool(self.observers)  # read on every event: once, not a call each
         self.shared = configured.shared
         self.clock = clock
         self.tally = tally
@@ -162,7 +163,7 @@ class Dispatcher:
         """
         self.pending[pending.id] = pending
         try:
-            if self.observers:
+            if self._observed:
                 self.observers.submitted(pending.request, pending.request.arrival)
             self.execute(self.engine.submit(pending.request, pending.request.arrival))
             await pending.done.wait()
@@ -210,7 +211,7 @@ class Dispatcher:
                     raise RuntimeError(f"core sent unknown request {action.request.id!r}")
                 pending.attempts = action.attempt
                 pending.endpoint = action.endpoint
-                if self.observers:
+                if self._observed:
                     # The engine's now, just given: no second clock read per event.
                     now = self._last_now
                     self.observers.sent(action.request, action.attempt, action.endpoint, now)
@@ -225,11 +226,11 @@ class Dispatcher:
                     self.tally.retries += 1
                     self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
                 # Built only for a reader: observers, or the decision log at DEBUG.
-                if self.observers or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
+                if self._observed or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
                     why = action.explanation
                     if why is not None:
                         log_decision(action.request, why)
-                        if self.observers:
+                        if self._observed:
                             self.observers.decided(action.request, why, self._last_now)
             elif isinstance(action, Pause):
                 # What the engine keeps off, every process sharing the state keeps off.
@@ -291,7 +292,7 @@ class Dispatcher:
         output_tokens: int | None = None,
         explanation: Explanation | None = None,
     ) -> None:
-        if self.observers:
+        if self._observed:
             done = Finished(outcome, pending.attempts, pending.endpoint, prompt_tokens,
                             output_tokens, explanation)  # fmt: skip
             self.observers.finished(pending.request, done, self._last_now)
@@ -387,7 +388,7 @@ class Dispatcher:
         if call.stream:
             self.open_streams += 1
             first = None
-            if self.observers:
+            if self._observed:
                 request, observers = pending.request, self.observers
 
                 def first() -> None:

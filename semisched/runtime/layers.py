@@ -12,7 +12,7 @@ stack is built once, from what the scheduler is configured with
    first; a refusal comes back as :class:`Refused` and nothing is sent. When
    the attempt ends its leases go back, a completion's charge is settled and
    tenants' work is shared.
-3. :class:`ObserverLayer` (observers): the provider call runs inside each
+3. :class:`ObserverLayer` (observers that give one): the provider call runs inside each
    observer's ``attempt`` context (tracing: the caller's context, or the live span).
 4. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
    estimator and the length calibration.
@@ -390,7 +390,7 @@ class Stacks:
 
         seam: Seam = HeaderLayer(ProviderSeam(deployments.provider(name), params_for), self.limits)
         seam = LearningLayer(seam, c.estimator, c.calibration)
-        if c.observers:
+        if c.observers and c.observers.give_context:  # no layer (an await) for no context
             seam = ObserverLayer(seam, c.observers)
         if c.shared is not None:
             seam = ReservationLayer(seam, c.shared, self.usage, self.now, self.spawn)

@@ -137,6 +137,11 @@ class Observers:
     def __bool__(self) -> bool:
         return bool(self.items)
 
+    @property
+    def give_context(self) -> bool:
+        """Whether any observer runs provider calls in a context of its own (``attempt``)."""
+        return bool(self._contexts)
+
     def _failed(self, item: RequestObserver, method: str) -> None:
         key = (id(item), method)
         if key not in self._complained:

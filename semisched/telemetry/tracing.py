@@ -53,7 +53,10 @@ request's way costs tens of microseconds of CPU per request (measured by
 ``Scheduler(tracing=False, observers=[RequestTracing(provider, nest_http=True)])``.
 
 No prompt, parameter or key is ever recorded. While no SDK is configured (the
-API's proxy provider) a request costs one check.
+API's proxy provider) a request's times are noted as always, and one check when it
+ends finds nothing to build the span for (a request that ends after an SDK is
+configured gets its span). In live mode the check comes at submission, and a request
+submitted before the SDK has no span.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ __all__ = ["SPAN_NAME", "RequestTracing"]
 SPAN_NAME = "semisched.request"
 _OK = {Outcome.COMPLETED, Outcome.CANCELLED}
 _Event = tuple[int, str, dict[str, Any]]  # wall ns, name, attributes
+_NOTHING = contextlib.nullcontext()  # reusable: it holds no state
 
 
 class _Open:
@@ -134,15 +138,21 @@ class RequestTracing(RequestObserver):
         return f"<RequestTracing {mode} open={len(self._open)}>"
 
     def submitted(self, request: Request, now: float) -> None:
-        if self._global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            return  # no SDK configured (yet): a span would record nothing
         span = None
         if self.nest_http:
+            if self._no_sdk():
+                return  # no SDK configured (yet): a span would record nothing
             span = self._tracer.start_span(SPAN_NAME, kind=trace.SpanKind.CLIENT,
                                            attributes=_identity(request))  # fmt: skip
             if not span.is_recording():  # a provider that records nothing
                 return
+        # Built at the end: whether an SDK records it is asked then, off the request's way
+        # (the global provider check reads the environment: microseconds).
         self._open[request.id] = _Open(now, otel_context.get_current(), span)
+
+    def _no_sdk(self) -> bool:
+        """The global provider is still the API's proxy: no SDK is configured (yet)."""
+        return self._global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
     def sent(self, request: Request, attempt: int, endpoint: str, now: float) -> None:
         state = self._open.get(request.id)
@@ -158,9 +168,11 @@ class RequestTracing(RequestObserver):
     ) -> AbstractContextManager[object]:
         state = self._open.get(request.id)
         if state is None:
-            return contextlib.nullcontext()
+            return _NOTHING
         if state.span is not None:
             return trace.use_span(state.span, end_on_exit=False)
+        if otel_context.get_current() is state.parent:  # the call's task inherited it
+            return _NOTHING
         return _InContext(state.parent)
 
     def decided(self, request: Request, explanation: Explanation, now: float) -> None:
@@ -177,8 +189,10 @@ class RequestTracing(RequestObserver):
         state = self._open.pop(request.id, None)
         if state is None:
             return
-        attributes = _outcome(state, finished)
         span = state.span
+        if span is None and self._no_sdk():
+            return  # no SDK configured: nothing would record the span
+        attributes = _outcome(state, finished)
         if span is None:  # built now, all at once, from the recorded times
             attributes.update(_identity(request))
             span = self._tracer.start_span(SPAN_NAME, context=state.parent,

@@ -11,6 +11,7 @@ piles up and misses its deadlines. The default must shed explicitly instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
@@ -29,6 +30,12 @@ from semisched.priors.default import LOADING, PRIORS_ENV, _learned
 from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
 pytestmark = pytest.mark.anyio
+
+# The model loads in a worker thread while the autojumping MockClock spins the loop, and
+# an import of torch from that thread then crawls (minutes). The full run imports torch
+# at collection anyway; import it here too, so that this file alone runs as fast.
+with contextlib.suppress(ImportError):
+    import predictors.length_model  # noqa: F401
 
 CAPS = (16, 48, 200, 800, 2000)
 

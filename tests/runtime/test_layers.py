@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -65,17 +66,30 @@ def test_a_plain_run_builds_only_the_layers_it_uses() -> None:
     assert _layers(scheduler) == [LearningLayer, HeaderLayer, ProviderSeam]
 
 
+class _InContext(RequestObserver):
+    """An observer whose provider calls run in a context of its own."""
+
+    def attempt(self, request: Request, attempt: int, endpoint: str) -> Any:
+        return contextlib.nullcontext()
+
+
 def test_each_configured_part_adds_its_layer_in_order() -> None:
     scheduler = Scheduler(
         _client(),
         state=LocalState(clock=anyio.current_time),
-        observers=[RequestObserver()],
+        observers=[_InContext()],
         tracing=False,
     )
     kinds = _layers(scheduler)
     assert kinds[:2] == [ReservationLayer, ObserverLayer]
     assert kinds[-3:] == [LearningLayer, HeaderLayer, ProviderSeam]
     assert CompressionLayer not in kinds  # compress-and-route is off by default
+
+
+def test_observers_without_a_call_context_add_no_layer() -> None:
+    # Metrics-like observers hear every event but wrap no call: no extra await per send.
+    scheduler = Scheduler(_client(), observers=[RequestObserver()], tracing=False)
+    assert ObserverLayer not in _layers(scheduler)
 
 
 async def test_the_header_layer_learns_limits_from_answers() -> None:

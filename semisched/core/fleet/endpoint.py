@@ -101,54 +101,35 @@ class SpeedFit:
     is the prior ``s_per_token`` and the intercept the mean residual.
     """
 
-    __slots__ = (
-        "_decay", "_fitted", "_intercept", "_n", "_prior", "_slope", "_x", "_xx", "_xy", "_y",
-    )  # fmt: skip
+    __slots__ = ("_decay", "_n", "_prior", "_x", "_xx", "_xy", "_y", "intercept_s", "slope_s")
 
     def __init__(self, decay: float, s_per_token: float) -> None:
         self._decay = decay
         self._prior = s_per_token
         self._n = self._x = self._y = self._xx = self._xy = 0.0
-        self._slope = s_per_token
-        self._intercept = 0.0
-        self._fitted = True
+        #: Learned seconds per output token of one request.
+        self.slope_s = s_per_token
+        #: Learned fixed seconds of an answer (time to first token, network).
+        self.intercept_s = 0.0
 
     def observe(self, tokens: float, latency_s: float) -> None:
-        """Fold one answer in (the fit is redone when next read)."""
+        """Fold one answer in and refit: once per answer, so that every routing read
+        (several per decision) is a plain attribute."""
         d = self._decay
-        self._n = d * self._n + 1.0
-        self._x = d * self._x + tokens
-        self._y = d * self._y + latency_s
-        self._xx = d * self._xx + tokens * tokens
-        self._xy = d * self._xy + tokens * latency_s
-        self._fitted = False
-
-    def _refit(self) -> None:
-        n = self._n
-        mx, my = self._x / n, self._y / n
-        var = self._xx / n - mx * mx
+        n = self._n = d * self._n + 1.0
+        x = self._x = d * self._x + tokens
+        y = self._y = d * self._y + latency_s
+        xx = self._xx = d * self._xx + tokens * tokens
+        xy = self._xy = d * self._xy + tokens * latency_s
+        mx, my = x / n, y / n
+        var = xx / n - mx * mx
         slope = self._prior
         if var > 256.0:
-            fitted = (self._xy / n - mx * my) / var
+            fitted = (xy / n - mx * my) / var
             slope = fitted if fitted > self._prior * 0.05 else self._prior * 0.05
-        self._slope = slope
+        self.slope_s = slope
         intercept = my - slope * mx
-        self._intercept = intercept if intercept > 0.0 else 0.0
-        self._fitted = True
-
-    @property
-    def slope_s(self) -> float:
-        """Learned seconds per output token of one request."""
-        if not self._fitted:
-            self._refit()
-        return self._slope
-
-    @property
-    def intercept_s(self) -> float:
-        """Learned fixed seconds of an answer (time to first token, network)."""
-        if not self._fitted:
-            self._refit()
-        return self._intercept
+        self.intercept_s = intercept if intercept > 0.0 else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -264,8 +245,16 @@ class EndpointState:
         return left if left > 0.0 else 0.0
 
     def anticipated_s(self, now: float, extra_tokens: float) -> float:
-        """Seconds to decode the anticipated load plus ``extra_tokens``, per unit of weight."""
-        return (self.anticipated_tokens(now) + extra_tokens) * self.fit.slope_s / self.weight
+        """Seconds to decode the anticipated load plus ``extra_tokens``, per unit of weight
+        (:meth:`anticipated_tokens` inlined: routing reads it once per candidate)."""
+        fit = self.fit
+        slope = fit.slope_s
+        n = self.inflight
+        if not n:
+            return extra_tokens * slope / self.weight
+        decoded = (n * (now - fit.intercept_s) - self.sent_at_sum) / slope
+        left = self.inflight_cost - (decoded if decoded > 0.0 else 0.0)
+        return ((left if left > 0.0 else 0.0) + extra_tokens) * slope / self.weight
 
     @property
     def latency_ewma(self) -> float:

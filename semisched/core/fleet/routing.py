@@ -175,39 +175,39 @@ class RandomRouting(RoutingPolicy):
         return candidates[-1]
 
 
-class _LowestRouting(RoutingPolicy):
-    """The candidate with the lowest :meth:`score` (ties: fleet order)."""
-
-    name = "_lowest"
-
-    @staticmethod
-    def score(endpoint: EndpointState) -> float:  # pragma: no cover - subclasses define it
-        raise NotImplementedError
-
-    def choose(
-        self, entry: Entry, candidates: Sequence[EndpointState], now: float
-    ) -> EndpointState:
-        return min(candidates, key=self.score)
-
-
-class LeastOutstandingRouting(_LowestRouting):
+class LeastOutstandingRouting(RoutingPolicy):
     """Fewest in flight per unit of weight (ties: fleet order)."""
 
     name = "least_outstanding"
 
-    @staticmethod
-    def score(endpoint: EndpointState) -> float:
-        return endpoint.inflight / endpoint.weight
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        best = candidates[0]
+        best_score = best.inflight / best.weight
+        for endpoint in candidates:  # one loop, no key calls: a routing read per candidate
+            score = endpoint.inflight / endpoint.weight
+            if score < best_score:
+                best, best_score = endpoint, score
+        return best
 
 
-class LatencyEwmaRouting(_LowestRouting):
-    """Lowest observed seconds per output token (EWMA), per unit of weight."""
+class LatencyEwmaRouting(RoutingPolicy):
+    """Lowest observed seconds per output token (EWMA), per unit of weight (ties: fleet
+    order)."""
 
     name = "latency_ewma"
 
-    @staticmethod
-    def score(endpoint: EndpointState) -> float:
-        return endpoint.latency_ewma / endpoint.weight
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        best = candidates[0]
+        best_score = best.latency_ewma / best.weight
+        for endpoint in candidates:
+            score = endpoint.latency_ewma / endpoint.weight
+            if score < best_score:
+                best, best_score = endpoint, score
+        return best
 
 
 class AnticipatedLoadRouting(RoutingPolicy):
@@ -245,9 +245,11 @@ class TokenBudgetRouting(RoutingPolicy):
     def choose(
         self, entry: Entry, candidates: Sequence[EndpointState], now: float
     ) -> EndpointState:
-        want = "short" if self.fits_short(entry) else "long"
-        preferred = [e for e in candidates if e.spec.pool in (want, None)]
-        other = [e for e in candidates if e.spec.pool not in (want, None)]
+        away = "long" if self.fits_short(entry) else "short"  # the pool it does not want
+        preferred: list[EndpointState] = []
+        other: list[EndpointState] = []
+        for endpoint in candidates:  # one pass (pool None serves both: preferred)
+            (other if endpoint.spec.pool == away else preferred).append(endpoint)
         pool = preferred
         if not preferred or (other and self._overloaded(preferred) and not self._overloaded(other)):
             pool = other
@@ -257,7 +259,9 @@ class TokenBudgetRouting(RoutingPolicy):
         """The request belongs in the short pool: its total fits ``B_short``, or it is in
         the compress band ``(B_short, γ B_short]`` and its compressed prompt fits."""
         cfg = self.config
-        total = total_tokens(entry)
+        request = entry.request
+        out = request.max_output_tokens  # total_tokens, inlined: once per routed send
+        total = request.input_tokens + (out if out is not None else request.prior.p90)
         if total <= cfg.short_pool_tokens:
             return True
         if (
