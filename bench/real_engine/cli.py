@@ -1,4 +1,4 @@
-"""``python -m bench real-engine {setup,fit,compare}``: the real engine's commands.
+"""``python -m bench real-engine STEP``: the real engine's commands, one per step.
 
 * ``setup``: build llama-server and the model into the cache (:mod:`.setup`), write
   ``setup.md``.
@@ -11,6 +11,8 @@
   ``headline.md`` and ``headline_run.json``.
 * ``routing``: one scheduler over a fast and a slow engine, per routing policy
   (:mod:`.routing_engine`); writes ``routing.csv`` and ``routing.md``.
+* ``steps``: a few batch shapes streamed token by token, the engine's step time beside
+  the fitted mock's (:mod:`.steps`); writes ``steps.csv`` and ``steps.md``.
 
 All write under ``--out`` (default ``docs/results/real-engine``).
 """
@@ -51,6 +53,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "one scheduler over a fast and a slow engine, per routing policy "
             "(routing.csv, routing.md)",
         ),
+        (
+            "steps",
+            "stream a few batch shapes token by token: the engine's step time beside the "
+            "fitted mock's (steps.csv, steps.md)",
+        ),
     ):
         step = steps.add_parser(name, help=text)
         step.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder ({DEFAULT_OUT})")
@@ -60,8 +67,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         if name != "setup":
             step.add_argument("--parallel", type=int, default=PARALLEL, help="engine slots (8)")
             step.add_argument("--seed", type=int, default=0, help="seed (0)")
+        if name in ("fit", "steps"):
+            step.add_argument("--repeats", type=positive, default=3, help="sweeps (3)")
+        if name == "steps":
+            step.add_argument("--fit", type=Path, help="the fitted profile (OUT/fit.json)")
         if name == "fit":
-            step.add_argument("--repeats", type=int, default=3, help="sweeps (3)")
             step.add_argument("--from-csv", action="store_true",
                               help="refit calibration.csv in --out, no engine run")  # fmt: skip
         if name == "compare":
@@ -148,6 +158,13 @@ def run(args: argparse.Namespace) -> Path:
         return out / "setup.md"
     if args.step == "fit":
         return _fit(args, out)
+    if args.step == "steps":
+        from bench.real_engine.steps import steps_main
+
+        fit = args.fit if args.fit is not None else out / "fit.json"
+        return steps_main(
+            out, fit=fit, repeats=args.repeats, seed=args.seed, parallel=args.parallel
+        )
     from bench.real_engine.compare import compare_main
 
     fit = args.fit if args.fit is not None else out / "fit.json"

@@ -20,13 +20,25 @@ What this module is not: no scheduling, and no clock of its own making
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Protocol
 
 import anyio
 
-__all__ = ["AnyioClock", "Clock", "MonotonicClock", "ScaledClock"]
+__all__ = ["AnyioClock", "Clock", "MonotonicClock", "ScaledClock", "loop_time"]
+
+
+def loop_time() -> float:
+    """:func:`anyio.current_time`: the running event loop's clock, read without anyio's
+    library lookup on asyncio (0.1 µs, not 2; the runtime reads it several times a
+    request). Elsewhere (trio, its ``MockClock``) anyio asks the running library."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.current_time()
+    return loop.time()
 
 
 class Clock(Protocol):
@@ -59,7 +71,7 @@ class AnyioClock:
         self.scale = float(scale)
 
     def now(self) -> float:
-        return anyio.current_time() * self.scale
+        return loop_time() * self.scale
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(max(0.0, seconds) / self.scale)

@@ -51,7 +51,7 @@ from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
 from semisched.errors import RequestError
-from semisched.runtime.clock import Clock
+from semisched.runtime.clock import Clock, loop_time
 from semisched.runtime.failures import (
     classify_failure,
     expire_outcome,
@@ -362,7 +362,7 @@ class Dispatcher:
         with anyio.CancelScope() as scope:
             pending.scope = scope
             if deadline is not None and self.cancel_late:
-                scope.deadline = anyio.current_time() + self.clock.to_wall(deadline - self.now())
+                scope.deadline = loop_time() + self.clock.to_wall(deadline - self.now())
             try:
                 result = await self.stacks[pending.endpoint].send(pending)
             except Exception as exc:
