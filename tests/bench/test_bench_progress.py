@@ -1,6 +1,7 @@
 """The long ``python -m bench`` commands say how far they are, off a terminal one line at a
 time (pytest's captured stderr is not a terminal): never minutes of silence, never one
-line that grows with carriage returns.
+line that grows with carriage returns. (``default-prior``'s progress is checked with its
+one-cell run, in ``test_default_prior_bench.py``.)
 """
 
 from __future__ import annotations
@@ -11,20 +12,8 @@ from typing import Any
 import pytest
 
 import bench.plan_report
-from bench.default_prior import default_prior
 from bench.plan import Case
 from bench.sdk_perf import sdk_overhead
-
-
-def test_default_prior_reports_each_tenth_of_its_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    default_prior(tmp_path, seeds=2, workloads=("exact",), conditions=("heuristic",), workers=1)
-    err = capsys.readouterr().err
-    assert [line.split()[:3] for line in err.splitlines() if "overload runs" in line] == [
-        ["overload", "runs", "1/2"],
-        ["overload", "runs", "2/2"],
-    ]
 
 
 def test_sdk_overhead_says_what_it_measures_and_counts_its_throughput_runs(
