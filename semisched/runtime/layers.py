@@ -12,8 +12,9 @@ stack is built once, from what the scheduler is configured with
    first; a refusal comes back as :class:`Refused` and nothing is sent. When
    the attempt ends its leases go back, a completion's charge is settled and
    tenants' work is shared.
-3. :class:`ObserverLayer` (observers that give one): the provider call runs inside each
-   observer's ``attempt`` context (tracing: the caller's context, or the live span).
+3. :class:`ObserverLayer` (when an observer gives calls a context): the provider call
+   runs inside each such observer's ``attempt`` context (tracing: the caller's context,
+   or the live span).
 4. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
    estimator and the length calibration.
 5. :class:`HeaderLayer`: rate-limit headers, of answers and of failures, go to
