@@ -20,7 +20,10 @@ All write under ``--out`` (default ``docs/results/real-engine``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -133,8 +136,39 @@ def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
                           "its slots), none (the scheduler's total only) (slots,none)")  # fmt: skip
 
 
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` at once, wherever the run is.
+
+    asyncio turns the first Ctrl-C into a cancellation of ``anyio.run``'s main task, and a
+    run absorbed it (seen: ``steps`` went on to its next case, the engine still up). With
+    Python's own handler in place of asyncio's (asyncio keeps a handler it did not
+    install), the interrupt leaves every ``anyio.run`` and the ``with LlamaServer`` block,
+    which stops the server.
+    """
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread: nothing to replace
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run(args: argparse.Namespace) -> Path:
-    """Run the chosen step; the main file it wrote."""
+    """Run the chosen step (Ctrl-C stops it and its engines: :func:`interruptible`); the
+    main file it wrote."""
+    with interruptible():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> Path:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.step == "headline" and args.from_csv:
