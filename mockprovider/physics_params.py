@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 __all__ = [
     "PROFILES",
@@ -103,6 +104,12 @@ class PhysicsParams:
         prefill adds ``prefill_ms_per_token`` per prompt token to its iterations, and the
         batch's context ``context_ms_per_token`` per token)."""
         return self.base_iter_ms + self.per_slot_ms * n_active
+
+    def context_ms(self, prompt: Any, iterations: Any) -> Any:
+        """What one sequence's context adds to the batch over its first ``iterations``
+        iterations: ``K * (L_in * i + i^2 / 2)`` (it holds its prompt and grows a token an
+        iteration; the fluid model's integral). Takes numbers or numpy arrays."""
+        return self.context_ms_per_token * (prompt * iterations + iterations**2 / 2)
 
     def lone_decode_ms_per_token(self) -> float:
         """Decode cost per token of a request alone in the batch: ``W + H``."""

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.real_engine.client import Completion, Job, prompt_ids
+from mockprovider.physics_params import PhysicsParams
 
 __all__ = [
     "EngineFit",
@@ -184,10 +185,13 @@ def fit_engine(completions: Sequence[Completion], slots: int, batch: int) -> Eng
         raise ValueError(f"the sweeps give W={w:.3f}, H={h:.3f}, K={k:.5f}, "
                          f"prefill {b:.4f} ms/token")  # fmt: skip
     lone = [c for c in completions if _lone(c)]
+    mock = PhysicsParams(slots=slots, base_iter_ms=w, per_slot_ms=h, prefill_chunk=batch,
+                         prefill_ms_per_token=b, context_ms_per_token=k)  # fmt: skip
     service = []
     for c in lone:  # the mock's fluid lockstep, alone: iteration w + h + k * (L + G)
         iters = math.ceil(c.prompt_tokens / batch) + c.output_tokens
-        ms = iters * (w + h + k * c.prompt_tokens) + k * iters**2 / 2 + b * c.prompt_tokens
+        ms = (iters * mock.iteration_ms(1) + mock.context_ms(c.prompt_tokens, iters)
+              + b * c.prompt_tokens)  # fmt: skip
         service.append(ms / 1000.0)
     overhead = float(np.median([c.latency - s for c, s in zip(lone, service, strict=True)]))
     return EngineFit(

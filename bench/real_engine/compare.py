@@ -73,7 +73,7 @@ def demand_s(physics: PhysicsParams, prompts: Any, outputs: Any) -> Any:
     prompts = np.asarray(prompts)
     iters = -(-prompts // physics.prefill_chunk) + np.asarray(outputs)
     share = physics.iteration_ms(physics.slots) / physics.slots
-    context = physics.context_ms_per_token * (prompts * iters + iters**2 / 2)
+    context = physics.context_ms(prompts, iters)
     return (iters * share + physics.prefill_ms_per_token * prompts + context) / 1000.0
 
 

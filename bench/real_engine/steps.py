@@ -99,7 +99,7 @@ def mock_step_ms(physics: PhysicsParams, streams: Sequence[Stream], step_ms: flo
     middle = (start + end) / 2.0
     held = sum(s.prompt + 1 + (middle - s.times[0]) * 1000.0 / step_ms for s in streams)
     n = len(streams)
-    return physics.base_iter_ms + physics.per_slot_ms * n + physics.context_ms_per_token * held
+    return physics.iteration_ms(n) + physics.context_ms_per_token * held
 
 
 def prefill_stall_ms(decoders: Sequence[Stream], late: Stream) -> float:

@@ -1,10 +1,30 @@
-"""Helpers for the physics tests: one seeded random workload run two ways."""
+"""Helpers for the physics tests: every event's time, the delay a neighbour causes, and one
+seeded random workload run two ways."""
 
 from __future__ import annotations
 
 import random
 
-from mockprovider.physics import PhysicsParams, ProviderEvent, ProviderPhysics
+from mockprovider.physics import EventKind, PhysicsParams, ProviderEvent, ProviderPhysics
+
+#: A request to submit: (arrival s, id, prompt tokens, output tokens).
+Job = tuple[float, str, int, int]
+
+
+def event_times(physics: ProviderPhysics) -> dict[tuple[str, EventKind], float]:
+    """Every event's time, run to the end, by (request id, kind)."""
+    return {(e.request_id, e.kind): e.time for e in physics.advance(1e9)}
+
+
+def delay_beside(params: PhysicsParams, subject: Job, *others: Job) -> float:
+    """How much later ``subject`` completes with ``others`` submitted after it (arrivals in
+    order) than alone."""
+    alone, beside = ProviderPhysics(params), ProviderPhysics(params)
+    alone.submit(*subject)
+    for job in (subject, *others):  # in arrival order, as given
+        beside.submit(*job)
+    done = (subject[1], EventKind.COMPLETED)
+    return event_times(beside)[done] - event_times(alone)[done]
 
 
 def run_both_ways(

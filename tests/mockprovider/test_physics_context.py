@@ -6,7 +6,7 @@ the way llama-server's attention over its KV cache does."""
 from __future__ import annotations
 
 import pytest
-from physics_kit import run_both_ways
+from physics_kit import delay_beside, event_times, run_both_ways
 
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 
@@ -14,10 +14,6 @@ DONE, FIRST = EventKind.COMPLETED, EventKind.FIRST_TOKEN
 W, H, K = 2.0, 1.0, 0.01  # ms; K per token of context
 CPU = PhysicsParams(slots=4, base_iter_ms=W, per_slot_ms=H, prefill_chunk=512,
                     context_ms_per_token=K)  # fmt: skip
-
-
-def _times(physics: ProviderPhysics) -> dict[tuple[str, EventKind], float]:
-    return {(e.request_id, e.kind): e.time for e in physics.advance(1e9)}
 
 
 def _lone_ms(prompt: int, iterations: float) -> float:
@@ -29,28 +25,23 @@ def _lone_ms(prompt: int, iterations: float) -> float:
 def test_a_lone_request_slows_as_its_context_grows() -> None:
     physics = ProviderPhysics(CPU)
     physics.submit(0.0, "a", 300, 200)
-    seen = _times(physics)
+    seen = event_times(physics)
     work = 1 + 200  # one prefill iteration, then one per output token
     assert seen[("a", FIRST)] == pytest.approx(_lone_ms(300, 2) / 1000)
     assert seen[("a", DONE)] == pytest.approx(_lone_ms(300, work) / 1000)
     flat = ProviderPhysics(PhysicsParams(slots=4, base_iter_ms=W, per_slot_ms=H))
     flat.submit(0.0, "a", 300, 200)
     # the same request without a context cost: K * (300 * 201 + 201^2 / 2) ms sooner
-    assert seen[("a", DONE)] - _times(flat)[("a", DONE)] == pytest.approx(
+    assert seen[("a", DONE)] - event_times(flat)[("a", DONE)] == pytest.approx(
         K * (300 * work + work**2 / 2) / 1000
     )
 
 
 def test_a_long_prompt_beside_it_slows_a_short_request() -> None:
-    alone = ProviderPhysics(CPU)
-    alone.submit(0.0, "short", 10, 50)
-    beside = ProviderPhysics(CPU)
-    beside.submit(0.0, "short", 10, 50)
-    beside.submit(0.0, "long", 1500, 100)
-    before, after = _times(alone)[("short", DONE)], _times(beside)[("short", DONE)]
+    delay = delay_beside(CPU, (0.0, "short", 10, 50), (0.0, "long", 1500, 100))
     # over the short one's 51 iterations the long one holds 1500 + G tokens, and adds H
     per_iteration = H + K * 1500
-    assert after - before == pytest.approx((51 * per_iteration + K * 51**2 / 2) / 1000,
+    assert delay == pytest.approx((51 * per_iteration + K * 51**2 / 2) / 1000,
                                            rel=0.01)  # fmt: skip
 
 
@@ -58,7 +49,7 @@ def test_the_context_of_a_finished_request_leaves_the_batch() -> None:
     physics = ProviderPhysics(CPU)
     physics.submit(0.0, "long", 500, 1)  # two iterations (a prompt of one chunk), then gone
     physics.submit(0.0, "next", 0, 100)
-    seen = _times(physics)
+    seen = event_times(physics)
     gone = seen[("long", DONE)]
     # after it left, "next" runs alone: its context is only what it produced
     rest = (W + H) * 98 + K * (100**2 - 2**2) / 2

@@ -5,7 +5,7 @@ way llama-server's prompt processing stalls the requests decoding beside it."""
 from __future__ import annotations
 
 import pytest
-from physics_kit import run_both_ways
+from physics_kit import delay_beside, event_times, run_both_ways
 
 from mockprovider.physics import EventKind, PhysicsParams, ProviderPhysics
 
@@ -15,14 +15,10 @@ CPU = PhysicsParams(slots=4, base_iter_ms=W, per_slot_ms=H, prefill_chunk=512,
                     prefill_ms_per_token=P)  # fmt: skip
 
 
-def _times(physics: ProviderPhysics) -> dict[tuple[str, EventKind], float]:
-    return {(e.request_id, e.kind): e.time for e in physics.advance(1e9)}
-
-
 def test_a_lone_prompt_costs_its_tokens_once() -> None:
     physics = ProviderPhysics(CPU)
     physics.submit(0.0, "a", 400, 10)
-    seen = _times(physics)
+    seen = event_times(physics)
     prefill = W + H + P * 400  # one iteration holds the whole prompt (400 <= the chunk)
     assert seen[("a", FIRST)] == pytest.approx((prefill + (W + H)) / 1000)
     assert seen[("a", DONE)] == pytest.approx((prefill + 10 * (W + H)) / 1000)
@@ -32,25 +28,20 @@ def test_a_prompt_split_in_chunks_costs_the_same_tokens_over_more_iterations() -
     physics = ProviderPhysics(PhysicsParams(**{**_fields(CPU), "prefill_chunk": 100}))
     physics.submit(0.0, "a", 400, 1)
     prefill = 4 * (W + H) + P * 400  # four iterations of 100 prompt tokens
-    assert _times(physics)[("a", DONE)] == pytest.approx((prefill + W + H) / 1000)
+    assert event_times(physics)[("a", DONE)] == pytest.approx((prefill + W + H) / 1000)
 
 
 def test_a_prompt_stalls_the_request_decoding_beside_it() -> None:
-    alone = ProviderPhysics(CPU)
-    alone.submit(0.0, "decoding", 0, 100)
-    beside = ProviderPhysics(CPU)
-    beside.submit(0.0, "decoding", 0, 100)
-    beside.submit(0.01, "prompt", 500, 1)
-    before, after = _times(alone)[("decoding", DONE)], _times(beside)[("decoding", DONE)]
+    delay = delay_beside(CPU, (0.0, "decoding", 0, 100), (0.01, "prompt", 500, 1))
     # the prompt's one iteration adds P * 500 ms, and a second sequence H per iteration
-    assert after - before == pytest.approx((P * 500 + H * 2) / 1000, rel=0.02)
+    assert delay == pytest.approx((P * 500 + H * 2) / 1000, rel=0.02)
 
 
 def test_without_a_prefill_cost_nothing_changes() -> None:
     plain = PhysicsParams(slots=4, base_iter_ms=W, per_slot_ms=H, prefill_chunk=512)
     physics = ProviderPhysics(plain)
     physics.submit(0.0, "a", 400, 10)
-    assert _times(physics)[("a", DONE)] == pytest.approx(11 * (W + H) / 1000)
+    assert event_times(physics)[("a", DONE)] == pytest.approx(11 * (W + H) / 1000)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

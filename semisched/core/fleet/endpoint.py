@@ -245,16 +245,8 @@ class EndpointState:
         return left if left > 0.0 else 0.0
 
     def anticipated_s(self, now: float, extra_tokens: float) -> float:
-        """Seconds to decode the anticipated load plus ``extra_tokens``, per unit of weight
-        (:meth:`anticipated_tokens` inlined: routing reads it once per candidate)."""
-        fit = self.fit
-        slope = fit.slope_s
-        n = self.inflight
-        if not n:
-            return extra_tokens * slope / self.weight
-        decoded = (n * (now - fit.intercept_s) - self.sent_at_sum) / slope
-        left = self.inflight_cost - (decoded if decoded > 0.0 else 0.0)
-        return ((left if left > 0.0 else 0.0) + extra_tokens) * slope / self.weight
+        """Seconds to decode the anticipated load plus ``extra_tokens``, per unit of weight."""
+        return (self.anticipated_tokens(now) + extra_tokens) * self.fit.slope_s / self.weight
 
     @property
     def latency_ewma(self) -> float:
