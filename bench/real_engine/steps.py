@@ -16,6 +16,18 @@ together, in shapes the fit never ran:
 ``prefill_beside_3``
     Three sequences decoding when a 512-token prompt arrives: the decoders' longest gap
     is the step that prefilled it (the mock charges ``P`` per prompt token in that step).
+``same_4x32_after_1536``
+    ``same_4x32`` again, right after one 1,536-token request ran alone and finished. A
+    slot keeps a finished sequence's cache until a new request takes that slot, and the
+    server gives new requests the slots used longest ago, so the four short sequences
+    decode beside an idle slot that still holds about 1,900 tokens. The mock has no
+    such term: its step is ``same_4x32``'s, and the ratio is what the idle cache costs.
+
+Before every case the probe sends one short request per slot at once (:data:`FLUSH`,
+not measured), so that every case starts on slots that hold almost nothing: otherwise
+a case would pay for what the cases before it left in the idle slots (the reason for
+``same_4x32_after_1536``). A case's :data:`PRELUDES` run after that flush, also not
+measured.
 
 Each decode case's step is the median gap between consecutive tokens of each stream
 while every stream of the case has its first token and none has its last, then the
@@ -38,7 +50,17 @@ from typing import Any
 
 from mockprovider.physics import PhysicsParams
 
-__all__ = ["CASES", "Stream", "decode_step_ms", "mock_step_ms", "prefill_stall_ms", "steps_main"]
+__all__ = [
+    "CASES",
+    "FLUSH",
+    "PRELUDES",
+    "Stream",
+    "decode_step_ms",
+    "mock_step_ms",
+    "prefill_stall_ms",
+    "run_order",
+    "steps_main",
+]
 
 #: Each case: its streams as (prompt tokens, output tokens, seconds after the case starts).
 CASES: dict[str, tuple[tuple[int, int, float], ...]] = {
@@ -47,7 +69,14 @@ CASES: dict[str, tuple[tuple[int, int, float], ...]] = {
     "mixed_1x1536_3x32": ((1536, 384, 0.0),) + ((32, 384, 0.0),) * 3,
     "lone_1536": ((1536, 384, 0.0),),
     "prefill_beside_3": ((32, 512, 0.0),) * 3 + ((512, 64, 1.5),),
+    "same_4x32_after_1536": ((32, 384, 0.0),) * 4,
 }
+#: What runs, unmeasured, between the flush and a case (module docstring).
+PRELUDES: dict[str, tuple[tuple[int, int, float], ...]] = {
+    "same_4x32_after_1536": ((1536, 384, 0.0),),
+}
+#: One flush request: a short prompt and a few tokens (one of these per slot at once).
+FLUSH: tuple[int, int, float] = (32, 4, 0.0)
 #: The case whose last stream arrives while the others decode.
 PREFILL_CASE = "prefill_beside_3"
 #: Gaps this close to a window's edges are left out (the batch changes there).
@@ -189,6 +218,19 @@ async def run_case(url: str, prompts: Sequence[tuple[int, ...]],
     return sorted(done, key=lambda s: (s.delay, -s.prompt))
 
 
+def run_order(parallel: int) -> list[tuple[str | None, tuple[tuple[int, int, float], ...]]]:
+    """One repeat's requests, in order: ``(case, streams)`` for a measured case, and
+    ``(None, streams)`` for what runs unmeasured before it (the flush over ``parallel``
+    slots, then the case's prelude, if any)."""
+    order: list[tuple[str | None, tuple[tuple[int, int, float], ...]]] = []
+    for name, specs in CASES.items():
+        order.append((None, (FLUSH,) * parallel))
+        if name in PRELUDES:
+            order.append((None, PRELUDES[name]))
+        order.append((name, specs))
+    return order
+
+
 def steps_main(out: Path, *, fit: Path, repeats: int, seed: int, parallel: int) -> Path:
     """Run every case ``repeats`` times on one fresh server; write ``steps.csv`` and
     ``steps.md`` beside the mock of ``fit``."""
@@ -210,9 +252,11 @@ def steps_main(out: Path, *, fit: Path, repeats: int, seed: int, parallel: int) 
     options = ServerOptions(binary=paths.server, model=paths.gguf, parallel=parallel)
     with LlamaServer(options) as server:
         for repeat in range(repeats):
-            for name, specs in CASES.items():
+            for name, specs in run_order(parallel):
                 prompts = [prompt_ids(rng, p, vocab) for p, _, _ in specs]
                 streams = anyio.run(run_case, server.base_url, prompts, specs)
+                if name is None:  # the flush or a prelude: not measured
+                    continue
                 try:
                     rows.append(rows_of(name, repeat, streams, physics))
                 except ValueError as exc:  # left out of the medians; the csv says why

@@ -7,12 +7,15 @@ import pytest
 from bench.__main__ import main
 from bench.real_engine.steps import (
     CASES,
+    FLUSH,
     PREFILL_CASE,
+    PRELUDES,
     Stream,
     decode_step_ms,
     mock_step_ms,
     prefill_stall_ms,
     rows_of,
+    run_order,
 )
 from mockprovider.physics import PhysicsParams
 
@@ -79,3 +82,20 @@ def test_a_stream_sent_in_a_few_chunks_has_no_step() -> None:
     coalesced = Stream(1536, 384, 0.0, (2.1, 2.2, 5.8))
     with pytest.raises(ValueError, match="384 tokens came in 3 chunks"):
         decode_step_ms([coalesced])
+
+
+def test_every_case_starts_on_flushed_slots_and_its_prelude_runs_just_before_it() -> None:
+    # What an earlier case leaves in an idle slot slows the next one down: each measured
+    # case follows a flush with one request per slot, then its own prelude, if any.
+    order = run_order(parallel=6)
+    measured = [name for name, _ in order if name is not None]
+    assert measured == list(CASES)
+    for i, (name, specs) in enumerate(order):
+        if name is None:
+            continue
+        before = order[i - 1 - (name in PRELUDES)]
+        assert before == (None, (FLUSH,) * 6)
+        if name in PRELUDES:
+            assert order[i - 1] == (None, PRELUDES[name])
+        assert specs == CASES[name]
+    assert PRELUDES, "the idle-cache case has a prelude"
