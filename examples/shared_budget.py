@@ -40,10 +40,11 @@ SHARES = (45, 30, 15)
 
 async def worker(base_url: str, calls: int, state: str | None, namespace: str) -> None:
     """One process's job: ``calls`` short calls as fast as its budget allows; print a summary."""
-    # A charge counts a little longer than the provider's minute: 15 virtual seconds, 0.3 s
+    # A charge counts a little longer than the provider's minute: 30 virtual seconds, 0.6 s
     # of wall time at 50x, covers the network and a busy machine's scheduling between a
-    # reservation and the mock's count (0.1 s was not always enough on two busy cores).
-    config = preset("batch_makespan", budget=BudgetConfig(rpm=LIMIT_RPM, margin_s=15.0))
+    # reservation and the mock's count (0.1 s, then 0.3 s, were not always enough on two
+    # busy cores: a worker descheduled between its reservation and its send met a 429).
+    config = preset("batch_makespan", budget=BudgetConfig(rpm=LIMIT_RPM, margin_s=30.0))
     client = openai.AsyncOpenAI(base_url=base_url, api_key="not-needed-for-the-mock")
     scheduler = Scheduler(
         client,
