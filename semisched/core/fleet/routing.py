@@ -259,9 +259,7 @@ class TokenBudgetRouting(RoutingPolicy):
         """The request belongs in the short pool: its total fits ``B_short``, or it is in
         the compress band ``(B_short, γ B_short]`` and its compressed prompt fits."""
         cfg = self.config
-        request = entry.request
-        out = request.max_output_tokens  # total_tokens, inlined: once per routed send
-        total = request.input_tokens + (out if out is not None else request.prior.p90)
+        total = request_total(entry.request)
         if total <= cfg.short_pool_tokens:
             return True
         if (
