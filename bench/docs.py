@@ -49,6 +49,7 @@ docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
 from __future__ import annotations
 
 import csv
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -367,20 +368,24 @@ def _generated(name: str, command: str) -> Callable[[Path], str]:
     return render
 
 
-def _real_engine_summary(root: Path) -> str:
-    """The README's view of ``real-engine/headline.csv`` (or that it has not run)."""
-    from bench.real_engine.headline_report import summary_markdown
+def _csv_summary(name: str, command: str, summarize: str) -> Callable[[Path], str]:
+    """A README block: ``summarize`` (``module:function``) of the rows of
+    ``docs/results/real-engine/<name>``, or that ``command`` has not run yet."""
 
-    path = root / DOCS / "real-engine" / "headline.csv"
-    if not path.exists():
-        return ("Not run yet: `python -m bench real-engine headline` writes "
-                "`real-engine/headline.csv`.")
-    return summary_markdown(_read(path))
+    def render(root: Path) -> str:
+        path = root / DOCS / "real-engine" / name
+        if not path.exists():
+            return f"Not run yet: `{command}` writes `real-engine/{name}`."
+        module, function = summarize.split(":")
+        return str(getattr(importlib.import_module(module), function)(_read(path)))
+
+    return render
 
 
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
+
 
 def _perf(root: Path) -> str:
     """``docs/results/perf/perf.csv``: this tree against the first wave's, alternating."""
@@ -420,7 +425,16 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
     "real-engine": _real_engine,
-    "real-engine-summary": _real_engine_summary,
+    "real-engine-summary": _csv_summary(
+        "headline.csv",
+        "python -m bench real-engine headline",
+        "bench.real_engine.headline_report:summary_markdown",
+    ),
+    "real-engine-routing-summary": _csv_summary(
+        "routing.csv",
+        "python -m bench real-engine routing",
+        "bench.real_engine.routing_engine:routing_summary",
+    ),
     "real-engine-headline": _generated("headline.md", "python -m bench real-engine headline"),
     "real-engine-routing": _generated("routing.md", "python -m bench real-engine routing"),
     "perf": _perf,

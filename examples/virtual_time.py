@@ -12,8 +12,8 @@ answers end in one decode step and free several slots) reach the mock in the
 order trio happens to run their tasks, and trio shuffles that order on purpose
 to shake out order bugs. Here it moves the end by a fraction of a virtual
 second between runs; the outcomes repeat. Assert on outcomes, not on the last
-decimal of a time. The scheduler is told the provider's 120 requests a minute
-(``BudgetConfig(rpm=120)``), so it paces its sends instead of retrying 429s.
+decimal of a time. The scheduler is told the provider's 60 requests a minute
+(``BudgetConfig(rpm=60)``), so it paces its sends instead of retrying 429s.
 
 One detail: an openai client looks up the platform in a worker thread on its first
 request, and an autojumping clock may skip ahead while that thread runs (to the
@@ -42,12 +42,12 @@ from semisched.core import BudgetConfig, preset
 
 
 async def main() -> None:
-    app = create_app(MockConfig(rpm=120), clock=anyio.current_time)
+    app = create_app(MockConfig(rpm=60), clock=anyio.current_time)
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://mock") as http:
         client = openai.AsyncOpenAI(base_url="http://mock/v1", api_key="k", http_client=http)
         outcomes: dict[str, int] = {}
-        config = preset("final_adrr_olc", budget=BudgetConfig(rpm=120))
+        config = preset("final_adrr_olc", budget=BudgetConfig(rpm=60))
         async with Scheduler(
             client, config=config, priors="heuristic", options=RuntimeOptions(seed=0)
         ) as scheduler:
@@ -69,9 +69,9 @@ async def main() -> None:
                 outcomes[name] = outcomes.get(name, 0) + 1
 
             async with anyio.create_task_group() as tg:
-                for i in range(1200):  # two a second for ten minutes, against 120 a minute
+                for i in range(600):  # one a second for ten minutes, against 60 a minute
                     tg.start_soon(ask, i)
-                    await anyio.sleep(0.5)
+                    await anyio.sleep(1.0)
             elapsed = anyio.current_time() - start
             stats = scheduler.statistics()
     print(f"virtual time {elapsed:.1f} s; outcomes {dict(sorted(outcomes.items()))}")

@@ -257,10 +257,12 @@ async def engine_run(
     config: SchedulerConfig,
     seed: int,
     slots: Mapping[str, int] | None = None,
+    pools: Mapping[str, str] | None = None,
 ) -> tuple[list[LiveRecord], Any]:
     """``jobs`` through a fresh Scheduler over the servers ``base_urls`` (name -> URL): the
     records and the scheduler's last statistics. One server is the scheduler's one client;
-    several are one :class:`semisched.Endpoint` each, at most ``slots[name]`` in flight."""
+    several are one :class:`semisched.Endpoint` each, at most ``slots[name]`` in flight, in
+    ``token_budget`` pool ``pools[name]``."""
     import openai
 
     from semisched import Endpoint, RuntimeOptions, Scheduler
@@ -273,8 +275,9 @@ async def engine_run(
     if len(clients) == 1:
         scheduler = Scheduler(next(iter(clients.values())), **common)
     else:
-        caps = slots or {}
-        endpoints = [Endpoint(name, client, learn_limits=False, max_concurrency=caps.get(name))
+        caps, pool = slots or {}, pools or {}
+        endpoints = [Endpoint(name, client, learn_limits=False, max_concurrency=caps.get(name),
+                              pool=pool.get(name))
                      for name, client in clients.items()]  # fmt: skip
         scheduler = Scheduler(endpoints=endpoints, **common)
     try:

@@ -18,9 +18,17 @@ both busy they hold a core each and the client (the SDK, in Python) takes its ti
 both; other sessions on the machine take theirs too. ``slow`` is slow because it decodes 2
 sequences a step where ``fast`` decodes 8, and queues the rest.
 
-Written: ``routing.csv`` (per policy and seed: short P95, global P95, completion,
-satisfaction, goodput, and each endpoint's share of the completions) and ``routing.md``
-(medians over seeds). What it is not: no simulator beside it.
+Size-aware routing is ``token_budget`` (the short and long pools of "Token-Budget-Aware
+Pool Routing for Cost-Efficient LLM Inference"): every run gives ``slow`` the short pool
+and ``fast`` the long one (:data:`POOLS`), with the short pool's budget
+:data:`SHORT_POOL_TOKENS`; the other policies ignore pools.
+
+Beside each engine run, the simulator runs the same jobs over the same two endpoints (each
+the ``llama-cpp`` profile with its slots, the same caps, pools and config): its prediction.
+
+Written: ``routing.csv`` (per caps, policy and seed: short P95, global P95, completion,
+satisfaction, goodput, and each endpoint's share of the completions, on the engine and, as
+``sim_*``, in the simulator) and ``routing.md`` (medians over seeds, engine / sim).
 """
 
 from __future__ import annotations
@@ -41,22 +49,34 @@ __all__ = [
     "CAPS",
     "FLEET",
     "POLICIES",
+    "POOLS",
+    "SHORT_POOL_TOKENS",
     "endpoint_shares",
     "routing_config",
     "routing_main",
     "routing_markdown",
     "routing_row",
+    "routing_summary",
+    "simulated_row",
 ]
 
 #: The routing policies compared (``semisched.core.fleet.routing``'s names).
-POLICIES = ("round_robin", "anticipated_load", "latency_ewma")
+POLICIES = ("round_robin", "anticipated_load", "latency_ewma", "token_budget")
 #: Each server's name and slots (``--parallel``).
 FLEET: Mapping[str, int] = {"fast": 8, "slow": 2}
+#: Each server's ``token_budget`` pool: the 2-slot server, whose steps batch fewer
+#: sequences, keeps its slots for small requests.
+POOLS: Mapping[str, str] = {"fast": "long", "slow": "short"}
+#: ``token_budget``'s short-pool budget (prompt plus output tokens): about the 85th
+#: percentile of the workload's requests, chosen in the simulator before any engine run
+#: (budgets of 300 to 1,400 tokens tried).
+SHORT_POOL_TOKENS = 600.0
 STRATEGY = "final_adrr_olc"
 
 
 def routing_config(policy: str, fleet: Mapping[str, int] = FLEET) -> Any:
-    """``final_adrr_olc`` routing by ``policy``, its client cap the fleet's slots.
+    """``final_adrr_olc`` routing by ``policy``, its client cap the fleet's slots, the short
+    pool's budget :data:`SHORT_POOL_TOKENS` (read by ``token_budget`` only).
 
     Raises:
         ValueError: An unknown ``policy``.
@@ -64,8 +84,37 @@ def routing_config(policy: str, fleet: Mapping[str, int] = FLEET) -> Any:
     from semisched.core.config import preset
 
     base = preset(STRATEGY)
-    return base.with_(max_inflight=sum(fleet.values()),
-                      routing=replace(base.routing, policy=policy))  # fmt: skip
+    routing = replace(base.routing, policy=policy, short_pool_tokens=SHORT_POOL_TOKENS)
+    return base.with_(max_inflight=sum(fleet.values()), routing=routing)
+
+
+def simulated_row(
+    jobs: Sequence[Any], config: Any, members: Mapping[str, Any], seed: int,
+    caps: Mapping[str, int] | None,
+) -> dict[str, object]:  # fmt: skip
+    """The simulator's metrics for ``jobs`` over ``members`` (name -> physics), each
+    endpoint capped at ``caps[name]`` and in its :data:`POOLS` pool, prefixed ``sim_``:
+    the same metrics and shares as an engine row."""
+    from bench.real_engine.headline import metric_row
+    from semisched.core.fleet.endpoint import EndpointSpec
+    from semisched.sim.model import SimEndpoint
+    from semisched.sim.simulator import ProviderModel, simulate
+
+    limits = caps or {}
+    fleet = [SimEndpoint(spec=EndpointSpec(name=name, max_concurrency=limits.get(name),
+                                           pool=POOLS.get(name)),
+                         physics=physics, provider=ProviderModel(seed=seed))
+             for name, physics in members.items()]  # fmt: skip
+    first = next(iter(members.values()))
+    result = simulate([j.sim for j in jobs], config, first, ProviderModel(seed=seed), None, fleet)
+    bucket = {j.sim.request.id: j.bucket for j in jobs}
+    for row in result.rows:
+        row.bucket = bucket[row.id]
+    metrics = metric_row(list(result.rows))
+    done = [row.endpoint for row in result.rows if row.outcome == "completed"]
+    for name in members:
+        metrics[f"share_{name}"] = done.count(name) / len(done) if done else math.nan
+    return {f"sim_{key}": value for key, value in metrics.items()}
 
 
 def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
@@ -77,22 +126,57 @@ def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
 
 def routing_markdown(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> str:
     """Medians over seeds per endpoint caps and policy: the metrics and each endpoint's
-    share."""
+    share, each cell ``engine / sim`` where the rows have the simulator's (``sim_*``)."""
     columns = [("short P95 s", "short_p95_ms", 1e-3), ("global P95 s", "global_p95_ms", 1e-3),
                ("completion", "completion_rate", 1.0), ("satisfaction", "satisfaction", 1.0),
                *((f"share {n}", f"share_{n}", 1.0) for n in names)]  # fmt: skip
     seeds = sorted({int(str(r["seed"])) for r in rows})
-    lines = [f"Medians over seeds {seeds}. Caps `slots`: each endpoint takes at most its "
-             "slots; `none`: only the scheduler's total cap.", "",
-             "| caps | policy | " + " | ".join(c[0] for c in columns) + " |",
+    sim = all("sim_short_p95_ms" in r for r in rows)
+    title = [f"{c[0]}: engine / sim" if sim else c[0] for c in columns]
+    head = (f"Medians over seeds {seeds}" + ("; each cell is engine / sim (the simulator, "
+            "each endpoint the fitted `llama-cpp` profile with its slots)" if sim else "")
+            + ". Caps `slots`: each endpoint takes at most its slots; `none`: only the "
+            "scheduler's total cap.")  # fmt: skip
+    lines = [head, "",
+             "| caps | policy | " + " | ".join(title) + " |",
              "|---|---|" + "---|" * len(columns)]  # fmt: skip
     groups = dict.fromkeys((str(r.get("caps", "slots")), str(r["policy"])) for r in rows)
     for caps, policy in groups:
         mine = [r for r in rows if (str(r.get("caps", "slots")), r["policy"]) == (caps, policy)]
-        cells = [f"{median([float(r[key]) for r in mine]) * scale:.2f}"  # type: ignore[arg-type]
+        cells = [_cell(mine, key, scale) + (f" / {_cell(mine, 'sim_' + key, scale)}" if sim else "")
                  for _, key, scale in columns]  # fmt: skip
         lines.append(f"| {caps} | {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def routing_summary(rows: Sequence[Mapping[str, object]]) -> str:
+    """The README's lines: with each endpoint capped at its slots, each policy's short and
+    global P95 on the engine and in the simulator (medians over the seeds), and its short
+    P95 over round robin's."""
+    capped = [r for r in rows if str(r.get("caps", "slots")) == "slots"]
+    policies = list(dict.fromkeys(str(r["policy"]) for r in capped))
+
+    def med(policy: str, key: str) -> float:
+        return median([float(r[key]) for r in capped if r["policy"] == policy])  # type: ignore[arg-type]
+
+    lines = ["| policy | short P95 s: engine / sim | vs round_robin: engine / sim | "
+             "global P95 s: engine / sim |", "|---|---:|---:|---:|"]  # fmt: skip
+    for policy in policies:
+        short = [med(policy, "short_p95_ms"), med(policy, "sim_short_p95_ms")]
+        base = [med("round_robin", "short_p95_ms"), med("round_robin", "sim_short_p95_ms")]
+        lines.append(f"| {policy} | {short[0] / 1e3:.2f} / {short[1] / 1e3:.2f} | "
+                     f"{short[0] / base[0]:.2f} / {short[1] / base[1]:.2f} | "
+                     f"{med(policy, 'global_p95_ms') / 1e3:.1f} / "
+                     f"{med(policy, 'sim_global_p95_ms') / 1e3:.1f} |")  # fmt: skip
+    seeds = len({str(r["seed"]) for r in capped})
+    requests = sorted({str(r.get("requests", "?")) for r in capped})
+    return (
+        "\n".join(lines) + f"\n\nMedians over {seeds} seeds, {', '.join(requests)} requests a run."
+    )
+
+
+def _cell(rows: Sequence[Mapping[str, object]], key: str, scale: float) -> str:
+    return f"{median([float(r[key]) for r in rows]) * scale:.2f}"  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -132,30 +216,33 @@ def routing_main(
     from predictors.priors import information_source
 
     physics = profile("llama-cpp")
-    members = [replace(physics, slots=slots) for slots in FLEET.values()]
+    members = {name: replace(physics, slots=slots) for name, slots in FLEET.items()}
     vocab = Tokenizer.from_file(str(EnginePaths.default().tokenizer)).get_vocab_size()
     rows: list[dict[str, object]] = []
     started, before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     with _servers(FLEET) as urls:
         for seed in seeds:
-            capacity = fleet_capacity(physics, members, requests=requests, seed=seed)
+            capacity = fleet_capacity(physics, list(members.values()), requests=requests,
+                                      seed=seed)  # fmt: skip
             jobs, rate = engine_jobs(physics, information_source(INFORMATION, seed=seed),
                                      load=load, requests=requests, seed=seed, vocab=vocab,
                                      capacity=capacity)  # fmt: skip
             for cap, policy in ((c, p) for c in caps for p in POLICIES):
                 t0 = time.perf_counter()
                 slots = FLEET if cap == "slots" else None
-                records, stats = anyio.run(engine_run, urls, jobs, routing_config(policy), seed,
-                                           slots)  # fmt: skip
+                config = routing_config(policy)
+                records, stats = anyio.run(engine_run, urls, jobs, config, seed, slots, POOLS)
                 row = routing_row(records, stats, policy=policy, caps=cap, load=load, seed=seed,
                                   requests=requests, rate_per_s=round(rate, 4))  # fmt: skip
                 row["wall_s"] = round(time.perf_counter() - t0, 1)
+                row.update(simulated_row(jobs, config, members, seed, slots))
                 rows.append(row)
                 print(f"seed {seed} caps {cap} {policy}: {row['wall_s']} s", flush=True)
                 write_rows(out / "routing.csv", rows)
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-           "cores": os.cpu_count(), "fleet": dict(FLEET), "caps": list(caps)}  # fmt: skip
+           "cores": os.cpu_count(), "fleet": dict(FLEET), "pools": dict(POOLS),
+           "short_pool_tokens": SHORT_POOL_TOKENS, "caps": list(caps)}  # fmt: skip
     (out / "routing_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     (out / "routing.md").write_text(routing_markdown(rows, list(FLEET)), encoding="utf-8")
     print(routing_markdown(rows, list(FLEET)))

@@ -34,7 +34,16 @@ from bench.real_engine.headline_report import (
     rewrite_markdown,
     write_rows,
 )
-from bench.real_engine.routing_engine import endpoint_shares, routing_config, routing_markdown
+from bench.real_engine.routing_engine import (
+    FLEET,
+    POOLS,
+    SHORT_POOL_TOKENS,
+    endpoint_shares,
+    routing_config,
+    routing_markdown,
+    routing_summary,
+    simulated_row,
+)
 from bench.workloads import DEADLINES_S
 from mockprovider.physics import profile
 from predictors.priors import COARSE_PRIORS, information_source
@@ -179,6 +188,46 @@ def test_routing_reports_each_endpoints_share() -> None:
     text = routing_markdown([*rows, *uncapped], ["fast", "slow"])
     assert "| slots | round_robin | 2.00 | 5.00 | 1.00 | 1.00 | 0.75 | 0.25 |" in text
     assert "| none | round_robin | 9.00 | 5.00 | 1.00 | 1.00 | 0.75 | 0.25 |" in text
+    sims = [{**r, "sim_short_p95_ms": 500.0, "sim_global_p95_ms": 4000.0,
+             "sim_completion_rate": 1.0, "sim_satisfaction": 0.5, "sim_share_fast": 0.5,
+             "sim_share_slow": 0.5} for r in rows]  # fmt: skip
+    text = routing_markdown(sims, ["fast", "slow"])
+    assert "engine / sim" in text
+    assert (
+        "| slots | round_robin | 2.00 / 0.50 | 5.00 / 4.00 | 1.00 / 1.00 | 1.00 / 0.50 "
+        "| 0.75 / 0.50 | 0.25 / 0.50 |"
+    ) in text
+
+
+def test_the_readme_summary_compares_each_capped_policy_with_round_robin() -> None:
+    def row(policy: str, caps: str, seed: int, short: float) -> dict[str, object]:
+        return {"policy": policy, "caps": caps, "seed": seed, "requests": 150,
+                "short_p95_ms": short, "sim_short_p95_ms": short / 2, "global_p95_ms": 20_000.0,
+                "sim_global_p95_ms": 10_000.0}  # fmt: skip
+
+    rows = [row("round_robin", "slots", s, 2000.0) for s in range(3)]
+    rows += [row("token_budget", "slots", s, 1000.0 + 500.0 * s) for s in range(3)]
+    rows += [row("token_budget", "none", s, 9000.0) for s in range(3)]  # uncapped: left out
+    text = routing_summary(rows)
+    assert "| round_robin | 2.00 / 1.00 | 1.00 / 1.00 | 20.0 / 10.0 |" in text
+    assert "| token_budget | 1.50 / 0.75 | 0.75 / 0.75 | 20.0 / 10.0 |" in text
+    assert text.endswith("Medians over 3 seeds, 150 requests a run.")
+
+
+def test_the_simulated_routing_run_keeps_large_requests_out_of_the_short_pool() -> None:
+    members = {name: dataclasses.replace(PHYSICS, slots=slots) for name, slots in FLEET.items()}
+    capacity = fleet_capacity(PHYSICS, list(members.values()), requests=60, seed=1)
+    jobs, _ = _jobs(load="medium", requests=60, seed=1, capacity=capacity)
+    assert POOLS == {"fast": "long", "slow": "short"}
+    rows = {policy: simulated_row(jobs, routing_config(policy), members, 1, FLEET)
+            for policy in ("round_robin", "token_budget")}  # fmt: skip
+    for row in rows.values():
+        assert row["sim_completion_rate"] == 1.0
+        assert row["sim_share_fast"] + row["sim_share_slow"] == pytest.approx(1.0)  # type: ignore[operator]
+    # Round robin sends the slow server its share whatever the size; the pools send it
+    # small requests first, so it finishes more of them.
+    assert rows["token_budget"]["sim_share_slow"] > rows["round_robin"]["sim_share_slow"]  # type: ignore[operator]
+    assert routing_config("token_budget").routing.short_pool_tokens == SHORT_POOL_TOKENS
 
 
 @pytest.mark.parametrize(
