@@ -90,7 +90,7 @@ def test_virtual_time_runs_ten_minutes_in_seconds() -> None:
     assert 600.0 <= virtual < 700.0  # 600 arrivals, 1 s apart, then the last answers
 
 
-@pytest.mark.slow  # six worker processes and a Redis (15 s); tests/state covers sharing fast
+@pytest.mark.slow  # six worker processes and a Redis (15 s); test_shared_state.py: the same, fast
 def test_shared_budget_keeps_three_processes_under_one_limit() -> None:
     out = run("shared_budget.py")
     alone = re.search(r"^each alone\s+completed (\d+)/90, 429s (\d+)", out, flags=re.M)
