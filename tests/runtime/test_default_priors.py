@@ -31,11 +31,18 @@ from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQ
 
 pytestmark = pytest.mark.anyio
 
-# The model loads in a worker thread while the autojumping MockClock spins the loop, and
-# an import of torch from that thread then crawls (minutes). The full run imports torch
-# at collection anyway; import it here too, so that this file alone runs as fast.
-with contextlib.suppress(ImportError):
-    import predictors.length_model  # noqa: F401
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_before_the_clock() -> None:
+    """Import the model's code (torch) on the main thread before these tests run.
+
+    The model loads in a worker thread while the autojumping MockClock spins the loop,
+    and an import of torch from that thread then crawls (minutes). Here, not at the top:
+    every pytest-xdist worker collects this file, and only the one that runs it should
+    pay for torch."""
+    with contextlib.suppress(ImportError):
+        import predictors.length_model  # noqa: F401
+
 
 CAPS = (16, 48, 200, 800, 2000)
 
