@@ -105,8 +105,7 @@ def simulated_row(
                                            pool=POOLS.get(name)),
                          physics=physics, provider=ProviderModel(seed=seed))
              for name, physics in members.items()]  # fmt: skip
-    first = next(iter(members.values()))
-    result = simulate([j.sim for j in jobs], config, first, ProviderModel(seed=seed), None, fleet)
+    result = simulate([j.sim for j in jobs], config, fleet=fleet)
     bucket = {j.sim.request.id: j.bucket for j in jobs}
     for row in result.rows:
         row.bucket = bucket[row.id]
