@@ -48,16 +48,17 @@ docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
 
 from __future__ import annotations
 
-import csv
-import importlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
+
+from bench.docs_tables import DOCS, Row
+from bench.docs_tables import read_rows as _read
+from bench.docs_tables import table as _table
+from bench.real_engine.docs_blocks import REAL_ENGINE_BLOCKS
 
 __all__ = ["DOCS", "LIVE_CHECK", "RENDERED", "build_docs", "render_files", "render_readme"]
 
-#: Where the committed results live, relative to the repository root.
-DOCS = Path("docs/results")
 #: The cell of ``rate-limits`` that is cross-checked live.
 LIVE_CHECK: dict[str, str] = {
     "regime": "balanced/high",
@@ -80,23 +81,10 @@ RENDERED: tuple[Path, ...] = (
     Path("docs/guides/tenants.md"),
 )
 
-Row = Mapping[str, str]
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as fh:
-        return list(csv.DictReader(fh))
-
 
 def _pm(row: Row, metric: str, digits: int) -> str:
     mean, std = float(row[f"{metric}_mean"]), float(row[f"{metric}_std"])
     return f"{mean:,.{digits}f} ± {std:,.{digits}f}"
-
-
-def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    return "\n".join(lines)
 
 
 def _quick(root: Path) -> str:
@@ -300,88 +288,6 @@ def _plan(root: Path) -> str:
     return _table(header, body)
 
 
-def _real_engine(root: Path) -> str:
-    """``docs/results/real-engine/``: the mock's ``llama-cpp`` profile as fitted (fit.json),
-    then the same workload on the fitted mock and on llama-server (compare.csv)."""
-    import json
-
-    folder = root / DOCS / "real-engine"
-    fit = json.loads((folder / "fit.json").read_text(encoding="utf-8"))
-    f, check = fit["fit"], fit["plan_fit_crosscheck"]
-    crosscheck = (
-        f"refused: {check['refused']}" if "refused" in check
-        else f"{check['base_iter_ms']:.2f} / {check['per_slot_ms']:.2f} / "
-        f"{check['overhead_ms']:.1f}, {check['r_squared']:.3f}"
-    )  # fmt: skip
-    profile = _table(
-        ("slots", "W (ms)", "H (ms)", "K (ms per context token)", "P (ms per prompt token) / C",
-         "overhead (ms)", "decode R²", "plan fit on client times: W / H / overhead, R²"),
-        [(str(f["slots"]), f"{f['base_iter_ms']:.2f}", f"{f['per_slot_ms']:.2f}",
-          f"{f.get('context_ms_per_token', 0.0):.5f}",
-          f"{f['prefill_ms_per_token']:.3f} / {f['prefill_chunk']}", f"{f['overhead_ms']:.1f}",
-          f"{f['decode_r_squared']:.3f}", crosscheck)],
-    )  # fmt: skip
-    tables = [profile]
-    for run in (folder, *sorted(folder.glob("load-*"))):
-        if (run / "compare.csv").exists():
-            tables.append(_real_engine_compare(run))
-    return "\n\n".join(tables)
-
-
-def _real_engine_compare(run: Path) -> str:
-    """One ``compare.csv``: each bucket's P50/P95 on the mock and the engine, and the
-    engine's over the mock's; its title from ``compare_run.json``."""
-    import json
-
-    rows = _read(run / "compare.csv")
-    meta = run / "compare_run.json"
-    title = f"`{run.name}`"
-    if meta.exists():
-        m = json.loads(meta.read_text(encoding="utf-8"))
-        title = (f"load {m['load']} ({m['requests']} requests, {m['rate_per_s']:.2f}/s; load "
-                 f"average {m['load_average_before'][0]} before, {m['load_average_after'][0]} "
-                 "after)")  # fmt: skip
-
-    def pair(r: Row, q: str) -> str:
-        mock, engine = r[f"mock_{q}_s"], r[f"engine_{q}_s"]
-        return f"{float(mock):.2f} / {float(engine):.2f}" if mock else ""
-
-    body = [(r["bucket"], r["requests"], pair(r, "p50"), r["ratio_p50"], pair(r, "p95"),
-             r["ratio_p95"], r["ratio_p99"]) for r in rows]  # fmt: skip
-    header = ("bucket", "requests", "P50 s: mock / engine", "engine / mock", "P95 s: mock / engine",
-              "engine / mock", "P99 engine / mock")  # fmt: skip
-    return f"{title}, `{run.as_posix().split('docs/results/')[-1]}/compare.csv`:\n\n" + _table(
-        header, body
-    )
-
-
-def _generated(name: str, command: str) -> Callable[[Path], str]:
-    """A block that shows ``docs/results/real-engine/<name>`` as ``command`` wrote it, or
-    says that it has not run yet."""
-
-    def render(root: Path) -> str:
-        path = root / DOCS / "real-engine" / name
-        if not path.exists():
-            return f"Not run yet: `{command}` writes `real-engine/{name}`."
-        return f"`real-engine/{name}`:\n\n" + path.read_text(encoding="utf-8").strip()
-
-    return render
-
-
-def _csv_summary(name: str, command: str, summarize: str) -> Callable[[Path], str]:
-    """A README block: ``summarize`` (``module:function``) of the rows of
-    ``docs/results/real-engine/<name>``, or that ``command`` has not run yet."""
-
-    def render(root: Path) -> str:
-        path = root / DOCS / "real-engine" / name
-        if not path.exists():
-            return f"Not run yet: `{command}` writes `real-engine/{name}`."
-        module, function = summarize.split(":")
-        return str(getattr(importlib.import_module(module), function)(_read(path)))
-
-    return render
-
-
 #: Columns of the batch table the README shows.
 BATCH_COLUMNS: tuple[str, ...] = ("scenario", "contender", "makespan s", "vs recipe", "x floor",
                                   "429s")  # fmt: skip
@@ -424,19 +330,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway-tenants": _gateway_tenants,
     "gateway-replicas": _gateway_replicas,
     "plan": _plan,
-    "real-engine": _real_engine,
-    "real-engine-summary": _csv_summary(
-        "headline.csv",
-        "python -m bench real-engine headline",
-        "bench.real_engine.headline_report:summary_markdown",
-    ),
-    "real-engine-routing-summary": _csv_summary(
-        "routing.csv",
-        "python -m bench real-engine routing",
-        "bench.real_engine.routing_engine:routing_summary",
-    ),
-    "real-engine-headline": _generated("headline.md", "python -m bench real-engine headline"),
-    "real-engine-routing": _generated("routing.md", "python -m bench real-engine routing"),
+    **REAL_ENGINE_BLOCKS,
     "perf": _perf,
 }
 
