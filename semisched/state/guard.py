@@ -33,12 +33,16 @@ Rules:
       fallback sends of all of them together fit what the window had free.
 
    Concurrency is shared by rule a alone (``max_concurrency // N``; calls in
-   flight are not leased there). Every ``rejoin_s`` (wall) the backend is tried
-   again, by one caller at a time (the others carry on in the fallback).
-4. Rejoining: the worker records its sends of the last window in the shared
-   window, each at its own time (its fallback sends, and those of its earlier
-   reservations that the store no longer holds, as after a restart), logs one
-   info line, and only then reserves there again. For ``rejoin_s`` plus a
+   flight are not leased there). While it is lost, the heartbeat's task tries the
+   backend again every ``rejoin_s`` (wall), off every call's way: no call waits on
+   a lost backend, and a frozen one finds this worker's try queued when it wakes.
+4. Rejoining: the worker first records its sends of the last window in the
+   shared window, each at its own time (its fallback sends, and those of its
+   earlier reservations that the store no longer holds, as after a restart), then
+   registers again, logs one info line, and only then reserves there again. The
+   sooner the better: a worker whose calls never failed (a store frozen for less
+   than its timeouts) goes on reserving in the shared window as soon as the store
+   answers, and must find the fallback sends there. For ``rejoin_s`` plus a
    heartbeat interval after that, a reservation must fit the fallback's rules as
    well (the other workers may still be sending on theirs, not yet recorded).
    Leases it took there before the loss and released meanwhile are returned
@@ -106,7 +110,8 @@ class SharedBudget:
         backend: The shared state.
         engine: The core whose limits the scopes carry.
         clock: The scheduler's clock (windows and waits are converted to wall time).
-        rejoin_s: After a loss, how often (wall seconds) the backend is tried again.
+        rejoin_s: After a loss, how often (wall seconds) the heartbeat's task tries the
+            backend again (> 0).
         seed: Seed of rule 6's jitter (``None``: from the OS).
         wall: The wall clock of this worker's sends and of the fallback (monotonic seconds).
     """
@@ -117,10 +122,12 @@ class SharedBudget:
         engine: Engine,
         clock: Clock,
         *,
-        rejoin_s: float = 5.0,
+        rejoin_s: float = 0.5,
         seed: int | None = None,
         wall: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not (math.isfinite(rejoin_s) and rejoin_s > 0):
+            raise ValueError(f"{rejoin_s=} must be a finite number > 0")
         self.backend = backend
         self._jitter = random.Random(seed).random
         self.memory = Memory(wall)  # this worker's sends, the workers, the last reports
@@ -130,7 +137,6 @@ class SharedBudget:
         self._local: LocalState | None = None  # the fallback (rule 3), kept on probation (4)
         self._lost = False
         self._lost_at = 0.0
-        self._rejoining = False
         self._unreleased: list[tuple[str, str]] = []  # released while lost: (id, endpoint)
         self._probation_until = 0.0  # loop time
         self._fallbacks = 0
@@ -200,7 +206,6 @@ class SharedBudget:
         scopes = self.scopes(endpoint)
         if not scopes:
             return Grant(ok=True), False
-        await self._maybe_rejoin()
         if not self._lost and anyio.current_time() >= self._probation_until:
             self._local = None  # every other worker has rejoined by now (rule 4)
         grant: Grant | None = None
@@ -274,7 +279,6 @@ class SharedBudget:
         self, tokens: Mapping[str, float], half_life_s: float
     ) -> dict[str, float] | None:
         """:meth:`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 7)."""
-        await self._maybe_rejoin()
         if self._lost:
             return None
         try:
@@ -284,12 +288,19 @@ class SharedBudget:
             return None
 
     async def run_heartbeat(self, lease_ttl_s: float) -> None:
-        """Renew this worker's leases and registration every third of the TTL (forever)."""
+        """Renew this worker's leases and registration every third of the TTL and, while
+        the backend is lost, try it again every ``rejoin_s`` (rules 3 and 4; forever)."""
+        interval = lease_ttl_s / 3.0
+        beat = anyio.current_time() + interval
         while True:
-            await anyio.sleep(lease_ttl_s / 3.0)
-            await self._maybe_rejoin()
+            await anyio.sleep(min(interval, self.rejoin_s))
             if self._lost:
+                await self._maybe_rejoin()
+                beat = anyio.current_time() + interval  # rejoining registered it again
                 continue
+            if anyio.current_time() < beat:
+                continue
+            beat = anyio.current_time() + interval
             try:
                 await self.backend.heartbeat()
                 self.memory.count(await self.backend.workers())
@@ -344,31 +355,29 @@ class SharedBudget:
         self._lost_at = anyio.current_time()
 
     async def _maybe_rejoin(self) -> None:
-        if not self._lost or self._rejoining:
-            return  # one attempt at a time: the others carry on in the fallback
+        """One try (the heartbeat's task alone makes them, rule 3): the sends recorded
+        first, so that the store counts them before anything else of this worker's."""
         if anyio.current_time() - self._lost_at < self.rejoin_s:
             return
-        self._rejoining = True
         try:
+            recorded = await self._catch_up(-1)
             with contextlib.suppress(StateForgotten):  # registered again: what rejoining is
                 await self.backend.heartbeat()
             self.memory.count(await self.backend.workers())
-            await self._catch_up()
+            await self._catch_up(recorded)  # what the fallback sent during these round trips
         except StateUnavailable:
             self._lost_at = anyio.current_time()
             return
-        finally:
-            self._rejoining = False
         self._lost = False
         self._probation_until = anyio.current_time() + self.rejoin_s + self.backend.lease_ttl_s / 3
         logger.info("semisched: shared state is back; rejoined namespace %r",
                     self.backend.namespace)  # fmt: skip
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, recorded: int) -> int:
         """Rule 4: the last window's sends recorded, the leases released meanwhile
         returned (a live worker's heartbeat would renew them forever); again for
-        whatever happened during these round trips."""
-        recorded = -1
+        whatever happened during these round trips. ``recorded``: the fallback sends
+        already recorded (-1: none); returns that count."""
         while recorded != self.memory.fallback_sends or self._unreleased:
             recorded = self.memory.fallback_sends
             for scope, sends in self.memory.unrecorded():
@@ -377,6 +386,7 @@ class SharedBudget:
                 request_id, endpoint = self._unreleased[-1]
                 await self.backend.release(request_id, self.scopes(endpoint))
                 self._unreleased.pop()
+        return recorded
 
 
 def _key(grant: Grant) -> str:

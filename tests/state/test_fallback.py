@@ -10,9 +10,10 @@ guards admitted, and no scheduling jitter reaches it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -110,7 +111,16 @@ class View:
         return self.store.state.statistics()
 
 
-def guard(view: View, rejoin_s: float = 5.0) -> SharedBudget:
+@contextlib.asynccontextmanager
+async def heartbeats(*guards: SharedBudget) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tg:
+        for g in guards:
+            tg.start_soon(g.run_heartbeat, View.lease_ttl_s)
+        yield
+        tg.cancel_scope.cancel()
+
+
+def guard(view: View, rejoin_s: float = 0.5) -> SharedBudget:
     config = preset("batch_makespan", max_inflight=1000,
                     budget=BudgetConfig(rpm=LIMIT, margin_s=0.0))  # fmt: skip
     return SharedBudget(view, Engine(config), AnyioClock(), rejoin_s=rejoin_s, seed=0,
@@ -121,7 +131,7 @@ class Fleet:
     """Four workers on one store, opened one after the other (so at opening each saw
     one more worker than the last); every send a guard admits is logged."""
 
-    def __init__(self, store: Store, rejoin_s: float = 5.0) -> None:
+    def __init__(self, store: Store, rejoin_s: float = 0.5) -> None:
         self.views = [store.view(f"w{i}") for i in range(4)]
         self.guards = [guard(v, rejoin_s) for v in self.views]
         self.sent: list[float] = []
@@ -130,6 +140,12 @@ class Fleet:
     async def open(self) -> None:
         for g in self.guards:
             await g.open()
+
+    @contextlib.asynccontextmanager
+    async def heartbeats(self) -> AsyncIterator[None]:
+        """Each guard's heartbeat task (what a scheduler runs beside it), which also rejoins."""
+        async with heartbeats(*self.guards):
+            yield
 
     async def attempt(self, i: int) -> bool:
         self.ids += 1
@@ -182,45 +198,69 @@ async def test_after_a_rejoin_the_shared_window_counts_what_the_fallback_sent(
     store = Store()
     fleet = Fleet(store, rejoin_s=2.0)
     await fleet.open()
-    await fleet.run(WINDOW, tries=[4, 1, 1, 1])
-    store.down = True
-    await fleet.run(WINDOW / 2, tries=[1, 1, 1, 1])  # the fallback sends its shares
-    store.down = False
-    if outage == "restarted empty":
-        store.restart()
-    await fleet.run(3 * WINDOW, tries=[4, 4, 4, 4])  # back: everyone rejoins and pushes
+    async with fleet.heartbeats():
+        await fleet.run(WINDOW, tries=[4, 1, 1, 1])
+        store.down = True
+        await fleet.run(WINDOW / 2, tries=[1, 1, 1, 1])  # the fallback sends its shares
+        store.down = False
+        if outage == "restarted empty":
+            store.restart()
+        await fleet.run(3 * WINDOW, tries=[4, 4, 4, 4])  # back: everyone rejoins and pushes
     assert not any(g.lost for g in fleet.guards)
     assert fleet.most_in_a_window() <= LIMIT  # no window admitted more than the limit
     rejoined = [r for r in caplog.records if "rejoined" in r.getMessage()]
     assert len(rejoined) == 4  # one line per worker and rejoin
 
 
-async def test_many_callers_at_once_rejoin_once_and_log_one_line(
+async def test_no_call_waits_on_a_lost_store_and_one_rejoin_logs_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="semisched")
     store = Store()
     view = store.view("w0")
-    view.heartbeat_s = 0.05  # the rejoin's round trip: every caller arrives during it
+    view.heartbeat_s = 0.05  # the rejoin's round trip: callers arrive during it
     budget = guard(view, rejoin_s=1.0)
     await budget.open()
     store.down = True
     await budget.reserve("lost", "default", 1.0)
     assert budget.lost
     store.down = False
-    await anyio.sleep(1.0)
-    results: list[bool] = []
+    waited: list[float] = []
 
     async def caller(i: int) -> None:
+        await anyio.sleep(i * 0.01)  # spread over the rejoin's round trip
+        started = anyio.current_time()
         grant, _ = await budget.reserve(f"c{i}", "default", 1.0)
-        results.append(grant.ok)
+        assert grant.ok
+        waited.append(anyio.current_time() - started)
 
-    async with anyio.create_task_group() as tg:
-        for i in range(33):
-            tg.start_soon(caller, i)
+    async with heartbeats(budget):
+        await anyio.sleep(1.0 - 0.1)
+        async with anyio.create_task_group() as tg:
+            for i in range(33):
+                tg.start_soon(caller, i)
     rejoined = [r for r in caplog.records if "rejoined" in r.getMessage()]
     assert len(rejoined) == 1
-    assert not budget.lost and len(results) == 33
+    assert not budget.lost and waited == [0.0] * 33  # the heartbeat's task rejoined, alone
+
+
+async def test_workers_that_never_lost_the_store_find_the_fallback_sends_in_it() -> None:
+    """A store frozen for less than a call's timeouts: only the worker that called it then
+    (w0) falls back. The others go on in the shared window once it answers, and must find
+    w0's fallback sends recorded there before they fill it."""
+    store = Store()
+    fleet = Fleet(store)
+    await fleet.open()
+    async with fleet.heartbeats():  # every View.lease_ttl_s / 3 = 10 s
+        await fleet.run(1.0, tries=[1, 1, 1, 1])  # everyone has seen the four workers
+        store.down = True
+        await fleet.run(5.0, tries=[2, 0, 0, 0])  # only w0 calls while it is down
+        assert [g.lost for g in fleet.guards] == [True, False, False, False]
+        store.down = False
+        await anyio.sleep(1.0)
+        await fleet.run(WINDOW, tries=[0, 20, 20, 20])  # the others want the whole window
+        assert not fleet.guards[0].lost
+    assert fleet.most_in_a_window() == LIMIT  # full, and not over
 
 
 async def test_leases_released_while_lost_are_returned_on_rejoining() -> None:
@@ -234,8 +274,16 @@ async def test_leases_released_while_lost_are_returned_on_rejoining() -> None:
     store.down = True
     for request_id in ("r1", "r2"):  # the calls end while the store is down
         await budget.release(request_id, "default")
+    assert budget.lost
     store.down = False
-    await anyio.sleep(1.0)
+    async with heartbeats(budget):
+        await anyio.sleep(1.5)
     # Rejoined: both leases were returned; the store would renew them (heartbeats) for ever.
     grant, _ = await budget.reserve("r3", "default", 1.0)
     assert not budget.lost and grant.ok
+
+
+@pytest.mark.parametrize("rejoin_s", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_rejoin_interval_must_be_a_positive_number(rejoin_s: float) -> None:
+    with pytest.raises(ValueError, match="rejoin_s"):
+        guard(Store.__new__(Store).view("w0"), rejoin_s=rejoin_s)

@@ -261,7 +261,7 @@ async def test_sharing_stops_while_redis_is_down_and_what_was_served_meanwhile_j
     server = redis_servers()
     config = preset("adaptive_drr").with_(tenants=TENANTS)
     engine, clock = Engine(config), AnyioClock()
-    guard = SharedBudget(RedisState(server.url, namespace=namespace), engine, clock, rejoin_s=0.0)
+    guard = SharedBudget(RedisState(server.url, namespace=namespace), engine, clock, rejoin_s=0.05)
     usage = guard.track_usage(clock.now, lambda actions: None)  # no shell: nothing to run
     assert usage is not None
     other = RedisState(server.url, namespace=namespace)
@@ -282,7 +282,13 @@ async def test_sharing_stops_while_redis_is_down_and_what_was_served_meanwhile_j
     assert guard.lost and guard.statistics().fallbacks == 1
     assert engine.statistics().tenant("b").usage == 0.0
     server.start()  # the same port, an empty store
-    await usage.sync()  # rejoined (rejoin_s=0): b's 300 goes out
+    async with anyio.create_task_group() as tg:  # what the scheduler runs beside it
+        tg.start_soon(guard.run_heartbeat, guard.backend.lease_ttl_s)
+        with anyio.fail_after(10):
+            while guard.lost:  # it rejoins in the background (every rejoin_s)
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    await usage.sync()  # b's 300 goes out
     assert not guard.lost
     found = await other.add_usage({}, 60.0)
     assert set(found) == {"b"}  # a's 1000 died with the old server
