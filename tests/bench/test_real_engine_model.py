@@ -52,6 +52,9 @@ def state(tokenizer: object) -> dict[str, np.ndarray]:
     return build_weights(TINY, tokenizer.get_vocab_size())  # type: ignore[attr-defined]
 
 
+# The weights come from transformers' Llama (torch and transformers: about 10 s of imports
+# in whichever test worker builds them), so the tests that need them run with the slow ones.
+@pytest.mark.slow
 def test_weights_are_seeded(state: dict[str, np.ndarray]) -> None:
     first, again = state, build_weights(TINY, len(state["lm_head.weight"]))
     other = build_weights(replace(TINY, seed=8), len(state["lm_head.weight"]))
@@ -70,6 +73,7 @@ def test_a_bad_spec_names_its_field(field: str, value: object) -> None:
         ModelSpec(**{**shape, field: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_the_gguf_file_holds_the_llama_model_and_its_tokenizer(
     tokenizer: object, state: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
@@ -95,6 +99,7 @@ def test_the_gguf_file_holds_the_llama_model_and_its_tokenizer(
     assert np.allclose(up, state["model.layers.1.mlp.up_proj.weight"], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_query_and_key_rows_are_permuted_to_ggufs_rotary_layout(
     state: dict[str, np.ndarray],
 ) -> None:
