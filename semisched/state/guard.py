@@ -136,7 +136,6 @@ class SharedBudget:
         self.rejoin_s = rejoin_s
         self._local: LocalState | None = None  # the fallback (rule 3), kept on probation (4)
         self._lost = False
-        self._lost_at = 0.0
         self._unreleased: list[tuple[str, str]] = []  # released while lost: (id, endpoint)
         self._probation_until = 0.0  # loop time
         self._fallbacks = 0
@@ -293,12 +292,14 @@ class SharedBudget:
         interval = lease_ttl_s / 3.0
         beat = anyio.current_time() + interval
         while True:
-            await anyio.sleep(min(interval, self.rejoin_s))
             if self._lost:
-                await self._maybe_rejoin()
+                await anyio.sleep(self.rejoin_s)
+                await self._try_rejoin()
                 beat = anyio.current_time() + interval  # rejoining registered it again
                 continue
-            if anyio.current_time() < beat:
+            # Until the next beat, but awake every rejoin_s: a call may have lost the store.
+            await anyio.sleep(max(0.0, min(self.rejoin_s, beat - anyio.current_time())))
+            if self._lost or anyio.current_time() < beat:
                 continue
             beat = anyio.current_time() + interval
             try:
@@ -352,13 +353,11 @@ class SharedBudget:
                 "semisched: shared state lost (%s); running on this worker's share of each "
                 "limit (1/%d) until it is back", exc, self._local.weight,
             )  # fmt: skip
-        self._lost_at = anyio.current_time()
 
-    async def _maybe_rejoin(self) -> None:
-        """One try (the heartbeat's task alone makes them, rule 3): the sends recorded
-        first, so that the store counts them before anything else of this worker's."""
-        if anyio.current_time() - self._lost_at < self.rejoin_s:
-            return
+    async def _try_rejoin(self) -> None:
+        """One try (the heartbeat's task alone makes them, ``rejoin_s`` apart: rule 3):
+        the sends recorded first, so that the store counts them before anything else of
+        this worker's."""
         try:
             recorded = await self._catch_up(-1)
             with contextlib.suppress(StateForgotten):  # registered again: what rejoining is
@@ -366,8 +365,7 @@ class SharedBudget:
             self.memory.count(await self.backend.workers())
             await self._catch_up(recorded)  # what the fallback sent during these round trips
         except StateUnavailable:
-            self._lost_at = anyio.current_time()
-            return
+            return  # still lost: the next try is rejoin_s away
         self._lost = False
         self._probation_until = anyio.current_time() + self.rejoin_s + self.backend.lease_ttl_s / 3
         logger.info("semisched: shared state is back; rejoined namespace %r",
