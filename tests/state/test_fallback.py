@@ -286,4 +286,4 @@ async def test_leases_released_while_lost_are_returned_on_rejoining() -> None:
 @pytest.mark.parametrize("rejoin_s", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_rejoin_interval_must_be_a_positive_number(rejoin_s: float) -> None:
     with pytest.raises(ValueError, match="rejoin_s"):
-        guard(Store.__new__(Store).view("w0"), rejoin_s=rejoin_s)
+        guard(Store().view("w0"), rejoin_s=rejoin_s)
