@@ -113,6 +113,7 @@ class View:
 
 @contextlib.asynccontextmanager
 async def heartbeats(*guards: SharedBudget) -> AsyncIterator[None]:
+    """Each guard's heartbeat task (what a scheduler runs beside it), which also rejoins."""
     async with anyio.create_task_group() as tg:
         for g in guards:
             tg.start_soon(g.run_heartbeat, View.lease_ttl_s)
@@ -140,12 +141,6 @@ class Fleet:
     async def open(self) -> None:
         for g in self.guards:
             await g.open()
-
-    @contextlib.asynccontextmanager
-    async def heartbeats(self) -> AsyncIterator[None]:
-        """Each guard's heartbeat task (what a scheduler runs beside it), which also rejoins."""
-        async with heartbeats(*self.guards):
-            yield
 
     async def attempt(self, i: int) -> bool:
         self.ids += 1
@@ -198,7 +193,7 @@ async def test_after_a_rejoin_the_shared_window_counts_what_the_fallback_sent(
     store = Store()
     fleet = Fleet(store, rejoin_s=2.0)
     await fleet.open()
-    async with fleet.heartbeats():
+    async with heartbeats(*fleet.guards):
         await fleet.run(WINDOW, tries=[4, 1, 1, 1])
         store.down = True
         await fleet.run(WINDOW / 2, tries=[1, 1, 1, 1])  # the fallback sends its shares
@@ -251,7 +246,7 @@ async def test_workers_that_never_lost_the_store_find_the_fallback_sends_in_it()
     store = Store()
     fleet = Fleet(store)
     await fleet.open()
-    async with fleet.heartbeats():  # every View.lease_ttl_s / 3 = 10 s
+    async with heartbeats(*fleet.guards):  # every View.lease_ttl_s / 3 = 10 s
         await fleet.run(1.0, tries=[1, 1, 1, 1])  # everyone has seen the four workers
         store.down = True
         await fleet.run(5.0, tries=[2, 0, 0, 0])  # only w0 calls while it is down
