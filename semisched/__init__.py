@@ -135,6 +135,7 @@ _WHERE = {
     "LengthCalibration": "semisched.priors.calibration",
     # outcomes
     "DeadlineExceeded": "semisched.errors",
+    "InternalError": "semisched.errors",
     "ProviderError": "semisched.errors",
     "QueueFull": "semisched.errors",
     "QuotaExceeded": "semisched.errors",
@@ -224,6 +225,7 @@ __all__ = [
     "Grant",
     "Heuristic",
     "Infeasible",
+    "InternalError",
     "InvalidInput",
     "InvalidLine",
     "KeyStats",

@@ -11,6 +11,8 @@ Exception tree::
     │   ├── QueueFull          the scheduler's own queue limit was reached (retry_after)
     │   ├── DeadlineExceeded   the deadline passed: queued, deferred, in flight, before a retry
     │   ├── SchedulerClosed    submitted to, or still pending in, a closed scheduler
+    │   ├── InternalError      a bug in semisched failed this request alone (logged with its
+    │   │                      traceback and counted); the scheduler goes on serving
     │   └── ProviderError      the provider failed: not retryable, or the retries are spent
     │       ├── RateLimited    429 rate_limit_exceeded and no retry is left
     │       └── QuotaExceeded  429 insufficient_quota: never retried
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeadlineExceeded",
+    "InternalError",
     "ProviderError",
     "QueueFull",
     "QuotaExceeded",
@@ -91,6 +94,17 @@ class RequestError(SemischedError):
         super().__init__(message)
         self.request_id = request_id
         self.klass = klass
+
+
+class InternalError(RequestError):
+    """An unexpected exception inside semisched failed this request, and only this one.
+
+    Every request's work is supervised: such an exception is logged once with its
+    traceback (logger ``semisched.runtime``), counted
+    (``statistics().counters.internal_errors``, ``semisched_internal_errors_total``)
+    and ends that request with this error, chained to it (``__cause__``); the
+    scheduler goes on serving the others. It is a bug in semisched: please report it.
+    """
 
 
 class RequestRejected(RequestError):

@@ -13,6 +13,13 @@ answers back, and:
 3. at the end of a run that did not trip, what is still held is recorded.
 
 Other failures neither count towards ``limit`` nor break a run of 401/403s.
+
+Over a fleet the scheduler acts first: an endpoint whose key is refused is taken
+out (its circuit opens for the reason ``auth``, :mod:`semisched.core.fleet.endpoint`
+rule 5) and the refused attempt fails over to another endpoint, so its lines are
+answered there and no 401/403 reaches the guard. What reaches it is a refusal
+with nowhere else to go: every key of the fleet refused (or a one-endpoint
+fleet's), which is what stops the job.
 """
 
 from __future__ import annotations

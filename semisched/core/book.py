@@ -298,6 +298,10 @@ class EngineBook:
         """Requests not yet terminal (deferred, queued or in flight)."""
         return len(self._entries)
 
+    def __contains__(self, request_id: object) -> bool:
+        """Whether ``request_id`` is not yet terminal: the engine still awaits news of it."""
+        return request_id in self._entries
+
     # -- internals ----------------------------------------------------------------
 
     def _advance(self, now: float) -> None:

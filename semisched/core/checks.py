@@ -19,9 +19,12 @@ Rules:
    and tests can match on ``^field=``. The one exception is
    :func:`check_instance` (an object of the wrong class), which raises
    ``TypeError`` in the same style.
+6. A message quotes a value with :func:`short_repr`: at most
+   :data:`QUOTE_CHARS` characters of its ``repr``, so a 5 MB string a caller
+   (or a gateway client) passed is never repeated back in full.
 
-Pure: no I/O; imports only :mod:`math`, :mod:`numbers` and (for one type
-hint) :mod:`collections.abc`.
+Pure: no I/O; imports only :mod:`math`, :mod:`numbers`, :mod:`reprlib` and
+(for one type hint) :mod:`collections.abc`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import reprlib
 from collections.abc import Collection
+from typing import Final
 
 __all__ = [
     "check_bool",
@@ -40,8 +45,23 @@ __all__ = [
     "check_named",
     "check_number",
     "check_str",
+    "short_repr",
     "token_count",
 ]
+
+#: At most this many characters of a value's ``repr`` are quoted in a message (rule 6).
+QUOTE_CHARS: Final = 100
+
+_REPR: Final = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = QUOTE_CHARS
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` for a message, cut to :data:`QUOTE_CHARS` characters and ``...``
+    (rule 6); a long string or container is never rendered whole first."""
+    text = _REPR.repr(value)
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "..."
+
 
 _INF = math.inf
 _NEG_INF = -math.inf
@@ -49,7 +69,7 @@ _NEG_INF = -math.inf
 
 def _fail(name: str, value: object, what: str, optional: bool) -> ValueError:
     prefix = "None or " if optional else ""
-    return ValueError(f"{name}={value!r} must be {prefix}{what}")
+    return ValueError(f"{name}={short_repr(value)} must be {prefix}{what}")
 
 
 def _article(noun: str) -> str:
@@ -210,7 +230,7 @@ def check_instance(
         classes = cls if isinstance(cls, tuple) else (cls,)
         what = " or ".join(_article(c.__name__) for c in classes)
         prefix = "None or " if optional else ""
-        raise TypeError(f"{name}={value!r} must be {prefix}{what}")
+        raise TypeError(f"{name}={short_repr(value)} must be {prefix}{what}")
 
 
 def check_named(name: str, value: object, cls: type, noun: str) -> list[str]:

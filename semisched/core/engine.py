@@ -274,9 +274,9 @@ class Engine(EngineControl):
                 until: float | None = now + retry_after
             else:  # no hint: the back-off's time, unless the retry goes elsewhere at once
                 until = None if elsewhere else decision.retry_at
-            fleet.throttle(endpoint, until, now)
-            if retry_after is not None:
-                actions.append(Pause(endpoint.name, now + retry_after, "rate_limited"))
+            until = fleet.throttle(endpoint, until, now)  # capped: then a probe
+            if retry_after is not None and until is not None:
+                actions.append(Pause(endpoint.name, until, "rate_limited"))
         elif opened is not None:
             actions.append(Pause(endpoint.name, opened, "circuit_open"))
         return decision, elsewhere
@@ -341,6 +341,7 @@ class Engine(EngineControl):
         fleet.pause(None if fleet_wide else entry.endpoint, until)
         entry.attempts -= 1
         self._counters.refused += 1
+        self._counters.sent -= 1  # it never left
         self._enqueue(entry, Event.REFUSED)
         deadline = entry.request.deadline
         if deadline is not None:  # its timer was dropped while in flight: re-arm it

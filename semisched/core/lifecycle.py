@@ -8,13 +8,16 @@ same retry code users run.
 
 Rules (enforced by :func:`decide_retry`, called by ``Engine.failed``):
 
-1. Never retried: :attr:`FailureKind.QUOTA_EXHAUSTED` (billing: waiting does
-   not help), :attr:`FailureKind.BAD_REQUEST` (the same request fails the same
-   way) and :attr:`FailureKind.UNKNOWN`. Which kinds are retried is
-   :attr:`RetryPolicy.retry_on`.
+1. Never retried at the same endpoint: :attr:`FailureKind.QUOTA_EXHAUSTED`
+   (billing: waiting does not help), :attr:`FailureKind.AUTH` (the endpoint's
+   key is refused: neither), :attr:`FailureKind.BAD_REQUEST` (the same request
+   fails the same way) and :attr:`FailureKind.UNKNOWN`. Which kinds are
+   retried is :attr:`RetryPolicy.retry_on`.
 2. At most :attr:`RetryPolicy.max_attempts` sends per request, the first included.
 3. The provider's ``retry-after`` is honoured when it is given (and
-   :attr:`RetryPolicy.honour_retry_after`): the retry waits exactly that long.
+   :attr:`RetryPolicy.honour_retry_after`): the retry waits that long, at most
+   :attr:`RetryPolicy.max_retry_after_s` (the same cap keeps the endpoint off
+   no longer: :mod:`semisched.core.fleet.fleet` rule 7).
    Otherwise the wait is exponential back-off, ``base_delay_s * 2**(n-1)``
    after the ``n``-th attempt, capped at ``max_delay_s``, times a jitter
    factor uniform in ``[1 - jitter, 1 + jitter]`` drawn from the source the
@@ -24,8 +27,9 @@ Rules (enforced by :func:`decide_retry`, called by ``Engine.failed``):
 5. Failover (a fleet of endpoints, ``RoutingConfig.failover``): when another
    endpoint can serve the request, a retried failure goes there at once (no
    back-off, no ``retry-after``: both are about the endpoint that failed), and
-   :attr:`FailureKind.QUOTA_EXHAUSTED` is retried too (that endpoint's quota is
-   spent, not the others'). Rules 1 (bad requests, unknown failures) and 2 hold.
+   :attr:`FailureKind.QUOTA_EXHAUSTED` and :attr:`FailureKind.AUTH` are retried
+   too (that endpoint's quota is spent, its key refused, not the others').
+   Rules 1 (bad requests, unknown failures) and 2 hold.
 
 Pure: no clock, no randomness of its own, no I/O.
 """
@@ -65,6 +69,8 @@ class FailureKind(enum.Enum):
     """No answer in time: the client's timeout, a 408 or a gateway 504."""
     CONNECTION = "connection"
     """The connection failed or dropped mid-response."""
+    AUTH = "auth"
+    """401 or 403: the endpoint's key (or its access) is refused, whatever the request."""
     BAD_REQUEST = "bad_request"
     """Any other 4xx: the request itself is wrong."""
     UNKNOWN = "unknown"
@@ -80,6 +86,11 @@ DEFAULT_RETRY_ON: frozenset[FailureKind] = frozenset(
         FailureKind.CONNECTION,
     }
 )
+
+#: Kinds never retried at the endpoint that failed them (rule 1; failover may, rule 5).
+_NEVER_RETRIED = frozenset({FailureKind.QUOTA_EXHAUSTED, FailureKind.AUTH, FailureKind.BAD_REQUEST})
+#: Kinds a failover retries though ``retry_on`` does not name them (rule 5).
+_FAILOVER_ONLY = frozenset({FailureKind.QUOTA_EXHAUSTED, FailureKind.AUTH})
 
 #: A uniform draw in ``[0, 1)``, e.g. ``random.Random(seed).random``.
 JitterSource = Callable[[], float]
@@ -100,9 +111,15 @@ class RetryPolicy:
         max_delay_s: Cap on one back-off (not on a provider's ``retry-after``).
         jitter: Each back-off is multiplied by a factor uniform in
             ``[1 - jitter, 1 + jitter]`` (0: exact waits).
-        honour_retry_after: Wait exactly the provider's ``retry-after`` when it
-            gives one, instead of the back-off.
+        honour_retry_after: Wait the provider's ``retry-after`` when it gives
+            one (at most ``max_retry_after_s``), instead of the back-off.
         retry_on: The failure kinds that are retried at all.
+        max_retry_after_s: The longest a provider's ``retry-after`` is honoured
+            (rule 3), and the longest a 429 keeps its endpoint off: past it one
+            request goes as a probe, and its answer resumes the endpoint or
+            pauses it again. 30 s: a rate window (RPM, TPM) refills within a
+            minute, and one 429's ``Retry-After: 120`` from an upstream that was
+            healthy a second later must not stop every tenant for two minutes.
     """
 
     max_attempts: int = 4
@@ -111,6 +128,7 @@ class RetryPolicy:
     jitter: float = 0.5
     honour_retry_after: bool = True
     retry_on: frozenset[FailureKind] = DEFAULT_RETRY_ON
+    max_retry_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         check_int("max_attempts", self.max_attempts, minimum=1)
@@ -125,13 +143,18 @@ class RetryPolicy:
         kinds = self.retry_on
         if not isinstance(kinds, frozenset) or not all(isinstance(k, FailureKind) for k in kinds):
             raise ValueError(f"retry_on={kinds!r} must be a frozenset of FailureKind")
-        never = kinds & {FailureKind.QUOTA_EXHAUSTED, FailureKind.BAD_REQUEST}
+        never = kinds & _NEVER_RETRIED
         if never:
             names = sorted(k.value for k in never)
             raise ValueError(
-                f"retry_on={names!r} must not name quota_exhausted or bad_request"
-                " (waiting does not help: they are never retried)"
+                f"retry_on={names!r} must not name quota_exhausted, auth or bad_request"
+                " (waiting does not help: they are never retried at the same endpoint)"
             )
+        check_number("max_retry_after_s", self.max_retry_after_s, minimum=0, strict_min=True)
+
+    def capped(self, retry_after: float) -> float:
+        """``retry_after`` (a provider's hint, seconds), at most ``max_retry_after_s``."""
+        return min(retry_after, self.max_retry_after_s)
 
     def backoff(self, attempts: int, draw: JitterSource | None) -> float:
         """Back-off after ``attempts`` sends (rule 3), before the jitter's draw.
@@ -184,7 +207,7 @@ def decide_retry(
         draw: Jitter source (``None``: no jitter).
         elsewhere: Another endpoint can serve the request (rule 5).
     """
-    failover = elsewhere and kind is FailureKind.QUOTA_EXHAUSTED
+    failover = elsewhere and kind in _FAILOVER_ONLY
     if kind not in policy.retry_on and not failover:
         return RetryDecision(None, False, f"{kind.value} is not retried", "retry.not_retryable")
     if attempts >= policy.max_attempts:
@@ -193,7 +216,7 @@ def decide_retry(
     if elsewhere:
         delay = 0.0
     elif retry_after is not None and policy.honour_retry_after:
-        delay = max(0.0, retry_after)
+        delay = policy.capped(max(0.0, retry_after))
     else:
         delay = policy.backoff(attempts, draw)
     retry_at = now + delay

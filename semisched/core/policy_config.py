@@ -374,6 +374,11 @@ class RoutingConfig:
             let through (half-open): success closes it, failure opens it again.
             30 s: a typical gateway cool-off (LiteLLM's default is 5 s per
             deployment, Envoy's outlier ejection 30 s).
+        auth_cooloff_s: How long a circuit opened by a refused key (401, 403)
+            sends nothing before one probe (:mod:`semisched.core.fleet.endpoint`
+            rule 5). 600 s: a key does not heal by itself, so its endpoint's
+            work goes elsewhere; a probe every ten minutes costs one refused
+            attempt (which fails over) and finds a fixed key or a granted access.
         speed_decay: Per-observation decay of the exponentially weighted
             least-squares fit of latency against output tokens behind each
             endpoint's decode speed (0.98: an effective memory of ~50 answers).
@@ -401,6 +406,7 @@ class RoutingConfig:
     failover: bool = True
     failure_threshold: int = 5
     cooloff_s: float = 30.0
+    auth_cooloff_s: float = 600.0
     speed_decay: float = 0.98
     short_pool_tokens: float = 8192.0
     spill_outstanding: int = 16
@@ -412,6 +418,7 @@ class RoutingConfig:
         check_bool("failover", self.failover)
         check_int("failure_threshold", self.failure_threshold, minimum=1)
         _positive("cooloff_s", self.cooloff_s)
+        _positive("auth_cooloff_s", self.auth_cooloff_s)
         check_fraction("speed_decay", self.speed_decay, strict_min=True, strict_max=True)
         _positive("short_pool_tokens", self.short_pool_tokens)
         check_int("spill_outstanding", self.spill_outstanding, minimum=1)

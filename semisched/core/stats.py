@@ -38,7 +38,7 @@ class EngineCounters:
         rejected: Requests refused (overload control or a budget that can never pay).
         deferrals: Deferral decisions (one request may be deferred several times).
         expired: Requests whose deadline passed before they could be (re)sent.
-        sent: Sends, retries included.
+        sent: Sends that left, retries included (one a shared budget refused is not).
         completed: Requests answered by the provider.
         failed: Requests that failed for good (not retryable, or attempts spent).
         retries: Failed attempts that were scheduled again.
@@ -108,6 +108,7 @@ class FailureCounts:
     connection: int = 0
     bad_request: int = 0
     unknown: int = 0
+    auth: int = 0
 
     def of(self, kind: FailureKind) -> int:
         """The count of ``kind``."""
@@ -125,6 +126,7 @@ class FailureCounts:
             + self.connection
             + self.bad_request
             + self.unknown
+            + self.auth
         )
 
 
@@ -135,7 +137,11 @@ class EndpointStats:
     Attributes:
         name: The endpoint's name.
         state: ``active``, ``drained``, ``removed`` or ``insufficient_quota``.
-        circuit: ``closed``, ``open`` or ``half_open``.
+        circuit: ``closed``, ``open`` or ``half_open`` (an open one past its time
+            reads ``half_open``: the next request there is its probe).
+        circuit_reason: Why it is not closed: ``failures`` (consecutive failed
+            attempts), ``auth`` (its key was refused), ``rate_limited`` (a long
+            ``retry-after``, capped); ``""`` while closed.
         inflight: Requests in flight there.
         sent: Attempts sent there.
         completed: Answers from it.
@@ -167,6 +173,7 @@ class EndpointStats:
     intercept_s: float
     anticipated_tokens: float
     budget: BudgetSnapshot | None = None
+    circuit_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,15 +8,30 @@ outcome                                 status  code                   headers
 ======================================  ======  =====================  =======================
 missing or unknown key                  401     ``invalid_api_key``
 a hint naming another tenant            403     ``tenant_mismatch``
-malformed body or hint                  400     ``invalid_request`` /
-                                                ``invalid_hint``
+a service tier the tenant may not use   403     ``service_tier_not_allowed``
+a model the gateway does not serve      404     ``model_not_found``
+malformed body, field or hint           400     ``invalid_json`` /
+                                                ``invalid_value`` /
+                                                ``missing_required_parameter`` /
+                                                ``invalid_hint`` /
+                                                ``duplicate_header`` /
+                                                ``invalid_request``
+an unknown path                         404     ``unknown_url``
+a method the path does not take         405     ``method_not_allowed``  ``Allow``
 rejected by overload control            429     ``request_rejected``   ``Retry-After``
 the gateway's queue is full             429     ``queue_full``         ``Retry-After``
 deadline passed (queued or in flight)   504     ``deadline_exceeded``  ``x-should-retry: false``
 shutting down (queued or arriving)      503     ``shutting_down``      ``Retry-After``
 the upstream failed (after retries)     its     its own body           ``Retry-After`` if any
+the upstream timed out (after retries)  504     ``timeout``
 the upstream cannot be reached          502     ``upstream_unreachable``
+a failure of the gateway itself         500     ``internal_error``
 ======================================  ======  =====================  =======================
+
+Refusals before anything is sent (:class:`~semisched.gateway.hints.BadRequest`,
+from :mod:`~semisched.gateway.hints` and :mod:`~semisched.gateway.params`) are
+answered by :func:`refused`; Starlette's own 404 and 405 (and any failure of a
+route it serves) by :data:`EXCEPTION_HANDLERS`, so no route answers plain text.
 
 A rejection's message is the decision's explanation (the overload rule's
 sentence, with its severity). ``Retry-After`` is whole seconds, at least 1.
@@ -32,9 +47,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from typing import Any, Final
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
+from semisched.core.lifecycle import FailureKind
 from semisched.errors import (
     DeadlineExceeded,
     ProviderError,
@@ -43,15 +62,23 @@ from semisched.errors import (
     RequestRejected,
     SchedulerClosed,
 )
+from semisched.gateway.hints import BadRequest
 
-__all__ = ["error_body", "error_response", "outcome_response", "retry_after"]
+__all__ = ["EXCEPTION_HANDLERS", "error_body", "error_response", "outcome_response", "refused",
+           "retry_after"]  # fmt: skip
+
+#: The longest error message answered, in characters (:func:`error_body`).
+MAX_MESSAGE_CHARS: Final = 1000
 
 #: Upstream headers an error answer passes on (rate-limit hints; never anything else).
 _PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id")
 
 
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
-    """OpenAI's error shape as JSON bytes."""
+    """OpenAI's error shape as JSON bytes; a message is cut at :data:`MAX_MESSAGE_CHARS`
+    (values are quoted short where they are named; this is the last line of defence)."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + "..."
     error = {"message": message, "type": type_, "param": param, "code": code}
     return json.dumps({"error": error}).encode("utf-8")
 
@@ -77,16 +104,62 @@ def error_response(
     return Response(body, status, headers=dict(headers or {}), media_type="application/json")
 
 
+def refused(error: BadRequest) -> Response:
+    """The answer for a request refused before anything was sent (its status, param, code)."""
+    return error_response(error.status, str(error), "invalid_request_error", error.code,
+                          param=error.param)  # fmt: skip
+
+
+_HTTP_CODES: Final = {404: "unknown_url", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's ``HTTPException`` (unknown path: 404, wrong method: 405) in OpenAI's shape."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    shown = path if len(path) <= 100 else path[:100] + "..."
+    message = f"Invalid URL ({request.method} {shown})"
+    if exc.status_code == 405:
+        message = f"Method {request.method} is not allowed on {shown}"
+    elif path.endswith("/") and len(path) > 1:
+        message += f": no route ends with '/' (did you mean {shown.rstrip('/')}?)"
+    return error_response(exc.status_code, message, "invalid_request_error",
+                          _HTTP_CODES.get(exc.status_code, "http_error"),
+                          headers=exc.headers)  # fmt: skip
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A failure of a route Starlette serves: a 500 in OpenAI's shape (logged by Starlette)."""
+    return error_response(500, "the gateway failed to answer this request", "server_error",
+                          "internal_error")  # fmt: skip
+
+
+#: Starlette's ``exception_handlers=``: every error it answers is in OpenAI's shape.
+EXCEPTION_HANDLERS: Final[Mapping[Any, Any]] = {
+    HTTPException: _http_error,
+    Exception: _server_error,
+}
+
+
 def _upstream(error: ProviderError) -> Response:
-    """An upstream failure, passed on with its status and body."""
+    """An upstream failure, passed on with its status and body; one without an answer
+    is a 504 (timed out) or a 502, naming the endpoint, never its URL."""
+    why = error.explanation
+    name = f" {why.endpoint!r}" if why is not None and why.endpoint else ""
+    tries = f"{error.attempts} attempt{'s' if error.attempts != 1 else ''}"
     response = getattr(error.__cause__, "response", None)
     if error.status_code is None or response is None:
-        return error_response(502, f"the upstream could not be reached: {error}", "server_error",
+        if error.kind is FailureKind.TIMEOUT:
+            return error_response(504, f"the upstream{name} did not answer in time ({tries})",
+                                  "timeout_error", "timeout")  # fmt: skip
+        return error_response(502, f"the upstream{name} could not be reached ({tries}, "
+                              f"{error.kind.value})", "server_error",
                               "upstream_unreachable")  # fmt: skip
     headers = {k: response.headers[k] for k in _PASSED_HEADERS if k in response.headers}
     content = response.content
     if not content:
-        content = error_body(str(error), "server_error", "upstream_error")
+        content = error_body(f"the upstream{name} answered {error.status_code} ({tries})",
+                             "server_error", "upstream_error")  # fmt: skip
     media = response.headers.get("content-type", "application/json")
     return Response(content, error.status_code, headers=headers, media_type=media)
 
@@ -110,7 +183,7 @@ def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Resp
         return shutting_down(drain_retry_after_s)
     if isinstance(error, ProviderError):
         return _upstream(error)
-    return error_response(500, str(error), "server_error", "internal_error")  # pragma: no cover
+    return error_response(500, str(error), "server_error", "internal_error")  # InternalError
 
 
 def shutting_down(retry_after_s: float) -> Response:

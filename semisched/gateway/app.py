@@ -17,7 +17,9 @@ route                              what
 =================================  ==========================================================
 
 A completion request goes: key → tenant (401 without one), body and hints
-(:mod:`semisched.gateway.hints`: 400/403), ``Scheduler.submit`` with the
+(:mod:`semisched.gateway.hints`: 400/403), the body's fields, model and
+service tier (:mod:`semisched.gateway.params`: 400/403/404; nothing is sent
+for a refused request), ``Scheduler.submit`` with the
 tenant, class, deadline and prior, then the upstream's answer as it came, or
 the outcome's answer (:mod:`semisched.gateway.answers`). The client's
 disconnect cancels the submit (a queued request is never sent; one in flight
@@ -30,12 +32,10 @@ parses no config (:mod:`semisched.gateway.config`) and runs no server.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -49,26 +49,37 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from semisched.errors import RequestError
 from semisched.gateway.answers import (
+    EXCEPTION_HANDLERS,
     error_response,
     outcome_response,
+    refused,
     shutting_down,
     unauthorized,
 )
 from semisched.gateway.config import GatewayConfig, GatewayConfigError
-from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadHint, read_hints
+from semisched.gateway.hints import (
+    CHAT_FIELDS,
+    COMPLETION_FIELDS,
+    BadRequest,
+    read_hints,
+    request_headers,
+)
 from semisched.gateway.keys import KeyTable, bearer_key
-from semisched.gateway.status import status_document
-from semisched.gateway.tickets import Ticket, Tracker, current_ticket
+from semisched.gateway.limits import Refused, read_body
+from semisched.gateway.params import RequestChecks, parse_body
+from semisched.gateway.sse import SSEResponse, watching
+from semisched.gateway.status import fleet_health, status_document
+from semisched.gateway.tickets import Ticket, Tracker, access_log, current_ticket, log_access
 from semisched.gateway.upstream import RawAnswer, UpstreamClient, proxy_for
+from semisched.runtime.clock import loop_time
 from semisched.runtime.options import RuntimeOptions
 from semisched.runtime.scheduler import Scheduler
 from semisched.runtime.streams import ScheduledStream
 
 logger = logging.getLogger("semisched.gateway")
 
-__all__ = ["Gateway", "SSEResponse", "upstream_keys"]
+__all__ = ["Gateway", "upstream_keys"]
 
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class Gateway:
@@ -82,9 +93,11 @@ class Gateway:
     def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None) -> None:
         self.config = config
         self.keys = KeyTable(config.keys)
+        self.checks = RequestChecks.of(config)
         self.registry = CollectorRegistry()
         self.tracker = Tracker()
         self.draining = False
+        self.failed = False  # the scheduler stopped while the process serves
         self.cancelled = {"queued": 0, "in_flight": 0}
         self.scheduler: Scheduler | None = None
         self.clients: dict[str, UpstreamClient] = {}
@@ -118,7 +131,7 @@ class Gateway:
                 logger.info("endpoint %r: through the proxy in %s", d.name, proxy[0])
             try:
                 client = UpstreamClient(d.base_url, keys[d.name],
-                                        timeout_s=self.config.timeout_s,
+                                        timeout_s=self.config.timeout_s, name=d.name,
                                         proxy=None if proxy is None else proxy[1])  # fmt: skip
             except ValueError as exc:  # only a proxy's URL can be bad here
                 where = "" if proxy is None else f" (the proxy in {proxy[0]})"
@@ -133,6 +146,13 @@ class Gateway:
                               options=options)  # fmt: skip
         await scheduler.__aenter__()
         self.scheduler = scheduler
+
+    def abort(self) -> None:
+        """Cancel every request still live, streams included (a drain past its grace):
+        each is answered 503 in OpenAI's shape, a stream with an error event."""
+        self.drain()
+        for ticket in list(self.tracker.live.values()):
+            ticket.cancel("drain")
 
     def drain(self) -> None:
         """Stop taking requests and sending queued ones; answer those with 503 (SIGTERM)."""
@@ -161,6 +181,10 @@ class Gateway:
         await self.start()
         try:
             yield
+        except BaseException:  # not uvicorn's shutdown: the scheduler stopped under us
+            self.failed = True
+            logger.error("the scheduler stopped while the gateway serves; /healthz says 503")
+            raise
         finally:
             await self.stop()
 
@@ -183,22 +207,43 @@ class Gateway:
                 Route("/metrics", self.metrics, methods=["GET"]),
                 Route("/semisched/status", self.status, methods=["GET"]),
             ],
+            exception_handlers=EXCEPTION_HANDLERS,  # 404, 405, 500 in OpenAI's shape
             lifespan=self.lifespan,
         )
+        # A trailing slash is a 404, never a redirect to a URL built from the Host header.
+        app.router.redirect_slashes = False
         return _Front(app, completion_routes)
 
     # -- completions ---------------------------------------------------------------------
 
     async def chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/chat/completions`` (raw ASGI)."""
-        response = self._count("chat", await self._complete(scope, receive, CHAT_FIELDS))
-        await response(scope, receive, send)
+        await self._route("chat", CHAT_FIELDS, scope, receive, send)
 
     async def completions(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/completions`` (raw ASGI)."""
-        response = self._count("completions",
-                               await self._complete(scope, receive, COMPLETION_FIELDS))  # fmt: skip
-        await response(scope, receive, send)
+        await self._route("completions", COMPLETION_FIELDS, scope, receive, send)
+
+    async def _route(self, route: str, fields: frozenset[str], scope: Scope, receive: Receive,
+                     send: Send) -> None:  # fmt: skip
+        """One completion request, supervised: an unexpected exception answers this request
+        500 in OpenAI's shape (logged once, counted), and the gateway goes on."""
+        started = loop_time()
+        ticket = Ticket("")
+        try:
+            response = await self._complete(scope, receive, fields, ticket)
+        except Exception as exc:
+            logger.error("%s: request failed inside the gateway; answered 500", route,
+                         exc_info=exc)  # fmt: skip
+            response = error_response(500, "the gateway failed on this request (logged); "
+                                      "other requests are unaffected", "server_error",
+                                      "internal_error")  # fmt: skip
+        self._count(route, response)
+        try:
+            await response(scope, receive, send)
+        finally:
+            if access_log.isEnabledFor(logging.INFO):
+                log_access(route, ticket, response.status_code, started, loop_time())
 
     def _count(self, route: str, response: Response) -> Response:
         self._answers.labels(route, str(response.status_code)).inc()
@@ -210,17 +255,29 @@ class Gateway:
             return self.config.default_tenant()
         return self.keys.tenant_for(bearer_key(authorization))
 
-    async def _complete(self, scope: Scope, receive: Receive, allowed: frozenset[str]) -> Response:
+    async def _complete(
+        self, scope: Scope, receive: Receive, allowed: frozenset[str], ticket: Ticket
+    ) -> Response:
         if self.draining or self.scheduler is None:
             return shutting_down(self.config.retry_after_s)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            headers = request_headers(scope["headers"])
+        except BadRequest as exc:  # authorization or a hint given twice
+            return refused(exc)
         tenant = self._tenant(headers.get("authorization"))
         if tenant is None:
             return unauthorized()
         try:
-            body = json.loads(await _body(receive))
+            raw = await read_body(receive, headers.get("content-length"),
+                                  self.config.max_body_bytes)  # fmt: skip
+            body = parse_body(raw, self.config.max_json_depth)
         except ClientDisconnect:
             return Response(status_code=499)
+        except Refused as exc:  # too large (413: the rest is not read) or too deep
+            return error_response(exc.status, str(exc), "invalid_request_error", exc.code,
+                                  headers={"connection": "close"} if exc.status == 413 else None)
+        except BadRequest as exc:  # not a JSON object, NaN, a key twice
+            return refused(exc)
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -229,13 +286,16 @@ class Gateway:
         try:
             hints = read_hints(headers, body, tenant=tenant, allowed=allowed,
                                classes=self._classes)  # fmt: skip
-        except BadHint as exc:
-            return error_response(exc.status, str(exc), "invalid_request_error", exc.code,
-                                  param=exc.param)  # fmt: skip
-        call = dict(body, klass=hints.klass, deadline=hints.deadline_s, prior=hints.prior,
+            self.checks.check(body, fields=allowed, tenant=tenant)
+        except BadRequest as exc:  # a hint, a field, the model or the service tier
+            return refused(exc)
+        deadline = hints.deadline_s or self.config.max_request_s  # a request's time is bounded
+        call = dict(body, klass=hints.klass, deadline=deadline, prior=hints.prior,
                     tenant=tenant or None)  # fmt: skip
-        headers = {"x-semisched-stripped": ",".join(hints.stripped)} if hints.stripped else {}
-        ticket = Ticket(tenant)
+        headers = hints.response_headers()  # decided before the call: short, ASCII
+        if self.draining:  # it began while the body was read
+            return shutting_down(self.config.retry_after_s)
+        ticket.tenant = tenant
         result = await self._submit(ticket, call, receive)
         return self._answer(ticket, result, headers)
 
@@ -244,7 +304,7 @@ class Gateway:
         assert self.scheduler is not None
         token = current_ticket.set(ticket)
         result: Any = None
-        watcher = _watching(receive, ticket)
+        watcher = watching(receive, ticket)
         try:
             with anyio.CancelScope() as scope:
                 ticket.scope = scope
@@ -303,18 +363,25 @@ class Gateway:
         return JSONResponse({"object": "list", "data": data})
 
     async def healthz(self, request: Request) -> Response:
-        """``GET /healthz``: the process serves."""
+        """``GET /healthz``: 200 while the process serves; 503 if its scheduler stopped
+        (a restart is the cure)."""
+        if self.failed or (self.scheduler is not None and not self.scheduler.alive):
+            return JSONResponse({"status": "failed", "reason": "the scheduler stopped"}, 503)
         return JSONResponse({"status": "draining" if self.draining else "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        """``GET /readyz``: 200 when every upstream answers and the shared state is joined."""
+        """``GET /readyz``: 200 when every upstream answers, the shared state is joined and
+        some endpoint can take a request (each endpoint's health is in the body)."""
         if self.scheduler is None or self.draining:
             return JSONResponse({"ready": False, "reason": "shutting down"}, 503)
         upstreams = {name: await c.reachable() for name, c in self.clients.items()}
-        state = self.scheduler.statistics().state
+        stats = self.scheduler.statistics()
+        state = stats.state
         shared = state is None or "fallback" not in state.backend
-        ready = shared and all(upstreams.values())
-        body = {"ready": ready, "upstreams": upstreams,
+        threshold = self.scheduler.config.routing.failure_threshold
+        usable, endpoints = fleet_health(stats, threshold)  # some endpoint takes work now
+        ready = shared and all(upstreams.values()) and usable
+        body = {"ready": ready, "upstreams": upstreams, "endpoints": endpoints,
                 "state": "local" if state is None else state.backend}  # fmt: skip
         return JSONResponse(body, 200 if ready else 503)
 
@@ -348,18 +415,6 @@ def upstream_keys(
     return {d.name: env[d.key_env] if d.key_env else None for d in config.fleet.endpoints}
 
 
-async def _body(receive: Receive) -> bytes:
-    """The request's body (:class:`ClientDisconnect` if the client leaves first)."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 class _Raw:
     """A raw ASGI endpoint for Starlette's router (which wraps functions, not objects)."""
 
@@ -384,83 +439,3 @@ class _Front:
                 await endpoint(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-async def _watch(receive: Receive, ticket: Ticket) -> None:
-    """Cancel ``ticket`` when its client disconnects (uvicorn's ``http.disconnect``)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            ticket.cancel("disconnect")
-            return
-
-
-def _watching(receive: Receive, ticket: Ticket) -> asyncio.Task[None]:
-    """:func:`_watch` in a task of its own, which the caller cancels when it is done.
-
-    A plain asyncio task, not an anyio task group: the gateway serves on uvicorn
-    (asyncio), and a task group per request cost ~0.3 ms on the benchmark's
-    machine, a fifth of all the gateway did per request. The task only waits on
-    ``receive`` and holds nothing: once cancelled it ends at its next step.
-    """
-    return asyncio.get_running_loop().create_task(_watch(receive, ticket))
-
-
-class SSEResponse(Response):
-    """A stream passed on event by event; the client's disconnect closes the upstream's.
-
-    Each upstream ``data:`` event is sent as it arrives, then ``data: [DONE]``.
-    A failure mid-stream ends it with an ``error`` event in OpenAI's shape.
-    """
-
-    def __init__(
-        self,
-        stream: ScheduledStream,
-        ticket: Ticket,
-        headers: dict[str, str],
-        *,
-        on_cancel: Callable[[], None],
-    ) -> None:
-        # Not Response.__init__: no body, so no content-length (StreamingResponse's way).
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.init_headers({**_SSE_HEADERS, **headers})
-        self.stream = stream
-        self.ticket = ticket
-        self.on_cancel = on_cancel
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})  # fmt: skip
-        watcher = _watching(receive, self.ticket)
-        try:
-            with anyio.CancelScope() as cancel:
-                self.ticket.scope = cancel
-                await self._pump(send)
-            if cancel.cancelled_caught:
-                self.on_cancel()
-            else:
-                await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
-        finally:
-            watcher.cancel()
-            self.ticket.scope = None
-            with anyio.CancelScope(shield=True):
-                await self.stream.aclose()
-
-    async def _pump(self, send: Send) -> None:
-        try:
-            async for chunk in self.stream:
-                await send({"type": "http.response.body", "body": b"data: " + chunk.data +
-                            b"\n\n", "more_body": True})  # fmt: skip
-        except Exception as exc:  # the upstream failed mid-stream: say so, in the stream
-            error = {
-                "error": {
-                    "message": f"the upstream stream failed: {type(exc).__name__}",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "upstream_error",
-                }
-            }
-            await send({"type": "http.response.body", "more_body": True,
-                        "body": b"data: " + json.dumps(error).encode() + b"\n\n"})  # fmt: skip

@@ -91,7 +91,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), help="the scheduling preset")
     p.add_argument("--priors", choices=PRIOR_CHOICES, help="prior source (default heuristic)")
     p.add_argument("--log-level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"))  # fmt: skip
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="the gateway's and uvicorn's log level (default info)")  # fmt: skip
+    p.add_argument("--access-log", action="store_true",
+                   help="log one line per request: route, status, tenant, class, time queued "
+                   "and in all, request id (never a key or a prompt)")  # fmt: skip
     return p  # fmt: skip
 
 
@@ -184,6 +188,6 @@ def main(argv: Sequence[str], *, environ: Mapping[str, str] | None = None) -> in
     except (GatewayConfigError, FleetFileError) as exc:
         print(f"semisched serve: {exc}", file=sys.stderr)
         return 2
-    run(config, log_level=args.log_level, mock=mock,
+    run(config, log_level=args.log_level, mock=mock, access_log=args.access_log,
         started=lambda: _banner(config, args.demo, sys.stdout))  # fmt: skip
     return 0

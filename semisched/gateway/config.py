@@ -11,6 +11,8 @@ named by ``key_env``) with the gateway's own tables beside it::
     max_inflight = 64                      # sends in flight at once, all upstreams
     grace_s = 30                           # SIGTERM: how long in-flight calls may finish
     # state = "redis://127.0.0.1:6379/0"   # share budgets and health across replicas
+    # max_body_bytes = 16777216            # what a client may send: the limits' defaults
+    # max_connections = 10240              # (semisched.gateway.limits)
 
     [budget]                               # the fleet's shared limits
     rpm = 500
@@ -34,7 +36,9 @@ Rules:
 
 1. Unknown tables and fields are errors naming the file and the field; a
    ``[[tenant]]`` takes :class:`~semisched.core.tenants.config.TenantSpec`'s
-   fields plus ``key_sha256`` (a hash or a list of hashes).
+   fields plus ``key_sha256`` (a hash or a list of hashes) and ``service_tiers``
+   (the OpenAI ``service_tier`` values beyond ``auto``/``default`` its keys may
+   send, e.g. ``["priority"]``; default none: :mod:`semisched.gateway.params`).
 2. The file holds hashes of gateway keys, never keys; a value that is not 64
    hex digits is refused without being repeated. One key belongs to one tenant.
 3. Without keys the gateway refuses to start unless ``auth = false``
@@ -70,10 +74,13 @@ __all__ = ["GATEWAY_FIELDS", "GatewayConfig", "GatewayConfigError", "config_from
 #: Keys of ``[gateway]``.
 GATEWAY_FIELDS: Final = ("host", "port", "preset", "max_inflight", "max_pending", "grace_s",
                          "retry_after_s", "state", "namespace", "priors", "models",
-                         "timeout_s", "auth")  # fmt: skip
+                         "timeout_s", "max_request_s", "auth", "max_body_bytes", "max_json_depth",
+                         "max_header_bytes", "header_timeout_s", "body_timeout_s",
+                         "keepalive_timeout_s", "max_connections")  # fmt: skip
 _TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant")
 _TENANTS: Final = ("policy", "default", "half_life_s", "headroom")
-_TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "key_sha256")
+_TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "key_sha256",
+                  "service_tiers")  # fmt: skip
 _BUDGET: Final = ("rpm", "tpm", "window_s", "margin_s", "adapt")
 
 
@@ -89,6 +96,8 @@ class GatewayConfig:
         fleet: The upstreams (a fleet file's endpoints and routing).
         keys: ``{sha256 hex: tenant}`` of the gateway keys.
         tenants: The tenants, or ``None`` (one default tenant).
+        service_tiers: ``{tenant: service tiers}`` each may ask the upstream for
+            beyond ``auto``/``default`` (``[[tenant]] service_tiers``).
         auth: Require a key (``False``: ``--no-auth``, everyone the default tenant).
         host, port: Where to listen.
         preset: The scheduler preset.
@@ -102,11 +111,42 @@ class GatewayConfig:
         grace_s: After SIGTERM, how long calls in flight may finish.
         retry_after_s: ``Retry-After`` of the 503 answered while shutting down.
         timeout_s: An upstream call's read timeout.
+        max_request_s: The deadline of a request that names none
+            (``x-semisched-deadline``), queue, retries and a stream's last chunk
+            included: past it the answer is a 504 (``deadline_exceeded``; an SSE
+            ``error`` event in a stream). 600 s, the OpenAI clients' own default
+            timeout: a client that did not say otherwise has given up by then, and
+            a hung upstream holds it no longer than that, however many retries.
+        max_body_bytes: A request body's limit (413 beyond). 16 MiB: a million-token
+            text prompt (the largest context windows, ~4 MB of text) fits four times
+            over, where nginx's 1 MB default would refuse long prompts; base64 images
+            in messages can be larger (raise it for them).
+        max_json_depth: A body's JSON nesting limit (400 beyond). 128: OpenAI's
+            structured outputs allow 10 levels of schema nesting, about 40 JSON
+            levels with ``anyOf`` and the body's own; at most 512, under Python's
+            parser's recursion.
+        max_header_bytes: The request line and headers' limit (431 beyond). 32 KiB,
+            nginx's ``large_client_header_buffers`` (4 x 8 KiB) in all.
+        header_timeout_s: Total time to receive a request's headers (408 beyond);
+            nginx's ``client_header_timeout``, 60 s.
+        body_timeout_s: Total time to receive a request's body once its headers
+            are in (408 beyond). 60 s, nginx's ``client_body_timeout`` (which times
+            each gap between reads; a total cannot be held open by a trickle); a
+            full 16 MiB body needs about 2.2 Mbit/s.
+        keepalive_timeout_s: How long an idle connection stays open between
+            requests. 75 s, nginx's ``keepalive_timeout``: longer than the clients'
+            own pool expiry (httpx 5 s) and a cloud load balancer's idle 60 s, so
+            the gateway is not the one closing a connection a request is racing onto.
+        max_connections: Open connections at once; one more is answered 503 and
+            closed at once. 10,240: above ``max_pending``'s 10,000 (an HTTP/1.1
+            connection carries one request at a time), so a full queue's 429
+            stays the overload answer, with room for health checks and scrapes.
     """
 
     fleet: FleetFile
     keys: Mapping[str, str] = field(default_factory=dict)
     tenants: TenantConfig | None = None
+    service_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     auth: bool = True
     host: str = "127.0.0.1"
     port: int = 8080
@@ -121,9 +161,18 @@ class GatewayConfig:
     grace_s: float = 30.0
     retry_after_s: float = 1.0
     timeout_s: float = 600.0
+    max_request_s: float = 600.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_json_depth: int = 128
+    max_header_bytes: int = 32 * 1024
+    header_timeout_s: float = 60.0
+    body_timeout_s: float = 60.0
+    keepalive_timeout_s: float = 75.0
+    max_connections: int = 10_240
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", MappingProxyType(dict(self.keys)))
+        object.__setattr__(self, "service_tiers", MappingProxyType(dict(self.service_tiers)))
         _check(self)
 
     def scheduler_config(self) -> SchedulerConfig:
@@ -159,11 +208,15 @@ def _check(c: GatewayConfig) -> None:
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise _fail(f"{name}={value!r} must be a number of seconds >= 0")
+    value = c.max_request_s
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise _fail(f"max_request_s={value!r} must be a number of seconds > 0")
     for name in ("max_inflight", "max_pending"):
         value = getattr(c, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):  # fmt: skip
             raise _fail(f"{name}={value!r} must be an integer >= 1")
+    _check_limits(c)
     if c.state is not None and not c.state.startswith(("redis://", "rediss://", "unix://")):
         raise _fail(f"state={c.state!r} must be a redis:// URL")
     names = () if c.tenants is None else c.tenants.names
@@ -178,6 +231,26 @@ def _check(c: GatewayConfig) -> None:
             c.default_tenant()
         except ValueError:
             raise _fail("--no-auth with several tenants needs [tenants] default") from None
+
+
+#: The client limits' integer fields and their ranges (semisched.gateway.limits).
+_LIMIT_RANGES: Final = {"max_body_bytes": (1, None), "max_json_depth": (1, 512),
+                        "max_header_bytes": (1024, None), "max_connections": (1, None)}  # fmt: skip
+
+
+def _check_limits(c: GatewayConfig) -> None:
+    """The client limits: integers in their ranges, timeouts finite seconds > 0."""
+    for name, (low, high) in _LIMIT_RANGES.items():
+        value = getattr(c, name)
+        if (isinstance(value, bool) or not isinstance(value, int) or value < low
+                or (high is not None and value > high)):  # fmt: skip
+            where = f">= {low}" if high is None else f"in {low}..{high}"
+            raise _fail(f"{name}={value!r} must be an integer {where}")
+    for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
+        value = getattr(c, name)
+        if (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+                or value == float("inf")):  # fmt: skip
+            raise _fail(f"{name}={value!r} must be a finite number of seconds > 0")
 
 
 def _table(where: str, data: object, known: Sequence[str]) -> dict[str, Any]:
@@ -213,6 +286,7 @@ def _tenants(where: str, data: dict[str, Any]) -> tuple[TenantConfig | None, dic
         label = f"{where}: tenant #{i}"
         table = _table(label, table, _TENANT)
         hashes = _hashes(f"{label} ({table.get('name')!r})", table.pop("key_sha256", []))
+        table.pop("service_tiers", None)  # read by _service_tiers
         try:
             specs.append(TenantSpec(**table))
         except (ValueError, TypeError) as exc:
@@ -231,6 +305,20 @@ def _tenants(where: str, data: dict[str, Any]) -> tuple[TenantConfig | None, dic
         raise _fail(f"{where}: [tenants]: {exc}") from None
 
 
+def _service_tiers(where: str, data: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Each ``[[tenant]]``'s ``service_tiers``: a list of non-empty strings."""
+    tiers: dict[str, tuple[str, ...]] = {}
+    for i, table in enumerate(data.get("tenant") or [], 1):
+        value = table.get("service_tiers") if isinstance(table, dict) else None
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(t, str) and t for t in value):
+            raise _fail(f"{where}: tenant #{i}: service_tiers={value!r} must be a list of "
+                        'service tier names, e.g. ["priority"]')  # fmt: skip
+        tiers[str(table.get("name"))] = tuple(value)
+    return tiers
+
+
 def config_from_dict(
     data: Mapping[str, Any], *, where: str = "gateway", **overrides: Any
 ) -> GatewayConfig:
@@ -246,13 +334,15 @@ def config_from_dict(
     gateway = _table(f"{where}: [gateway]", data.get("gateway"), GATEWAY_FIELDS)
     budget_table = _table(f"{where}: [budget]", data.get("budget"), _BUDGET)
     tenants, keys = _tenants(where, data)
+    service_tiers = _service_tiers(where, data)
     fleet = fleet_from_dict({k: v for k, v in data.items() if k in FLEET_FIELDS}, where=where)
     if "models" in gateway:
         gateway["models"] = tuple(gateway["models"])
     gateway.update({k: v for k, v in overrides.items() if v is not None})
     try:
         budget = BudgetConfig(**budget_table) if budget_table else None
-        return GatewayConfig(fleet=fleet, keys=keys, tenants=tenants, budget=budget, **gateway)
+        return GatewayConfig(fleet=fleet, keys=keys, tenants=tenants, budget=budget,
+                             service_tiers=service_tiers, **gateway)  # fmt: skip
     except GatewayConfigError as exc:
         raise _fail(f"{where}: {exc}") from None
     except (ValueError, TypeError) as exc:

@@ -11,6 +11,9 @@ header                     meaning
 ``x-semisched-tenant``     optional; may only name the tenant of the caller's key
 =========================  ==============================================================
 
+The answer says which body fields were stripped (rule 3) in
+``x-semisched-stripped``.
+
 Rules:
 
 1. The tenant is the key's (:mod:`semisched.gateway.keys`). A header or a
@@ -21,19 +24,29 @@ Rules:
 3. Only OpenAI's own fields of the route (:data:`CHAT_FIELDS`,
    :data:`COMPLETION_FIELDS`) are forwarded; every other field is stripped, so
    the upstream never sees a field it would refuse. The stripped names are
-   reported to the caller in the ``x-semisched-stripped`` response header.
+   reported to the caller in the ``x-semisched-stripped`` response header,
+   decided with the hints (before anything is sent): at most
+   :data:`MAX_STRIPPED_NAMES` names of ``[A-Za-z0-9_.-]`` (up to 64 each) in
+   :data:`MAX_STRIPPED_BYTES` bytes, then ``+N more`` counting the rest
+   (other names included), so the header is always short, ASCII and valid.
+4. ``Authorization`` and each ``x-semisched-*`` header may be given once
+   (:func:`request_headers`): two of them are a 400 ``duplicate_header``,
+   never the last one winning silently.
 
-What this module is not: it validates no OpenAI field's value (the runtime's
-:func:`~semisched.runtime.calls.prepare_call` and the upstream do) and
-answers nothing (:mod:`semisched.gateway.answers`).
+What this module is not: it validates no OpenAI field's value
+(:mod:`semisched.gateway.params` does) and answers nothing
+(:mod:`semisched.gateway.answers`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from semisched.core.checks import short_repr
 
 __all__ = [
     "CHAT_FIELDS",
@@ -41,16 +54,29 @@ __all__ = [
     "HEADER_CLASS",
     "HEADER_DEADLINE",
     "HEADER_PRIOR",
+    "HEADER_STRIPPED",
     "HEADER_TENANT",
+    "MAX_STRIPPED_BYTES",
+    "MAX_STRIPPED_NAMES",
     "BadHint",
+    "BadRequest",
     "Hints",
     "read_hints",
+    "request_headers",
+    "stripped_header",
 ]
 
 HEADER_DEADLINE: Final = "x-semisched-deadline"
 HEADER_CLASS: Final = "x-semisched-class"
 HEADER_PRIOR: Final = "x-semisched-prior"
 HEADER_TENANT: Final = "x-semisched-tenant"
+#: The response header naming the stripped body fields (rule 3).
+HEADER_STRIPPED: Final = "x-semisched-stripped"
+#: At most this many stripped names are listed (rule 3) ...
+MAX_STRIPPED_NAMES: Final = 16
+#: ... in at most this many bytes (then ``+N more``).
+MAX_STRIPPED_BYTES: Final = 512
+_SHOWN_NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 #: The request fields of OpenAI's ``POST /v1/chat/completions`` the gateway forwards.
 CHAT_FIELDS: Final = frozenset({
@@ -69,20 +95,31 @@ COMPLETION_FIELDS: Final = frozenset({
 })  # fmt: skip
 
 
-class BadHint(ValueError):
-    """A request's hint or tenant claim is unusable (the caller's input: a ``ValueError``).
+class BadRequest(ValueError):
+    """A request the gateway refuses before sending anything (the caller's input).
+
+    Answered in OpenAI's error shape by :func:`semisched.gateway.answers.refused`.
 
     Attributes:
-        status: The HTTP status it is answered with (400, or 403 for another tenant).
-        param: The header or field at fault.
+        status: The HTTP status it is answered with (400, 403, 404).
+        param: The header or field at fault, or ``None``.
         code: The OpenAI-style error code.
     """
 
-    def __init__(self, message: str, *, status: int, param: str, code: str) -> None:
+    def __init__(
+        self, message: str, *, code: str, status: int = 400, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.param = param
         self.code = code
+
+
+class BadHint(BadRequest):
+    """A request's hint, header or tenant claim is unusable (400, or 403 for another tenant)."""
+
+    def __init__(self, message: str, *, status: int, param: str, code: str) -> None:
+        super().__init__(message, code=code, status=status, param=param)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +131,58 @@ class Hints:
         deadline_s: Seconds from arrival, or ``None``.
         prior: ``(p50, p90)`` output tokens, or ``None`` (the prior source answers).
         stripped: The body fields removed before forwarding, sorted.
+        stripped_header: Their ``x-semisched-stripped`` value (rule 3), or
+            ``""`` when none was.
     """
 
     klass: str | None = None
     deadline_s: float | None = None
     prior: tuple[float, float] | None = None
     stripped: tuple[str, ...] = ()
+    stripped_header: str = ""
+
+    def response_headers(self) -> dict[str, str]:
+        """The headers the answer carries for these hints."""
+        return {HEADER_STRIPPED: self.stripped_header} if self.stripped_header else {}
+
+
+def request_headers(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An ASGI scope's headers as ``{lower-case name: value}`` (rule 4).
+
+    Args:
+        raw: ``scope["headers"]``: lower-case latin-1 names and values, as ASGI gives them.
+
+    Raises:
+        BadHint: ``authorization`` or an ``x-semisched-*`` header given twice (400).
+    """
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+    if len(headers) != len(raw):  # a name came twice: only some may not
+        seen: set[bytes] = set()
+        for name, _ in raw:
+            if name == b"authorization" or name.startswith(b"x-semisched-"):
+                if name in seen:
+                    where = name.decode("latin-1")
+                    raise BadHint(f"the {where} header is given more than once",
+                                  status=400, param=where, code="duplicate_header")  # fmt: skip
+                seen.add(name)
+    return headers
+
+
+def stripped_header(names: Sequence[str]) -> str:
+    """The ``x-semisched-stripped`` value for the stripped ``names`` (rule 3)."""
+    shown: list[str] = []
+    size = 0
+    for name in names:
+        if not _SHOWN_NAME.fullmatch(name):
+            continue  # counted in the rest: never put in a header as it came
+        if len(shown) == MAX_STRIPPED_NAMES or size + len(name) > MAX_STRIPPED_BYTES:
+            break
+        shown.append(name)
+        size += len(name) + 1
+    rest = len(names) - len(shown)
+    if rest:
+        shown.append(f"+{rest} more")
+    return ",".join(shown)
 
 
 def _deadline(text: str | None) -> float | None:
@@ -110,7 +193,7 @@ def _deadline(text: str | None) -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise BadHint(f"{HEADER_DEADLINE}: {text!r} must be a number of seconds > 0",
+        raise BadHint(f"{HEADER_DEADLINE}: {short_repr(text)} must be a number of seconds > 0",
                       status=400, param=HEADER_DEADLINE, code="invalid_hint")  # fmt: skip
     return value
 
@@ -124,7 +207,7 @@ def _prior(text: str | None) -> tuple[float, float] | None:
     except ValueError:
         p50 = p90 = math.nan
     if not (math.isfinite(p50) and math.isfinite(p90)) or not 0 < p50 <= p90:
-        raise BadHint(f"{HEADER_PRIOR}: {text!r} must be P50,P90 output tokens "
+        raise BadHint(f"{HEADER_PRIOR}: {short_repr(text)} must be P50,P90 output tokens "
                       "with 0 < P50 <= P90", status=400, param=HEADER_PRIOR,
                       code="invalid_hint")  # fmt: skip
     return p50, p90
@@ -170,7 +253,7 @@ def read_hints(
     if klass is None and isinstance(priority, str) and priority in classes:
         klass = priority
     if klass is not None and klass not in classes:
-        raise BadHint(f"{HEADER_CLASS}: {klass!r} must be one of {list(classes)}",
+        raise BadHint(f"{HEADER_CLASS}: {short_repr(klass)} must be one of {list(classes)}",
                       status=400, param=HEADER_CLASS, code="invalid_hint")  # fmt: skip
     stripped = tuple(sorted(k for k in body if k not in allowed))
     for name in stripped:
@@ -180,4 +263,5 @@ def read_hints(
         deadline_s=_deadline(headers.get(HEADER_DEADLINE)),
         prior=_prior(headers.get(HEADER_PRIOR)),
         stripped=stripped,
+        stripped_header=stripped_header(stripped) if stripped else "",
     )

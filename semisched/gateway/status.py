@@ -6,13 +6,17 @@ One read of the scheduler's statistics, shaped for an operator::
      "queues": {"web": {"interactive": {"queued": 2, "in_flight": 5}}, ...},
      "queued_by_class": {...}, "inflight": 5, "deferred": 0, "severity": 0.12,
      "cancelled": {"queued": 0, "in_flight": 1},
-     "endpoints": [{"name", "state", "circuit", "inflight", "sent", "completed",
-                    "failed_attempts", "throttled", "budget": {...} | null}, ...],
+     "endpoints": [{"name", "state", "circuit", "circuit_reason", "inflight", "sent",
+                    "completed", "failed_attempts", "throttled", "consecutive_failures",
+                    "budget": {...} | null}, ...],
      "budget": {...} | null,
      "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
                   "completed", "rejected"}, ...],
      "counters": {"submitted", "completed", "rejected", "expired", ...},
      "state": {"backend", "namespace", "workers"} | null}
+
+:func:`fleet_health` is ``GET /readyz``'s view of the same endpoints: whether
+any of them can take a request now, and which are failing.
 
 What this module is not: it reads nothing itself; the caller gives the statistics.
 """
@@ -25,7 +29,7 @@ from typing import Any
 from semisched.core.budget import BudgetSnapshot
 from semisched.runtime.stats import SchedulerStats
 
-__all__ = ["status_document"]
+__all__ = ["fleet_health", "status_document"]
 
 
 def _budget(snapshot: BudgetSnapshot | None) -> dict[str, Any] | None:
@@ -50,9 +54,11 @@ def status_document(
     """The status document (module docstring) from one ``statistics()`` snapshot."""
     engine = stats.engine
     endpoints = [
-        {"name": e.name, "state": e.state, "circuit": e.circuit, "inflight": e.inflight,
-         "sent": e.sent, "completed": e.completed, "failed_attempts": e.failed_attempts,
-         "throttled": e.throttled, "budget": _budget(e.budget)}
+        {"name": e.name, "state": e.state, "circuit": e.circuit,
+         "circuit_reason": e.circuit_reason, "inflight": e.inflight, "sent": e.sent,
+         "completed": e.completed, "failed_attempts": e.failed_attempts,
+         "throttled": e.throttled, "consecutive_failures": e.consecutive_failures,
+         "budget": _budget(e.budget)}
         for e in engine.endpoints
     ]  # fmt: skip
     tenants = [
@@ -78,3 +84,26 @@ def status_document(
                                              "namespace": state.namespace,
                                              "workers": state.workers},
     }  # fmt: skip
+
+
+def fleet_health(
+    stats: SchedulerStats, failure_threshold: int
+) -> tuple[bool, dict[str, dict[str, Any]]]:
+    """``GET /readyz``'s view of the fleet: whether any endpoint can take a request now
+    (in service, its circuit not open), and each endpoint's state.
+
+    An endpoint is ``failing`` when it cannot take a request now, or when its last
+    ``failure_threshold`` attempts or more failed: a lone endpoint's circuit never
+    opens (nowhere else to send), so its run of failures is what says it is failing.
+    Such a run does not make the gateway unready (module docstring of
+    :mod:`semisched.core.fleet.fleet`, rule 6; the gateway guide says why).
+    """
+    usable = False
+    health: dict[str, dict[str, Any]] = {}
+    for e in stats.engine.endpoints:
+        takes = e.state == "active" and e.circuit != "open"
+        usable = usable or takes
+        health[e.name] = {"state": e.state, "circuit": e.circuit, "reason": e.circuit_reason,
+                          "consecutive_failures": e.consecutive_failures,
+                          "failing": not takes or e.consecutive_failures >= failure_threshold}
+    return usable, health

@@ -9,7 +9,11 @@ gateway needs to
 
 - answer what is still queued with 503 when it shuts down, and let what is in
   flight finish (:meth:`Tracker.queued`),
-- report queues by tenant and class on its status route (:meth:`Tracker.table`).
+- report queues by tenant and class on its status route (:meth:`Tracker.table`),
+- write its access log line (:func:`log_access`): one per request, on the logger
+  ``semisched.gateway.access`` at INFO: route, tenant, class, status, the time
+  queued and in all, and the scheduler's request id; never a key, a prompt or a
+  parameter.
 
 A disconnect or a drain cancels a ticket's scope, which cancels its
 ``submit``: the runtime removes a queued request from its queue (never sent)
@@ -20,6 +24,7 @@ What this module is not: it decides nothing and answers nothing.
 
 from __future__ import annotations
 
+import logging
 from contextvars import ContextVar
 from typing import Literal
 
@@ -28,7 +33,10 @@ import anyio
 from semisched.core.request import Request
 from semisched.telemetry.observe import Finished, RequestObserver
 
-__all__ = ["Ticket", "Tracker", "current_ticket"]
+__all__ = ["Ticket", "Tracker", "access_log", "current_ticket", "log_access"]
+
+#: The access log (``semisched serve --access-log``): one INFO line per request.
+access_log = logging.getLogger("semisched.gateway.access")
 
 Phase = Literal["arriving", "queued", "in_flight", "done"]
 Reason = Literal["", "disconnect", "drain"]
@@ -40,7 +48,8 @@ current_ticket: ContextVar[Ticket | None] = ContextVar("semisched_gateway_ticket
 class Ticket:
     """One HTTP request on its way through the scheduler."""
 
-    __slots__ = ("cancelled_in", "klass", "phase", "reason", "request_id", "scope", "tenant")
+    __slots__ = ("cancelled_in", "klass", "phase", "reason", "request_id", "scope", "sent_at",
+                 "tenant")  # fmt: skip
 
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
@@ -50,6 +59,7 @@ class Ticket:
         self.reason: Reason = ""
         self.scope: anyio.CancelScope | None = None
         self.cancelled_in: Phase = "arriving"  # the phase it was in when cancelled
+        self.sent_at: float | None = None  # the scheduler's clock at its first send
 
     def __repr__(self) -> str:
         return f"<Ticket {self.request_id or '-'} {self.tenant}/{self.klass} {self.phase}>"
@@ -85,6 +95,8 @@ class Tracker(RequestObserver):
         ticket = self.live.get(request.id)
         if ticket is not None:
             ticket.phase = "in_flight"
+            if ticket.sent_at is None:
+                ticket.sent_at = now
 
     def finished(self, request: Request, finished: Finished, now: float) -> None:
         ticket = self.live.pop(request.id, None)
@@ -105,3 +117,13 @@ class Tracker(RequestObserver):
             if ticket.phase in ("queued", "in_flight"):
                 cell[ticket.phase] += 1
         return out
+
+
+def log_access(route: str, ticket: Ticket, status: int, started: float, now: float) -> None:
+    """One access-log line (module docstring); times are seconds since ``started``."""
+    queued = "-" if ticket.sent_at is None else f"{max(0.0, ticket.sent_at - started):.3f}"
+    access_log.info(
+        "%s status=%d tenant=%s class=%s queued_s=%s total_s=%.3f request=%s%s",
+        route, status, ticket.tenant or "default", ticket.klass or "-", queued, now - started,
+        ticket.request_id or "-", f" cancelled={ticket.reason}" if ticket.reason else "",
+    )  # fmt: skip

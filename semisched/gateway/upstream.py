@@ -12,7 +12,10 @@ holding the upstream's response and body, ``APIConnectionError``,
 it classifies any client's.
 
 The upstream's key sits in the HTTP client's default headers only: it is in no
-``repr``, message or log line.
+``repr``, message or log line. Its URL is in no message either: messages and the
+``repr`` name the endpoint (its configured ``name``), which is what a gateway's
+client may read; the URL stays on the exception's ``request`` for the SDK's own
+hints.
 
 What this module is not: it retries nothing (the scheduler owns retries) and
 decides nothing.
@@ -196,6 +199,8 @@ class UpstreamClient:
         max_connections: Connections kept to the upstream at most.
         proxy: A forward proxy's URL to send through (:mod:`.proxied`); ``None``: the
             direct connections of :mod:`.wire`.
+        name: The endpoint's configured name, which messages and the ``repr`` give
+            instead of the URL (default: ``upstream``).
     """
 
     def __init__(
@@ -206,7 +211,9 @@ class UpstreamClient:
         timeout_s: float = 600.0,
         max_connections: int = 1000,
         proxy: str | None = None,
+        name: str = "upstream",
     ) -> None:
+        self.name = name
         headers = {"content-type": "application/json", "accept": "application/json"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -226,7 +233,7 @@ class UpstreamClient:
 
     def __repr__(self) -> str:
         through = " (through a proxy)" if isinstance(self._wire, ProxyWire) else ""
-        return f"<UpstreamClient {self.base_url}{through}>"
+        return f"<UpstreamClient {self.name!r}{through}>"
 
     async def post(self, path: str, params: Mapping[str, Any]) -> _Parsed:
         """POST ``params`` to ``path``: the answer (or the open stream) and its headers.
@@ -243,14 +250,16 @@ class UpstreamClient:
         try:
             reply = await self._wire.request("POST", path, body)
             if reply.status >= 400:
-                raise _status_error(reply.status, reply.headers, await reply.read(), request())
+                content = await reply.read()
+                raise _status_error(reply.status, reply.headers, content, request(), self.name)
             if not params.get("stream"):
                 content = await reply.read()
                 return _Parsed(RawAnswer(content, reply.status, reply.headers), reply.headers)
         except TimeoutError:
             raise openai.APITimeoutError(request=request()) from None
         except WireError as exc:
-            raise openai.APIConnectionError(request=request()) from exc
+            message = f"the upstream {self.name!r} could not be reached ({type(exc).__name__})"
+            raise openai.APIConnectionError(message=message, request=request()) from exc
         return _Parsed(SSEStream(reply, request), reply.headers)
 
     async def _get_models(self) -> Reply | ProxyReply:
@@ -280,9 +289,10 @@ class UpstreamClient:
 
 
 def _status_error(
-    status: int, headers: Mapping[str, str], content: bytes, request: httpx2.Request
+    status: int, headers: Mapping[str, str], content: bytes, request: httpx2.Request, name: str
 ) -> openai.APIStatusError:
-    """The exception an OpenAI client raises for this answer (its error body inside)."""
+    """The exception an OpenAI client raises for this answer (its error body inside); a
+    body without a message is said as the endpoint ``name``'s status, never its URL."""
     response = httpx2.Response(status, headers=dict(headers), content=content, request=request)
     try:
         body: Any = json.loads(content)
@@ -291,5 +301,5 @@ def _status_error(
     data = body.get("error", body) if isinstance(body, dict) else body
     message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, str):
-        message = f"Error code: {status}"
+        message = f"Error code: {status} from the upstream {name!r}"
     return openai.APIStatusError(message, response=response, body=data)

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar
 
-from semisched.core.checks import check_instance
+from semisched.core.checks import check_instance, short_repr
 from semisched.core.config import RoutingConfig, SchedulerConfig, preset
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior
@@ -251,7 +251,7 @@ def prepare_call(
     a = args if args is not None else CallArgs(**call)
     params = dict(a.params or {})
     if not isinstance(a.model, str) or not a.model:
-        raise ValueError(f"model={a.model!r} must be a non-empty string")
+        raise ValueError(f"model={short_repr(a.model)} must be a non-empty string")
     endpoint = _endpoint(a.messages, a.prompt, allowed_params)
     _check_params(endpoint, params, allowed_params)
     if a.messages is not None:
@@ -259,12 +259,12 @@ def prepare_call(
     _check_deadline(a.deadline)
     own_prior = _check_prior(a.prior)
     if a.klass is not None and class_names is not None and a.klass not in class_names:
-        raise ValueError(f"klass={a.klass!r} must be one of {list(class_names)}")
+        raise ValueError(f"klass={short_repr(a.klass)} must be one of {list(class_names)}")
     check_instance("tenant", a.tenant, str, optional=True)
     tenant = a.tenant if tenants is None else tenants.tenant_for(a.tenant)  # rule 6
     stream = params.get("stream", False)
     if not isinstance(stream, bool):
-        raise TypeError(f"stream={stream!r} must be a bool")
+        raise TypeError(f"stream={short_repr(stream)} must be a bool")
     cap = output_cap(params)
     sent = _sent(a, params)
     nbytes, kind = prompt_bytes(messages=a.messages, prompt=a.prompt)
@@ -376,12 +376,12 @@ def output_cap(params: Mapping[str, Any]) -> int | None:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name}={value!r} must be an int")
+            raise TypeError(f"{name}={short_repr(value)} must be an int")
         if value < 1:
             raise ValueError(f"{name}={value!r} must be an int >= 1 (providers refuse 0)")
         if value > MAX_OUTPUT_TOKENS:
             raise ValueError(
-                f"{name}={value!r} must be at most {MAX_OUTPUT_TOKENS:_}: "
+                f"{name}={short_repr(value)} must be at most {MAX_OUTPUT_TOKENS:_}: "
                 "no model's context holds more"
             )
         caps[name] = value
@@ -437,12 +437,12 @@ def _check_params(
 
 def _check_messages(messages: object) -> None:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
-        raise TypeError(f"messages must be a list of message dicts, got {messages!r}")
+        raise TypeError(f"messages must be a list of message dicts, got {short_repr(messages)}")
     if not messages:
         raise ValueError("messages=[] must contain at least one message")
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ValueError(f"messages[{i}]={message!r} must be a dict with a 'role'")
+            raise ValueError(f"messages[{i}]={short_repr(message)} must be a dict with a 'role'")
 
 
 def _check_deadline(deadline: object) -> None:

@@ -32,6 +32,18 @@ Rules:
    returns less than a time already given to it.
 3. A failed attempt is reported to the engine before anything else happens to
    the request; the engine's verdict (retry, expire, fail) is executed at once.
+4. The engine hears of a request from one owner at a time, and never after it
+   is done. From its ``Send`` until that attempt reports how it ended, the
+   attempt's task owns the request (``Pending.attempt``): a caller who gives up
+   then only cancels the call, and the attempt reports. An answer that arrived
+   anyway is accounted and closed, never handed over: its tokens are charged
+   (``completed``; a stream is closed and reported as ``cancel``); an aborted,
+   failed or refused attempt is reported as ``cancel``. Outside an attempt the
+   caller's cancel is reported at once.
+5. Every request's work is supervised (:mod:`semisched.runtime.supervise`): an
+   unexpected exception in it ends that request alone with
+   :class:`~semisched.errors.InternalError`; one in the timer or a background
+   task is logged and survived. Nothing but cancellation ends the task group.
 
 What this module is not: it validates nothing, builds no request and picks no
 prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
@@ -50,20 +62,17 @@ from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, R
 from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
-from semisched.errors import RequestError
+from semisched.errors import InternalError, RequestError
 from semisched.runtime.clock import Clock, loop_time
-from semisched.runtime.failures import (
-    classify_failure,
-    expire_outcome,
-    failure_outcome,
-    reject_outcome,
-)
+from semisched.runtime.failures import classify_failure, decided_outcome
 from semisched.runtime.headers import RateLimitInfo
 from semisched.runtime.layers import Answer, Configured, Ended, Stacks
 from semisched.runtime.pending import Pending
-from semisched.runtime.provider import usage_of
+from semisched.runtime.provider import Usage, usage_of
 from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
+from semisched.runtime.supervise import Supervisor
+from semisched.runtime.timer import Timer
 from semisched.telemetry.observe import (
     DECISION_LOGGER,
     Finished,
@@ -75,9 +84,9 @@ from semisched.telemetry.retries import RetryLog
 
 __all__ = ["Dispatcher"]
 
-#: A timer closer than this (wall seconds) is due: polling then cannot be early
-#: by more than float rounding, and a loop clock cannot spin on a sub-ulp sleep.
-_DUE_WALL_S = 1e-9
+logger = logging.getLogger("semisched.runtime")
+
+_OUTCOMES = {Reject: Outcome.REJECTED, Expire: Outcome.EXPIRED, Fail: Outcome.FAILED}
 
 
 class Dispatcher:
@@ -107,32 +116,31 @@ class Dispatcher:
         self.shared = configured.shared
         self.clock = clock
         self.tally = tally
+        self.supervisor = Supervisor(tally)
         self.cancel_late = cancel_late
         self.pending: dict[str, Pending] = {}
         self.retry_log = RetryLog()
         self.open_streams = 0
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
-        self._wake_at: float | None = None
-        self._changed = anyio.Event()
+        self.timer = Timer(clock, self.now, self._poll, self.execute, engine.next_wakeup,
+                           self.supervisor)  # fmt: skip
         self._idle = anyio.Event()
         self.stacks = Stacks(configured, engine, now=self.now, clock_per_wall=self._clock_per_wall,
                              spawn=self._spawn, execute=self.execute)  # fmt: skip
 
     def __repr__(self) -> str:
-        return (
-            f"<Dispatcher pending={len(self.pending)} streams={self.open_streams} "
-            f"wake_at={self._wake_at}>"
-        )
+        return (f"<Dispatcher pending={len(self.pending)} streams={self.open_streams} "
+                f"wake_at={self.timer.at}>")  # fmt: skip
 
     # -- what the scheduler calls ------------------------------------------------------------
 
     def start(self, tg: TaskGroup) -> None:
         """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
         self._tg = tg
-        tg.start_soon(self._driver)
+        tg.start_soon(self.timer.run)
         if self.stacks.usage is not None:
-            tg.start_soon(self.stacks.usage.run)
+            tg.start_soon(self.supervisor.guarded(self.stacks.usage.run, "tenant usage sync"))
 
     @property
     def rate_limits(self) -> RateLimitInfo | None:
@@ -165,7 +173,12 @@ class Dispatcher:
         try:
             if self._observed:
                 self.observers.submitted(pending.request, pending.request.arrival)
-            self.execute(self.engine.submit(pending.request, pending.request.arrival))
+            try:
+                actions = self.engine.submit(pending.request, pending.request.arrival)
+            except Exception as exc:  # rule 5
+                self._crashed(pending, exc)
+            else:
+                self.execute(actions)
             await pending.done.wait()
         except BaseException:
             if not pending.resolved:  # the caller was cancelled
@@ -185,103 +198,105 @@ class Dispatcher:
             await self._idle.wait()
 
     def abandon(self, pending: Pending, error: RequestError | None) -> None:
-        """Drop a request the caller no longer waits for (``error``: resolve it with that)."""
+        """Drop a request the caller no longer waits for (``error``: resolve it with that).
+
+        An attempt in flight is cancelled and reports to the engine itself (rule 4).
+        """
         if pending.scope is not None:
             pending.scope.cancel()
         was_pending = not pending.resolved
         if was_pending:
-            if error is not None:
-                self.tally.closed += 1
-                self._resolve(pending, error=error)
-            else:
-                pending.resolved = True
-                self.pending.pop(pending.id, None)
-                pending.done.set()
-                self._check_idle()
-        self.execute(self.engine.cancel(pending.id, self.now()))
+            self.tally.closed += error is not None
+            self._resolve(pending, error=error)
+        if pending.attempt is None and pending.id in self.engine:
+            self._tell_cancel(pending)
         if was_pending:
             self._finished(pending, Outcome.CANCELLED)
 
+    def _tell_cancel(self, pending: Pending) -> None:
+        """Report ``pending`` cancelled to the engine and execute what follows."""
+        try:
+            actions = self.engine.cancel(pending.id, self.now())
+        except Exception as exc:  # rule 5: the engine's own bug; nothing to resolve here
+            self.supervisor.task_failed(f"cancelling request {pending.id}", exc)
+            return
+        self.execute(actions)
+
+    def _poll(self, at: float) -> list[Action]:
+        """The engine polled at ``at``, a time it asked for (the timer's)."""
+        self._last_now = max(self._last_now, at)
+        return self.engine.poll(self._last_now)
+
     def execute(self, actions: list[Action]) -> None:
-        """Do what the engine's ``actions`` say (module docstring)."""
+        """Do what the engine's ``actions`` say (module docstring); each one supervised."""
         for action in actions:
-            if isinstance(action, Send):
-                pending = self.pending.get(action.request.id)
-                if pending is None:  # pragma: no cover - the core only sends pending ids
-                    raise RuntimeError(f"core sent unknown request {action.request.id!r}")
-                pending.attempts = action.attempt
-                pending.endpoint = action.endpoint
-                if self._observed:
-                    # The engine's now, just given: no second clock read per event.
-                    now = self._last_now
-                    self.observers.sent(action.request, action.attempt, action.endpoint, now)
-                assert self._tg is not None, "Dispatcher.start() was not called"
-                self._tg.start_soon(self._attempt, pending)
-            elif isinstance(action, Wake):
-                if self._wake_at is None or action.at < self._wake_at:
-                    self._wake_at = action.at
-                    self._changed.set()
-            elif isinstance(action, Retry | Defer):
-                if isinstance(action, Retry):
-                    self.tally.retries += 1
-                    self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
-                # Built only for a reader: observers, or the decision log at DEBUG.
-                if self._observed or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
-                    why = action.explanation
-                    if why is not None:
-                        log_decision(action.request, why)
-                        if self._observed:
-                            self.observers.decided(action.request, why, self._last_now)
-            elif isinstance(action, Pause):
-                # What the engine keeps off, every process sharing the state keeps off.
-                if self.shared is not None and self._tg is not None:
-                    wait = action.until - self._last_now  # the engine's now, just given
-                    self._tg.start_soon(self.shared.pause, action.endpoint, wait)
-            elif isinstance(action, Reject):
-                self._reject(action)
-            elif isinstance(action, Expire):
-                self._expire(action)
-            elif isinstance(action, Fail):
-                self._fail(action)
-            else:  # pragma: no cover
-                raise TypeError(f"unknown action {action!r}")
+            try:
+                self._do(action)
+            except Exception as exc:  # rule 5: that action's request fails alone
+                request = getattr(action, "request", None)
+                pending = None if request is None else self.pending.get(request.id)
+                if pending is None:
+                    self.supervisor.task_failed(f"executing {type(action).__name__}", exc)
+                else:
+                    self._crashed(pending, exc)
+
+    def _do(self, action: Action) -> None:
+        """Do what one of the engine's actions says."""
+        if isinstance(action, Send):
+            pending = self.pending.get(action.request.id)
+            if pending is None:  # pragma: no cover - the core sends only what the runtime holds
+                self.execute(self.engine.cancel(action.request.id, self._last_now))
+                raise RuntimeError(f"core sent unknown request {action.request.id!r}")
+            pending.attempts = action.attempt
+            pending.endpoint = action.endpoint
+            if self._observed:
+                # The engine's now, just given: no second clock read per event.
+                now = self._last_now
+                self.observers.sent(action.request, action.attempt, action.endpoint, now)
+            assert self._tg is not None, "Dispatcher.start() was not called"
+            pending.attempt = token = object()  # it owns the request now (rule 4)
+            try:
+                self._tg.start_soon(self._attempt, pending, token)
+            except BaseException:
+                pending.attempt = None
+                raise
+        elif isinstance(action, Wake):
+            self.timer.arm(action.at)
+        elif isinstance(action, Retry | Defer):
+            if isinstance(action, Retry):
+                self.tally.retries += 1
+                self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
+            # Built only for a reader: observers, or the decision log at DEBUG.
+            if self._observed or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
+                why = action.explanation
+                if why is not None:
+                    log_decision(action.request, why)
+                    if self._observed:
+                        self.observers.decided(action.request, why, self._last_now)
+        elif isinstance(action, Pause):
+            # What the engine keeps off, every process sharing the state keeps off.
+            if self.shared is not None and self._tg is not None:
+                wait = action.until - self._last_now  # the engine's now, just given
+                self._tg.start_soon(self.shared.pause, action.endpoint, wait)
+        elif isinstance(action, Reject | Expire | Fail):
+            self._decided(action)
+        else:  # pragma: no cover
+            raise TypeError(f"unknown action {action!r}")
 
     # -- outcomes ----------------------------------------------------------------------------
 
-    def _reject(self, action: Reject) -> None:
-        self.tally.rejected += 1
+    def _decided(self, action: Reject | Expire | Fail) -> None:
+        """Resolve a request with the outcome the engine decided; its explanation is logged
+        and observed."""
         pending = self.pending[action.request.id]
-        error = reject_outcome(action, request_id=pending.id)
-        self._outcome(pending, error, Outcome.REJECTED)
-
-    def _expire(self, action: Expire) -> None:
-        self.tally.deadline_exceeded += 1
-        pending = self.pending[action.request.id]
-        cause = None if pending.failure is None else pending.failure[1]
-        error = expire_outcome(action, request_id=pending.id, attempts=pending.attempts,
-                               cause=cause)  # fmt: skip
-        self._outcome(pending, error, Outcome.EXPIRED)
-
-    def _fail(self, action: Fail) -> None:
-        pending = self.pending[action.request.id]
-        assert pending.failure is not None, "the core fails only a request that failed"
-        failure, cause = pending.failure
-        if action.kind is FailureKind.QUOTA_EXHAUSTED:
-            self.tally.quota_exceeded += 1
-        elif action.kind is FailureKind.RATE_LIMITED:
-            self.tally.rate_limited += 1
-        else:
-            self.tally.provider_errors += 1
-        error = failure_outcome(action, failure, cause, request_id=pending.id)
-        self._outcome(pending, error, Outcome.FAILED)
-
-    def _outcome(self, pending: Pending, error: RequestError, outcome: Outcome) -> None:
-        """Resolve ``pending`` with a decided outcome; its explanation is logged and observed."""
+        error, counter = decided_outcome(action, request_id=pending.id,
+                                         attempts=pending.attempts, failure=pending.failure)
+        setattr(self.tally, counter, getattr(self.tally, counter) + 1)
         why = error.explanation
         if why is not None:
             log_decision(pending.request, why)
         self._resolve(pending, error=error)
-        self._finished(pending, outcome, explanation=why)
+        self._finished(pending, _OUTCOMES[type(action)], explanation=why)
 
     def _finished(
         self,
@@ -318,46 +333,31 @@ class Dispatcher:
         if not self.pending and not self.open_streams:
             self._idle.set()
 
-    # -- the timer ---------------------------------------------------------------------------
-
-    async def _driver(self) -> None:
-        """Poll the core at its Wake times (the only timer the runtime keeps)."""
-        to_wall = self.clock.to_wall
-        while True:
-            changed = self._changed
-            wake = self._wake_at
-            if wake is None:
-                await changed.wait()
-            else:
-                delay = to_wall(wake - self.now())
-                if delay > _DUE_WALL_S:
-                    with anyio.move_on_after(delay):
-                        await changed.wait()
-            if changed.is_set():
-                self._changed = anyio.Event()
-            wake = self._wake_at
-            if wake is None or to_wall(wake - self.now()) > _DUE_WALL_S:
-                continue
-            self._wake_at = None
-            self._last_now = max(self._last_now, wake)
-            self.execute(self.engine.poll(self._last_now))
-            # The engine reports a timer once; one it reported while this shell
-            # still held an earlier, now-served timer was dropped by execute().
-            # Re-arm from the engine's own next timer.
-            upcoming = self.engine.next_wakeup()
-            if upcoming is not None and (self._wake_at is None or upcoming < self._wake_at):
-                self._wake_at = upcoming
-
     # -- one attempt -------------------------------------------------------------------------
 
     def _spawn(self, func: Any, *args: Any) -> None:
         """Run ``func(*args)`` in the scheduler's task group (a layer's background work)."""
         if self._tg is not None:
-            self._tg.start_soon(func, *args)
+            where = getattr(func, "__qualname__", "a background task")
+            try:
+                self._tg.start_soon(self.supervisor.guarded(func, where), *args)
+            except RuntimeError:  # the scheduler has closed (a stream read past its close)
+                logger.debug("%s not run: the scheduler has closed", where)
 
-    async def _attempt(self, pending: Pending) -> None:
-        if pending.resolved:  # abandoned between its Send and this task's start: never sent
-            return
+    async def _attempt(self, pending: Pending, token: object) -> None:
+        """One attempt; it owns ``pending`` in the engine until it reports (rules 4, 5)."""
+        try:
+            if not pending.resolved:  # else abandoned before this task started: never sent
+                await self._call(pending)
+        except Exception as exc:
+            self._crashed(pending, exc)
+        finally:
+            if pending.attempt is token:  # it never reported: the caller gave up, or closing
+                pending.attempt = None
+                if pending.id in self.engine:
+                    self._tell_cancel(pending)
+
+    async def _call(self, pending: Pending) -> None:
         deadline = pending.request.deadline
         with anyio.CancelScope() as scope:
             pending.scope = scope
@@ -366,17 +366,26 @@ class Dispatcher:
             try:
                 result = await self.stacks[pending.endpoint].send(pending)
             except Exception as exc:
-                self._failed(pending, exc)
+                pending.attempt = None
+                if pending.resolved:  # the caller is gone: nobody waits for a retry
+                    self._tell_cancel(pending)
+                else:
+                    self._failed(pending, exc)
                 return
             finally:
                 pending.scope = None
-        if scope.cancelled_caught:
-            if not pending.resolved:  # the deadline passed in flight: the core says Expire
-                self.execute(self.engine.expire(pending.id, self.now()))
-            return
-        if isinstance(result, Answer):
+        pending.attempt = None  # it reports now, synchronously (rule 4)
+        if scope.cancelled_caught and not pending.resolved:  # its deadline passed in flight
+            self.execute(self.engine.expire(pending.id, self.now()))
+        elif scope.cancelled_caught:  # the caller gave up: the call was aborted
+            self._tell_cancel(pending)
+        elif isinstance(result, Answer) and pending.resolved:
+            self._unread(pending, result.response)
+        elif isinstance(result, Answer):
             self._deliver(pending, result.response)
-        elif not pending.resolved:  # refused by the shared state: back in its queue, not sent
+        elif pending.resolved:  # refused by the shared state, and nobody waits any more
+            self._tell_cancel(pending)
+        else:  # refused by the shared state: back in its queue, not sent
             refused = self.engine.refused(
                 pending.id, result.at, result.until, fleet_wide=result.fleet_wide
             )
@@ -399,13 +408,26 @@ class Dispatcher:
                 hide_usage=call.added_usage,
                 on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
                 on_first=first,
+                request=pending.request,
+                wall_left_s=None if pending.request.deadline is None or not self.cancel_late
+                else self.clock.to_wall(pending.request.deadline - self.now()),
             )
             self._resolve(pending, value=stream, keep_inflight=True)
             return
+        usage = self._settle(pending, response)
+        self._resolve(pending, value=response)
+        if usage.known:
+            self._finished(pending, Outcome.COMPLETED, prompt_tokens=usage.prompt_tokens,
+                           output_tokens=usage.output_tokens)  # fmt: skip
+        else:
+            self._finished(pending, Outcome.COMPLETED)
+
+    def _settle(self, pending: Pending, response: Any) -> Usage:
+        """An answer's usage, told to the endpoint's layers and the engine (``completed``)."""
         usage = usage_of(response)
         charged = None
         if usage.known:  # what the provider's token window charged: prompt + the cap
-            cap = call.output_cap
+            cap = pending.call.output_cap
             charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
         output = usage.output_tokens if usage.known else None
         end = Ended(True, usage.prompt_tokens, output, charged)
@@ -414,25 +436,52 @@ class Dispatcher:
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
         )
         self.execute(actions)
-        self._resolve(pending, value=response)
-        if usage.known:
-            self._finished(pending, Outcome.COMPLETED, prompt_tokens=usage.prompt_tokens,
-                           output_tokens=usage.output_tokens)  # fmt: skip
-        else:
-            self._finished(pending, Outcome.COMPLETED)
+        return usage
+
+    def _unread(self, pending: Pending, response: Any) -> None:
+        """An answer for a request whose caller is gone: accounted, closed, never handed
+        over (rule 4)."""
+        if not pending.call.stream:
+            self._settle(pending, response)
+            return
+        # Its tokens are unknown until read; closing it stops the provider generating more.
+        self.stacks[pending.endpoint].ended(pending, Ended(False, 0, None))
+        self._tell_cancel(pending)
+        stream = ScheduledStream(response, hide_usage=True, on_end=lambda *_: None)
+        self._spawn(stream.aclose)
 
     def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
         self.open_streams -= 1
-        end = Ended(complete, 0, tokens if complete else None)
-        self.stacks[pending.endpoint].ended(pending, end)
-        now = self.now()
-        if complete:
-            self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
-            self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
-        else:
-            self.execute(self.engine.cancel(pending.id, now))
-            self._finished(pending, Outcome.CANCELLED)
-        self._check_idle()
+        try:
+            end = Ended(complete, 0, tokens if complete else None)
+            self.stacks[pending.endpoint].ended(pending, end)
+            now = self.now()
+            if pending.id not in self.engine:  # already told: a failure there (rule 5)
+                return
+            if complete:
+                self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
+                self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
+            else:
+                self.execute(self.engine.cancel(pending.id, now))
+                self._finished(pending, Outcome.CANCELLED)
+        except Exception as exc:  # rule 5: the caller's stream is not the place to raise it
+            self._crashed(pending, exc)
+        finally:
+            self._check_idle()
+
+    def _crashed(self, pending: Pending, exc: Exception) -> None:
+        """An unexpected exception in ``pending``'s work: it alone ends (rule 5)."""
+        if pending.attempt is None and pending.id in self.engine:
+            self._tell_cancel(pending)  # else the attempt that owns it reports it (rule 4)
+        if pending.resolved:
+            self.supervisor.task_failed(f"request {pending.id}", exc)
+            return
+        self.supervisor.request_failed(pending.id, pending.request.klass, exc)
+        error = InternalError(f"{type(exc).__name__} inside semisched; this request alone "
+                              "failed", request_id=pending.id, klass=pending.request.klass)
+        error.__cause__ = exc
+        self._resolve(pending, error=error)
+        self._finished(pending, Outcome.INTERNAL_ERROR)
 
     def _failed(self, pending: Pending, exc: Exception) -> None:
         """Classify a failed attempt and execute the core's verdict on it (rule 3)."""

@@ -12,6 +12,7 @@ are mapped in exactly one place):
    ================================================  ==========================
    429 with code ``insufficient_quota``               ``QUOTA_EXHAUSTED``
    any other 429                                      ``RATE_LIMITED``
+   401, 403 (the key or its access is refused)        ``AUTH``
    408, 504                                           ``TIMEOUT``
    409, any other 5xx                                 ``SERVER_ERROR``
    any other 4xx                                      ``BAD_REQUEST``
@@ -54,6 +55,7 @@ from semisched.errors import (
     ProviderError,
     QuotaExceeded,
     RateLimited,
+    RequestError,
     RequestRejected,
 )
 from semisched.runtime.headers import retry_after_seconds
@@ -135,6 +137,8 @@ def _status_kind(status: int, code: str | None) -> FailureKind:
             if code == "insufficient_quota"
             else FailureKind.RATE_LIMITED
         )
+    if status in (401, 403):
+        return FailureKind.AUTH
     if status in (408, 504):
         return FailureKind.TIMEOUT
     if status == 409 or 500 <= status <= 599:
@@ -241,3 +245,31 @@ def expire_outcome(
         error.__cause__ = cause
     error.explanation = why
     return error
+
+
+#: The runtime counter (:class:`~semisched.runtime.stats.RuntimeCounters`) of each
+#: terminal failure kind; any other kind counts in ``provider_errors``.
+_FAIL_COUNTERS = {
+    FailureKind.QUOTA_EXHAUSTED: "quota_exceeded",
+    FailureKind.RATE_LIMITED: "rate_limited",
+}
+
+
+def decided_outcome(
+    action: Reject | Expire | Fail,
+    *,
+    request_id: str,
+    attempts: int,
+    failure: tuple[ProviderFailure, BaseException] | None,
+) -> tuple[RequestError, str]:
+    """The caller's exception for a terminal action of the core, and the name of the
+    runtime counter it counts in (``failure``: the last failed attempt, if any)."""
+    if isinstance(action, Reject):
+        return reject_outcome(action, request_id=request_id), "rejected"
+    cause = None if failure is None else failure[1]
+    if isinstance(action, Expire):
+        error = expire_outcome(action, request_id=request_id, attempts=attempts, cause=cause)
+        return error, "deadline_exceeded"
+    assert failure is not None, "the core fails only a request that failed"
+    counter = _FAIL_COUNTERS.get(action.kind, "provider_errors")
+    return failure_outcome(action, failure[0], failure[1], request_id=request_id), counter

@@ -44,6 +44,9 @@ class Pending:
         compressed: Its compressed prompt, when compress-and-route prepared one
             (:mod:`semisched.compress.runtime`).
         sent_compressed: Its latest attempt goes with the compressed prompt.
+        attempt: The attempt whose task owns it in the engine, from its ``Send``
+            until that attempt reports how it ended (the dispatcher's rule 4);
+            ``None``: no attempt does.
     """
 
     id: str
@@ -60,6 +63,7 @@ class Pending:
     endpoint: str = ""
     compressed: CompressedPrompt | None = None
     sent_compressed: bool = False
+    attempt: object | None = None
 
     @property
     def params(self) -> Mapping[str, Any]:

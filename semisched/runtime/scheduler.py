@@ -295,6 +295,11 @@ class Scheduler:
                 raise error  # a task's lone error; the block's own leaves unchanged below
         return None
 
+    @property
+    def alive(self) -> bool:
+        """Entered, not closed, its task group running (else a health check says restart)."""
+        return self._tg is not None and not self._closed and not self._tg.cancel_scope.cancel_called
+
     # -- the public calls ------------------------------------------------------------------
 
     @call_signature
@@ -322,11 +327,8 @@ class Scheduler:
         """
         prepared = self._prepare(call)
         if self._tg is None or self._closed:
-            raise SchedulerClosed(
-                "the scheduler is not running (use `async with Scheduler(...)`)",
-                request_id="",
-                klass=prepared.klass or "",
-            )
+            raise SchedulerClosed("the scheduler is not running (use `async with Scheduler(...)`)",
+                                  request_id="", klass=prepared.klass or "")  # fmt: skip
         rid = f"req-{next(self._ids)}"
         self._tally.submitted += 1
         self._check_room(rid, prepared)

@@ -31,8 +31,8 @@ class RuntimeCounters:
 
     Each outcome counter counts requests; every submitted request ends in
     exactly one of ``succeeded``, ``rejected``, ``deadline_exceeded``,
-    ``rate_limited``, ``quota_exceeded``, ``provider_errors``, ``closed`` or
-    ``cancelled`` (see :attr:`outcomes`).
+    ``rate_limited``, ``quota_exceeded``, ``provider_errors``, ``closed``,
+    ``cancelled`` or ``internal_errors`` (see :attr:`outcomes`).
 
     Attributes:
         submitted: Calls that passed validation and got a request id
@@ -59,6 +59,11 @@ class RuntimeCounters:
             not; an exhausted quota's 429 counts in ``quota_exceeded``).
         prior_fallbacks: Requests whose prior came from the fallback source
             (the configured source was slow or failed).
+        internal_errors: Requests ended by an unexpected exception inside
+            semisched (:class:`~semisched.errors.InternalError`): logged, counted,
+            survived. Anything above 0 is a bug worth reporting.
+        task_errors: Unexpected exceptions in the scheduler's own work outside any
+            one request (its timer, a background task), logged and survived.
     """
 
     submitted: int = 0
@@ -74,6 +79,8 @@ class RuntimeCounters:
     retries: int = 0
     throttled: int = 0
     prior_fallbacks: int = 0
+    internal_errors: int = 0
+    task_errors: int = 0
 
     @property
     def outcomes(self) -> int:
@@ -88,6 +95,7 @@ class RuntimeCounters:
             + self.provider_errors
             + self.closed
             + self.cancelled
+            + self.internal_errors
         )
 
 
@@ -101,6 +109,7 @@ class RuntimeTally:
         "cancelled",
         "closed",
         "deadline_exceeded",
+        "internal_errors",
         "prior_fallbacks",
         "provider_errors",
         "queue_full",
@@ -110,6 +119,7 @@ class RuntimeTally:
         "retries",
         "submitted",
         "succeeded",
+        "task_errors",
         "throttled",
     )
 
@@ -117,7 +127,7 @@ class RuntimeTally:
         self.submitted = self.succeeded = self.rejected = self.deadline_exceeded = 0
         self.queue_full = self.rate_limited = self.quota_exceeded = self.provider_errors = 0
         self.closed = self.cancelled = self.retries = self.throttled = 0
-        self.prior_fallbacks = 0
+        self.prior_fallbacks = self.internal_errors = self.task_errors = 0
 
     def freeze(self) -> RuntimeCounters:
         """The current counts, frozen."""

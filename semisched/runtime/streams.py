@@ -7,6 +7,14 @@ is exhausted (``complete=True``), or when it fails or the caller closes it
 early (``complete=False``); and once through ``on_first()`` when its first
 content chunk arrives (the time to first token).
 
+A stream never outlives its request's deadline, and never waits longer than
+an idle timeout for its next chunk (:data:`IDLE_TIMEOUT_S` unless told): a
+stream stalled mid-way ends with :class:`~semisched.errors.DeadlineExceeded`
+(phase ``in_flight``) at the deadline, or with a
+:class:`~semisched.errors.ProviderError` of kind ``timeout`` after the idle
+timeout, and its upstream stream is closed. (The gateway turns either into an
+SSE ``error`` event.)
+
 What this module is not: it schedules nothing and talks to no engine; the
 runtime decides what an ending means.
 """
@@ -17,7 +25,20 @@ import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-__all__ = ["ScheduledStream", "StreamEnd"]
+import anyio
+
+from semisched.core.lifecycle import FailureKind
+from semisched.core.request import Request
+from semisched.errors import DeadlineExceeded, ProviderError, RequestError
+from semisched.runtime.clock import loop_time
+
+__all__ = ["IDLE_TIMEOUT_S", "ScheduledStream", "StreamEnd"]
+
+#: Wall seconds a stream waits for its next chunk at most: 600 s, the OpenAI
+#: clients' own read timeout, for a wrapped client that has none (a healthy
+#: stream pauses far less, a reasoning model's silent thinking included).
+IDLE_TIMEOUT_S = 600.0
+_END = object()  # the inner stream is exhausted
 
 #: ``on_end(tokens, complete)``: output tokens (the usage count, else the
 #: content chunks seen) and whether the stream ran to its end.
@@ -32,6 +53,16 @@ class ScheduledStream:
     final chunk is hidden. The request holds its send opportunity until the
     stream is exhausted or closed (``aclose`` or ``async with``).
 
+    Args:
+        inner: The provider's stream.
+        hide_usage: Hide the usage-only final chunk.
+        on_end: Called once when it ends.
+        on_first: Called once at the first content chunk.
+        request: The core's request (named by a timeout's error).
+        wall_left_s: Wall seconds left until the request's deadline, counted from
+            now; ``None``: it has no deadline.
+        idle_timeout_s: The longest wait for one chunk, wall seconds.
+
     Attributes:
         usage: The usage the provider reported, once the stream has seen it.
     """
@@ -43,8 +74,16 @@ class ScheduledStream:
         hide_usage: bool,
         on_end: StreamEnd,
         on_first: Callable[[], None] | None = None,
+        request: Request | None = None,
+        wall_left_s: float | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
+        if not idle_timeout_s > 0:
+            raise ValueError(f"{idle_timeout_s=} must be > 0")
         self._inner = inner
+        self._request = request
+        self._deadline = None if wall_left_s is None else loop_time() + wall_left_s
+        self._idle_s = idle_timeout_s
         self._hide_usage = hide_usage
         self._on_end: StreamEnd | None = on_end
         self._on_first = on_first
@@ -59,9 +98,41 @@ class ScheduledStream:
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
 
+    async def _next(self, chunks: AsyncIterator[Any]) -> Any:
+        """The inner stream's next chunk (:data:`_END` after its last), waited for until
+        the deadline or the idle timeout, whichever is sooner (module docstring)."""
+        wait = self._idle_s
+        deadline = self._deadline
+        if deadline is not None and deadline - loop_time() < wait:
+            wait = max(0.0, deadline - loop_time())
+        with anyio.move_on_after(wait):
+            try:
+                return await anext(chunks)
+            except StopAsyncIteration:
+                return _END
+        await self._close_inner()  # the upstream's stream is abandoned: close it
+        raise self._timed_out(wait < self._idle_s)
+
+    def _timed_out(self, at_deadline: bool) -> RequestError:
+        """The error a stall ends the stream with: its deadline passed, or no chunk came
+        in the idle timeout."""
+        request = self._request
+        rid, klass = (request.id, request.klass) if request is not None else ("", "")
+        if at_deadline:
+            return DeadlineExceeded(
+                "deadline exceeded (in_flight): the stream was still open at its deadline",
+                request_id=rid, klass=klass, phase="in_flight",
+                deadline=None if request is None else request.deadline,
+            )  # fmt: skip
+        return ProviderError(
+            f"the stream sent nothing for {self._idle_s:g} s", request_id=rid, klass=klass,
+            status_code=None, attempts=0, kind=FailureKind.TIMEOUT, reason="the stream stalled",
+        )  # fmt: skip
+
     async def _iterate(self) -> AsyncIterator[Any]:
         try:
-            async for chunk in self._inner:
+            chunks = aiter(self._inner)
+            while (chunk := await self._next(chunks)) is not _END:
                 usage = getattr(chunk, "usage", None)
                 if usage is not None:
                     self.usage = usage

@@ -183,7 +183,8 @@ class SharedBudget:
         for key, name in ((FLEET, None), (f"endpoint:{endpoint}", endpoint)):
             try:
                 requests, tokens, concurrency, window = self.engine.shared_limits(name)
-            except ValueError:  # the endpoint was removed meanwhile
+            except ValueError:  # the endpoint was removed meanwhile: its key alone, so
+                found.append(Scope(key=key))  # that what it leased there still goes back
                 continue
             scope = Scope(key=key, rpm=requests, tpm=tokens, max_concurrency=concurrency,
                           window_s=self.clock.to_wall(window))  # fmt: skip

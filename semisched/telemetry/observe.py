@@ -68,6 +68,7 @@ class Outcome(enum.Enum):
     EXPIRED = "expired"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,11 @@ metric                                     labels            meaning
                                                              tokens (the provider's count)
 ``semisched_output_tokens``                class, tenant     histogram: a completed call's output
                                                              tokens
+``semisched_internal_errors_total``        where             counter: unexpected exceptions inside
+                                                             semisched, survived: ``request`` (that
+                                                             request alone failed) or ``task`` (its
+                                                             timer, a background task); read from
+                                                             ``statistics()`` at scrape time
 ``semisched_queue_depth``                  class             gauge: requests queued now
 ``semisched_deferred``                                       gauge: requests held back now (overload
                                                              deferral, retry back-off)
@@ -99,7 +104,7 @@ from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from semisched.core.budget import BudgetSnapshot
@@ -208,8 +213,11 @@ class _Reading:
     weighted_share: dict[str, float] = field(default_factory=dict)
     share: dict[str, float] = field(default_factory=dict)
     usage: float = 0.0
+    internal_errors: dict[str, float] = field(default_factory=lambda: {"request": 0, "task": 0})
 
     def add(self, stats: SchedulerStats) -> None:
+        self.internal_errors["request"] += stats.counters.internal_errors
+        self.internal_errors["task"] += stats.counters.task_errors
         engine = stats.engine
         for klass, n in engine.queued.items():
             self.queue_depth[klass] = self.queue_depth.get(klass, 0.0) + n
@@ -237,6 +245,12 @@ class _Reading:
             share = {name: w / self.usage for name, w in self.weighted_share.items()}
         else:
             share = self.share
+        errors = CounterMetricFamily("semisched_internal_errors",
+                                     METRICS["semisched_internal_errors_total"].help,
+                                     labels=("where",))  # fmt: skip
+        for where, count in self.internal_errors.items():
+            errors.add_metric([where], count)
+        yield errors
         yield _gauge("semisched_queue_depth", self.queue_depth)
         yield _gauge("semisched_deferred", {"": self.deferred})
         yield _gauge("semisched_inflight", self.inflight)

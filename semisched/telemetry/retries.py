@@ -7,6 +7,10 @@ writes its counterpart on the ``semisched.retries`` logger, at INFO::
 
     retrying req-17 in 2.0 s: rate_limited (429) at default, attempt 1 failed
 
+A refused key (a failover of kind ``auth``) is also said once per endpoint at
+WARNING, naming the endpoint (never its key): its circuit is open and its work
+goes to the other endpoints (:mod:`semisched.core.fleet.endpoint` rule 5).
+
 A 429 storm would write thousands of those, so each failure kind gets at most
 one line per :data:`EVERY_S` seconds of the scheduler's clock; the next line of
 that kind says how many it left out (``(+37 more rate_limited retries since
@@ -48,6 +52,7 @@ class RetryLog:
         self.every_s = every_s
         self._last: dict[FailureKind, float] = {}
         self._left_out: dict[FailureKind, int] = {}
+        self._refused: set[str] = set()  # endpoints whose refused key was said (WARNING)
 
     def __repr__(self) -> str:
         return f"<RetryLog every_s={self.every_s} left_out={sum(self._left_out.values())}>"
@@ -55,6 +60,11 @@ class RetryLog:
     def retry(self, action: Retry, now: float) -> None:
         """Log ``action`` (decided at ``now``, clock seconds) unless its kind had a line
         less than ``every_s`` ago; then count it for that kind's next line."""
+        if action.kind is FailureKind.AUTH and action.endpoint not in self._refused:
+            self._refused.add(action.endpoint)
+            RETRY_LOGGER.warning("endpoint %r refused its API key (401/403): its circuit is "
+                                 "open and its requests go to the other endpoints",
+                                 action.endpoint)  # fmt: skip
         if not RETRY_LOGGER.isEnabledFor(logging.INFO):
             return
         kind = action.kind

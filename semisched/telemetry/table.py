@@ -71,6 +71,12 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
         "semisched_output_tokens": MetricSpec(
             "histogram", _CT, "A completed call's output tokens."
         ),
+        "semisched_internal_errors_total": MetricSpec(
+            "counter",
+            ("where",),
+            "Unexpected exceptions inside semisched that were survived: a request's (it alone "
+            "failed) or the scheduler's own work's (its timer, a background task).",
+        ),
         "semisched_queue_depth": MetricSpec("gauge", ("class",), "Requests queued now, per class."),
         "semisched_deferred": MetricSpec(
             "gauge", (), "Requests held back now (overload deferral or retry back-off)."

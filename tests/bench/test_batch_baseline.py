@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx2
 import openai
 import pytest
@@ -47,17 +48,29 @@ def completion_line(custom_id: str, max_tokens: int = 4) -> dict[str, Any]:
 
 
 class InFlight:
-    """httpx2 event hooks counting HTTP calls in flight, and their peak."""
+    """httpx2 event hooks counting HTTP calls in flight, and their peak.
 
-    def __init__(self) -> None:
+    With ``hold_until``, answers are held until that many calls were in flight at
+    once, so the peak does not depend on how the machine schedules the calls.
+    """
+
+    def __init__(self, hold_until: int = 0) -> None:
         self.now = 0
         self.peak = 0
+        self.hold_until = hold_until
+        self.reached = anyio.Event()
+        if hold_until == 0:
+            self.reached.set()
 
     async def on_request(self, request: httpx2.Request) -> None:
         self.now += 1
         self.peak = max(self.peak, self.now)
+        if self.peak >= self.hold_until:
+            self.reached.set()
 
     async def on_response(self, response: httpx2.Response) -> None:
+        with anyio.fail_after(60):  # a bound, not a timing
+            await self.reached.wait()
         self.now -= 1
 
 
@@ -247,7 +260,7 @@ async def test_a_request_over_the_token_budget_fails_at_once_and_the_rest_go_on(
 @pytest.mark.parametrize(("max_concurrency", "peak"), [(None, 12), (3, 3)])
 async def test_max_concurrency_caps_calls_in_flight(max_concurrency: int | None, peak: int) -> None:
     lines = [chat_line(f"k{i}", max_tokens=1000) for i in range(12)]
-    in_flight = InFlight()
+    in_flight = InFlight(hold_until=peak)  # the cap is what keeps the peak at 3
     async with provider(in_flight) as (client, _):
         result = await run_fixed_rate(
             lines,

@@ -159,7 +159,8 @@ def test_the_retry_policy_explains_back_off_failover_and_giving_up() -> None:
 
 
 def test_a_back_off_retry_and_a_retry_past_the_deadline() -> None:
-    e = engine(overload=OverloadConfig(policy="none"), retry=RetryPolicy(max_attempts=5))
+    retry = RetryPolicy(max_attempts=5, max_retry_after_s=300.0)  # 100 s is honoured
+    e = engine(overload=OverloadConfig(policy="none"), retry=retry)
     e.submit(req("r", deadline=50.0), 0.0)
     backoff = why(Retry, e.failed("r", 1.0, FailureKind.SERVER_ERROR, retry_after=4.0))
     assert (backoff.decision, backoff.rule, backoff.retry_after) == (

@@ -474,6 +474,9 @@ def test_a_refused_send_returns_to_the_queue_and_goes_elsewhere() -> None:
     assert where(e.refused("r", 0.0, until=5.0)) == ["b"]  # a is paused: b takes it
     stats = e.statistics()
     assert stats.counters.refused == 1 and stats.inflight == 1
+    # What left is counted sent: one send (to b), not the refused one (to a).
+    assert stats.counters.sent == 1
+    assert {x.name: x.sent for x in stats.endpoints} == {"a": 0, "b": 1}
     assert where(e.submit(req("s"), 1.0)) == ["b"]  # a still paused
     assert where(e.submit(req("t"), 6.0)) == ["a"]  # the pause is over
 

@@ -22,6 +22,7 @@ from mockprovider.app import MockConfig, create_app
 from semisched import (
     AnyioClock,
     Endpoint,
+    InternalError,
     Prior,
     ProviderError,
     QuotaExceeded,
@@ -75,17 +76,24 @@ class _BreakingClock(AnyioClock):
         return super().to_wall(seconds)
 
 
-async def test_a_lone_error_of_the_schedulers_own_task_leaves_as_itself() -> None:
+async def test_a_bug_in_one_requests_work_fails_it_alone_and_the_scheduler_serves_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     clock = _BreakingClock()
-    caught: RuntimeError | None = None
-    async with mock_client() as mock:
-        try:
-            async with Scheduler(mock.client, clock=clock) as s:
-                clock.broken = True  # the attempt's task reads it for the deadline
-                await s.submit(**chat(max_tokens=5), deadline=30)
-        except RuntimeError as exc:
-            caught = exc
-    assert caught is not None and str(caught) == "the clock broke"
+    async with mock_client() as mock, Scheduler(mock.client, clock=clock) as s:
+        clock.broken = True  # the attempt's task reads it for the deadline
+        with pytest.raises(InternalError) as caught:
+            await s.submit(**chat(max_tokens=5), deadline=30)
+        clock.broken = False
+        answer = await s.submit(**chat(max_tokens=5), deadline=30)
+        stats = s.statistics()
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert str(caught.value.__cause__) == "the clock broke"
+    assert answer.usage is not None
+    assert (stats.counters.internal_errors, stats.counters.succeeded) == (1, 1)
+    assert (stats.engine.inflight, stats.pending) == (0, 0)
+    logged = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(logged) == 1 and logged[0].exc_info is not None  # once, with its traceback
 
 
 def _closed_port() -> int:

@@ -41,8 +41,11 @@ def gaps(times: list[float]) -> list[float]:
 
 async def test_a_429_waits_exactly_the_retry_after_hint() -> None:
     # 2 requests per virtual minute: the third is refused with the time left in
-    # the window and sent again exactly then.
-    async with mock_client(rpm=2, rate_window="fixed") as mock, Scheduler(mock.client) as s:
+    # the window and sent again exactly then (a hint within max_retry_after_s).
+    config = scheduler_config("final_adrr_olc", retry=RetryPolicy(max_retry_after_s=60.0))
+    async with mock_client(rpm=2, rate_window="fixed") as mock, Scheduler(
+        mock.client, config=config
+    ) as s:
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(lambda: s.submit(**chat(max_tokens=5), deadline=600))

@@ -216,7 +216,7 @@ async def test_no_label_holds_a_request_id_a_prompt_or_a_key() -> None:
     labels = {value for s in samples for value in s.labels.values()}
     assert not [v for v in labels if re.fullmatch(r"req-\d+", v)]
     names = {name for s in samples for name in s.labels}
-    assert names <= {"class", "tenant", "outcome", "endpoint", "decision", "rule", "le"}
+    assert names <= {"class", "tenant", "outcome", "endpoint", "decision", "rule", "le", "where"}
 
 
 async def test_tenants_are_labelled_and_their_share_entitlement_and_debt_are_gauges() -> None:

@@ -280,6 +280,7 @@ async def test_cancelling_a_queued_request_removes_it() -> None:
             assert s.statistics().queued == {"interactive": 0, "batch": 0}
             assert s.statistics().inflight == 1
             first.cancel()
+        await anyio.wait_all_tasks_blocked()  # the aborted attempt reports its cancel
         stats = s.statistics()
     assert stats.counters.cancelled == 2
     assert stats.engine.counters.cancelled == 2
@@ -301,6 +302,7 @@ async def test_cancelling_an_in_flight_request_aborts_the_call() -> None:
             await anyio.wait_all_tasks_blocked()
             assert s.statistics().inflight == 1
             caller.cancel()
+        await anyio.wait_all_tasks_blocked()  # the aborted attempt reports its cancel
         assert s.statistics().inflight == 0
         # The freed send opportunity serves the next request at once.
         quick = await s.submit(**chat(max_tokens=3))

@@ -145,7 +145,7 @@ def _status_error(status: int, body: dict[str, object], headers: dict[str, str])
         (408, None, {}, FailureKind.TIMEOUT, None),
         (504, None, {}, FailureKind.TIMEOUT, None),
         (400, "invalid_request_error", {}, FailureKind.BAD_REQUEST, None),
-        (401, None, {}, FailureKind.BAD_REQUEST, None),
+        (401, None, {}, FailureKind.AUTH, None),
         (404, None, {}, FailureKind.BAD_REQUEST, None),
     ],
 )

@@ -10,15 +10,30 @@ routing policy (:mod:`semisched.core.fleet.routing`) chooses among those that ca
 Health rules (a circuit breaker per endpoint, after the classic pattern):
 
 1. *Closed*: sends flow. ``RoutingConfig.failure_threshold`` consecutive failed
-   attempts (5xx, timeouts, connection errors) open the circuit. A 429 is not a
-   failure of the endpoint (it is busy, not broken) and a bad request is the
-   caller's; neither counts, neither resets.
+   attempts (5xx, timeouts, connection errors) open the circuit for the reason
+   ``failures``. A 429 is not a failure of the endpoint (it is busy, not
+   broken) and a bad request is the caller's; neither counts, neither resets.
 2. *Open*: nothing is sent until ``cooloff_s`` after it opened.
 3. *Half-open*: then one probe is sent. Its success closes the circuit; its
    failure opens it again for another ``cooloff_s``.
 4. An ``insufficient_quota`` answer takes the endpoint out for good (billing
    does not heal with time); a drained endpoint takes nothing new but finishes
    what it has; a removed one is also forgotten.
+5. A refused key (401, 403: :attr:`~semisched.core.FailureKind.AUTH`) opens the
+   circuit for the reason ``auth`` and keeps it open ``auth_cooloff_s`` (long:
+   a key does not heal by itself, but one probe now and then finds a key that
+   was fixed or an access that was granted); a probe refused again opens it
+   for as long again. Refusals elsewhere, successes elsewhere: neither matters.
+6. A 429 whose ``retry-after`` is longer than ``RetryPolicy.max_retry_after_s``
+   opens the circuit for the reason ``rate_limited`` for that cap only; then
+   one probe goes (rule 3): its answer closes it, another 429 opens it again
+   (capped again).
+7. The last endpoint whose circuit is closed never opens it for rules 1 and 5
+   (:mod:`semisched.core.fleet.fleet` rule 6): with nowhere else to send, a
+   failure is paced by the retry policy and a refusal reaches the caller.
+
+``circuit_reason`` says why a circuit is not closed (``failures``, ``auth``,
+``rate_limited``; ``""`` while closed).
 
 Learned speed: an exponentially weighted least-squares fit of each answer's
 latency against its output tokens (:class:`SpeedFit`) gives an intercept
@@ -36,10 +51,14 @@ from semisched.core.checks import check_choice, check_instance, check_int, check
 from semisched.core.config import BudgetConfig, SignalsConfig
 from semisched.core.signals import Signals
 
-__all__ = ["POOLS", "Circuit", "EndpointSpec", "EndpointState", "SpeedFit"]
+__all__ = ["AUTH", "FAILURES", "POOLS", "RATE_LIMITED", "Circuit", "EndpointSpec",
+           "EndpointState", "SpeedFit"]  # fmt: skip
 
 #: ``EndpointSpec.pool`` values: seed 003's short and long pools.
 POOLS: tuple[str, ...] = ("short", "long")
+
+#: Why a circuit is open (``EndpointState.circuit_reason``; module rules 1, 5, 6).
+FAILURES, AUTH, RATE_LIMITED = "failures", "auth", "rate_limited"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +105,7 @@ class EndpointSpec:
 
 
 class Circuit(enum.Enum):
-    """An endpoint's circuit breaker state (module rules 1-3)."""
+    """An endpoint's circuit breaker state (module rules 1-3, 5, 6)."""
 
     CLOSED = "closed"
     OPEN = "open"
@@ -147,9 +166,12 @@ class EndpointState:
         inflight_cost: Sum of the in-flight requests' estimated costs
             (prior p50 plus weighted prompt tokens).
         sent_at_sum: Sum of their send times (the anticipated load is linear in it).
-        sent, completed, failed_attempts, throttled, failovers: Counters.
+        sent, completed, failed_attempts, throttled, failovers: Counters (``sent``: the
+            sends that left; one its shared budget refused is taken back).
         consecutive_failures: Rule 1's count.
         circuit: Rule 1-3 state; ``open_until`` when it may probe again.
+        circuit_reason: Why it is not closed (``failures``, ``auth``,
+            ``rate_limited``), ``""`` while closed.
         circuit_opens: How often it opened.
         probing: A half-open probe is in flight.
         out_reason: Why it takes nothing new (drained, removed, out of quota),
@@ -167,6 +189,7 @@ class EndpointState:
         "cap",
         "circuit",
         "circuit_opens",
+        "circuit_reason",
         "completed",
         "consecutive_failures",
         "failed_attempts",
@@ -210,6 +233,7 @@ class EndpointState:
         self.circuit = Circuit.CLOSED
         self.open_until = 0.0
         self.circuit_opens = 0
+        self.circuit_reason = ""
         self.probing = False
         self.out_reason = ""
         self.removed = False
@@ -267,11 +291,29 @@ class EndpointState:
             self.probing = False
         return not self.probing
 
+    def circuit_at(self, now: float) -> Circuit:
+        """The circuit as it stands at ``now`` (an open one past its time is half-open),
+        read without changing it (statistics)."""
+        if self.circuit is Circuit.OPEN and now >= self.open_until:
+            return Circuit.HALF_OPEN
+        return self.circuit
+
+    def open_circuit(self, until: float, reason: str) -> float:
+        """Open the circuit until ``until`` for ``reason`` (rules 1, 5, 6); returns ``until``."""
+        if self.circuit is not Circuit.OPEN or self.circuit_reason != reason:
+            self.circuit_opens += 1
+        self.circuit = Circuit.OPEN
+        self.circuit_reason = reason
+        self.open_until = until
+        self.probing = False
+        return until
+
     def on_success(self) -> None:
         """An answer arrived: the run of failures ends, a half-open circuit closes."""
         self.consecutive_failures = 0
         self.probing = False
         self.circuit = Circuit.CLOSED
+        self.circuit_reason = ""
 
     def on_failure(self, now: float, threshold: int | None, cooloff_s: float) -> None:
         """A failed attempt that is the endpoint's fault (rule 1); ``threshold``
@@ -282,8 +324,10 @@ class EndpointState:
         if threshold is None:
             if probe:
                 self.circuit = Circuit.CLOSED
+                self.circuit_reason = ""
             return
         if probe or (self.circuit is Circuit.CLOSED and self.consecutive_failures >= threshold):
-            self.circuit = Circuit.OPEN
-            self.open_until = now + cooloff_s
             self.circuit_opens += 1
+            self.circuit = Circuit.OPEN
+            self.circuit_reason = FAILURES
+            self.open_until = now + cooloff_s

@@ -29,10 +29,18 @@ Rules (enforced by :meth:`Fleet.pick`, which is
    signals are those of the least loaded endpoint that can still be used
    (:meth:`Fleet.pressure`), so the scheduler
    defers or rejects only when every eligible endpoint is loaded.
-6. The last endpoint whose circuit is closed never opens it: with nowhere
-   else to send, failures are paced by the retry policy's back-off, not by a
-   cool-off (a lone endpoint has no breaker; a fleet-wide outage does not
-   black-hole every request).
+6. The last endpoint whose circuit is closed never opens it for failures or
+   a refused key: with nowhere else to send, failures are paced by the retry
+   policy's back-off, not by a cool-off (a lone endpoint has no breaker; a
+   fleet-wide outage does not black-hole every request), and a refused key
+   reaches the caller at once (a batch job stops on it).
+7. A 429 keeps its endpoint off (and pauses the budget that governs it) until
+   its ``retry-after``, at most ``RetryPolicy.max_retry_after_s``: a longer hint
+   opens the circuit for the cap only, and then one request goes as a probe
+   (:mod:`semisched.core.fleet.endpoint` rule 6).
+8. A refused key (:attr:`FailureKind.AUTH`) opens the endpoint's circuit for
+   ``RoutingConfig.auth_cooloff_s`` (endpoint rule 5), so its work goes to the
+   others; the failed attempt fails over to one (lifecycle rule 5).
 
 Pure: no clock, no I/O; the engine passes ``now``.
 """
@@ -45,7 +53,13 @@ from operator import attrgetter
 
 from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
-from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
+from semisched.core.fleet.endpoint import (
+    AUTH,
+    RATE_LIMITED,
+    Circuit,
+    EndpointSpec,
+    EndpointState,
+)
 from semisched.core.fleet.picking import BUSY, NoRoute, Picker, WaitUntil
 from semisched.core.fleet.routing import RoutingPolicy, make_routing
 from semisched.core.lifecycle import FailureKind, JitterSource
@@ -293,28 +307,48 @@ class Fleet:
         if kind is FailureKind.QUOTA_EXHAUSTED:
             endpoint.out_reason = "insufficient_quota"
             self._changed()
+        elif kind is FailureKind.AUTH:  # rules 6 and 8
+            if self._elsewhere(endpoint):
+                return endpoint.open_circuit(now + self._routing.auth_cooloff_s, AUTH)
+            if endpoint.circuit is Circuit.HALF_OPEN:  # a refused probe, nowhere else
+                endpoint.on_success()  # closed (rule 6): the refusals reach the callers
         elif kind in _HEALTH_KINDS:
             opens = endpoint.circuit_opens
             # Rule 6: the last closed circuit never opens (nowhere else to send).
-            elsewhere = any(
-                e is not endpoint and not e.out_reason and e.circuit is Circuit.CLOSED
-                for e in self._endpoints
-            )
-            threshold = self._routing.failure_threshold if elsewhere else None
+            threshold = self._routing.failure_threshold if self._elsewhere(endpoint) else None
             endpoint.on_failure(now, threshold, self._routing.cooloff_s)
             if endpoint.circuit_opens != opens:
                 return endpoint.open_until
         return None
 
-    def throttle(self, endpoint: EndpointState, until: float | None, now: float) -> None:
-        """A 429 from ``endpoint``: it is avoided until ``until``; the budget that governs
-        it (its own, else the fleet's: one key) sends nothing before then."""
-        endpoint.throttled_until = until if until is not None else now
+    def _elsewhere(self, endpoint: EndpointState) -> bool:
+        """Whether another endpoint takes work with its circuit closed (rule 6)."""
+        return any(
+            e is not endpoint and not e.out_reason and e.circuit is Circuit.CLOSED
+            for e in self._endpoints
+        )
+
+    def throttle(self, endpoint: EndpointState, until: float | None, now: float) -> float | None:
+        """A 429 from ``endpoint``: it is avoided until ``until``, at most the cap of rule 7
+        (past it, a probe); the budget that governs it (its own, else the fleet's: one
+        key) sends nothing before then.
+
+        Returns:
+            The time it is kept off until (``until`` capped), or ``None`` when no time
+            was given.
+        """
         if until is None:
-            return
+            endpoint.throttled_until = now
+            return None
+        cap = now + self._cfg.retry.max_retry_after_s
+        probing = endpoint.circuit is not _CLOSED and endpoint.circuit_reason == RATE_LIMITED
+        if until > cap or probing:  # rule 7: pause for the cap at most, then probe
+            until = endpoint.open_circuit(min(until, cap), RATE_LIMITED)
+        endpoint.throttled_until = until
         governing = endpoint.budget if endpoint.budget is not None else self.budget
         if governing is not None:
             governing.pause_until(until)
+        return until
 
     def pause(self, endpoint: EndpointState | None, until: float) -> None:
         """A shared budget refused a send: nothing goes to ``endpoint`` (``None``: the
@@ -325,9 +359,12 @@ class Fleet:
             endpoint.paused_until = max(endpoint.paused_until, until)
 
     def refund(self, entry: Entry) -> None:
-        """``entry``'s send never left: its local budget charges are taken back."""
+        """``entry``'s send never left: it is not counted sent, its local budget charges are
+        taken back."""
         endpoint = entry.endpoint
         rid = entry.request.id
+        if endpoint is not None:
+            endpoint.sent -= 1
         if endpoint is not None and endpoint.budget is not None:
             endpoint.budget.refund(rid)
         if self.budget is not None:
@@ -353,8 +390,10 @@ class Fleet:
             return solo.signals.tail_signal(), 0.0
         tail = load = 1.0
         for endpoint in self._endpoints:
-            if endpoint.out_reason or (
-                endpoint.circuit is Circuit.OPEN and now < endpoint.open_until
+            if endpoint.out_reason or (  # a 429's pause (rule 7) is short: still usable
+                endpoint.circuit is Circuit.OPEN
+                and now < endpoint.open_until
+                and endpoint.circuit_reason != RATE_LIMITED
             ):
                 continue
             signal = endpoint.signals.tail_signal()
@@ -403,7 +442,8 @@ class Fleet:
             EndpointStats(
                 name=e.name,
                 state=e.out_reason or "active",
-                circuit=e.circuit.value,
+                circuit=e.circuit_at(now).value,
+                circuit_reason=e.circuit_reason,
                 inflight=e.inflight,
                 sent=e.sent,
                 completed=e.completed,
