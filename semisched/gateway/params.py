@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from semisched.core.checks import QUOTE_CHARS
 from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadRequest
 from semisched.gateway.limits import json_depth_exceeds, parse_json
 
@@ -72,8 +73,6 @@ MAX_N: Final = 128
 #: does not know the model's own limit; a cap within this one but beyond it is
 #: the upstream's 400.
 MAX_OUTPUT_TOKENS: Final = 1_048_576
-#: At most this many characters of a refused value are quoted in the message.
-QUOTE_CHARS: Final = 100
 #: Service tiers every tenant may ask for: they cost no more than omitting the field.
 FREE_SERVICE_TIERS: Final = frozenset({"auto", "default"})
 
@@ -163,7 +162,8 @@ def parse_body(raw: bytes, max_depth: int) -> dict[str, Any]:
 
 
 def quote(value: object) -> str:
-    """``value`` for a message: a short prefix of a string or number, a container's size."""
+    """``value`` for a message, as JSON shows it (:func:`~semisched.core.checks.short_repr`
+    is the Python-side twin): a short prefix of a string or number, a container's size."""
     kind = type(value)
     if kind is str:
         text: str = value  # type: ignore[assignment]

@@ -249,6 +249,18 @@ class RuntimeRaces(RuleBasedStateMachine):
           cancel=st.sampled_from(["no", "before", "after"]))  # fmt: skip
     def answer(self, which: int, tokens: int, cancel: str) -> None:
         """Answer a call; ``cancel``: its caller is cancelled in the same instant."""
+
+        def answer(call: _Call) -> None:
+            if call.stream:
+                self.streams[call.caller] = _Stream()
+                call.future.set_result(self.streams[call.caller])
+            else:
+                call.future.set_result(_Completion(call.caller, _Usage(10, tokens)))
+
+        self._end_call(which, cancel, answer)
+
+    def _end_call(self, which: int, cancel: str, end: Any) -> None:
+        """End one open call with ``end(call)``, its caller cancelled just before or after."""
         calls = self.provider.open_calls()
         if not calls:
             return
@@ -256,12 +268,7 @@ class RuntimeRaces(RuleBasedStateMachine):
         task = self.callers[call.caller].task
         if cancel == "before" and task is not None:
             task.cancel()
-        if call.stream:
-            stream = _Stream()
-            self.streams[call.caller] = stream
-            call.future.set_result(stream)
-        else:
-            call.future.set_result(_Completion(call.caller, _Usage(10, tokens)))
+        end(call)
         if cancel == "after" and task is not None:
             task.cancel()
         self.loop.settle()
@@ -271,17 +278,7 @@ class RuntimeRaces(RuleBasedStateMachine):
           cancel=st.sampled_from(["no", "before", "after"]))  # fmt: skip
     def fail(self, which: int, kind: str, cancel: str) -> None:
         """Fail a call; ``cancel``: its caller is cancelled in the same instant."""
-        calls = self.provider.open_calls()
-        if not calls:
-            return
-        call = calls[which % len(calls)]
-        task = self.callers[call.caller].task
-        if cancel == "before" and task is not None:
-            task.cancel()
-        call.future.set_exception(FAILURES[kind]())
-        if cancel == "after" and task is not None:
-            task.cancel()
-        self.loop.settle()
+        self._end_call(which, cancel, lambda call: call.future.set_exception(FAILURES[kind]()))
 
     @precondition(lambda self: not self.closed)
     @rule(which=st.integers(0, 10**6), event=st.sampled_from(["chunk", "end", "fail"]),
