@@ -29,6 +29,9 @@ Subcommands:
   gateway         what `semisched serve` costs and buys: added p50/p99 over calling the
                   upstream straight, requests/s and CPU per request of one gateway process;
                   a noisy neighbour through it; two replicas sharing one key via Redis
+  gateway-faults  a fault campaign against a real `semisched serve` on loopback: a
+                  disconnect storm, slow and hostile clients, memory, upstream faults,
+                  SIGTERM under load (faults.md and faults.csv)
   real-engine     llama.cpp's llama-server built here: setup (build it and a random-weight
                   model), fit (the mock's llama-cpp profile), compare (mock vs engine)
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
@@ -170,6 +173,17 @@ def _parser() -> argparse.ArgumentParser:
     gw.add_argument("--rounds", type=int, default=3, help="overhead rounds, alternated (3)")
     gw.add_argument("--quick", action="store_true",
                     help="tenants: a fifth of the span")  # fmt: skip
+    gf = sub.add_parser("gateway-faults", help="a fault campaign against a real semisched "
+                        "serve: storms, slow and hostile clients, upstream faults")  # fmt: skip
+    gf.add_argument("--out", type=Path, default=Path("results/gateway"), help="output folder")
+    gf.add_argument("--runs", type=int, default=10, help="disconnect storm runs (10)")
+    gf.add_argument("--requests", type=int, default=1000,
+                    help="requests per storm run (1000)")  # fmt: skip
+    gf.add_argument("--concurrency", type=int, default=100, help="storm clients at once (100)")
+    gf.add_argument("--sigterm-requests", type=int, default=200,
+                    help="requests held when SIGTERM comes (200)")  # fmt: skip
+    gf.add_argument("--seed", type=int, default=0, help="the storm's seed (0)")
+    gf.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for the test")
     from bench.real_engine.cli import add_parser as add_real_engine
 
     add_real_engine(sub)
@@ -379,6 +393,28 @@ def _gateway(args: argparse.Namespace) -> Path:
     return written
 
 
+def _gateway_faults(args: argparse.Namespace) -> Path:
+    from bench.gateway_faults import Campaign, fault_campaign
+
+    if args.quick:
+        sizes = {"runs": 1, "requests": 40, "concurrency": 10, "sigterm_requests": 30}
+    else:
+        sizes = {"runs": args.runs, "requests": args.requests, "concurrency": args.concurrency,
+                 "sigterm_requests": args.sigterm_requests}  # fmt: skip
+    try:
+        campaign = Campaign(**sizes, quick=args.quick, seed=args.seed)
+    except ValueError as exc:
+        error(str(exc))
+    default = Campaign()
+    command = " ".join(["python -m bench gateway-faults", "--out", str(args.out),
+                        *(["--quick"] if args.quick else
+                          [f"--{k.replace('_', '-')} {v}" for k, v in sizes.items()
+                           if v != getattr(default, k)])])  # fmt: skip
+    written = fault_campaign(Path(args.out), campaign, command=command)
+    print(written.read_text())
+    return written
+
+
 def _real_engine(args: argparse.Namespace) -> Path:
     from bench.real_engine.cli import run
 
@@ -398,6 +434,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "plan": _plan,
     "dashboard": _dashboard,
     "gateway": _gateway,
+    "gateway-faults": _gateway_faults,
     "real-engine": _real_engine,
 }
 

@@ -22,11 +22,18 @@ rejected by overload control            429     ``request_rejected``   ``Retry-A
 the gateway's queue is full             429     ``queue_full``         ``Retry-After``
 deadline passed (queued or in flight)   504     ``deadline_exceeded``  ``x-should-retry: false``
 shutting down (queued or arriving)      503     ``shutting_down``      ``Retry-After``
-the upstream failed (after retries)     its     its own body           ``Retry-After`` if any
+the upstream failed (after retries)     its     its own error, or      ``Retry-After`` if any
+                                                ``upstream_error``
 the upstream timed out (after retries)  504     ``timeout``
 the upstream cannot be reached          502     ``upstream_unreachable``
 a failure of the gateway itself         500     ``internal_error``
 ======================================  ======  =====================  =======================
+
+An upstream's own error body is passed on only when it is OpenAI's shape (a
+JSON object with an ``error`` object); anything else (an HTML page from a proxy,
+which may name internal hosts) is replaced by an ``upstream_error`` naming the
+endpoint. A stream that fails mid-way ends with an ``error`` event carrying the
+same code as the table's answer would (:func:`stream_error`), then ``[DONE]``.
 
 Refusals before anything is sent (:class:`~semisched.gateway.hints.BadRequest`,
 from :mod:`~semisched.gateway.hints` and :mod:`~semisched.gateway.params`) are
@@ -65,7 +72,7 @@ from semisched.errors import (
 from semisched.gateway.hints import BadRequest
 
 __all__ = ["EXCEPTION_HANDLERS", "error_body", "error_response", "outcome_response", "refused",
-           "retry_after"]  # fmt: skip
+           "retry_after", "stream_error"]  # fmt: skip
 
 #: The longest error message answered, in characters (:func:`error_body`).
 MAX_MESSAGE_CHARS: Final = 1000
@@ -157,11 +164,30 @@ def _upstream(error: ProviderError) -> Response:
                               "upstream_unreachable")  # fmt: skip
     headers = {k: response.headers[k] for k in _PASSED_HEADERS if k in response.headers}
     content = response.content
-    if not content:
+    if not _openai_error(content):  # an HTML page, say: it may name internal hosts
         content = error_body(f"the upstream{name} answered {error.status_code} ({tries})",
                              "server_error", "upstream_error")  # fmt: skip
-    media = response.headers.get("content-type", "application/json")
-    return Response(content, error.status_code, headers=headers, media_type=media)
+    return Response(content, error.status_code, headers=headers, media_type="application/json")
+
+
+def _openai_error(content: bytes) -> bool:
+    """Whether ``content`` is an error body in OpenAI's shape (an object with an object
+    ``error``)."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
+
+
+def stream_error(exc: Exception) -> bytes:
+    """The ``data`` of the ``error`` event that ends a stream failed mid-way: the code
+    the module table gives the outcome (a deadline: ``deadline_exceeded``; an upstream
+    timeout: ``timeout``), else ``upstream_error``."""
+    if isinstance(exc, RequestError):
+        return bytes(outcome_response(exc, drain_retry_after_s=1.0).body)
+    return error_body(f"the upstream stream failed: {type(exc).__name__}", "server_error",
+                      "upstream_error")  # fmt: skip
 
 
 def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Response:
@@ -175,8 +201,8 @@ def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Resp
         return error_response(429, str(error), "rate_limit_error", "queue_full",
                               headers={"retry-after": retry_after(error.retry_after)})  # fmt: skip
     if isinstance(error, DeadlineExceeded):
-        message = why.reason if why is not None else str(error)
-        return error_response(504, f"deadline exceeded ({error.phase}): {message}",
+        message = str(error) if why is None else f"deadline exceeded ({error.phase}): {why.reason}"
+        return error_response(504, message,
                               "timeout_error", "deadline_exceeded",
                               headers={"x-should-retry": "false"})  # fmt: skip
     if isinstance(error, SchedulerClosed):

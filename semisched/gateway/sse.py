@@ -7,10 +7,11 @@ Rules:
 
 1. The client's disconnect cancels the stream: its upstream call is closed at once
    (:func:`watching` watches for it in a task of its own).
-2. A failure mid-stream ends it with an ``error`` event in OpenAI's shape, then
+2. A failure mid-stream ends it with an ``error`` event in OpenAI's shape (its code
+   as the answer would have it: a deadline is ``deadline_exceeded``), then
    ``[DONE]``: the client learns the stream is not whole.
 3. A drain past its grace (the gateway shutting down) cuts a stream with an error
-   event whose code is ``shutting_down``, and ends the body.
+   event whose code is ``shutting_down``, then ``[DONE]``.
 
 What this module is not: it schedules nothing and reads no request.
 """
@@ -25,6 +26,7 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from semisched.gateway.answers import stream_error
 from semisched.gateway.tickets import Ticket
 from semisched.runtime.streams import ScheduledStream
 
@@ -32,6 +34,7 @@ __all__ = ["SSEResponse", "watching"]
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 #: A stream cut by a drain past its grace: an error event in OpenAI's shape, then the end.
+_DONE = b"data: [DONE]\n\n"
 _DRAINED = b"data: " + json.dumps({"error": {
     "message": "the gateway is shutting down; the stream was cut before its end",
     "type": "server_error", "param": None, "code": "shutting_down"}}).encode() + b"\n\n"
@@ -92,9 +95,9 @@ class SSEResponse(Response):
             if cancel.cancelled_caught:
                 self.on_cancel()
                 if self.ticket.reason == "drain":  # the client is still there: say why
-                    await send({"type": "http.response.body", "body": _DRAINED})
+                    await send({"type": "http.response.body", "body": _DRAINED + _DONE})
             else:
-                await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+                await send({"type": "http.response.body", "body": _DONE})
         finally:
             watcher.cancel()
             self.ticket.scope = None
@@ -106,14 +109,6 @@ class SSEResponse(Response):
             async for chunk in self.stream:
                 await send({"type": "http.response.body", "body": b"data: " + chunk.data +
                             b"\n\n", "more_body": True})  # fmt: skip
-        except Exception as exc:  # the upstream failed mid-stream: say so, in the stream
-            error = {
-                "error": {
-                    "message": f"the upstream stream failed: {type(exc).__name__}",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "upstream_error",
-                }
-            }
+        except Exception as exc:  # the stream failed mid-way: say so, in the stream (rule 2)
             await send({"type": "http.response.body", "more_body": True,
-                        "body": b"data: " + json.dumps(error).encode() + b"\n\n"})  # fmt: skip
+                        "body": b"data: " + stream_error(exc) + b"\n\n"})  # fmt: skip

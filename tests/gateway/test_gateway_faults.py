@@ -140,4 +140,25 @@ def test_a_stream_stalled_after_its_first_chunk_ends_with_an_error_event_at_its_
     events = [line[6:] for line in answer.text.splitlines() if line.startswith("data: ")]
     assert answer.status_code == 200
     assert json.loads(events[0])["choices"][0]["delta"]["content"] == "hi"
-    assert "error" in json.loads(events[1]) and events[-1] == "[DONE]"
+    assert json.loads(events[1])["error"]["code"] == "deadline_exceeded"  # not upstream_error
+    assert events[-1] == "[DONE]"
+
+
+async def _html_502(scope: Any, receive: Any, send: Any) -> None:
+    """An upstream behind a proxy that answers its own HTML page, naming an internal host."""
+    await send({"type": "http.response.start", "status": 502,
+                "headers": [(b"content-type", b"text/html")]})  # fmt: skip
+    await send({"type": "http.response.body",
+                "body": b"<html>502: http://10.1.2.3:8000/v1 is down</html>"})  # fmt: skip
+
+
+def test_an_upstream_error_page_that_is_not_openais_shape_is_answered_in_it(s: Servers) -> None:
+    upstream = s.serve_app(_html_502) + "/v1"
+    base = serve(s, [{"name": "behind-proxy", "base_url": upstream}], {})
+    with httpx2.Client(base_url=base, timeout=60) as client:
+        answer = client.post("/v1/chat/completions", json=BODY,
+                             headers={**HEADERS, "x-semisched-deadline": "30"})  # fmt: skip
+    assert answer.status_code == 502
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_error" and "behind-proxy" in error["message"]
+    assert "10.1.2.3" not in answer.text and "127.0.0.1" not in answer.text

@@ -171,6 +171,7 @@ def _drain_past_grace(proc: subprocess.Popen[bytes], root: str, stderr: Path) ->
     assert plain_answer.status_code == 503
     assert plain_answer.json()["error"]["code"] == "shutting_down"
     assert answers["stream"].status_code == 200
-    last = json.loads(events[-1])
-    assert last["error"]["code"] == "shutting_down"  # the stream says why it ends early
+    assert events[-1] == "[DONE]"
+    cut = json.loads(events[-2])
+    assert cut["error"]["code"] == "shutting_down"  # the stream says why it ends early
     assert proc.wait(60) in (0, -signal.SIGTERM)

@@ -452,8 +452,9 @@ TestRuntimeRaces.settings = settings(max_examples=300, stateful_step_count=40, *
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # about 100 s alone on two cores
 def test_runtime_races_many_examples() -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
     run_state_machine_as_test(RuntimeRaces, settings=settings(
-        max_examples=3000, stateful_step_count=60, **_SETTINGS))  # fmt: skip
+        max_examples=1500, stateful_step_count=60, **_SETTINGS))  # fmt: skip
