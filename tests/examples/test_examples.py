@@ -215,10 +215,16 @@ def test_the_gateway_example_serves_both_tenants(
                     extra_headers={"x-semisched-deadline": "20"},
                 )  # fmt: skip
                 assert reply.choices[0].message.content
-            with openai.OpenAI(base_url=base, api_key="sk-gw-batch-example") as batch:
+            with openai.OpenAI(base_url=base, api_key="sk-gw-batch-example",
+                               max_retries=0) as batch:  # fmt: skip
                 stream = batch.completions.create(model="mock-1", prompt="x", max_tokens=4,
                                                   stream=True)  # fmt: skip
                 assert "".join(c.choices[0].text for c in stream if c.choices)
+                with pytest.raises(openai.PermissionDeniedError):  # only web may: 403
+                    batch.chat.completions.create(model="mock-1", messages=hi, max_tokens=4,
+                                                  service_tier="priority")  # fmt: skip
+                with pytest.raises(openai.NotFoundError):  # not a model it serves: 404
+                    batch.chat.completions.create(model="gpt-9", messages=hi, max_tokens=4)
             status = httpx2.get(f"http://127.0.0.1:{port}/semisched/status").json()
             assert {t["name"]: t["completed"] for t in status["tenants"]} == {
                 "web": 1, "batch": 1}  # fmt: skip
