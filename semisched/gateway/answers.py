@@ -16,6 +16,7 @@ malformed body, field or hint           400     ``invalid_json`` /
                                                 ``invalid_hint`` /
                                                 ``duplicate_header`` /
                                                 ``invalid_request``
+a request that is not valid HTTP/1.1    400     ``invalid_http``
 an unknown path                         404     ``unknown_url``
 a method the path does not take         405     ``method_not_allowed``  ``Allow``
 rejected by overload control            429     ``request_rejected``   ``Retry-After``

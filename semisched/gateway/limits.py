@@ -258,10 +258,6 @@ class LimitedProtocol(HttpToolsProtocol):
         if not self._answered:
             super().on_message_complete()
 
-    def send_400_response(self, msg: str) -> None:
-        if not self._answered:
-            super().send_400_response(msg)
-
     def _headers_too_large(self) -> None:
         self._refuse(raw_answer(431, "the request's headers are larger than the gateway's "
                                 f"limit of {self.gateway.max_header_bytes} bytes "
@@ -287,6 +283,14 @@ class LimitedProtocol(HttpToolsProtocol):
         self._refuse(raw_answer(408, "the request's body did not arrive within "
                                 f"{self.gateway.body_timeout_s:g} s (body_timeout_s)",
                                 "request_timeout"))  # fmt: skip
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the HTTP parser cannot read (a bad ``Content-Length``, a malformed
+        line): 400 in OpenAI's shape, not uvicorn's plain text."""
+        if self._answered:
+            return
+        self._refuse(raw_answer(400, "the request is not valid HTTP/1.1 (its request line, "
+                                "headers or length cannot be read)", "invalid_http"))  # fmt: skip
 
     def _refuse(self, answer: bytes | None) -> None:
         """Write ``answer`` (if any), end the app's request (a disconnect) and close."""

@@ -199,6 +199,18 @@ def test_headers_over_the_limit_are_a_431(stack: Stack) -> None:
         assert status == 431
 
 
+@pytest.mark.parametrize("length", [b"-5", b"abc", b"5, 6"])
+def test_a_request_the_parser_cannot_read_is_a_400_in_openais_shape(
+    stack: Stack, length: bytes
+) -> None:
+    with connect(stack.sizes) as sock:
+        sock.sendall(CHAT + b"content-length: " + length + b"\r\n\r\n{}")
+        status, headers, body = answer(sock)
+        assert status == 400 and headers["connection"] == "close"
+        assert openai_error(body)["code"] == "invalid_http"
+        assert closed(sock)
+
+
 def test_headers_within_the_limit_are_served(stack: Stack) -> None:
     with connect(stack.sizes) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\nx-big: " + b"a" * 7000 + b"\r\n\r\n")
