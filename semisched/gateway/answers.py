@@ -27,14 +27,19 @@ the upstream failed (after retries)     its     its own error, or      ``Retry-A
                                                 ``upstream_error``
 the upstream timed out (after retries)  504     ``timeout``
 the upstream cannot be reached          502     ``upstream_unreachable``
+the upstream refused the gateway's key  502     ``upstream_auth_failed``
 a failure of the gateway itself         500     ``internal_error``
 ======================================  ======  =====================  =======================
 
 An upstream's own error body is passed on only when it is OpenAI's shape (a
 JSON object with an ``error`` object); anything else (an HTML page from a proxy,
 which may name internal hosts) is replaced by an ``upstream_error`` naming the
-endpoint. A stream that fails mid-way ends with an ``error`` event carrying the
-same code as the table's answer would (:func:`stream_error`), then ``[DONE]``.
+endpoint. A 401 or 403 from the upstream refuses the gateway's own key, not the
+caller's: it is a 502 ``upstream_auth_failed``, and the upstream's body (which
+may quote a masked form of that key) is never passed on. A 2xx answer that is
+not a JSON object counts as the upstream's 502, retried like one. A stream that
+fails mid-way ends with an ``error`` event carrying the same code as the table's
+answer would (:func:`stream_error`), then ``[DONE]``.
 
 Refusals before anything is sent (:class:`~semisched.gateway.hints.BadRequest`,
 from :mod:`~semisched.gateway.hints` and :mod:`~semisched.gateway.params`) are
@@ -163,6 +168,9 @@ def _upstream(error: ProviderError) -> Response:
         return error_response(502, f"the upstream{name} could not be reached ({tries}, "
                               f"{error.kind.value})", "server_error",
                               "upstream_unreachable")  # fmt: skip
+    if error.kind is FailureKind.AUTH:  # the gateway's key, not the caller's: never its body
+        return error_response(502, f"the upstream{name} refused the gateway's key for it "
+                              f"({tries})", "server_error", "upstream_auth_failed")  # fmt: skip
     headers = {k: response.headers[k] for k in _PASSED_HEADERS if k in response.headers}
     content = response.content
     if not _openai_error(content):  # an HTML page, say: it may name internal hosts

@@ -75,16 +75,18 @@ def _usage(data: object) -> Any:
 class RawAnswer:
     """An upstream's JSON answer: its bytes, status and headers, and the ``usage`` read from it."""
 
-    __slots__ = ("content", "headers", "status_code", "usage")
+    __slots__ = ("content", "headers", "json_object", "status_code", "usage")
 
     def __init__(self, content: bytes, status_code: int, headers: Mapping[str, str]) -> None:
         self.content = content
         self.status_code = status_code
         self.headers = headers
         try:
-            self.usage = _usage(json.loads(self.content))
+            data = json.loads(self.content)
         except ValueError:
-            self.usage = None
+            data = None
+        self.json_object = isinstance(data, dict)  # else not an answer a client can read
+        self.usage = _usage(data)
 
     def __repr__(self) -> str:
         return f"<RawAnswer {self.status_code} {len(self.content)} bytes>"
@@ -253,8 +255,10 @@ class UpstreamClient:
                 content = await reply.read()
                 raise _status_error(reply.status, reply.headers, content, request(), self.name)
             if not params.get("stream"):
-                content = await reply.read()
-                return _Parsed(RawAnswer(content, reply.status, reply.headers), reply.headers)
+                answer = RawAnswer(await reply.read(), reply.status, reply.headers)
+                if not answer.json_object:  # a broken answer is the upstream's failure (502)
+                    raise _status_error(502, reply.headers, b"", request(), self.name)
+                return _Parsed(answer, reply.headers)
         except TimeoutError:
             raise openai.APITimeoutError(request=request()) from None
         except WireError as exc:
@@ -302,4 +306,6 @@ def _status_error(
     message = data.get("message") if isinstance(data, dict) else None
     if not isinstance(message, str):
         message = f"Error code: {status} from the upstream {name!r}"
+        if status == 502 and not content:
+            message = f"the upstream {name!r} answered with a body that is not a JSON object"
     return openai.APIStatusError(message, response=response, body=data)

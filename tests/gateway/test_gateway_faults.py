@@ -162,3 +162,34 @@ def test_an_upstream_error_page_that_is_not_openais_shape_is_answered_in_it(s: S
     error = answer.json()["error"]
     assert error["code"] == "upstream_error" and "behind-proxy" in error["message"]
     assert "10.1.2.3" not in answer.text and "127.0.0.1" not in answer.text
+
+
+async def _refuses_the_key(scope: Any, receive: Any, send: Any) -> None:
+    """An upstream refusing the gateway's key, quoting a masked form of it as OpenAI does."""
+    body = {"error": {"message": "Incorrect API key provided: sk-upst****7d1e.",
+                      "code": "invalid_api_key", "type": "invalid_request_error"}}  # fmt: skip
+    await send({"type": "http.response.start", "status": 401,
+                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+async def _not_json(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": b"{not json"})
+
+
+@pytest.mark.parametrize(("upstream", "code", "absent"), [
+    (_refuses_the_key, "upstream_auth_failed", "sk-upst"),  # the gateway's key, masked or not
+    (_not_json, "upstream_error", "{not json"),  # a broken answer is not passed on as a 200
+])  # fmt: skip
+def test_what_the_client_must_not_see_of_an_upstream_is_a_502_naming_the_endpoint(
+    s: Servers, upstream: Any, code: str, absent: str
+) -> None:
+    base = serve(s, [{"name": "lone", "base_url": s.serve_app(upstream) + "/v1"}], {},
+                 max_request_s=30)  # fmt: skip
+    with httpx2.Client(base_url=base, timeout=60) as client:
+        answer = client.post("/v1/chat/completions", json=BODY, headers=HEADERS)
+    assert answer.status_code == 502  # not the upstream's 401: the caller's key was fine
+    assert answer.json()["error"]["code"] == code and "lone" in answer.text
+    assert absent not in answer.text
