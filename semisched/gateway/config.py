@@ -72,11 +72,12 @@ __all__ = ["GATEWAY_FIELDS", "GatewayConfig", "GatewayConfigError", "config_from
            "load_config", "read_toml"]  # fmt: skip
 
 #: Keys of ``[gateway]``.
-GATEWAY_FIELDS: Final = ("host", "port", "preset", "max_inflight", "max_pending", "grace_s",
-                         "retry_after_s", "state", "namespace", "priors", "models",
-                         "timeout_s", "max_request_s", "auth", "max_body_bytes", "max_json_depth",
-                         "max_header_bytes", "header_timeout_s", "body_timeout_s",
-                         "keepalive_timeout_s", "max_connections")  # fmt: skip
+GATEWAY_FIELDS: Final = (
+    "host", "port", "preset", "max_inflight", "max_pending", "grace_s", "retry_after_s",
+    "state", "namespace", "priors", "models", "timeout_s", "max_request_s",
+    "max_retry_after_s", "auth", "max_body_bytes", "max_json_depth", "max_header_bytes",
+    "header_timeout_s", "body_timeout_s", "keepalive_timeout_s", "max_connections",
+)  # fmt: skip
 _TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant")
 _TENANTS: Final = ("policy", "default", "half_life_s", "headroom")
 _TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "key_sha256",
@@ -117,6 +118,9 @@ class GatewayConfig:
             ``error`` event in a stream). 600 s, the OpenAI clients' own default
             timeout: a client that did not say otherwise has given up by then, and
             a hung upstream holds it no longer than that, however many retries.
+        max_retry_after_s: The longest an upstream's ``Retry-After`` keeps its endpoint
+            off for every tenant (then one request probes it) and a request's
+            retry waits: 30 s (the core's ``RetryPolicy.max_retry_after_s``).
         max_body_bytes: A request body's limit (413 beyond). 16 MiB: a million-token
             text prompt (the largest context windows, ~4 MB of text) fits four times
             over, where nginx's 1 MB default would refuse long prompts; base64 images
@@ -162,6 +166,7 @@ class GatewayConfig:
     retry_after_s: float = 1.0
     timeout_s: float = 600.0
     max_request_s: float = 600.0
+    max_retry_after_s: float = 30.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_json_depth: int = 128
     max_header_bytes: int = 32 * 1024
@@ -178,7 +183,10 @@ class GatewayConfig:
     def scheduler_config(self) -> SchedulerConfig:
         """The scheduler's config: the preset with the limits, tenants and routing put in."""
         config = preset(self.preset)
-        changes: dict[str, Any] = {"budget": self.budget}
+        changes: dict[str, Any] = {
+            "budget": self.budget,
+            "retry": replace(config.retry, max_retry_after_s=self.max_retry_after_s),
+        }
         if self.max_inflight is not None:
             changes["max_inflight"] = self.max_inflight
         if self.tenants is not None:
@@ -208,9 +216,10 @@ def _check(c: GatewayConfig) -> None:
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise _fail(f"{name}={value!r} must be a number of seconds >= 0")
-    value = c.max_request_s
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise _fail(f"max_request_s={value!r} must be a number of seconds > 0")
+    for name in ("max_request_s", "max_retry_after_s"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise _fail(f"{name}={value!r} must be a number of seconds > 0")
     for name in ("max_inflight", "max_pending"):
         value = getattr(c, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,16 @@ def test_an_unusable_proxy_stops_the_start_naming_its_variable_but_not_its_url(
         anyio.run(gateway.start)
     assert "endpoint 'a' (the proxy in ALL_PROXY)" in str(caught.value)
     assert says in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_the_cap_on_an_upstreams_retry_after_is_set_in_the_file() -> None:
+    endpoint = [{"name": "up", "base_url": "http://127.0.0.1:9/v1"}]
+
+    def scheduler_config(**gateway: Any) -> Any:
+        data = {"gateway": {"auth": False, **gateway}, "endpoint": endpoint}
+        return config_from_dict(data, where="test").scheduler_config()
+
+    assert scheduler_config().retry.max_retry_after_s == 30.0
+    assert scheduler_config(max_retry_after_s=5).retry.max_retry_after_s == 5
+    with pytest.raises(GatewayConfigError, match="max_retry_after_s"):
+        scheduler_config(max_retry_after_s=0)
