@@ -109,6 +109,17 @@ class Gateway:
             ("route", "status"),
             registry=self.registry,
         )
+        self._refused = Counter(
+            "semisched_gateway_refused_connections",
+            "Connections the gateway's client limits refused or cut off, by reason",
+            ("reason",),
+            registry=self.registry,
+        )
+
+    def count_refused(self, reason: str) -> None:
+        """A connection the client limits refused or cut off, by ``reason``
+        (``semisched_gateway_refused_connections_total``)."""
+        self._refused.labels(reason).inc()
 
     def __repr__(self) -> str:
         state = "draining" if self.draining else "serving" if self.scheduler else "stopped"

@@ -56,6 +56,7 @@ import asyncio
 import http
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from starlette.requests import ClientDisconnect
@@ -182,6 +183,8 @@ class LimitedProtocol(HttpToolsProtocol):
     """
 
     gateway: ClassVar[GatewayConfig]
+    #: Each is told a refusal's reason (a metric); :func:`protocol_for` sets them.
+    counters: ClassVar[tuple[Callable[[str], None], ...]] = ()
 
     _answered = False  # a limit answered; the connection is closing
     _in_header = False  # a header block has begun and is not complete
@@ -197,7 +200,8 @@ class LimitedProtocol(HttpToolsProtocol):
             logger.debug("refused a connection: %d open", len(self.connections) - 1)
             self._refuse(raw_answer(503, "the gateway holds its maximum of "
                                     f"{self.gateway.max_connections} connections; try again",
-                                    "too_many_connections", retry_after=True))  # fmt: skip
+                                    "too_many_connections", retry_after=True),
+                         "too_many_connections")  # fmt: skip
             return
         self._header_timer = self.loop.call_later(self.gateway.header_timeout_s,
                                                   self._header_timed_out)  # fmt: skip
@@ -261,7 +265,8 @@ class LimitedProtocol(HttpToolsProtocol):
     def _headers_too_large(self) -> None:
         self._refuse(raw_answer(431, "the request's headers are larger than the gateway's "
                                 f"limit of {self.gateway.max_header_bytes} bytes "
-                                "(max_header_bytes)", "headers_too_large"))  # fmt: skip
+                                "(max_header_bytes)", "headers_too_large"),
+                     "headers_too_large")  # fmt: skip
 
     def _header_timed_out(self) -> None:
         self._header_timer = None
@@ -271,18 +276,18 @@ class LimitedProtocol(HttpToolsProtocol):
             return  # answering a request: the next one's header waits (pipelining)
         self._refuse(raw_answer(408, "the request's headers did not arrive within "
                                 f"{self.gateway.header_timeout_s:g} s (header_timeout_s)",
-                                "request_timeout"))  # fmt: skip
+                                "request_timeout"), "header_timeout")  # fmt: skip
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
         if self._answered or self.transport.is_closing() or not self._in_body:
             return
         if self.cycle is not None and self.cycle.response_started:
-            self._refuse(None)  # the app answered already: only close
+            self._refuse(None, "body_timeout")  # the app answered already: only close
             return
         self._refuse(raw_answer(408, "the request's body did not arrive within "
                                 f"{self.gateway.body_timeout_s:g} s (body_timeout_s)",
-                                "request_timeout"))  # fmt: skip
+                                "request_timeout"), "body_timeout")  # fmt: skip
 
     def send_400_response(self, msg: str) -> None:
         """A request the HTTP parser cannot read (a bad ``Content-Length``, a malformed
@@ -290,11 +295,15 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._answered:
             return
         self._refuse(raw_answer(400, "the request is not valid HTTP/1.1 (its request line, "
-                                "headers or length cannot be read)", "invalid_http"))  # fmt: skip
+                                "headers or length cannot be read)", "invalid_http"),
+                     "invalid_http")  # fmt: skip
 
-    def _refuse(self, answer: bytes | None) -> None:
-        """Write ``answer`` (if any), end the app's request (a disconnect) and close."""
+    def _refuse(self, answer: bytes | None, reason: str) -> None:
+        """Write ``answer`` (if any), end the app's request (a disconnect) and close;
+        ``reason`` is counted (:func:`protocol_for`'s ``refused``)."""
         self._answered = True
+        for count in self.counters:
+            count(reason)
         self._cancel_timers()
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
@@ -311,6 +320,12 @@ class LimitedProtocol(HttpToolsProtocol):
         self._header_timer = self._body_timer = None
 
 
-def protocol_for(config: GatewayConfig) -> type[LimitedProtocol]:
-    """:class:`LimitedProtocol` with ``config``'s limits, for ``uvicorn.Config(http=...)``."""
-    return type("LimitedProtocol", (LimitedProtocol,), {"gateway": config})
+def protocol_for(
+    config: GatewayConfig, refused: Callable[[str], None] | None = None
+) -> type[LimitedProtocol]:
+    """:class:`LimitedProtocol` with ``config``'s limits, for ``uvicorn.Config(http=...)``;
+    ``refused(reason)`` is called for each connection it refuses or cuts off
+    (``too_many_connections``, ``headers_too_large``, ``header_timeout``,
+    ``body_timeout``, ``invalid_http``)."""
+    counters = () if refused is None else (refused,)
+    return type("LimitedProtocol", (LimitedProtocol,), {"gateway": config, "counters": counters})

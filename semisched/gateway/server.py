@@ -105,9 +105,15 @@ def demo_mock_app() -> Any:
     return create_app(MockConfig(time_scale=10.0, model="mock-1"))
 
 
-def uvicorn_config(app: Any, config: GatewayConfig, log_level: str) -> uvicorn.Config:
+def uvicorn_config(
+    app: Any,
+    config: GatewayConfig,
+    log_level: str,
+    refused: Callable[[str], None] | None = None,
+) -> uvicorn.Config:
     """uvicorn's settings for the gateway: the grace period, the client limits'
-    protocol (:func:`~semisched.gateway.limits.protocol_for`), no access log."""
+    protocol (:func:`~semisched.gateway.limits.protocol_for`, ``refused`` counting what
+    it refuses), no access log."""
     return uvicorn.Config(
         app,
         host=config.host,
@@ -115,7 +121,7 @@ def uvicorn_config(app: Any, config: GatewayConfig, log_level: str) -> uvicorn.C
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        http=protocol_for(config),
+        http=protocol_for(config, refused),
         timeout_keep_alive=config.keepalive_timeout_s,  # type: ignore[arg-type]  # float works
         timeout_graceful_shutdown=config.grace_s,  # type: ignore[arg-type]  # float works
     )
@@ -164,7 +170,8 @@ async def _serve(
             await asyncio.sleep(0.01)  # bounded by the mock's start-up
     fit_open_files(config.max_connections)
     gateway = Gateway(config)
-    server = GatewayServer(uvicorn_config(gateway.app(), config, log_level), gateway)
+    uv = uvicorn_config(gateway.app(), config, log_level, gateway.count_refused)
+    server = GatewayServer(uv, gateway)
     watch = asyncio.create_task(_announce(server, started)) if started else None
     try:
         await server.serve()

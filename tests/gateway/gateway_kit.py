@@ -150,7 +150,7 @@ class Servers:
     def serve_gateway(self, gateway: Gateway) -> str:
         config = gateway.config
         port = free_port()
-        uv = uvicorn_config(gateway.app(), config, "warning")
+        uv = uvicorn_config(gateway.app(), config, "warning", gateway.count_refused)
         uv.port = port
         return self.serve(GatewayServer(uv, gateway)) + "/v1"
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 from gateway_kit import UPSTREAM_SECRET, Servers, gateway_config, mock_app, servers, wait_for
@@ -333,3 +334,21 @@ def test_the_limits_have_documented_defaults_and_are_read_from_the_file() -> Non
         {**endpoint, "gateway": {"max_body_bytes": 1024, "keepalive_timeout_s": 5}}, auth=False
     )
     assert config.max_body_bytes == 1024 and config.keepalive_timeout_s == 5
+
+
+def refusals(base: str, reason: str) -> float:
+    """``semisched_gateway_refused_connections_total{reason=...}`` on ``base``'s /metrics."""
+    text = httpx2.get(base.removesuffix("/v1") + "/metrics").text
+    line = f'semisched_gateway_refused_connections_total{{reason="{reason}"}} '
+    return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+
+def test_what_the_limits_refuse_is_counted_by_reason(stack: Stack) -> None:
+    before = refusals(stack.slow, "header_timeout"), refusals(stack.sizes, "invalid_http")
+    with connect(stack.slow) as sock:  # sends nothing: cut off at the header timeout
+        assert answer(sock)[0] == 408
+    with connect(stack.sizes) as sock:
+        sock.sendall(CHAT + b"content-length: nope\r\n\r\n")
+        assert answer(sock)[0] == 400
+    after = refusals(stack.slow, "header_timeout"), refusals(stack.sizes, "invalid_http")
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
