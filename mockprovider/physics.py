@@ -3,9 +3,9 @@
 What it is: the pure state machine behind the mock provider. It decides when each request is
 admitted to a batch slot, when its first token and its completion are observed, and when it
 times out. The discrete-event simulator drives it in virtual time; the HTTP mock server drives
-it in (scaled) real time. The service model is seed 000 eq. 3-4 (``t_iter = W + H*n``; a
+it in (scaled) real time. The service model is FleetOpt eq. 3-4 (``t_iter = W + H*n``; a
 request holds a slot for ``ceil(L_in / C_chunk) + L_out`` iterations); the per-token cost is
-calibrated to seed 004 §4.1 (``latency_ms = 3294 + 18.7 * output_tokens``).
+calibrated to Scheduling the Unschedulable §4.1 (``latency_ms = 3294 + 18.7 * output_tokens``).
 
 What it is not: no I/O, no clock reads, no randomness, no threads, no token contents and no
 KV-cache memory model. Every call takes an explicit ``now`` (seconds, float).

@@ -56,9 +56,9 @@ class PhysicsParams:
             batching to matter, small enough that a client can saturate it.
         base_iter_ms: ``W``, the fixed cost of one batch iteration. Seed 000 gives W = 8 ms and
             H = 0.65 ms/slot (Llama-3-70B, A100); both are scaled by 18.7 / 8.65 so that
-            W + H = 18.7 ms, the lone-request decode slope of seed 004's production fit.
+            W + H = 18.7 ms, the lone-request decode slope of the main paper's production fit.
         per_slot_ms: ``H``, the extra iteration cost per active sequence (see above).
-        prefill_chunk: ``C_chunk``, prompt tokens processed per prefill iteration (seed 000 §3,
+        prefill_chunk: ``C_chunk``, prompt tokens processed per prefill iteration (FleetOpt §3,
             §6 setup: 512).
         prefill_ms_per_token: ``P``, what each prompt token adds to the iteration that
             processes it: an iteration lasts ``W + H*n + P*p`` with ``p`` the prompt tokens
@@ -75,7 +75,7 @@ class PhysicsParams:
             lengths); measured on llama-server's CPU decode (profile ``"llama-cpp"``).
         overhead_ms: Fixed per-request latency outside the batch (network, gateway), added to
             the observed first-token and completion times. 0 by default; 3294 ms is the
-            intercept of seed 004's fit (profile ``"production-fit"``).
+            intercept of the main paper's fit (profile ``"production-fit"``).
         timeout_s: A request not completed within this many seconds of its submission times
             out. 600 s is a modelling choice (a typical HTTP client read timeout).
     """

@@ -108,7 +108,7 @@ class InternalError(RequestError):
 
 
 class RequestRejected(RequestError):
-    """Overload control refused the request (seed 004 §3.1 cost ladder).
+    """Overload control refused the request (Scheduling the Unschedulable §3.1 cost ladder).
 
     Attributes:
         reason: Human explanation (severity, threshold, bucket).

@@ -1,7 +1,7 @@
 """Extractive compression of chat prompts: the compressor behind Compress-and-Route.
 
 What it is for: a request slightly over a short pool's context budget ``B`` can still be served
-there if its prompt is cut to ``T_c = B - L_out`` tokens (seed 000, FleetOpt §5.1, eq. 15).
+there if its prompt is cut to ``T_c = B - L_out`` tokens (FleetOpt §5.1, eq. 15).
 :class:`ExtractiveCompressor` makes that cut on OpenAI chat ``messages`` by dropping whole
 sentences of user and assistant text, lowest score first; it never rewrites a word.
 :meth:`ExtractiveCompressor.floor` tells in one pass whether a prompt could ever fit a budget.
@@ -25,7 +25,7 @@ Rules:
    empty ``content``).
 5. Tokens are ``count_tokens`` of each text (string content or text part), summed; the chat
    format's per-message tokens and non-text parts are not counted.
-6. Score (seed 000 §5.2): 0.35 TF-IDF + 0.40 position + 0.20 TextRank + 0.05 novelty, each
+6. Score (FleetOpt §5.2): 0.35 TF-IDF + 0.40 position + 0.20 TextRank + 0.05 novelty, each
    min-max normalised to [0, 1] first (a constant component counts 0). The lowest score drops
    first; a tie drops the earlier sentence. Deterministic.
 7. Kept sentences keep their order and the whitespace between them; across a dropped stretch
@@ -62,10 +62,10 @@ __all__ = ["BYTES_PER_TOKEN", "GRAPH_CAP", "WEIGHTS", "Compression", "Extractive
 __all__ += ["estimate_tokens"]
 
 #: Bytes per token of the default counter: the runtime's starting estimate for English prose
-#: (``semisched.runtime.estimate``, seed 003 §2.1, ``c0 = 4.0``). Pass a real tokenizer when you
-#: have one.
+#: (``semisched.runtime.estimate``, Token-Budget-Aware Pool Routing §2.1, ``c0 = 4.0``).
+#: Pass a real tokenizer when you have one.
 BYTES_PER_TOKEN = 4.0
-#: Component weights of a sentence's score (seed 000 §5.2).
+#: Component weights of a sentence's score (FleetOpt §5.2).
 WEIGHTS = {"tfidf": 0.35, "position": 0.40, "textrank": 0.20, "novelty": 0.05}
 #: Most sentences scored with the similarity graph (TextRank and novelty); beyond, TF-IDF alone.
 GRAPH_CAP = 1500

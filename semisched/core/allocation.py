@@ -21,12 +21,12 @@ narrow :class:`AllocationView`; they never see the clock except as ``now``.
     whose queue empties forfeits its deficit, so an idle class's share flows
     to its backlogged peers instead of being held for it. Congestion
     feedback: an interactive class's quantum is scaled by
-    ``1 + congestion_gain * severity`` (seed 004 §3.1). The turns are computed
+    ``1 + congestion_gain * severity`` (Scheduling the Unschedulable §3.1). The turns are computed
     in closed form (how many rounds each class needs), so one decision is
     O(classes), however large the costs are relative to the quantum.
 ``fair_queuing``
     Round robin across backlogged classes, one request per turn, regardless
-    of size (seed 004 §4.6).
+    of size (Scheduling the Unschedulable §4.6).
 ``short_priority``
     Interactive classes strictly first, in configured order; others after.
 """

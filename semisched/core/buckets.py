@@ -23,7 +23,7 @@ __all__ = ["BUCKET_BOUNDS", "SIZED_BUCKETS", "Bucket", "bucket_for_tokens"]
 
 
 class Bucket(enum.Enum):
-    """A coarse output-size class (seed 004 §4.1)."""
+    """A coarse output-size class (Scheduling the Unschedulable §4.1)."""
 
     SHORT = "short"
     MEDIUM = "medium"

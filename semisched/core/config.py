@@ -10,7 +10,7 @@ resolves names through the read-only registries in
 :mod:`semisched.core.allocation`, :mod:`semisched.core.ordering` and
 :mod:`semisched.core.overload` and never branches on which one it runs.
 
-Presets (seed 004 §4.5–4.6 strategy names) are built by :func:`preset`.
+Presets (Scheduling the Unschedulable §4.5–4.6 strategy names) are built by :func:`preset`.
 
 This module holds values only; it decides nothing and does no I/O.
 """
@@ -81,7 +81,7 @@ class SchedulerConfig:
             starvation of large requests by small ones).
         input_token_weight: Cost of one prompt token relative to one output
             token. 1/512: a prefill chunk of 512 tokens costs one iteration,
-            like one decoded token (seed 000 eq. 4).
+            like one decoded token (FleetOpt eq. 4).
         budget: Optional requests/tokens-per-window budget
             (:mod:`semisched.core.budget`); sends wait until it can pay.
         retry: What happens after a failed attempt
@@ -125,7 +125,7 @@ class SchedulerConfig:
     def class_for(self, bucket: Bucket) -> str:
         """Default class of a request routed by ``bucket`` when the caller names none:
         the first interactive class for short requests, else the first other class
-        (seed 004's short versus heavy lanes)."""
+        (the main paper's short versus heavy lanes)."""
         if bucket is Bucket.SHORT:
             for spec in self.classes:
                 if spec.interactive:
@@ -145,7 +145,7 @@ def _presets() -> dict[str, SchedulerConfig]:
     full = SchedulerConfig()
     return {
         # Send on arrival, no client queue: every request goes straight into
-        # the provider (seed 004 "direct naive dispatch").
+        # the provider (Scheduling the Unschedulable "direct naive dispatch").
         "direct_naive": SchedulerConfig(
             max_inflight=None,
             allocation=AllocationConfig(policy="fifo"),
@@ -162,7 +162,7 @@ def _presets() -> dict[str, SchedulerConfig]:
         "adaptive_drr": SchedulerConfig(overload=no_olc),
         # The full stack: adaptive DRR + ordering + cost-ladder overload control.
         "final_adrr_olc": full,
-        # Allocation swapped, ordering and overload unchanged (seed 004 §4.6).
+        # Allocation swapped, ordering and overload unchanged (Scheduling the Unschedulable §4.6).
         "fair_queuing": full.with_(allocation=AllocationConfig(policy="fair_queuing")),
         "short_priority": full.with_(allocation=AllocationConfig(policy="short_priority")),
         # Beyond the paper: a batch job's makespan. One class, longest predicted
@@ -185,7 +185,8 @@ def _presets() -> dict[str, SchedulerConfig]:
     }
 
 
-#: Named strategies from seed 004 (read-only: :func:`preset` returns changed copies).
+#: Named strategies from Scheduling the Unschedulable (read-only: :func:`preset` returns
+#: changed copies).
 PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(_presets())
 
 

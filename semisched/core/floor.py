@@ -19,7 +19,7 @@ after it by the last answers' generation time. Measured against the mock, a
 schedule that keeps the binding window busy ends within about a window of it;
 one that lets it idle ends well after it. That is what the ratio
 makespan / floor shows. ``s_per_token`` is the client's per-token latency
-estimate (seed 004 Table 1's 18.7 ms until completions are observed).
+estimate (Scheduling the Unschedulable Table 1's 18.7 ms until completions are observed).
 
 Pure: a function of the requests and the budget.
 """

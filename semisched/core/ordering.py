@@ -33,7 +33,7 @@ first feasible entry among the next ``infeasible_lookahead`` of that band is
 also a candidate; beyond that look-ahead (many infeasible requests of one
 size waiting at once) an infeasible request can still go first. Once its
 deadline has actually passed, the engine expires a waiting request with an
-explicit ``Expire`` action (seed 004's "handled explicitly, never silently").
+explicit ``Expire`` action (the main paper's "handled explicitly, never silently").
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class FifoOrdering(OrderingPolicy):
 
 
 class FeasibleSetOrdering(OrderingPolicy):
-    """Slowdown-aware feasible-set scoring (seed 004 §3.1)."""
+    """Slowdown-aware feasible-set scoring (Scheduling the Unschedulable §3.1)."""
 
     name = "feasible_set"
 

@@ -18,13 +18,13 @@ only chooses the level of each bucket (:data:`OVERLOAD_POLICIES`); the rules are
 the same for every policy, so the mechanism never asks which policy it runs:
 
 - ``ladder``: medium 0, long 1, xlong 2; unknown size 1.
-- ``uniform_mild``: every non-short bucket 1 (seed 004 "one shared mid-tier").
+- ``uniform_mild``: every non-short bucket 1 (Scheduling the Unschedulable "one shared mid-tier").
 - ``uniform_harsh``: every non-short bucket 2 (the harshest non-short tier).
 - ``reverse``: long 2, xlong 1 (stress contrast only).
 - ``none``: nothing is ever deferred or rejected.
 
 Short requests have no level under any policy: never deferred, never
-rejected. A request of unknown size (no-information priors, seed 004 §4.4)
+rejected. A request of unknown size (no-information priors, Scheduling the Unschedulable §4.4)
 gets the policy's ``unknown`` level, a uniform admission severity.
 
 A tenant policy (:mod:`semisched.core.tenants.lanes`) may shift a sheddable

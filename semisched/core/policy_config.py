@@ -102,7 +102,7 @@ class ClassSpec:
             batch 1 is our default (the congestion feedback, not the base
             weight, protects the interactive class).
         interactive: Latency-sensitive class. Adaptive DRR grows its quantum
-            under stress (seed 004 §3.1 "congestion feedback scales weights");
+            under stress (Scheduling the Unschedulable §3.1 "congestion feedback scales weights");
             Short-Priority serves it first.
         quota: Fraction of ``max_inflight`` reserved for this class under
             quota-tiered isolation; ``None`` splits by ``weight``.
@@ -142,7 +142,7 @@ class AllocationConfig:
         quantum_tokens: DRR base quantum in estimated tokens per round. 256 is
             the medium bucket's upper bound, so a medium job fits one round.
         congestion_gain: Interactive quantum is multiplied by
-            ``1 + congestion_gain * severity`` (seed 004 §3.1; the paper gives
+            ``1 + congestion_gain * severity`` (Scheduling the Unschedulable §3.1; the paper gives
             no value, 2.0 triples the interactive share at full stress).
     """
 
@@ -160,7 +160,7 @@ class AllocationConfig:
 class OrderingConfig:
     """Ordering layer: which request inside the chosen class.
 
-    The feasible-set score (seed 004 §3.1, read as written there with the
+    The feasible-set score (Scheduling the Unschedulable §3.1, read as written there with the
     extraction noise removed) is::
 
         score = w_wait * wait / (cost / size_ref) - w_size * cost / size_ref
@@ -225,7 +225,7 @@ class OverloadConfig:
     """Overload layer: admit, defer or reject at the admission boundary.
 
     ``severity = w_load*provider_load + w_queue*queue_pressure
-    + w_tail*tail_latency_ratio`` (seed 004 §3.1), each signal in [0, 1]
+    + w_tail*tail_latency_ratio`` (Scheduling the Unschedulable §3.1), each signal in [0, 1]
     (see :mod:`semisched.core.signals`). Thresholds and the cost ladder are the
     paper's. Weights are ours (the paper gives none); they sum to 1 so
     severity stays in [0, 1].
@@ -293,7 +293,7 @@ class SignalsConfig:
         queue_ref_s: Estimated backlog drain time that counts as full queue
             pressure.
         initial_s_per_token: Per-token latency assumed before any completion
-            (18.7 ms: seed 004 Table 1's production slope).
+            (18.7 ms: Scheduling the Unschedulable Table 1's production slope).
         headroom_low: Rate-limit headroom (remaining/limit) below which the
             provider's window counts as pressure (0 at this value, 1 at zero).
     """
@@ -357,11 +357,11 @@ class RoutingConfig:
             default simple-shuffle); ``least_outstanding`` (fewest in flight per
             unit of weight: LiteLLM's least-busy); ``latency_ewma`` (lowest EWMA
             of observed seconds per output token: LiteLLM's latency-based);
-            ``anticipated_load`` (seed 001 PreServe §4.3.3, read client-side:
+            ``anticipated_load`` (PreServe §4.3.3, read client-side:
             least predicted remaining work in flight, from the priors and the
             elapsed time, over the endpoint's learned decode speed);
-            ``token_budget`` (seed 003 Algorithm 1: short and long pools split
-            at ``short_pool_tokens``, with spillover); or your own
+            ``token_budget`` (Token-Budget-Aware Pool Routing, Algorithm 1: short
+            and long pools split at ``short_pool_tokens``, with spillover); or your own
             :class:`~semisched.core.RoutingPolicy` subclass (the class itself).
         failover: A failed attempt that is retried goes at once to another
             endpoint when one can serve it (no back-off: the back-off is for the
@@ -385,8 +385,8 @@ class RoutingConfig:
         short_pool_tokens: ``token_budget``'s B_short: a request whose estimated
             total (prompt tokens plus ``max_tokens``, or the prior's p90 when
             the call sets no cap) is at most this prefers the short pool. 8192:
-            seed 003 §2.2's starting point.
-        spill_outstanding: ``token_budget``'s spillover limit, seed 003's
+            Token-Budget-Aware Pool Routing §2.2's starting point.
+        spill_outstanding: ``token_budget``'s spillover limit, token-budget routing's
             queue depth read client-side: a pool is overloaded when each of its
             endpoints has this many requests in flight (or its
             ``max_concurrency``, whichever is smaller); a request then goes

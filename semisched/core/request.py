@@ -1,7 +1,7 @@
 """The request record and the prior it carries.
 
 A :class:`Prior` is the client's belief about a request's output length
-(p50/p90 tokens, seed 004 §3: "coarse token-length priors are assumed for each
+(p50/p90 tokens, Scheduling the Unschedulable §3: "coarse token-length priors are assumed for each
 request before submission"). A :class:`Request` is what the core queues: who
 (id, class), how big we think it is (prior, estimated input tokens), and when
 (arrival, optional absolute deadline). Both are immutable values; the engine
@@ -34,7 +34,7 @@ Z90 = 1.2815515655446004
 #: (:attr:`Prior.short_probability`). 0.5 is the paper's rule (``p50 <= 64``); lower
 #: routes more uncertain requests to the interactive lane, where a short answer
 #: misrouted to the batch lane would wait behind long ones. 0.1 measured best for
-#: the learned model on the ShareGPT trace (issue 12's closing note); priors with
+#: the learned model on the ShareGPT trace (a measured run); priors with
 #: little spread (coarse, oracle, the heuristic's capped ones) route as before.
 SHORT_PROBABILITY = 0.1
 

@@ -1,10 +1,10 @@
 """Client-observable congestion signals and the severity they add up to.
 
-The client cannot see the provider's batch or queue (seed 004 §1). What it can
+The client cannot see the provider's batch or queue (Scheduling the Unschedulable §1). What it can
 see is what comes back: how long completions took per generated token, how
 much work it has in flight, and how much it is holding in its own queue. This
 module turns those observations into three signals in [0, 1] and their
-weighted sum, the overload *severity* (seed 004 §3.1):
+weighted sum, the overload *severity* (Scheduling the Unschedulable §3.1):
 
 ``provider_load``
     in-flight requests / the client's concurrency budget (0 when unlimited).

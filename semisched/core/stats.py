@@ -78,7 +78,7 @@ class EngineCounters:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BucketCounts:
-    """A count per token bucket (seed 004's short/medium/long/xlong, and unknown)."""
+    """A count per token bucket (the main paper's short/medium/long/xlong, and unknown)."""
 
     short: int = 0
     medium: int = 0

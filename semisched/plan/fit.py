@@ -9,7 +9,7 @@ A trace's ``first_send`` is its first attempt, so only jobs sent once are used;
 error records, batch records without timing and retried jobs are *skipped*
 and counted.
 
-The model is the mock provider's (seed 000 eq. 3-4, :mod:`mockprovider.physics`):
+The model is the mock provider's (FleetOpt eq. 3-4, :mod:`mockprovider.physics`):
 a request holds a slot for ``iters = max(1, ceil(prompt / chunk) + output)``
 iterations of ``W + H * n`` ms each, then is seen ``overhead`` ms later. So
 its duration is ``overhead + W * iters + H * iters * n_bar``, with ``n_bar``

@@ -1,10 +1,11 @@
-"""The synthetic request mixes of seed 004 §4.1, shared by the planner and the benchmarks.
+"""The synthetic request mixes of Scheduling the Unschedulable §4.1, shared by the planner
+and the benchmarks.
 
 =====================  ==========================================
 mix                    short / medium / long / xlong request share
 =====================  ==========================================
-``balanced``           50 / 25 / 15 / 10  (seed 004 §4.1)
-``heavy``              20 / 20 / 30 / 30  (seed 004 §4.1)
+``balanced``           50 / 25 / 15 / 10  (Scheduling the Unschedulable §4.1)
+``heavy``              20 / 20 / 30 / 30  (Scheduling the Unschedulable §4.1)
 ``heavy70``            15 / 15 / 40 / 30  (§4.6: 70% long/xlong)
 =====================  ==========================================
 

@@ -1,4 +1,4 @@
-"""FleetOpt's offline planner (seed 000 Algorithm 1) for a client's fleet.
+"""FleetOpt's offline planner (FleetOpt Algorithm 1) for a client's fleet.
 
 Given a workload (:mod:`semisched.plan.workload`), an arrival rate, SLOs and a
 unit profile, :func:`make_plan` answers:
@@ -10,7 +10,7 @@ unit profile, :func:`make_plan` answers:
    output, :attr:`Workload.route_tokens`) is at most ``B`` go to a short pool of
    units configured for context ``B`` (``slots * context // B`` slots each,
    :meth:`UnitProfile.slots_for`); the borderline band ``(B, γB]`` goes there
-   too when its prompt can be compressed to ``B - reserved output`` (seed 000
+   too when its prompt can be compressed to ``B - reserved output`` (FleetOpt
    eq. 15's ``T_c``); the rest to the long pool. Each pool is sized on its own
    (:func:`semisched.plan.pools.size_pool`) from the requests it receives
    (lines 7-8: the long pool's service law is recalibrated for every ``γ``).

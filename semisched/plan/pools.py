@@ -1,6 +1,6 @@
 """Sizing one pool: the fewest units whose predicted tail meets every SLO.
 
-A pool is ``n`` identical units of ``s`` slots (seed 000 §3.1): an M/G/c queue
+A pool is ``n`` identical units of ``s`` slots (FleetOpt §3.1): an M/G/c queue
 with ``c = n s`` servers in front of one FIFO (the client holds the queue and
 sends when a slot is free, so the pool really is one queue). What this module
 adds to the paper's model, and why:

@@ -7,7 +7,7 @@ its iteration time under continuous batching, ``t_iter = W + H * n_active``
 how many sequences it holds at once. Slots are bounded by KV-cache memory: a
 unit holds ``slots`` sequences of up to ``context_tokens`` tokens each, so the
 same hardware configured for a shorter context ``B`` holds
-``slots * context_tokens // B`` of them (seed 000 §6, "candidate set"),
+``slots * context_tokens // B`` of them (FleetOpt §6, "candidate set"),
 capped at ``max_slots`` (the engine's own limit, vLLM's ``max_num_seqs``).
 
 Profiles are named (the mock provider's physics profiles, with a context
@@ -139,8 +139,8 @@ class UnitProfile:
 
 
 #: The named units: the mock provider's physics profiles, as data (the planner does not
-#: import the mock; a test keeps the two tables equal). W and H are seed 000's fit scaled
-#: to a lone-request decode of 18.7 ms/token; "production-fit" adds seed 004's intercept.
+#: import the mock; a test keeps the two tables equal). W and H are FleetOpt's fit scaled
+#: to a lone-request decode of 18.7 ms/token; "production-fit" adds the main paper's intercept.
 NAMED_UNITS: dict[str, UnitPhysics] = {
     "default": {"slots": 32, "base_iter_ms": 17.3, "per_slot_ms": 1.4, "prefill_chunk": 512,
                 "overhead_ms": 0.0},

@@ -1,6 +1,6 @@
 """Workloads for the capacity planner: per-request token counts, their classes and arrival times.
 
-A :class:`Workload` is what seed 000 calls the workload CDF ``F``, kept as the
+A :class:`Workload` is what FleetOpt calls the workload CDF ``F``, kept as the
 requests themselves (numpy arrays) so every pool's service distribution can be
 calibrated from the requests it would receive (Algorithm 1, lines 7-8):
 

@@ -6,7 +6,7 @@ answer is long", in another every call carries ``max_tokens=4096`` and the cap
 means nothing. No fixed rule is right for both, but every response says which
 opinion was right (``usage.completion_tokens``). :class:`LengthCalibration`
 learns that, the way :class:`~semisched.runtime.estimate.TokenEstimator` learns bytes
-per token (seed 003 §2.1), and combines the two opinions accordingly.
+per token (Token-Budget-Aware Pool Routing §2.1), and combines the two opinions accordingly.
 
 Two *experts* give a log-scale median for a request:
 
@@ -37,7 +37,7 @@ has no second opinion at all, and its prior is used as the source gave it:
 correcting the learned model's own bias and spread from answers (on the
 held-out ShareGPT pairs its log errors average -0.25 with a spread of 0.95,
 where its p90s claim 0.54) made its ShareGPT-trace short P95 30% worse for
-one point of completion rate (issue 12's closing note). The answers are still scored, so
+one point of completion rate (a measured run). The answers are still scored, so
 :meth:`LengthCalibration.statistics` shows the source's bias. ``sigma_0 =
 log(p90 / p50) / z90`` is the spread the source claims for this request;
 dividing by its mean over the key keeps the source's request-to-request
@@ -84,7 +84,7 @@ _CAP_RATIO = NEUTRAL_P50 / NEUTRAL_P90
 _MIN_SIGMA = 0.25
 
 #: How much the caps' logs vary before ``n0`` answers (assume they do: the first calls
-#: of issue 12's run must already count their caps), and the variance at which the
+#: of the measured run must already count their caps), and the variance at which the
 #: combined opinion gets half the say (caps within about +-22% of each other).
 _COLD_CAP_VARIANCE = 1.0
 _CAP_VARIANCE_HALF = 0.05

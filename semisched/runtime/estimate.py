@@ -1,4 +1,4 @@
-"""Prompt-token estimation without a tokenizer (seed 003 §2.1).
+"""Prompt-token estimation without a tokenizer ("Token-Budget-Aware Pool Routing", §2.1).
 
 The runtime must know a request's prompt size before sending it, without a
 model-specific tokenizer. Seed 003 estimates ``tokens = ceil(bytes / c_k)``
@@ -147,7 +147,7 @@ class EstimatorStats:
 
 
 class TokenEstimator:
-    """Per-category bytes-per-token EMA with a conservative bias (seed 003 §2.1)."""
+    """Per-category bytes-per-token EMA with a conservative bias (token-budget routing, §2.1)."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Joint metrics over per-request records (seed 004 §4.3, vLLM's latency terms).
+"""Joint metrics over per-request records (Scheduling the Unschedulable §4.3, vLLM's latency terms).
 
 The paper's metrics must be read together: a low tail next to low completion
 means sacrificed work, not a better system. Definitions used everywhere in
@@ -9,7 +9,7 @@ semisched (all latencies in milliseconds, measured from *submission*):
     bucket is short / of all completed requests (numpy's linear percentile).
 ``short_p90_ms`` / ``long_p90_ms`` / ``latency_std_ms``
     90th percentile for short and for heavy (true long or xlong) completed
-    requests, and the standard deviation of all completed latencies (seed 004
+    requests, and the standard deviation of all completed latencies (Scheduling the Unschedulable
     §4.6's fairness table).
 ``completion_rate``
     completed / admitted, where admitted = submitted − rejected. The paper

@@ -20,7 +20,7 @@ SECONDS_BUCKETS = (
     600.0, 1800.0,
 )  # fmt: skip
 #: Histogram buckets of the token metrics; 64, 256 and 1024 are the bucket edges of
-#: seed 004 (short, medium, long; beyond: xlong).
+#: Scheduling the Unschedulable (short, medium, long; beyond: xlong).
 TOKEN_BUCKETS = (
     16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
     131072.0,

@@ -54,7 +54,7 @@ from semisched.core.signals import Signals
 __all__ = ["AUTH", "FAILURES", "POOLS", "RATE_LIMITED", "Circuit", "EndpointSpec",
            "EndpointState", "SpeedFit"]  # fmt: skip
 
-#: ``EndpointSpec.pool`` values: seed 003's short and long pools.
+#: ``EndpointSpec.pool`` values: token-budget routing's short and long pools.
 POOLS: tuple[str, ...] = ("short", "long")
 
 #: Why a circuit is open (``EndpointState.circuit_reason``; module rules 1, 5, 6).
@@ -72,9 +72,9 @@ class EndpointSpec:
             of its own; the scheduler's ``max_inflight`` still applies).
         budget: Its own RPM/TPM budget (a key or deployment with its own limits).
         weight: Relative share for weighted policies (capacity, cost, preference).
-        pool: ``"short"`` or ``"long"`` for ``token_budget`` routing (seed 003);
-            ``None`` serves both pools.
-        context_tokens: Largest prompt plus output it serves (seed 003's
+        pool: ``"short"`` or ``"long"`` for ``token_budget`` routing
+            (Token-Budget-Aware Pool Routing); ``None`` serves both pools.
+        context_tokens: Largest prompt plus output it serves (token-budget routing's
             ``C_max``): a larger request never goes here.
     """
 
@@ -253,7 +253,7 @@ class EndpointState:
     # -- what routing policies read ------------------------------------------------------
 
     def anticipated_tokens(self, now: float) -> float:
-        """Predicted work still to do in flight here (tokens), seed 001's decode load.
+        """Predicted work still to do in flight here (tokens), PreServe's decode load.
 
         Each in-flight request's cost minus what it has decoded since its send
         (its age past the learned intercept, at the learned speed), summed in

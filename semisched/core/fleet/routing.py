@@ -35,7 +35,7 @@ Policies implement :class:`RoutingPolicy` and are chosen by name through
     every endpoint of the preferred pool is overloaded
     (``RoutingConfig.spill_outstanding``) and the other pool is not, it goes
     there. Inside a pool: ``RoutingConfig.pool_policy`` (``anticipated_load``
-    by default). Compress-and-route (seed 000 §5, ``RoutingConfig.compress_band``
+    by default). Compress-and-route (FleetOpt §5, ``RoutingConfig.compress_band``
     γ > 1): a request in ``(B_short, γ B_short]`` whose
     ``Request.compressed_tokens`` (its prompt after compression, which the
     runtime sets when compression is on) fits ``B_short`` prefers the short

@@ -4,7 +4,8 @@ Seed 002 (token pools), client-side. A *tenant* is a customer, team or feature
 sending through one scheduler (often over one API key). Each has an
 *entitlement* (a ``weight``: its share of what the scheduler sends, plus
 optional hard caps on requests and tokens per minute and on concurrency) and a
-*service class* with seed 002 §3.2's meaning, read for a client:
+*service class* with the meaning of §3.2 of "Token Management in Multi-Tenant AI
+Inference Platforms", read for a client:
 
 ==============  =========================================================
 class           what it gets
@@ -16,7 +17,7 @@ class           what it gets
 ``elastic``     its entitlement over time, through debt (below); may use
                 idle share and is shed sooner while it does.
 ``best_effort`` surplus only: sent when no other tenant can send; shed
-                first. No entitlement, no debt (seed 002's *spot*).
+                first. No entitlement, no debt (the Token Management paper's *spot*).
 ==============  =========================================================
 
 Entitlements are ``weight / sum(weights)`` over the guaranteed and elastic
@@ -69,7 +70,7 @@ TENANT_POLICY_NAMES: tuple[str, ...] = ("fair_share", "fifo", "static_quota")
 
 
 class ServiceClass(enum.Enum):
-    """A tenant's service class (seed 002 §3.2; module table)."""
+    """A tenant's service class (the Token Management paper §3.2; module table)."""
 
     GUARANTEED = "guaranteed"
     ELASTIC = "elastic"
@@ -122,7 +123,7 @@ class TenantConfig:
         tenants: The declared tenants (unique names, at least one).
         default: The tenant of a request that names none. ``None``: the only
             tenant when one is declared; with several, a request must name its own.
-        policy: ``"fair_share"`` (seed 002: classes, entitlements, debt; the
+        policy: ``"fair_share"`` (the Token Management paper: classes, entitlements, debt; the
             default), ``"fifo"`` (tenant-blind: oldest request first) or
             ``"static_quota"`` (each tenant at most its share of
             ``max_inflight`` in flight, never lent: a fixed per-team cap), or a

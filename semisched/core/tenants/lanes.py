@@ -1,6 +1,6 @@
 """The tenant layer: which tenant's queue gets the next send opportunity.
 
-A level above allocation and ordering (seed 002, client-side; the meanings of
+A level above allocation and ordering (the Token Management paper, client-side; the meanings of
 entitlement and service class are in :mod:`semisched.core.tenants.config`). Each
 tenant has its own *lane*: its class queues, its own allocation policy
 instance, its flight and its usage. On a free send opportunity the engine asks

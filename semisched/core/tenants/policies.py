@@ -2,7 +2,7 @@
 
 Policies (:data:`TENANT_POLICIES`, chosen by ``TenantConfig.policy``):
 
-``fair_share`` (seed 002)
+``fair_share`` (the Token Management paper)
     Tiers first: guaranteed tenants inside their entitlement, then guaranteed
     and elastic tenants, then best-effort ones. Within a tier, the lowest
     usage per unit of weight (the lowest debt per weight): backlogged tenants
