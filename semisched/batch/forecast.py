@@ -275,7 +275,7 @@ def plan_requests(
             planned.append(
                 Request(
                     id=line.custom_id,
-                    klass=config.class_for(prior.routing_bucket),
+                    klass=config.class_for(prior.routing_bucket, call.tenant),
                     prior=prior,
                     input_tokens=float(tokens),
                     max_output_tokens=call.output_cap,

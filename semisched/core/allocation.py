@@ -17,6 +17,14 @@ narrow :class:`AllocationView`; they never see the clock except as ``now``.
     Deficit Round Robin (Shreedhar & Varghese) in estimated tokens. Each
     backlogged class, on its turn, adds its quantum to a deficit counter and
     sends while ``deficit >= cost`` of the entry its ordering policy picks.
+    A request's cost is its estimated tokens plus the per-request part of the
+    slot it holds (``view.request_tokens``): the provider's fixed time per call,
+    which a one-token request pays as fully as a long one. The round's quantum
+    is ``quantum_tokens`` or the largest cost waiting at a class's head,
+    whichever is smaller: Shreedhar & Varghese's O(1) needs a quantum of at
+    least the largest cost, and a larger one only lengthens the round a newly
+    backlogged class waits (a class of one-token requests would send hundreds
+    a turn).
     Work-conserving borrowing: only backlogged classes take turns, and a class
     whose queue empties forfeits its deficit, so an idle class's share flows
     to its backlogged peers instead of being held for it. Congestion
@@ -52,6 +60,7 @@ __all__ = [
     "FifoAllocation",
     "QuotaTiered",
     "ShortPriority",
+    "Tiered",
     "make_allocation",
 ]
 
@@ -83,6 +92,12 @@ class AllocationView(Protocol):
 
     def inflight(self, klass: str) -> int:
         """Requests of ``klass`` in flight now."""
+        ...
+
+    @property
+    def request_tokens(self) -> float:
+        """What one request costs besides its tokens (``AllocationConfig.request_tokens``,
+        or the fleet's learned value), in tokens."""
         ...
 
 
@@ -162,6 +177,7 @@ class AdaptiveDRR(AllocationPolicy):
         super().__init__(cfg, classes)
         self.deficit = {c.name: 0.0 for c in self.classes}
         self.current: str | None = None
+        self._floor = 0.0  # the request cost's fixed part at the last select
         self._spec = {c.name: c for c in self.classes}
         names = tuple(c.name for c in self.classes)
         # Visiting order after each class (and from the start, key None): the others cyclically.
@@ -169,10 +185,11 @@ class AdaptiveDRR(AllocationPolicy):
         for i, name in enumerate(names):
             self._after[name] = names[i + 1 :] + names[: i + 1]
 
-    def quantum(self, klass: str, severity: float) -> float:
-        """This turn's quantum for ``klass`` at the given severity."""
+    def quantum(self, klass: str, severity: float, base: float | None = None) -> float:
+        """This turn's quantum for ``klass`` at the given severity (``base``: the
+        round's base quantum, ``quantum_tokens`` unless given)."""
         spec = self._spec[klass]
-        q = self.cfg.quantum_tokens * spec.weight
+        q = (self.cfg.quantum_tokens if base is None else base) * spec.weight
         if spec.interactive:
             q *= 1.0 + self.cfg.congestion_gain * severity
         return q
@@ -181,8 +198,9 @@ class AdaptiveDRR(AllocationPolicy):
         backlog = view.backlogged()
         if not backlog:
             return None
+        floor = self._floor = view.request_tokens
         cur = self.current
-        if cur is not None and cur in backlog and view.head(cur).cost <= self.deficit[cur]:
+        if cur is not None and cur in backlog and view.head(cur).cost + floor <= self.deficit[cur]:
             return cur
         # Visiting order: the backlogged classes after the current one, cyclically.
         ring = [k for k in self._after[cur] if k in backlog]
@@ -190,9 +208,11 @@ class AdaptiveDRR(AllocationPolicy):
         severity = view.severity
         best: tuple[int, str] | None = None
         quanta: dict[str, float] = {}
+        costs = {k: view.head(k).cost + floor for k in ring}
+        base = min(self.cfg.quantum_tokens, max(costs.values()))
         for pos, k in enumerate(ring, start=1):
-            q = quanta[k] = self.quantum(k, severity)
-            need = view.head(k).cost - self.deficit[k]
+            q = quanta[k] = self.quantum(k, severity, base)
+            need = costs[k] - self.deficit[k]
             rounds = math.ceil(need / q) if need > 0 else 1
             if rounds < 1:  # need / q underflowed to 0 (max() without the builtin's overhead)
                 rounds = 1
@@ -208,7 +228,7 @@ class AdaptiveDRR(AllocationPolicy):
         return chosen
 
     def on_send(self, klass: str, cost: float) -> None:
-        self.deficit[klass] -= cost
+        self.deficit[klass] -= cost + self._floor
 
     def on_idle(self, klass: str) -> None:
         self.deficit[klass] = 0.0
@@ -252,6 +272,100 @@ class ShortPriority(AllocationPolicy):
         return backlog[0]
 
 
+class _TierView:
+    """An allocation view that shows only some backlogged classes (one tier's)."""
+
+    __slots__ = ("_backlog", "_view")
+
+    def __init__(self, view: AllocationView, backlog: Sequence[str]) -> None:
+        self._view = view
+        self._backlog = backlog
+
+    @property
+    def severity(self) -> float:
+        return self._view.severity
+
+    @property
+    def max_inflight(self) -> int | None:
+        return self._view.max_inflight
+
+    @property
+    def request_tokens(self) -> float:
+        return self._view.request_tokens
+
+    def backlogged(self) -> Sequence[str]:
+        return self._backlog
+
+    def head(self, klass: str) -> Entry:
+        return self._view.head(klass)
+
+    def oldest_seq(self, klass: str) -> int:
+        return self._view.oldest_seq(klass)
+
+    def inflight(self, klass: str) -> int:
+        return self._view.inflight(klass)
+
+
+class Tiered(AllocationPolicy):
+    """Strict tiers around any allocation policy, with a starvation guard.
+
+    Rules (``ClassSpec.tier`` and ``ClassSpec.min_share``):
+
+    1. The policy inside chooses among the backlogged classes of the most urgent
+       (lowest) tier that has any; the classes of later tiers wait, whatever
+       their weights.
+    2. Guard: at each choice, every backlogged class of a later tier with a
+       ``min_share`` earns that much credit; one whose credit reaches a whole
+       send is served instead, and pays it. So while it waits, it gets at least
+       ``min_share`` of the sends. A class with nothing waiting holds no credit.
+    3. The policy inside is told every send (its books stay whole), and a class
+       that goes idle.
+
+    Built by :func:`make_allocation` when any class has a ``tier`` or a
+    ``min_share``; with neither, the policy runs bare.
+    """
+
+    name = "tiered"
+
+    def __init__(self, inner: AllocationPolicy) -> None:
+        super().__init__(inner.cfg, inner.classes)
+        self.inner = inner
+        self.tier = {c.name: c.tier for c in self.classes}
+        self.share = {c.name: c.min_share for c in self.classes if c.min_share}
+        self.credit = dict.fromkeys(self.share, 0.0)
+
+    def __repr__(self) -> str:
+        return f"<Tiered {self.inner!r}>"
+
+    def select(self, view: AllocationView) -> str | None:
+        backlog = view.backlogged()
+        if not backlog:
+            return None
+        top = min(self.tier[k] for k in backlog)
+        guarded: str | None = None
+        for k, share in self.share.items():
+            if k not in backlog:
+                self.credit[k] = 0.0
+            elif self.tier[k] > top:
+                credit = self.credit[k] = self.credit[k] + share
+                if credit >= 1.0 and (guarded is None or credit > self.credit[guarded]):
+                    guarded = k
+        if guarded is not None:
+            self.credit[guarded] -= 1.0
+            return guarded
+        first = [k for k in backlog if self.tier[k] == top]
+        return self.inner.select(view if len(first) == len(backlog) else _TierView(view, first))
+
+    def on_send(self, klass: str, cost: float) -> None:
+        self.inner.on_send(klass, cost)
+
+    def on_idle(self, klass: str) -> None:
+        self.inner.on_idle(klass)
+
+    def state(self) -> dict[str, float]:
+        return self.inner.state()
+
+
 #: Allocation policies by name (read-only; the names are
 #: :data:`semisched.core.config.ALLOCATION_POLICY_NAMES`, checked when a config is built).
 ALLOCATION_POLICIES: Mapping[str, type[AllocationPolicy]] = MappingProxyType(
@@ -270,4 +384,5 @@ def make_allocation(cfg: AllocationConfig, classes: Sequence[ClassSpec]) -> Allo
             config's own check, which runs when the config is built).
         TypeError: For a class that is not a policy of this layer.
     """
-    return policy_class(cfg.policy, AllocationPolicy, ALLOCATION_POLICIES)(cfg, classes)
+    policy = policy_class(cfg.policy, AllocationPolicy, ALLOCATION_POLICIES)(cfg, classes)
+    return Tiered(policy) if any(c.tier or c.min_share for c in classes) else policy

@@ -155,6 +155,13 @@ class EngineBook:
         return self.config.max_inflight
 
     @property
+    def request_tokens(self) -> float:
+        """What one request costs in allocation besides its tokens: the configured
+        ``AllocationConfig.request_tokens``, or the fleet's learned one."""
+        fixed = self.config.allocation.request_tokens
+        return self._fleet.request_tokens if fixed is None else fixed
+
+    @property
     def ledger(self) -> TenantLedger:
         """Every tenant's lane and usage (what a tenant policy reads)."""
         return self._ledger

@@ -121,11 +121,23 @@ class SchedulerConfig:
         check_instance("ordering", self.ordering, OrderingConfig)
         check_instance("overload", self.overload, OverloadConfig)
         check_instance("signals", self.signals, SignalsConfig)
+        names = [c.name for c in self.classes]
+        for tenant in self.tenants.tenants:
+            if tenant.default_class is not None and tenant.default_class not in names:
+                raise ValueError(f"tenant {tenant.name!r}: default_class="
+                                 f"{tenant.default_class!r} must be one of {names}")  # fmt: skip
+        guarded = sum(c.min_share or 0.0 for c in self.classes)
+        if guarded >= 1.0:
+            raise ValueError(f"the classes' min_share add up to {guarded:g}, must be < 1")
 
-    def class_for(self, bucket: Bucket) -> str:
+    def class_for(self, bucket: Bucket, tenant: str | None = None) -> str:
         """Default class of a request routed by ``bucket`` when the caller names none:
-        the first interactive class for short requests, else the first other class
-        (the main paper's short versus heavy lanes)."""
+        its tenant's ``default_class`` when it has one, else the first interactive class
+        for short requests and the first other class for the rest (the main paper's
+        short versus heavy lanes)."""
+        klass = self.tenants.default_class(tenant)
+        if klass is not None:
+            return klass
         if bucket is Bucket.SHORT:
             for spec in self.classes:
                 if spec.interactive:

@@ -106,18 +106,30 @@ class ClassSpec:
             Short-Priority serves it first.
         quota: Fraction of ``max_inflight`` reserved for this class under
             quota-tiered isolation; ``None`` splits by ``weight``.
+        tier: Strict priority: while any class of a lower tier has a request
+            waiting, no class of a higher tier sends (0, the default, is the most
+            urgent; classes of one tier share by ``weight``). Any allocation policy
+            runs inside the tier (:class:`~semisched.core.allocation.Tiered`).
+        min_share: Starvation guard of a class behind a busier tier: while it has
+            a request waiting it still gets at least this fraction of the sends
+            (``None``: none; strict tiers may then starve it).
     """
 
     name: str
     weight: float = 1.0
     interactive: bool = False
     quota: float | None = None
+    tier: int = 0
+    min_share: float | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
         _positive("weight", self.weight)
         check_bool("interactive", self.interactive)
         check_fraction("quota", self.quota, strict_min=True, optional=True)
+        check_int("tier", self.tier, minimum=0)
+        check_fraction("min_share", self.min_share, strict_min=True, strict_max=True,
+                       optional=True)  # fmt: skip
 
 
 #: The paper's two lanes: interactive (short work) and batch (everything heavier).
@@ -141,19 +153,33 @@ class AllocationConfig:
             (the class itself: the engine builds it with ``(config, classes)``).
         quantum_tokens: DRR base quantum in estimated tokens per round. 256 is
             the medium bucket's upper bound, so a medium job fits one round.
+        quantum_tokens: DRR base quantum in estimated tokens per round, at most:
+            a round's quantum is the largest cost waiting at a class's head when
+            that is smaller, so that a class of tiny requests sends one or two a
+            turn, not hundreds. 256 is the medium bucket's upper bound, so a
+            medium job fits one round.
         congestion_gain: Interactive quantum is multiplied by
             ``1 + congestion_gain * severity`` (Scheduling the Unschedulable §3.1; the paper gives
             no value, 2.0 triples the interactive share at full stress).
+        request_tokens: What one request costs in allocation besides its tokens,
+            in tokens: the fixed part of the time it holds a slot at the provider
+            (the round trip, the prefill, the slot itself), so that a class of
+            one-token requests cannot send hundreds for one of another class's.
+            ``None`` (the default) learns it: the endpoints' mean intercept over
+            their slope, from the fit of latency on output tokens
+            (:class:`~semisched.core.fleet.endpoint.SpeedFit`); 0 turns it off.
     """
 
     policy: str | type[AllocationPolicy] = "adaptive_drr"
     quantum_tokens: float = 256.0
     congestion_gain: float = 2.0
+    request_tokens: float | None = None
 
     def __post_init__(self) -> None:
         _check_policy(self.policy, ALLOCATION_POLICY_NAMES)
         _positive("quantum_tokens", self.quantum_tokens)
         _positive("congestion_gain", self.congestion_gain, allow_zero=True)
+        _positive("request_tokens", self.request_tokens, allow_zero=True, optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,8 +31,14 @@ Caps that vary from call to call carry the information; one cap on every
 call does not (it can only move the combination's intercept). So the
 combination above counts in proportion ``r = V / (V + 0.05)`` to the EMA
 variance ``V`` of the calls' log caps (taken to be 1, caps that vary, until
-``n0`` answers have shown how they vary), and
-``1 - r`` of the log quantiles stay the source's own. A call without a cap
+``n0`` answers have shown how they vary; a cap far from those seen counts with
+its own squared distance from their mean, so one new cap is never read as one
+more of the same), and ``1 - r`` of the log quantiles stay the source's own.
+An answer that reached its cap was cut, and says only that the request wanted at
+least the cap (a censored observation): an expert whose median was above the cap
+scores no error on it, one below scores the error it has at least. Scoring the cut
+length as the request's own would teach, after a few ``max_tokens=1`` calls, that
+requests are one token long. A call without a cap
 has no second opinion at all, and its prior is used as the source gave it:
 correcting the learned model's own bias and spread from answers (on the
 held-out ShareGPT pairs its log errors average -0.25 with a spread of 0.95,
@@ -184,6 +190,8 @@ class Calibrated:
         source_p50: The source's own median.
         heuristic_p50: The heuristic expert's median.
         sigma0: The spread the source claimed for this request.
+        cap: The call's ``max_tokens`` (``None``: none): an answer that reached it was
+            cut there, and says only that the request wanted at least that many.
     """
 
     prior: Prior
@@ -191,6 +199,7 @@ class Calibrated:
     source_p50: float
     heuristic_p50: float
     sigma0: float
+    cap: int | None = None
 
 
 class LengthCalibration:
@@ -232,23 +241,32 @@ class LengthCalibration:
         w_s = min(1.0, max(0.0, w_s))
         if cap is None:  # no second opinion: the source's quantiles as given (docstring)
             m.source_weight = 1.0
-            return Calibrated(prior, key, p50_s, p50_h, sigma0)
+            return Calibrated(prior, key, p50_s, p50_h, sigma0, cap)
         w_h = 1.0 - w_s
         log_p50 = w_s * (math.log(p50_s) + k * m.bias_s) + w_h * (math.log(p50_h) + k * m.bias_h)
         variance = max(w_s * w_s * var_s + w_h * w_h * var_h + 2.0 * w_s * w_h * cov, 1e-6)
         log_p90 = log_p50 + Z90 * math.sqrt(variance) * sigma0 / spread
         # Caps that vary say something; one cap on every call only moves the intercept.
-        varies = _COLD_CAP_VARIANCE if n < n0 else m.var_log_h
+        # A cap unlike those seen varies by itself: ten calls at max_tokens=1 must not
+        # teach that the cap of the next one, at 256, means nothing.
+        novel = math.log(p50_h) - m.mean_log_h
+        varies = _COLD_CAP_VARIANCE if n < n0 else max(m.var_log_h, novel * novel)
         r = varies / (varies + _CAP_VARIANCE_HALF)
         m.source_weight = 1.0 - r * w_h
         log_p50 = (1.0 - r) * math.log(p50_s) + r * log_p50
         log_p90 = (1.0 - r) * math.log(max(prior.p90, p50_s)) + r * log_p90
         p50, p90 = min(math.exp(log_p50), float(cap)), min(math.exp(log_p90), float(cap))
         corrected = Prior(p50=p50, p90=max(p90, p50), bucket=prior.bucket)
-        return Calibrated(corrected, key, p50_s, p50_h, sigma0)
+        return Calibrated(corrected, key, p50_s, p50_h, sigma0, cap)
 
     def observe(self, calibrated: Calibrated, output_tokens: int) -> None:
         """Score both experts of ``calibrated`` on the answer's real length.
+
+        An answer that reached its call's cap was cut there: its length says only "at
+        least the cap" (a censored observation). An expert whose median was above the
+        cap is not contradicted by it and scores no error; one whose median was below
+        scores the error it is known to have at least. Scoring the cut length as the
+        request's own would teach that requests are as short as their caps.
 
         Scores are folded in at the next :meth:`adjust` or :meth:`statistics`, all that
         arrived since in sorted order: answers that land at the same instant (one decode
@@ -259,6 +277,9 @@ class LengthCalibration:
         actual = math.log(max(float(output_tokens), 1.0))
         e_s = actual - math.log(calibrated.source_p50)
         e_h = actual - math.log(calibrated.heuristic_p50)
+        if calibrated.cap is not None and output_tokens >= calibrated.cap:
+            # Cut at its cap (censored): an expert that said more is not contradicted.
+            e_s, e_h = max(e_s, 0.0), max(e_h, 0.0)
         log_h = math.log(calibrated.heuristic_p50)
         self._unfolded.append((calibrated.key, e_s, e_h, log_h, calibrated.sigma0))
 

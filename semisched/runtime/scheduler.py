@@ -469,7 +469,7 @@ class Scheduler:
         tokens = self._estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
         request = Request(
             id=rid,
-            klass=call.klass or self.config.class_for(prior.routing_bucket),
+            klass=call.klass or self.config.class_for(prior.routing_bucket, call.tenant),
             prior=prior,
             input_tokens=float(tokens),
             arrival=now,

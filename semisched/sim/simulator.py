@@ -275,7 +275,7 @@ class Simulator:
             if job.request.klass not in names:
                 # A two-lane workload against a config with other classes (the one-class
                 # batch preset): route it as a caller naming no class would be routed.
-                klass = config.class_for(job.request.bucket)
+                klass = config.class_for(job.request.bucket, job.request.tenant)
                 job = dataclasses.replace(
                     job, request=dataclasses.replace(job.request, klass=klass)
                 )
@@ -308,8 +308,8 @@ class Simulator:
         self._calibrated[request.id] = calibrated
         config = self.engine.config
         klass = request.klass
-        if klass == config.class_for(request.bucket):
-            klass = config.class_for(calibrated.prior.routing_bucket)
+        if klass == config.class_for(request.bucket, request.tenant):
+            klass = config.class_for(calibrated.prior.routing_bucket, request.tenant)
         request = dataclasses.replace(request, prior=calibrated.prior, klass=klass)
         row = self._rows[request.id]
         row.klass, row.routing_bucket = klass, str(request.bucket)

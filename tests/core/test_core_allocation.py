@@ -36,6 +36,7 @@ def config(
     weights: tuple[float, float] = (1.0, 1.0),
     max_inflight: int = 1,
     gain: float = 0.0,
+    request_tokens: float | None = 0.0,
 ) -> SchedulerConfig:
     return SchedulerConfig(
         max_inflight=max_inflight,
@@ -43,7 +44,11 @@ def config(
             ClassSpec(name=INTERACTIVE, weight=weights[0], interactive=True, quota=0.25),
             ClassSpec(name=BATCH, weight=weights[1], quota=0.75),
         ),
-        allocation=AllocationConfig(policy=policy, quantum_tokens=256.0, congestion_gain=gain),
+        # The tests of token shares charge tokens alone (the learned per-request part is
+        # tested on its own below).
+        allocation=AllocationConfig(
+            policy=policy, quantum_tokens=256.0, congestion_gain=gain, request_tokens=request_tokens
+        ),
         ordering=OrderingConfig(policy="fifo"),
         overload=OverloadConfig(policy="none"),
     )
@@ -208,6 +213,7 @@ class FakeView:
     costs: dict[str, float]
     max_inflight: int | None = 8
     entries: dict[str, Entry] = field(default_factory=dict)
+    request_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         for seq, (klass, cost) in enumerate(self.costs.items()):

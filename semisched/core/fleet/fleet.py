@@ -132,6 +132,10 @@ class Fleet:
         for spec in endpoints:
             self.add(spec)
         self.paused_until = float("-inf")  # the fleet's shared budget refused
+        #: The fixed part of a request's slot time, in output tokens: the mean over the
+        #: endpoints that have answered of their fit's intercept over its slope
+        #: (``AllocationConfig.request_tokens`` when that is None).
+        self.request_tokens = 0.0
 
     def __repr__(self) -> str:
         return f"<Fleet {self.policy.name} {[e.name for e in self._endpoints]}>"
@@ -273,6 +277,9 @@ class Fleet:
         if signals is not self.signals:
             self.signals.record_completion(latency, tokens)
         endpoint.fit.observe(tokens, latency)
+        floors = [e.fit.intercept_s / e.fit.slope_s for e in self._endpoints if e.completed]
+        if floors:  # else it was the last answer of a removed endpoint
+            self.request_tokens = sum(floors) / len(floors)
         if charged_tokens is not None:
             rid = entry.request.id
             if endpoint.budget is not None:

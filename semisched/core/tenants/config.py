@@ -89,6 +89,8 @@ class TenantSpec:
         tpm: At most this many tokens (prompt plus ``max_tokens``, else the
             prior's p90, as a provider counts them) sent per minute.
         max_concurrency: At most this many requests in flight at once.
+        default_class: The scheduling class of this tenant's requests that name
+            none (``None``: chosen from the request's predicted size).
     """
 
     name: str
@@ -97,9 +99,11 @@ class TenantSpec:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
+    default_class: str | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
+        check_str("default_class", self.default_class, optional=True)
         check_number("weight", self.weight, minimum=0, strict_min=True)
         if isinstance(self.service, str):
             check_choice("service", self.service, [s.value for s in ServiceClass])
@@ -168,6 +172,17 @@ class TenantConfig:
     def names(self) -> tuple[str, ...]:
         """The declared tenants' names, in order."""
         return tuple(t.name for t in self.tenants)
+
+    def default_class(self, name: str | None) -> str | None:
+        """The ``default_class`` of the tenant a request naming ``name`` belongs to
+        (``None``: it has none, or no tenant applies)."""
+        if not any(t.default_class for t in self.tenants):
+            return None
+        try:
+            tenant = self.tenant_for(name)
+        except ValueError:
+            return None
+        return next(t.default_class for t in self.tenants if t.name == tenant)
 
     def tenant_for(self, name: str | None) -> str:
         """The tenant a request naming ``name`` (``None`` or ``""``: none) belongs to.

@@ -74,6 +74,11 @@ class LaneHost(Protocol):
         """The client's concurrency budget."""
         ...
 
+    @property
+    def request_tokens(self) -> float:
+        """What one request costs in allocation besides its tokens."""
+        ...
+
     def choose(self, queue: ClassQueue) -> Entry:
         """The ordering policy's pick in ``queue`` now."""
         ...
@@ -186,6 +191,11 @@ class TenantLane:
     def max_inflight(self) -> int | None:
         """The client's concurrency budget."""
         return self._host.max_inflight
+
+    @property
+    def request_tokens(self) -> float:
+        """What one request costs in allocation besides its tokens."""
+        return self._host.request_tokens
 
     def backlogged(self) -> Sequence[str]:
         """This tenant's classes with queued requests, in configured order."""
