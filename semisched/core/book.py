@@ -270,6 +270,7 @@ class EngineBook:
             rejects_by_bucket=_bucket_counts(self._rejects_by_bucket),
             defers_by_bucket=_bucket_counts(self._defers_by_bucket),
             allocation_state=self._alloc.state(),
+            request_tokens=self.request_tokens,
             budget=self._fleet.budget_snapshot(self._now),
             held=self._held,
             endpoints=self._fleet.statistics(self._now),

@@ -245,6 +245,8 @@ class EngineStats:
         defers_by_bucket: Deferrals per routing bucket.
         allocation_state: The allocation policy's per-class state (DRR deficits)
             of the first tenant (each tenant's is in ``tenants``).
+        request_tokens: What one request costs in allocation besides its tokens
+            (``AllocationConfig.request_tokens``, or the value learned from latency).
         budget: The fleet-wide rate budget's state, when one is configured.
         held: Sending is paused (:meth:`Engine.hold`).
         endpoints: Per endpoint, in fleet order.
@@ -267,6 +269,7 @@ class EngineStats:
     rejects_by_bucket: BucketCounts
     defers_by_bucket: BucketCounts
     allocation_state: dict[str, float]
+    request_tokens: float = 0.0
     budget: BudgetSnapshot | None = None
     held: bool = False
     endpoints: tuple[EndpointStats, ...] = ()

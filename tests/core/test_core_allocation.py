@@ -272,3 +272,125 @@ def test_adaptive_drr_serves_a_job_larger_than_many_quanta() -> None:
     batch_at = [i for i, k in enumerate(picks) if k == BATCH]
     assert batch_at, "the big job starved"
     assert 1000 < batch_at[0] < 2000  # after ~ 100_000 / 64 interactive sends
+
+
+# -- a request's fixed cost and the round's quantum --------------------------------------------
+
+
+def test_one_token_requests_alternate_instead_of_a_class_sending_hundreds_a_turn() -> None:
+    # Both classes' requests cost one token. A quantum of 256 once let the class whose
+    # turn it was send 256 of them in a row; the round's quantum is now the largest head
+    # cost, so equal weights alternate one for one.
+    d = backlogged_driver("adaptive_drr", 1, 1, n=20)
+    for _ in range(20):
+        d.complete_oldest()
+    assert (
+        d.classes()[:20] == [INTERACTIVE, BATCH] * 10
+        or d.classes()[:20] == [BATCH, INTERACTIVE] * 10
+    )
+
+
+@pytest.mark.parametrize("weights", [(1.0, 1.0), (3.0, 1.0)])
+def test_a_per_request_cost_makes_the_weights_hold_by_count_when_slots_are_the_cost(
+    weights: tuple[float, float],
+) -> None:
+    # Interactive requests of 1 token against batch requests of 64: with a per-request
+    # cost of 1,000 tokens (a provider whose slot time hardly depends on length) the
+    # classes share the sends by their weights, not 64 interactive sends per batch one.
+    d = backlogged_driver("adaptive_drr", 1, 64, weights=weights, request_tokens=1000.0)
+    for _ in range(80):
+        d.complete_oldest()
+    counts = {k: d.classes()[:80].count(k) for k in (INTERACTIVE, BATCH)}
+    assert counts[INTERACTIVE] / counts[BATCH] == pytest.approx(weights[0] / weights[1], rel=0.15)
+    tokens_only = backlogged_driver("adaptive_drr", 1, 64, weights=weights)
+    for _ in range(80):
+        tokens_only.complete_oldest()
+    assert tokens_only.classes()[:80].count(BATCH) < counts[BATCH] / 2
+
+
+def test_the_per_request_cost_is_learned_from_latency() -> None:
+    # Every answer takes 2 s whatever its length (lengths 1 to 64 vary enough to fit a
+    # slope): the fit's intercept over its slope is a large per-request cost.
+    engine = Engine(config("adaptive_drr", request_tokens=None))
+    assert engine.statistics().request_tokens == 0.0  # nothing learned yet
+    now = 0.0
+    for i in range(40):
+        engine.submit(req(f"r{i}", BATCH, 8), now)
+        now += 2.0
+        engine.completed(f"r{i}", now, output_tokens=1 + (i % 2) * 63)
+    fit = engine.statistics().endpoints[0]
+    learned = engine.statistics().request_tokens
+    assert learned == pytest.approx(fit.intercept_s * fit.decode_tokens_per_s)
+    assert learned > 256  # more than a whole quantum: the slot, not the tokens, is the cost
+
+
+# -- strict tiers and the starvation guard -----------------------------------------------------
+
+
+def tiered(policy: str, *, min_share: float | None = None) -> SchedulerConfig:
+    return config(policy).with_(
+        classes=(
+            ClassSpec(name=INTERACTIVE, interactive=True, tier=0),
+            ClassSpec(name=BATCH, tier=1, min_share=min_share),
+        )
+    )
+
+
+@pytest.mark.parametrize("policy", ["adaptive_drr", "fifo", "fair_queuing"])
+def test_a_later_tier_waits_while_an_earlier_one_has_work(policy: str) -> None:
+    d = Driver(tiered(policy))
+    d.submit("blocker", BATCH, 100)
+    for i in range(5):
+        d.submit(f"b{i}", BATCH, 8)  # batch arrived first, and is smaller ...
+    for i in range(5):
+        d.submit(f"i{i}", INTERACTIVE, 2000)  # ... but waits for the earlier tier
+    for _ in range(10):
+        d.complete_oldest()
+    assert d.classes()[1:] == [INTERACTIVE] * 5 + [BATCH] * 5
+
+
+def test_the_guard_gives_a_starved_tier_its_minimum_share() -> None:
+    d = Driver(tiered("adaptive_drr", min_share=0.25))
+    for i in range(100):
+        d.submit(f"i{i}", INTERACTIVE, 64)
+        d.submit(f"b{i}", BATCH, 64)
+    for _ in range(80):
+        d.complete_oldest()
+    assert d.classes()[:80].count(BATCH) == pytest.approx(20, abs=2)
+    unguarded = Driver(tiered("adaptive_drr"))
+    for i in range(100):
+        unguarded.submit(f"i{i}", INTERACTIVE, 64)
+        unguarded.submit(f"b{i}", BATCH, 64)
+    for _ in range(80):
+        unguarded.complete_oldest()
+    assert unguarded.classes()[1:80].count(BATCH) == 0
+
+
+def test_tier_and_guard_values_are_checked() -> None:
+    with pytest.raises(ValueError, match="tier"):
+        ClassSpec(name="x", tier=-1)
+    with pytest.raises(ValueError, match="min_share"):
+        ClassSpec(name="x", min_share=1.0)
+    with pytest.raises(ValueError, match="min_share"):
+        config("adaptive_drr").with_(
+            classes=(ClassSpec(name="a", min_share=0.6), ClassSpec(name="b", min_share=0.5))
+        )
+    with pytest.raises(ValueError, match="request_tokens"):
+        AllocationConfig(request_tokens=-1.0)
+
+
+def test_a_tenants_default_class_is_the_class_of_its_unmarked_requests() -> None:
+    from semisched.core import Bucket, TenantConfig, TenantSpec
+
+    tenants = TenantConfig(
+        tenants=(TenantSpec(name="jobs", default_class=BATCH), TenantSpec(name="app")),
+        default="app",
+    )
+    cfg = config("adaptive_drr").with_(tenants=tenants)
+    assert cfg.class_for(Bucket.SHORT, "jobs") == BATCH  # short, but its tenant says batch
+    assert cfg.class_for(Bucket.SHORT, "app") == INTERACTIVE
+    assert cfg.class_for(Bucket.SHORT) == INTERACTIVE  # the default tenant has none
+    with pytest.raises(ValueError, match="default_class='nope' must be one of"):
+        config("adaptive_drr").with_(
+            tenants=TenantConfig(tenants=(TenantSpec(name="t", default_class="nope"),))
+        )

@@ -228,3 +228,20 @@ def test_the_gateway_example_serves_both_tenants(
             status = httpx2.get(f"http://127.0.0.1:{port}/semisched/status").json()
             assert {t["name"]: t["completed"] for t in status["tenants"]} == {
                 "web": 1, "batch": 1}  # fmt: skip
+
+
+def test_priority_marks_put_the_urgent_trickle_first_and_the_flood_still_moves() -> None:
+    out = run("priority.py")
+    rows = {
+        name.strip(): tuple(float(v) for v in values.split())
+        for name, values in re.findall(
+            r"^(no marks|marks|strict tiers|tenant's class) +(.+)$", out, flags=re.M
+        )
+    }
+    assert len(rows) == 4
+    unmarked_flood_p50 = rows["no marks"][2]
+    for name in ("marks", "strict tiers", "tenant's class"):
+        urgent_p95, flood_p50 = rows[name][1], rows[name][2]
+        assert urgent_p95 <= 0.4  # at most 2x the unloaded 0.2 s
+        assert urgent_p95 < rows["no marks"][1]  # marked is never slower than unmarked
+        assert flood_p50 <= 1.2 * unmarked_flood_p50  # the flood still completes
