@@ -147,6 +147,15 @@ class SchedulerConfig:
                 return spec.name
         return self.classes[0].name
 
+    def deadline_for(self, klass: str, asked_s: float | None) -> float | None:
+        """The deadline (seconds from submission) of a request of ``klass`` whose call
+        asked for ``asked_s`` (``None``: none): the sooner of that and the class's
+        ``deadline_s``."""
+        for spec in self.classes:
+            if spec.name == klass and spec.deadline_s is not None:
+                return spec.deadline_s if asked_s is None else min(asked_s, spec.deadline_s)
+        return asked_s
+
     def with_(self, **changes: Any) -> SchedulerConfig:
         """Return a copy with fields replaced (validated again)."""
         return replace(self, **changes)

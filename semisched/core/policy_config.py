@@ -113,6 +113,10 @@ class ClassSpec:
         min_share: Starvation guard of a class behind a busier tier: while it has
             a request waiting it still gets at least this fraction of the sends
             (``None``: none; strict tiers may then starve it).
+        deadline_s: The deadline of this class's requests, in seconds from
+            submission, when the call's own is later or absent (``None``: none).
+            A flood past it is shed (``DeadlineExceeded``; the gateway answers a
+            request still queued with a 429) instead of waiting for as long as it takes.
     """
 
     name: str
@@ -121,6 +125,7 @@ class ClassSpec:
     quota: float | None = None
     tier: int = 0
     min_share: float | None = None
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
@@ -130,6 +135,7 @@ class ClassSpec:
         check_int("tier", self.tier, minimum=0)
         check_fraction("min_share", self.min_share, strict_min=True, strict_max=True,
                        optional=True)  # fmt: skip
+        _positive("deadline_s", self.deadline_s, optional=True)
 
 
 #: The paper's two lanes: interactive (short work) and batch (everything heavier).

@@ -21,6 +21,7 @@ an unknown path                         404     ``unknown_url``
 a method the path does not take         405     ``method_not_allowed``  ``Allow``
 rejected by overload control            429     ``request_rejected``   ``Retry-After``
 the gateway's queue is full             429     ``queue_full``         ``Retry-After``
+shed at a class/tenant ``deadline_s``   429     ``deadline_shed``      ``Retry-After``
 deadline passed (queued or in flight)   504     ``deadline_exceeded``  ``x-should-retry: false``
 shutting down (queued or arriving)      503     ``shutting_down``      ``Retry-After``
 the upstream failed (after retries)     its     its own error, or      ``Retry-After`` if any
@@ -77,8 +78,8 @@ from semisched.errors import (
 )
 from semisched.gateway.hints import BadRequest
 
-__all__ = ["EXCEPTION_HANDLERS", "error_body", "error_response", "outcome_response", "refused",
-           "retry_after", "stream_error"]  # fmt: skip
+__all__ = ["EXCEPTION_HANDLERS", "deadline_shed", "error_body", "error_response",
+           "outcome_response", "refused", "retry_after", "stream_error"]  # fmt: skip
 
 #: The longest error message answered, in characters (:func:`error_body`).
 MAX_MESSAGE_CHARS: Final = 1000
@@ -219,6 +220,16 @@ def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Resp
     if isinstance(error, ProviderError):
         return _upstream(error)
     return error_response(500, str(error), "server_error", "internal_error")  # InternalError
+
+
+def deadline_shed(deadline: str, retry_after_s: float) -> Response:
+    """429 for a request shed at a deadline the gateway gave it (``deadline``: which,
+    e.g. ``the class 'batch''s deadline_s=30``) while it was still queued: never sent,
+    it may be sent again later (:mod:`semisched.gateway.priority`, rule 4)."""
+    return error_response(429, f"shed: the request was still queued when {deadline} passed "
+                          "(it was not sent); try again later, or give it a deadline of its "
+                          "own (x-semisched-deadline)", "rate_limit_error", "deadline_shed",
+                          headers={"retry-after": retry_after(retry_after_s)})  # fmt: skip
 
 
 def shutting_down(retry_after_s: float) -> Response:

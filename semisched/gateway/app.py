@@ -17,11 +17,14 @@ route                              what
 =================================  ==========================================================
 
 A completion request goes: key → tenant (401 without one), body and hints
-(:mod:`semisched.gateway.hints`: 400/403), the body's fields, model and
-service tier (:mod:`semisched.gateway.params`: 400/403/404; nothing is sent
-for a refused request), ``Scheduler.submit`` with the
-tenant, class, deadline and prior, then the upstream's answer as it came, or
-the outcome's answer (:mod:`semisched.gateway.answers`). The client's
+(:mod:`semisched.gateway.hints`: 400/403), its class and deadline
+(:mod:`semisched.gateway.priority`: an integer ``priority``, ``service_tier``,
+the key's class, the class's and tenant's ``deadline_s``), the body's fields,
+model and service tier (:mod:`semisched.gateway.params`: 400/403/404; nothing
+is sent for a refused request), ``Scheduler.submit`` with the tenant, class,
+deadline and prior, then the upstream's answer as it came, or the outcome's
+answer (:mod:`semisched.gateway.answers`; a request shed at a deadline the
+gateway gave it while still queued: 429 ``deadline_shed``). The client's
 disconnect cancels the submit (a queued request is never sent; one in flight
 is aborted, its upstream connection closed); so does a drain for what is
 still queued (:meth:`Gateway.drain`, on SIGTERM), which answers 503.
@@ -67,6 +70,7 @@ from semisched.gateway.hints import (
 from semisched.gateway.keys import KeyTable, bearer_key
 from semisched.gateway.limits import Refused, read_body
 from semisched.gateway.params import RequestChecks, parse_body
+from semisched.gateway.priority import DeadlinePlan, PriorityRules
 from semisched.gateway.sse import SSEResponse, watching
 from semisched.gateway.status import fleet_health, status_document
 from semisched.gateway.tickets import Ticket, Tracker, access_log, current_ticket, log_access
@@ -103,6 +107,7 @@ class Gateway:
         self.clients: dict[str, UpstreamClient] = {}
         self._environ = environ
         self._classes: tuple[str, ...] = tuple(c.name for c in config.scheduler_config().classes)
+        self.rules = PriorityRules(config, self.registry)
         self._answers = Counter(
             "semisched_gateway_responses",
             "Gateway answers by route and HTTP status",
@@ -294,21 +299,24 @@ class Gateway:
         if not isinstance(body, dict):
             return error_response(400, "the request body must be a JSON object",
                                   "invalid_request_error", "invalid_request")  # fmt: skip
+        priority = body.get("priority")  # read before the hints strip it
+        tier = body.get("service_tier") if "service_tier" in allowed else None
         try:
             hints = read_hints(headers, body, tenant=tenant, allowed=allowed,
                                classes=self._classes)  # fmt: skip
+            klass = self.rules.klass(hints.klass, priority, tier, headers.get("authorization"))
             self.checks.check(body, fields=allowed, tenant=tenant)
         except BadRequest as exc:  # a hint, a field, the model or the service tier
             return refused(exc)
-        deadline = hints.deadline_s or self.config.max_request_s  # a request's time is bounded
-        call = dict(body, klass=hints.klass, deadline=deadline, prior=hints.prior,
+        plan = self.rules.deadline(hints.deadline_s, tenant)  # a request's time is bounded
+        call = dict(body, klass=klass, deadline=plan.seconds, prior=hints.prior,
                     tenant=tenant or None)  # fmt: skip
         headers = hints.response_headers()  # decided before the call: short, ASCII
         if self.draining:  # it began while the body was read
             return shutting_down(self.config.retry_after_s)
         ticket.tenant = tenant
         result = await self._submit(ticket, call, receive)
-        return self._answer(ticket, result, headers)
+        return self._answer(ticket, result, headers, plan)
 
     async def _submit(self, ticket: Ticket, call: dict[str, Any], receive: Receive) -> Any:
         """``submit`` the call; a disconnect (or a drain) cancels it (``None`` is returned)."""
@@ -336,13 +344,16 @@ class Gateway:
     def _stream_cancelled(self) -> None:
         self.cancelled["in_flight"] += 1
 
-    def _answer(self, ticket: Ticket, result: Any, headers: dict[str, str]) -> Response:
+    def _answer(
+        self, ticket: Ticket, result: Any, headers: dict[str, str], plan: DeadlinePlan
+    ) -> Response:
         if result is None:  # cancelled
             if ticket.reason == "drain":
                 return shutting_down(self.config.retry_after_s)
             return Response(status_code=499)  # the client is gone: nobody reads it
         if isinstance(result, RequestError):
-            return outcome_response(result, drain_retry_after_s=self.config.retry_after_s)
+            shed = self.rules.shed_answer(plan, result)  # a deadline the gateway gave, queued
+            return shed or outcome_response(result, drain_retry_after_s=self.config.retry_after_s)
         if isinstance(result, ValueError | TypeError):
             return error_response(400, str(result), "invalid_request_error", "invalid_request")
         if isinstance(result, ScheduledStream):

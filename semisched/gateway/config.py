@@ -32,13 +32,30 @@ named by ``key_env``) with the gateway's own tables beside it::
     base_url = "https://api.openai.com/v1"
     key_env = "OPENAI_API_KEY"
 
+    [[class]]                              # optional: replace the preset's classes
+    name = "interactive"
+    interactive = true
+    [[class]]
+    name = "batch"
+    tier = 1                               # served after tier 0 ...
+    min_share = 0.1                        # ... but never starved below a tenth
+    deadline_s = 120                       # not sent within 120 s: 429 deadline_shed
+
+    [priority]                             # optional: an integer priority, service_tier
+    levels = [[0, "interactive"], [100, "batch"]]
+    above = "batch"
+    service_tier = { priority = "interactive", flex = "batch" }
+
 Rules:
 
 1. Unknown tables and fields are errors naming the file and the field; a
    ``[[tenant]]`` takes :class:`~semisched.core.tenants.config.TenantSpec`'s
-   fields plus ``key_sha256`` (a hash or a list of hashes) and ``service_tiers``
+   fields (``default_class`` included: the class of its requests that name
+   none) plus ``key_sha256`` (a hash or a list of hashes), ``service_tiers``
    (the OpenAI ``service_tier`` values beyond ``auto``/``default`` its keys may
-   send, e.g. ``["priority"]``; default none: :mod:`semisched.gateway.params`).
+   send, e.g. ``["priority"]``; default none: :mod:`semisched.gateway.params`),
+   ``key_classes`` (``{key hash: class}`` for one key's requests that name no
+   class) and ``deadline_s`` (its requests' deadline when they name none).
 2. The file holds hashes of gateway keys, never keys; a value that is not 64
    hex digits is refused without being repeated. One key belongs to one tenant.
 3. Without keys the gateway refuses to start unless ``auth = false``
@@ -48,6 +65,14 @@ Rules:
    adds a key (and the tenant, with weight 1, when the file has none of that name).
 5. Upstream keys are read from the environment when the gateway starts
    (:func:`semisched.fleet.fleetfile.build_endpoints`), never stored here.
+6. ``[[class]]`` tables (:class:`~semisched.core.config.ClassSpec`'s fields and
+   ``deadline_s``) replace the preset's classes; ``[priority]`` maps an integer
+   ``priority`` (``levels``, ``above``) and ``service_tier`` to classes
+   (:mod:`semisched.gateway.priority_config`). Every class named anywhere (a
+   tenant's ``default_class`` included) must be declared: by ``[[class]]``,
+   else by the preset (``interactive`` and ``batch``). A value the core refuses
+   (a weight, the ``min_share`` adding up to 1 or more) is an error naming the
+   file. How they apply to a request: :mod:`semisched.gateway.priority`.
 
 What this module is not: it opens no socket and reads no upstream key.
 """
@@ -66,6 +91,7 @@ from semisched.core.errors import SemischedError
 from semisched.core.tenants.config import TenantConfig, TenantSpec
 from semisched.fleet.fleetfile import FLEET_FIELDS, FleetFile, fleet_from_dict
 from semisched.gateway.keys import check_hash
+from semisched.gateway.priority_config import PrioritySettings, read_settings
 from semisched.priors.default import PRIOR_CHOICES
 
 __all__ = ["GATEWAY_FIELDS", "GatewayConfig", "GatewayConfigError", "config_from_dict",
@@ -78,10 +104,10 @@ GATEWAY_FIELDS: Final = (
     "max_retry_after_s", "auth", "max_body_bytes", "max_json_depth", "max_header_bytes",
     "header_timeout_s", "body_timeout_s", "keepalive_timeout_s", "max_connections",
 )  # fmt: skip
-_TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant")
+_TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant", "class", "priority")
 _TENANTS: Final = ("policy", "default", "half_life_s", "headroom")
-_TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "key_sha256",
-                  "service_tiers")  # fmt: skip
+_TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "default_class",
+                  "key_sha256", "service_tiers", "key_classes", "deadline_s")  # fmt: skip
 _BUDGET: Final = ("rpm", "tpm", "window_s", "margin_s", "adapt")
 
 
@@ -99,6 +125,8 @@ class GatewayConfig:
         tenants: The tenants, or ``None`` (one default tenant).
         service_tiers: ``{tenant: service tiers}`` each may ask the upstream for
             beyond ``auto``/``default`` (``[[tenant]] service_tiers``).
+        priority: The classes, the ``[priority]`` maps, the keys' classes and the
+            default deadlines (rule 6).
         auth: Require a key (``False``: ``--no-auth``, everyone the default tenant).
         host, port: Where to listen.
         preset: The scheduler preset.
@@ -110,7 +138,8 @@ class GatewayConfig:
         priors: ``heuristic`` (default: no model loaded), ``auto`` or ``learned``.
         models: Model ids ``GET /v1/models`` lists (empty: the endpoints' own lists).
         grace_s: After SIGTERM, how long calls in flight may finish.
-        retry_after_s: ``Retry-After`` of the 503 answered while shutting down.
+        retry_after_s: ``Retry-After`` of the 503 answered while shutting down, and
+            of a 429 ``deadline_shed`` when the scheduler gives no hint of its own.
         timeout_s: An upstream call's read timeout.
         max_request_s: The deadline of a request that names none
             (``x-semisched-deadline``), queue, retries and a stream's last chunk
@@ -151,6 +180,7 @@ class GatewayConfig:
     keys: Mapping[str, str] = field(default_factory=dict)
     tenants: TenantConfig | None = None
     service_tiers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    priority: PrioritySettings = field(default_factory=PrioritySettings)
     auth: bool = True
     host: str = "127.0.0.1"
     port: int = 8080
@@ -187,6 +217,8 @@ class GatewayConfig:
             "budget": self.budget,
             "retry": replace(config.retry, max_retry_after_s=self.max_retry_after_s),
         }
+        if self.priority.classes:
+            changes["classes"] = self.priority.classes
         if self.max_inflight is not None:
             changes["max_inflight"] = self.max_inflight
         if self.tenants is not None:
@@ -240,6 +272,17 @@ def _check(c: GatewayConfig) -> None:
             c.default_tenant()
         except ValueError:
             raise _fail("--no-auth with several tenants needs [tenants] default") from None
+    _check_classes(c)
+
+
+def _check_classes(c: GatewayConfig) -> None:
+    """Rule 6: the scheduler's config builds (the core's checks: the classes, their
+    ``min_share``, the tenants' ``default_class``), and every class named is declared."""
+    try:
+        config = c.scheduler_config()
+        c.priority.check([k.name for k in config.classes], c.keys)
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
 
 
 #: The client limits' integer fields and their ranges (semisched.gateway.limits).
@@ -295,7 +338,8 @@ def _tenants(where: str, data: dict[str, Any]) -> tuple[TenantConfig | None, dic
         label = f"{where}: tenant #{i}"
         table = _table(label, table, _TENANT)
         hashes = _hashes(f"{label} ({table.get('name')!r})", table.pop("key_sha256", []))
-        table.pop("service_tiers", None)  # read by _service_tiers
+        for name in ("service_tiers", "key_classes", "deadline_s"):
+            table.pop(name, None)  # read by _service_tiers and read_settings
         try:
             specs.append(TenantSpec(**table))
         except (ValueError, TypeError) as exc:
@@ -344,6 +388,10 @@ def config_from_dict(
     budget_table = _table(f"{where}: [budget]", data.get("budget"), _BUDGET)
     tenants, keys = _tenants(where, data)
     service_tiers = _service_tiers(where, data)
+    try:
+        priority = read_settings(data, keys)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"{where}: {exc}") from None
     fleet = fleet_from_dict({k: v for k, v in data.items() if k in FLEET_FIELDS}, where=where)
     if "models" in gateway:
         gateway["models"] = tuple(gateway["models"])
@@ -351,7 +399,8 @@ def config_from_dict(
     try:
         budget = BudgetConfig(**budget_table) if budget_table else None
         return GatewayConfig(fleet=fleet, keys=keys, tenants=tenants, budget=budget,
-                             service_tiers=service_tiers, **gateway)  # fmt: skip
+                             service_tiers=service_tiers, priority=priority,
+                             **gateway)  # fmt: skip
     except GatewayConfigError as exc:
         raise _fail(f"{where}: {exc}") from None
     except (ValueError, TypeError) as exc:

@@ -20,7 +20,9 @@ Rules:
    body's ``metadata.tenant`` naming another tenant is refused (403): a
    header cannot make someone else pay.
 2. The body's ``priority``, when it is a string naming a class, is the class
-   (the header wins); ``priority`` and ``metadata`` are always removed.
+   (the header wins); ``priority`` and ``metadata`` are always removed. An
+   integer ``priority``, ``service_tier`` and the key's or tenant's class are
+   read after these (:mod:`semisched.gateway.priority`).
 3. Only OpenAI's own fields of the route (:data:`CHAT_FIELDS`,
    :data:`COMPLETION_FIELDS`) are forwarded; every other field is stripped, so
    the upstream never sees a field it would refuse. The stripped names are

@@ -467,13 +467,15 @@ class Scheduler:
                 prior = calibrated.prior
         now = self._dispatch.now()
         tokens = self._estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
+        klass = call.klass or self.config.class_for(prior.routing_bucket, call.tenant)
+        deadline_s = self.config.deadline_for(klass, call.deadline_s)
         request = Request(
             id=rid,
-            klass=call.klass or self.config.class_for(prior.routing_bucket, call.tenant),
+            klass=klass,
             prior=prior,
             input_tokens=float(tokens),
             arrival=now,
-            deadline=None if call.deadline_s is None else now + call.deadline_s,
+            deadline=None if deadline_s is None else now + deadline_s,
             max_output_tokens=call.output_cap,
             model=call.model,
             tenant=call.tenant,

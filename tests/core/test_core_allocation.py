@@ -394,3 +394,18 @@ def test_a_tenants_default_class_is_the_class_of_its_unmarked_requests() -> None
         config("adaptive_drr").with_(
             tenants=TenantConfig(tenants=(TenantSpec(name="t", default_class="nope"),))
         )
+
+
+def test_a_class_deadline_is_the_longest_its_requests_may_take() -> None:
+    cfg = config("adaptive_drr").with_(
+        classes=(
+            ClassSpec(name=INTERACTIVE, interactive=True, deadline_s=5.0),
+            ClassSpec(name=BATCH),
+        )
+    )
+    assert cfg.deadline_for(INTERACTIVE, None) == 5.0  # none asked: the class's
+    assert cfg.deadline_for(INTERACTIVE, 30.0) == 5.0  # a later one asked: the class's
+    assert cfg.deadline_for(INTERACTIVE, 2.0) == 2.0  # a sooner one asked: the call's
+    assert cfg.deadline_for(BATCH, None) is None
+    with pytest.raises(ValueError, match="deadline_s"):
+        ClassSpec(name="x", deadline_s=0)
