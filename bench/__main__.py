@@ -32,6 +32,10 @@ Subcommands:
   gateway-faults  a fault campaign against a real `semisched serve` on loopback: a
                   disconnect storm, slow and hostile clients, memory, upstream faults,
                   SIGTERM under load (faults.md and faults.csv)
+  gateway-priority
+                  priority through a real `semisched serve` out of the box: a high-priority
+                  trickle beside a low-priority flood at 1.5x capacity, marked or not,
+                  on a fresh and a warm gateway process (results.md and results.json)
   real-engine     llama.cpp's llama-server built here: setup (build it and a random-weight
                   model), fit (the mock's llama-cpp profile), compare (mock vs engine)
   dashboard       an overload seen through the SDK's and the mock's Prometheus metrics:
@@ -184,6 +188,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="requests held when SIGTERM comes (200)")  # fmt: skip
     gf.add_argument("--seed", type=int, default=0, help="the storm's seed (0)")
     gf.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for the test")
+    gp = sub.add_parser("gateway-priority", help="priority through a real semisched serve: "
+                        "a trickle beside a flood, marked or not, fresh and warm")  # fmt: skip
+    gp.add_argument("--out", type=Path, default=Path("docs/results/gateway-priority"),
+                    help="output folder (docs/results/gateway-priority)")  # fmt: skip
+    gp.add_argument("--runs", type=int, default=1, help="runs of every cell, medians (1)")
+    gp.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for the test")
     from bench.real_engine.cli import add_parser as add_real_engine
 
     add_real_engine(sub)
@@ -415,6 +425,23 @@ def _gateway_faults(args: argparse.Namespace) -> Path:
     return written
 
 
+def _gateway_priority(args: argparse.Namespace) -> Path:
+    from dataclasses import replace
+
+    from bench.gateway_priority import QUICK, PriorityRun, priority_bench
+
+    try:
+        run = replace(QUICK if args.quick else PriorityRun(), runs=args.runs)
+    except ValueError as exc:
+        error(str(exc))
+    command = " ".join(["python -m bench gateway-priority", "--out", str(args.out),
+                        *(["--quick"] if args.quick else []),
+                        *([f"--runs {args.runs}"] if args.runs != 1 else [])])  # fmt: skip
+    written = priority_bench(Path(args.out), run, command=command)
+    print(written.read_text())
+    return written
+
+
 def _real_engine(args: argparse.Namespace) -> Path:
     from bench.real_engine.cli import run
 
@@ -435,6 +462,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "dashboard": _dashboard,
     "gateway": _gateway,
     "gateway-faults": _gateway_faults,
+    "gateway-priority": _gateway_priority,
     "real-engine": _real_engine,
 }
 

@@ -24,6 +24,7 @@ plan          ``docs/results/plan/plans.csv``, ``checks.csv``        plan
 gateway       ``docs/results/gateway/overhead.csv``                  gateway
 (tenants)     ``docs/results/gateway/tenants.csv``                   gateway
 (replicas)    ``docs/results/gateway/replicas.csv``                  gateway
+(priority)    ``docs/results/gateway-priority/results.json``         gateway-priority
 perf          ``docs/results/perf/perf.csv``                         perf
 ============  ====================================================  =========
 
@@ -37,6 +38,8 @@ minutes): ``python -m bench shared-budget --out docs/results/shared-budget
 The gateway's tables are not rerun by ``docs`` either (real server processes for
 a few minutes, and timings that want a quiet machine): ``python -m bench gateway
 --out docs/results/gateway``, then ``docs --render-only``.
+Nor is the gateway's priority table (a dozen gateway processes, about fifteen minutes):
+``python -m bench gateway-priority``, then ``docs --render-only``.
 The perf table is not rerun by ``docs`` (it needs the baseline's tree and a quiet
 machine): ``python -m bench perf --baseline 2e91dde --out docs/results/perf``, then
 ``docs --render-only``.
@@ -232,6 +235,13 @@ def _gateway_replicas(root: Path) -> str:
     return markdown(replicas_table(_read(root / DOCS / "gateway" / "replicas.csv")))
 
 
+def _gateway_priority(root: Path) -> str:
+    """``docs/results/gateway-priority/results.json``: a marked trickle beside a flood."""
+    from bench.gateway_priority_report import priority_block
+
+    return priority_block(root)
+
+
 def _tenants(root: Path) -> str:
     """``docs/results/tenants/summary.csv``: issue 15's targets per condition."""
     from bench.tenants import POLICIES
@@ -329,6 +339,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "gateway": _gateway,
     "gateway-tenants": _gateway_tenants,
     "gateway-replicas": _gateway_replicas,
+    "gateway-priority": _gateway_priority,
     "plan": _plan,
     **REAL_ENGINE_BLOCKS,
     "perf": _perf,
