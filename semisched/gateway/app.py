@@ -341,6 +341,13 @@ class Gateway:
             return None
         return result
 
+    def _drain_s(self) -> float:
+        """The scheduler's estimate of how long its queue takes to drain (its queue
+        pressure, in seconds: ``SignalsConfig.queue_ref_s`` at full pressure)."""
+        assert self.scheduler is not None
+        pressure = self.scheduler.statistics().engine.signals.queue_pressure
+        return pressure * self.scheduler.config.signals.queue_ref_s
+
     def _stream_cancelled(self) -> None:
         self.cancelled["in_flight"] += 1
 
@@ -352,7 +359,7 @@ class Gateway:
                 return shutting_down(self.config.retry_after_s)
             return Response(status_code=499)  # the client is gone: nobody reads it
         if isinstance(result, RequestError):
-            shed = self.rules.shed_answer(plan, result)  # a deadline the gateway gave, queued
+            shed = self.rules.shed_answer(plan, result, self._drain_s)  # a gateway deadline
             return shed or outcome_response(result, drain_retry_after_s=self.config.retry_after_s)
         if isinstance(result, ValueError | TypeError):
             return error_response(400, str(result), "invalid_request_error", "invalid_request")

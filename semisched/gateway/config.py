@@ -139,7 +139,8 @@ class GatewayConfig:
         models: Model ids ``GET /v1/models`` lists (empty: the endpoints' own lists).
         grace_s: After SIGTERM, how long calls in flight may finish.
         retry_after_s: ``Retry-After`` of the 503 answered while shutting down, and
-            of a 429 ``deadline_shed`` when the scheduler gives no hint of its own.
+            the least of a 429 ``deadline_shed`` (otherwise the scheduler's estimate
+            of how long its queue takes to drain).
         timeout_s: An upstream call's read timeout.
         max_request_s: The deadline of a request that names none
             (``x-semisched-deadline``), queue, retries and a stream's last chunk

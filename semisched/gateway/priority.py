@@ -28,8 +28,8 @@ Rules:
    class was chosen, its size included.
 4. When a class's or tenant's ``deadline_s`` passes while the request is still
    queued (never sent), the answer is a 429 ``deadline_shed`` with
-   ``Retry-After`` (the scheduler's hint when it gives one, else
-   ``retry_after_s``), naming that deadline
+   ``Retry-After`` (the scheduler's hint when it gives one, else its estimate of
+   how long its queue takes to drain, at least ``retry_after_s``), naming that deadline
    (:func:`~semisched.gateway.answers.deadline_shed`): the gateway shed it, as
    its operator asked, and trying again later may succeed. Past it in flight,
    or past the caller's own deadline or ``max_request_s`` when that came first,
@@ -42,6 +42,7 @@ the starvation guard are the core's :class:`~semisched.core.config.ClassSpec`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -172,12 +173,17 @@ class PriorityRules:
             return DeadlinePlan(seconds, Defaulted("tenant", tenant, seconds))
         return DeadlinePlan(self._max_request_s)
 
-    def shed_answer(self, plan: DeadlinePlan, error: RequestError) -> Response | None:
+    def shed_answer(
+        self, plan: DeadlinePlan, error: RequestError, drain_s: Callable[[], float]
+    ) -> Response | None:
         """The 429 of a request shed while queued (rule 4), else ``None``.
 
         Args:
             plan: The request's deadline plan.
             error: The scheduler's error for it.
+            drain_s: The scheduler's estimate of how long its queue takes to drain,
+                read only for a shed: its ``Retry-After`` when the error carries no
+                hint (at least ``retry_after_s``).
         """
         if not (isinstance(error, DeadlineExceeded) and error.phase == "queued"):
             return None
@@ -189,5 +195,7 @@ class PriorityRules:
             return None
         why = getattr(error, "explanation", None)
         hint = why.retry_after if why is not None else None
+        if hint is None:
+            hint = max(self._retry_after_s, drain_s())
         self._shed.labels(by.source, by.name).inc()
-        return deadline_shed(by.describe(), self._retry_after_s if hint is None else hint)
+        return deadline_shed(by.describe(), hint)

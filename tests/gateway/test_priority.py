@@ -444,3 +444,21 @@ def test_the_guides_priority_example_is_a_working_file() -> None:
     c = config_from_dict({**data, "endpoint": ENDPOINT}, where="guide")
     assert c.priority.levels and c.priority.service_tiers and c.priority.class_deadlines
     assert any(t.default_class for t in c.tenants.tenants)  # type: ignore[union-attr]
+
+
+def test_a_sheds_retry_after_is_the_schedulers_drain_estimate_when_that_is_longer() -> None:
+    from semisched.errors import DeadlineExceeded
+
+    r = rules({"class": [{"name": "batch", "deadline_s": 5}, {"name": "rt", "interactive": True}]})
+    plan = r.deadline(None, "")
+    shed = DeadlineExceeded("deadline exceeded (queued)", request_id="r", klass="batch",
+                            phase="queued", deadline=5.0)  # fmt: skip
+    long = r.shed_answer(plan, shed, lambda: 42.4)
+    short = r.shed_answer(plan, shed, lambda: 0.2)
+    assert long is not None and short is not None
+    assert long.status_code == short.status_code == 429
+    assert long.headers["retry-after"] == "43"  # the queue's drain estimate, rounded up
+    assert short.headers["retry-after"] == "1"  # at least retry_after_s
+    in_flight = DeadlineExceeded("x", request_id="r", klass="batch", phase="in_flight",
+                                 deadline=5.0)  # fmt: skip
+    assert r.shed_answer(plan, in_flight, lambda: 42.4) is None  # a 504, as before
