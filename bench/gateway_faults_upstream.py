@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.gateway_upstream import read_body, send_body
 from mockprovider.launch import free_port
 
 __all__ = ["HOLD_S", "Exchange", "FaultyUpstream", "exchange", "read_answer", "request_bytes"]
@@ -110,17 +111,12 @@ class FaultyUpstream:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         self.received += 1
         gone = asyncio.Event()
         watcher = asyncio.get_running_loop().create_task(_watch(receive, gone))
         try:
-            await self._answer(scope, bytes(body), send, gone)
+            await self._answer(scope, body, send, gone)
         finally:
             watcher.cancel()
 
@@ -137,13 +133,13 @@ class FaultyUpstream:
                     "code": "invalid_api_key",
                 }
             }
-            await _send(send, 401, json.dumps(error).encode())
+            await send_body(send, 401, json.dumps(error).encode())
             return
         mode = self.mode
         self.events.append((time.monotonic(), mode))
         if mode == "429-once":
             self.mode = "ok"
-            await _send(send, 429, b'{"error": {"message": "Rate limit reached", "type": '
+            await send_body(send, 429, b'{"error": {"message": "Rate limit reached", "type": '
                         b'"requests", "param": null, "code": "rate_limit_exceeded"}}',
                         [(b"retry-after", b"120")])  # fmt: skip
             return
@@ -152,7 +148,7 @@ class FaultyUpstream:
                 f"<html><body><h1>502 Bad Gateway</h1><p>upstream http://127.0.0.1:"
                 f"{self.port}{scope['path']} failed: connection reset</p></body></html>"
             )
-            await _send(send, 502, page.encode(), content_type=b"text/html")
+            await send_body(send, 502, page.encode(), content_type=b"text/html")
             return
         if mode == "hang" or await _gone_within(gone, self._rng.uniform(*self.delay_s)):
             await _gone_within(gone, HOLD_S)
@@ -160,7 +156,7 @@ class FaultyUpstream:
             return
         stream = len(body) < 1 << 20 and json.loads(body or b"{}").get("stream") is True
         if not stream:
-            await _send(send, 200, json.dumps(_ANSWER).encode())
+            await send_body(send, 200, json.dumps(_ANSWER).encode())
             self.answered += 1
         elif await self._stream(send, gone, stall=mode == "stall"):
             self.answered += 1
@@ -198,14 +194,6 @@ async def _gone_within(gone: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
-
-
-async def _send(send: Any, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None,
-                *, content_type: bytes = b"application/json") -> None:  # fmt: skip
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-               *(extra or [])]  # fmt: skip
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 # -- the raw client ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.gateway_upstream import MODELS
+from bench.gateway_upstream import MODELS, read_body, send_body
 
 __all__ = ["SlotUpstream", "answer", "main"]
 
@@ -58,15 +58,10 @@ class SlotUpstream:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        raw = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            raw += message.get("body", b"")
-            more = message.get("more_body", False)
+        raw = await read_body(receive)
         if scope["method"] == "GET":
             stats = {"received": self.received, "in_service": self.in_service, "peak": self.peak}
-            await _send(send, 200, MODELS if scope["path"].endswith("/models")
+            await send_body(send, 200, MODELS if scope["path"].endswith("/models")
                         else json.dumps(stats).encode())  # fmt: skip
             return
         self.received += 1
@@ -83,17 +78,10 @@ class SlotUpstream:
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            await _send(send, 400, b'{"error": {"message": "not JSON", "type": '
+            await send_body(send, 400, b'{"error": {"message": "not JSON", "type": '
                         b'"invalid_request_error", "param": null, "code": null}}')  # fmt: skip
             return
-        await _send(send, 200, json.dumps(answer(body, self.cap)).encode())
-
-
-async def _send(send: Any, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
+        await send_body(send, 200, json.dumps(answer(body, self.cap)).encode())
 
 
 def main() -> None:

@@ -21,16 +21,37 @@ ANSWER = json.dumps({
 MODELS = json.dumps({"object": "list", "data": [{"id": "mock-1", "object": "model"}]}).encode()
 
 
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body (the bench's fake upstreams share it)."""
+    body = bytearray()
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return bytes(body)
+
+
+async def send_body(
+    send: Any,
+    status: int,
+    body: bytes,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    content_type: bytes = b"application/json",
+) -> None:
+    """An ASGI answer: ``status`` and ``body`` with its type and length, and ``extra`` headers."""
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+               *(extra or [])]  # fmt: skip
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    more = True
-    while more:
-        more = (await receive()).get("more_body", False)
-    body = MODELS if scope["method"] == "GET" else ANSWER
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
+    await read_body(receive)
+    await send_body(send, 200, MODELS if scope["method"] == "GET" else ANSWER)
 
 
 def main() -> None:
