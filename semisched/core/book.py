@@ -151,8 +151,12 @@ class EngineBook:
 
     @property
     def max_inflight(self) -> int | None:
-        """The configured concurrency budget."""
-        return self.config.max_inflight
+        """The concurrency in force: the sum of the endpoints' caps when each has one
+        (learned or set), at most ``config.max_inflight``; ``None``: no limit."""
+        ceiling, total = self._max_inflight, self._fleet.capacity
+        if total is None:
+            return ceiling
+        return total if ceiling is None or total < ceiling else ceiling
 
     @property
     def request_tokens(self) -> float:
@@ -185,20 +189,8 @@ class EngineBook:
         self, endpoint: str | None
     ) -> tuple[int | None, int | None, int | None, float]:
         """What a shared state must hold across processes for ``endpoint`` (``None``: the
-        fleet): its (requests, tokens) per window, configured or adopted from headers,
-        its concurrency (``max_concurrency``; the fleet's ``max_inflight``) and the
-        window a charge counts for (engine seconds, the budget's margin included).
-
-        Raises:
-            ValueError: No endpoint has that name.
-        """
-        fleet = self._fleet
-        budget = fleet.budget if endpoint is None else fleet.get(endpoint).budget
-        cap = self.config.max_inflight if endpoint is None else fleet.get(endpoint).cap
-        if budget is None:
-            return None, None, cap, 61.0
-        requests, tokens = budget.limits()
-        return requests, tokens, cap, budget.config.window_s + budget.config.margin_s
+        fleet; :meth:`~semisched.core.fleet.fleet.Fleet.shared_limits`)."""
+        return self._fleet.shared_limits(endpoint, self.config.max_inflight)
 
     def fits_now(self, tokens: float) -> bool:
         """Whether one request charging ``tokens`` fits the rate budget now."""
@@ -216,6 +208,13 @@ class EngineBook:
         self._advance(now)
         entry = None if request_id is None else self._entries.get(request_id)
         self._fleet.observe_headroom(fraction, None if entry is None else entry.endpoint)
+
+    def first_token(self, request_id: str, now: float) -> None:
+        """The first token of ``request_id``'s answer arrived (a learned limit reads it)."""
+        self._advance(now)
+        entry = self._entries.get(request_id)
+        if entry is not None and entry.state == _INFLIGHT:
+            self._fleet.on_first_token(entry, now)
 
     def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
         """The provider's rate-limit headers on the response to ``request_id``.
@@ -325,7 +324,7 @@ class EngineBook:
         tail, load = self._fleet.pressure(self._now)
         return self._signals.snapshot(
             inflight=self._inflight,
-            max_inflight=self.config.max_inflight,
+            max_inflight=self.max_inflight,
             queued_tokens=self._queued_tokens,
             weights=self.config.overload,
             tail=tail,
@@ -336,7 +335,7 @@ class EngineBook:
         tail, load = self._fleet.pressure(self._now)
         # positional: the hot path of admission and dispatch
         return self._signals.severity(
-            self._inflight, self._max_inflight, self._queued_tokens, self._weights, tail, load
+            self._inflight, self.max_inflight, self._queued_tokens, self._weights, tail, load
         )
 
     def _push_timer(self, at: float, kind: int, entry: Entry) -> None:

@@ -71,8 +71,12 @@ class SchedulerConfig:
 
     Attributes:
         classes: The scheduling classes, in round-robin order.
-        max_inflight: Client-side concurrency budget (send opportunities);
-            ``None`` = unlimited, i.e. send on arrival (direct dispatch).
+        max_inflight: An optional ceiling on the requests in flight at once, over
+            every endpoint. The scheduler's concurrency is the sum of its
+            endpoints' limits (each endpoint's ``max_concurrency``, or the limit
+            it learned: ``RoutingConfig.concurrency``); ``None`` (the default)
+            adds no ceiling. With ``concurrency="fixed"`` and no caps, ``None``
+            sends on arrival (direct dispatch).
         max_inflight_tokens: Optional budget on in-flight estimated tokens
             (p90 output + input); one request is always allowed through. The
             budget is checked against the request allocation and ordering
@@ -96,7 +100,7 @@ class SchedulerConfig:
     """
 
     classes: tuple[ClassSpec, ...] = DEFAULT_CLASSES
-    max_inflight: int | None = 32
+    max_inflight: int | None = None
     max_inflight_tokens: float | None = None
     input_token_weight: float = 1.0 / 512.0
     budget: BudgetConfig | None = None
@@ -169,6 +173,7 @@ def _presets() -> dict[str, SchedulerConfig]:
         # the provider (Scheduling the Unschedulable "direct naive dispatch").
         "direct_naive": SchedulerConfig(
             max_inflight=None,
+            routing=RoutingConfig(concurrency="fixed"),
             allocation=AllocationConfig(policy="fifo"),
             ordering=OrderingConfig(policy="fifo"),
             overload=no_olc,

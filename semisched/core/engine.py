@@ -254,7 +254,7 @@ class Engine(EngineControl):
         and keep the endpoint off as the failure says (:class:`Pause`)."""
         self._ledger.refund(entry, sent=False)  # nothing was served
         fleet = self._fleet
-        opened = fleet.on_failed(endpoint, now, kind)
+        opened = fleet.on_failed(endpoint, entry, now, kind)
         self._failures[kind] = self._failures.get(kind, 0) + 1
         if kind is FailureKind.RATE_LIMITED:
             self._counters.throttled += 1

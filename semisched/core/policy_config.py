@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from semisched.core.fleet.limits import CONCURRENCY_POLICIES
 from semisched.core.checks import (
     check_bool,
     check_choice,
@@ -432,6 +433,12 @@ class RoutingConfig:
             000 §5): a request whose total is in ``(B_short, γ B_short]`` and
             whose prompt compresses to fit ``B_short`` goes to the short pool,
             sent compressed. 1.0 (the default) turns it off.
+        concurrency: How many requests each endpoint without a ``max_concurrency``
+            may hold (:mod:`semisched.core.fleet.limits`): ``learned`` (the default:
+            a limit learned online from the wait for a slot, 429s and failures, in
+            the spirit of TCP Vegas), or ``fixed`` (no limit of its own). An
+            endpoint's explicit ``max_concurrency`` always wins; the scheduler's
+            total is the sum of its endpoints' limits, ``max_inflight`` a ceiling.
     """
 
     policy: str | type[RoutingPolicy] = "anticipated_load"
@@ -444,9 +451,11 @@ class RoutingConfig:
     spill_outstanding: int = 16
     pool_policy: str = "anticipated_load"
     compress_band: float = 1.0
+    concurrency: str = "learned"
 
     def __post_init__(self) -> None:
         _check_policy(self.policy, ROUTING_POLICY_NAMES)
+        check_choice("concurrency", self.concurrency, tuple(CONCURRENCY_POLICIES))
         check_bool("failover", self.failover)
         check_int("failure_threshold", self.failure_threshold, minimum=1)
         _positive("cooloff_s", self.cooloff_s)

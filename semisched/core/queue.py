@@ -62,6 +62,9 @@ class Entry:
         defers: How many times overload control deferred it.
         attempts: How many times it was sent.
         sent_at: Time of the latest send.
+        held: Requests its endpoint held when it was last sent, itself included.
+        first_token_s: Seconds from that send to its answer's first token, when the
+            shell saw one (a streamed answer; a learned concurrency limit reads it).
         wake_at: Time a deferred entry is due back.
         skip_admission: Re-enter the queue without an overload check (retries).
         charge: What a rate budget charges for it: prompt estimate plus
@@ -82,6 +85,8 @@ class Entry:
     defers: int = 0
     attempts: int = 0
     sent_at: float | None = None
+    held: int = 0
+    first_token_s: float | None = None
     wake_at: float | None = None
     skip_admission: bool = field(default=False)
     charge: float = 0.0

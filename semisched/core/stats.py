@@ -10,11 +10,13 @@ Values only: nothing here decides or does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from semisched.core.buckets import Bucket
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.explain import DecisionCounts
+from semisched.core.fleet.limits import LimitChange
 from semisched.core.lifecycle import FailureKind
 from semisched.core.signals import SignalSnapshot
 
@@ -155,6 +157,12 @@ class EndpointStats:
         intercept_s: Learned fixed latency of an answer (time to first token, network).
         anticipated_tokens: Predicted work left in flight there.
         budget: Its own rate budget's state, if it has one.
+        limit: The requests it may hold now (``None``: no limit): its
+            ``max_concurrency``, or its learned concurrency limit.
+        limit_policy: ``fixed`` or ``learned`` (:mod:`semisched.core.fleet.limits`).
+        limit_changes: How often its limit changed, by rule (``limit.probe``,
+            ``limit.queued``, ``limit.throttled``, ``limit.failed``).
+        last_limit_change: Its latest change, explained.
     """
 
     name: str
@@ -174,6 +182,10 @@ class EndpointStats:
     anticipated_tokens: float
     budget: BudgetSnapshot | None = None
     circuit_reason: str = ""
+    limit: int | None = None
+    limit_policy: str = "fixed"
+    limit_changes: Mapping[str, int] = field(default_factory=dict)
+    last_limit_change: LimitChange | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -396,12 +396,13 @@ class Dispatcher:
         self.tally.succeeded += 1
         if call.stream:
             self.open_streams += 1
-            first = None
-            if self._observed:
-                request, observers = pending.request, self.observers
+            request, observers, observed = pending.request, self.observers, self._observed
 
-                def first() -> None:
-                    observers.first_token(request, self.now())
+            def first() -> None:  # a learned concurrency limit reads its wait; observers see it
+                now = self.now()
+                self.engine.first_token(request.id, now)
+                if observed:
+                    observers.first_token(request, now)
 
             stream = ScheduledStream(
                 response,

@@ -43,6 +43,7 @@ def run_plain(sim: Simulator) -> None:
     next_event_time, drain = backend.physics.next_event_time, backend.physics.drain
     quota, apply, end, failed = backend.gate.quota, _sender(sim), sim._end, sim._failed
     submit, poll, completed = engine.submit, engine.poll, engine.completed
+    first_token = engine.first_token
     done, timeout, n_rows = Outcome.COMPLETED, FailureKind.TIMEOUT, len(rows)
     inf = float("inf")
     events = 0
@@ -60,6 +61,7 @@ def run_plain(sim: Simulator) -> None:
             for code, rid, time, input_tokens, output_tokens in drain(t_prov):
                 if code == FIRST_TOKEN:
                     rows[rid].first_token = time
+                    first_token(rid, time)
                 elif code == COMPLETED:
                     quota.used += input_tokens + output_tokens  # the gate's bill (no quota)
                     end(rows[rid], done, time)

@@ -336,6 +336,7 @@ class Simulator:
             if code == FIRST_TOKEN:
                 if rid not in dropped:
                     row.first_token = time
+                    engine.first_token(rid, time)
                 continue
             self._observe(rid, time)
             if code == COMPLETED and rid not in dropped:

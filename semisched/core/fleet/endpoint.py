@@ -49,7 +49,9 @@ from dataclasses import dataclass
 from semisched.core.budget import RateBudget
 from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
 from semisched.core.config import BudgetConfig, SignalsConfig
+from semisched.core.fleet.limits import ConcurrencyLimit, FixedLimit, LimitChange
 from semisched.core.signals import Signals
+from semisched.core.stats import EndpointStats
 
 __all__ = ["AUTH", "FAILURES", "POOLS", "RATE_LIMITED", "Circuit", "EndpointSpec",
            "EndpointState", "SpeedFit"]  # fmt: skip
@@ -162,6 +164,10 @@ class EndpointState:
     Attributes:
         spec: Its description.
         index: Its position in the fleet (stable; round robin follows it).
+        cap: The requests it may hold now (``None``: no limit): its explicit
+            ``max_concurrency``, or what its concurrency limit learned.
+        limiter: Its concurrency-limit policy (:mod:`semisched.core.fleet.limits`);
+            ``last_limit_change`` and ``limit_changes`` (per rule) tell its changes.
         inflight: Requests sent here and not yet answered.
         inflight_cost: Sum of the in-flight requests' estimated costs
             (prior p50 plus weighted prompt tokens).
@@ -198,6 +204,9 @@ class EndpointState:
         "index",
         "inflight",
         "inflight_cost",
+        "last_limit_change",
+        "limit_changes",
+        "limiter",
         "name",
         "open_until",
         "out_reason",
@@ -221,6 +230,10 @@ class EndpointState:
         self.index = index
         self.weight = spec.weight
         self.cap = spec.max_concurrency
+        #: Its concurrency limit (the fleet sets it: :mod:`semisched.core.fleet.limiting`).
+        self.limiter: ConcurrencyLimit = FixedLimit(spec.max_concurrency)
+        self.last_limit_change: LimitChange | None = None
+        self.limit_changes: dict[str, int] = {}  # rule -> changes
         self.inflight = 0
         self.inflight_cost = 0.0
         self.sent_at_sum = 0.0
@@ -331,3 +344,29 @@ class EndpointState:
             self.circuit = Circuit.OPEN
             self.circuit_reason = FAILURES
             self.open_until = now + cooloff_s
+
+    def statistics(self, now: float) -> EndpointStats:
+        """A snapshot of it at ``now``."""
+        return EndpointStats(
+            name=self.name,
+            state=self.out_reason or "active",
+            circuit=self.circuit_at(now).value,
+            circuit_reason=self.circuit_reason,
+            inflight=self.inflight,
+            sent=self.sent,
+            completed=self.completed,
+            failed_attempts=self.failed_attempts,
+            throttled=self.throttled,
+            failovers=self.failovers,
+            consecutive_failures=self.consecutive_failures,
+            circuit_opens=self.circuit_opens,
+            s_per_token=self.signals.s_per_token,
+            decode_tokens_per_s=self.fit.tokens_per_s,
+            intercept_s=self.fit.intercept_s,
+            anticipated_tokens=self.anticipated_tokens(now),
+            budget=None if self.budget is None else self.budget.snapshot(now),
+            limit=self.cap,
+            limit_policy=self.limiter.name,
+            limit_changes=dict(self.limit_changes),
+            last_limit_change=self.last_limit_change,
+        )

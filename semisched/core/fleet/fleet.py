@@ -60,6 +60,8 @@ from semisched.core.fleet.endpoint import (
     EndpointSpec,
     EndpointState,
 )
+from semisched.core.fleet.limiting import Limits, capacity
+from semisched.core.fleet.limits import make_limit
 from semisched.core.fleet.picking import BUSY, NoRoute, Picker, WaitUntil
 from semisched.core.fleet.routing import RoutingPolicy, make_routing
 from semisched.core.lifecycle import FailureKind, JitterSource
@@ -116,6 +118,10 @@ class Fleet:
         #: fleet order: what pick reads first (kept on every send and answer).
         self.room: list[EndpointState] = []
         self.count = 0  # endpoints in the fleet (removed ones excluded)
+        #: Every endpoint's concurrency limit, fed and applied.
+        self.limits = Limits(self.set_cap)
+        #: The sum of the active endpoints' caps (``None`` while one has none).
+        self.capacity: int | None = None
         picker = Picker(self, tally)
         #: Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`).
         self.pick = picker.pick
@@ -170,6 +176,8 @@ class Fleet:
         if spec.name in self._by_name:
             raise ValueError(f"endpoint name {spec.name!r} is already in the fleet")
         state = EndpointState(spec, self._next_index, self._cfg.signals, self._routing.speed_decay)
+        state.limiter = make_limit(self._routing.concurrency, spec.max_concurrency)
+        state.cap = state.limiter.cap
         if self._sharer is not None:  # a second endpoint: the first takes its own signals
             self._sharer.signals = self.signals.split()
             self._sharer = None
@@ -203,6 +211,8 @@ class Fleet:
         self._eligible.clear()
         self.room = [e for e in self._endpoints if e.cap is None or e.inflight < e.cap]
         self.count = len(self._endpoints)
+        self.capacity = capacity(self._endpoints)
+        self.limits.added(self._endpoints)
         live = [e for e in self._endpoints if not e.out_reason]
         only = live[0] if len(live) == 1 and len(self._endpoints) == 1 else None
         plain = (
@@ -227,7 +237,9 @@ class Fleet:
     def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
         """``entry`` is sent to ``endpoint`` at ``now``."""
         entry.endpoint = endpoint
+        entry.first_token_s = None
         endpoint.inflight += 1
+        entry.held = endpoint.inflight
         if endpoint.inflight == endpoint.cap and endpoint in self.room:  # now full
             self.room.remove(endpoint)
         endpoint.inflight_cost += entry.cost
@@ -258,6 +270,22 @@ class Fleet:
             endpoint.inflight_cost = endpoint.sent_at_sum = 0.0
         return endpoint
 
+    def set_cap(self, endpoint: EndpointState, cap: int | None) -> None:
+        """``endpoint`` may now hold ``cap`` requests (its room and the capacity follow)."""
+        endpoint.cap = cap
+        room = self.room
+        has_room = (cap is None or endpoint.inflight < cap) and not endpoint.removed
+        if has_room and endpoint not in room:
+            insort(room, endpoint, key=_fleet_order)
+        elif not has_room and endpoint in room:
+            room.remove(endpoint)
+        self.capacity = capacity(self._endpoints)
+
+    def on_first_token(self, entry: Entry, now: float) -> None:
+        """The first token of in-flight ``entry``'s answer arrived (a learned limit reads it)."""
+        if entry.sent_at is not None and entry.first_token_s is None:
+            entry.first_token_s = now - entry.sent_at
+
     def on_completed(
         self,
         endpoint: EndpointState,
@@ -277,6 +305,8 @@ class Fleet:
         if signals is not self.signals:
             self.signals.record_completion(latency, tokens)
         endpoint.fit.observe(tokens, latency)
+        if self.limits.learning:
+            self.limits.answered(endpoint, entry, now, tokens)
         floors = [e.fit.intercept_s / e.fit.slope_s for e in self._endpoints if e.completed]
         if floors:  # else it was the last answer of a removed endpoint
             self.request_tokens = sum(floors) / len(floors)
@@ -295,8 +325,11 @@ class Fleet:
             if each.signals is not self.signals:
                 each.signals.record_headroom(fraction)
 
-    def on_failed(self, endpoint: EndpointState, now: float, kind: FailureKind) -> float | None:
-        """A failed attempt at ``endpoint``: its signals, circuit or quota (module rules).
+    def on_failed(
+        self, endpoint: EndpointState, entry: Entry, now: float, kind: FailureKind
+    ) -> float | None:
+        """``entry``'s failed attempt at ``endpoint``: its signals, circuit or quota, its
+        concurrency limit (module rules).
 
         Returns:
             The time its circuit stays open until, when this failure opened it; else ``None``.
@@ -307,6 +340,7 @@ class Fleet:
             endpoint.signals.record_throttle()
             if endpoint.signals is not self.signals:
                 self.signals.record_throttle()
+            self.limits.throttled(endpoint, entry, now)
             return None
         endpoint.signals.record_failure()
         if endpoint.signals is not self.signals:
@@ -320,6 +354,7 @@ class Fleet:
             if endpoint.circuit is Circuit.HALF_OPEN:  # a refused probe, nowhere else
                 endpoint.on_success()  # closed (rule 6): the refusals reach the callers
         elif kind in _HEALTH_KINDS:
+            self.limits.failed(endpoint, entry, now)
             opens = endpoint.circuit_opens
             # Rule 6: the last closed circuit never opens (nowhere else to send).
             threshold = self._routing.failure_threshold if self._elsewhere(endpoint) else None
@@ -443,27 +478,26 @@ class Fleet:
         """The fleet-wide budget's state, if there is one."""
         return None if self.budget is None else self.budget.snapshot(now)
 
+    def shared_limits(
+        self, name: str | None, ceiling: int | None
+    ) -> tuple[int | None, int | None, int | None, float]:
+        """What a shared state must hold across processes for endpoint ``name`` (``None``:
+        the fleet): its (requests, tokens) per window, configured or adopted from headers,
+        its concurrency as set (``max_concurrency``; the fleet's ``ceiling``, a learned
+        limit is each process's own), the window a charge counts for (engine seconds,
+        the budget's margin included).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        endpoint = None if name is None else self.get(name)
+        budget = self.budget if endpoint is None else endpoint.budget
+        cap = ceiling if endpoint is None else endpoint.spec.max_concurrency
+        if budget is None:
+            return None, None, cap, 61.0
+        requests, tokens = budget.limits()
+        return requests, tokens, cap, budget.config.window_s + budget.config.margin_s
+
     def statistics(self, now: float) -> tuple[EndpointStats, ...]:
         """Per-endpoint snapshots, in fleet order."""
-        return tuple(
-            EndpointStats(
-                name=e.name,
-                state=e.out_reason or "active",
-                circuit=e.circuit_at(now).value,
-                circuit_reason=e.circuit_reason,
-                inflight=e.inflight,
-                sent=e.sent,
-                completed=e.completed,
-                failed_attempts=e.failed_attempts,
-                throttled=e.throttled,
-                failovers=e.failovers,
-                consecutive_failures=e.consecutive_failures,
-                circuit_opens=e.circuit_opens,
-                s_per_token=e.signals.s_per_token,
-                decode_tokens_per_s=e.fit.tokens_per_s,
-                intercept_s=e.fit.intercept_s,
-                anticipated_tokens=e.anticipated_tokens(now),
-                budget=None if e.budget is None else e.budget.snapshot(now),
-            )
-            for e in self._endpoints
-        )
+        return tuple(e.statistics(now) for e in self._endpoints)

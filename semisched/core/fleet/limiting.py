@@ -1,0 +1,90 @@
+"""The fleet's concurrency limits: each endpoint's policy fed, its cap kept, its changes told.
+
+Each endpoint holds a :class:`~semisched.core.fleet.limits.ConcurrencyLimit` (built
+by :func:`~semisched.core.fleet.limits.make_limit`: its explicit ``max_concurrency``
+wins over ``RoutingConfig.concurrency``). :class:`Limits` hears the fleet's events
+(an answer, its first token's time kept on its entry; a 429; a failure), passes them to the endpoint's policy,
+and when the policy's cap moves, sets the endpoint's cap (its room follows) and keeps
+the change as an explained decision (:class:`~semisched.core.fleet.limits.LimitChange`):
+the last one and a count per rule on the endpoint (its statistics), and the recent
+ones in :attr:`Limits.changes` for a shell to read. It also keeps the fleet's
+*capacity*, the sum of its active endpoints' caps (``None`` while one has none).
+
+Pure: the fleet passes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from semisched.core.fleet.endpoint import EndpointState
+from semisched.core.fleet.limits import Answered, LimitChange, Verdict
+from semisched.core.queue import Entry
+
+__all__ = ["Limits"]
+
+#: How many recent changes :attr:`Limits.changes` keeps.
+KEPT_CHANGES = 256
+
+
+class Limits:
+    """Every endpoint's concurrency limit, fed and applied (module rules)."""
+
+    __slots__ = ("_set_cap", "changes", "learning")
+
+    def __init__(self, set_cap: Callable[[EndpointState, int | None], None]) -> None:
+        self._set_cap = set_cap
+        #: The most recent changes, oldest first.
+        self.changes: deque[LimitChange] = deque(maxlen=KEPT_CHANGES)
+        #: Whether any endpoint's limit can move (else every event is skipped).
+        self.learning = False
+
+    def added(self, endpoints: Iterable[EndpointState]) -> None:
+        """The fleet's membership changed."""
+        self.learning = any(e.limiter.learns for e in endpoints)
+
+    def answered(self, endpoint: EndpointState, entry: Entry, now: float, tokens: int) -> None:
+        """An answer from ``endpoint`` (its fit already holds it)."""
+        if not self.learning:
+            return
+        assert entry.sent_at is not None
+        fit = endpoint.fit
+        answer = Answered(entry.sent_at, now, tokens, entry.first_token_s, entry.held,
+                          fit.intercept_s, fit.slope_s)  # fmt: skip
+        self._apply(endpoint, now, endpoint.limiter.answered(answer))
+
+    def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
+        """A 429 from ``endpoint`` for ``entry``."""
+        if self.learning and entry.sent_at is not None:
+            self._apply(endpoint, now, endpoint.limiter.throttled(entry.sent_at, now))
+
+    def failed(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
+        """A 5xx, a timeout or a lost connection from ``endpoint`` for ``entry``."""
+        if self.learning and entry.sent_at is not None:
+            self._apply(endpoint, now, endpoint.limiter.failed(entry.sent_at, now))
+
+    def _apply(self, endpoint: EndpointState, now: float, verdict: Verdict) -> None:
+        if verdict is None:
+            return
+        old, new = endpoint.cap, endpoint.limiter.cap
+        if new == old:
+            return
+        rule, reason = verdict
+        change = LimitChange(endpoint.name, now, old, new, rule, reason)
+        self.changes.append(change)
+        endpoint.last_limit_change = change
+        endpoint.limit_changes[rule] = endpoint.limit_changes.get(rule, 0) + 1
+        self._set_cap(endpoint, new)
+
+
+def capacity(endpoints: Iterable[EndpointState]) -> int | None:
+    """The sum of the active endpoints' caps; ``None`` when one has none (or none is active)."""
+    total = 0
+    for e in endpoints:
+        if e.out_reason:
+            continue
+        if e.cap is None:
+            return None
+        total += e.cap
+    return total or None

@@ -1,0 +1,299 @@
+"""How many requests one endpoint may hold at once: a fixed cap, or one learned online.
+
+A concurrency-limit policy (:class:`ConcurrencyLimit`) answers one question per
+endpoint, :attr:`~ConcurrencyLimit.cap`, and hears what the client sees of it:
+each answer (its latency, its output tokens, its first token's time when it was
+streamed), each 429 and each failure. The fleet keeps the endpoint's room to its
+cap; the scheduler's total in flight is the sum of its endpoints' caps (and
+``SchedulerConfig.max_inflight``, when set, a ceiling over them). Pure: no clock
+but the times it is given.
+
+Two policies (``RoutingConfig.concurrency``); an endpoint with an explicit
+``max_concurrency`` always has a :class:`FixedLimit` of that cap:
+
+* ``fixed`` (:class:`FixedLimit`): the cap is ``max_concurrency``; none without one.
+* ``learned`` (:class:`QueueDelayLimit`): the cap is learned from queueing delay.
+
+Why queueing delay. The classic adaptive limits, TCP Vegas, Netflix's
+concurrency-limits (``VegasLimit``, ``Gradient2Limit``) and Envoy's adaptive
+concurrency filter, compare each round trip with the smallest seen: a latency that
+grows means a queue. An LLM server breaks that reading twice. Its answers vary a
+thousandfold in length, so a round trip alone says little; and it batches, so every
+request's decode step grows smoothly with the number running (a step of
+``W + H * n``) long before anything waits. A gradient on latency stops far below the
+server's slots. What does jump at the knee is the wait for a slot: a server with
+``S`` slots starts a request's prefill at once while fewer than ``S`` run, and queues
+it otherwise, so its first token waits for another request to finish. Measured in
+decode steps (the request's own, so that batching cancels out), the time before the
+first token is a small constant (prefill, the round trip) below the knee and jumps
+by a sizeable part of a whole answer above it.
+
+:class:`QueueDelayLimit`'s rules:
+
+1. *Its evidence.* Each answer's wait, in decode steps: a streamed answer's time to
+   first token over its own step (``(latency - ttft) / (tokens - 1)``); an answer
+   that was not streamed, the endpoint's fitted intercept over its fitted slope
+   (:class:`~semisched.core.fleet.endpoint.SpeedFit`: the mean wait of its recent
+   answers, in steps). Its *floor* is a slowly rising minimum of that wait.
+2. *Queued.* A wait above the floor plus ``tolerance`` steps means the endpoint
+   held more than it serves at once when that request was sent: the limit goes to
+   one below the smaller of itself and what it held then (Vegas's decrease, and the
+   end of slow start's overshoot in one step), once per round: an answer sent
+   before the last decrease says nothing of the limit after it.
+3. *Probe.* An answer that did not queue while the limit was binding (as many in
+   flight as the limit allows) adds to it: one (slow start: the limit doubles each
+   round) until the first queue or throttle, then ``1 / limit`` (one a round), so
+   that capacity the server gains is found.
+4. *Throttled.* A 429 halves the limit, once per round (TCP's multiplicative
+   decrease); it remembers the limit before, less one, as a *ceiling* the probes do
+   not pass (a provider whose latency is flat up to a concurrency cap it enforces
+   with 429s is not probed into them again), and grows back to it in slow start.
+   The ceiling lifts after ``ceiling_rounds`` rounds of answers, in case the
+   provider raised its cap.
+5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
+6. The limit stays within ``[minimum, maximum]``; it starts at ``initial``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+__all__ = [
+    "CONCURRENCY_POLICIES",
+    "Answered",
+    "ConcurrencyLimit",
+    "FixedLimit",
+    "LimitChange",
+    "QueueDelayLimit",
+    "make_limit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """One answer as a concurrency limit hears it.
+
+    Attributes:
+        sent_at: When it was sent (engine seconds).
+        now: When it was answered.
+        tokens: Its output tokens.
+        first_token_s: Seconds from its send to its first token, when it was streamed
+            and the shell saw the token; ``None`` otherwise.
+        held: Requests in flight at the endpoint when it was sent, itself included.
+        intercept_s: The endpoint's fitted intercept, this answer folded in.
+        step_s: The endpoint's fitted seconds per output token, this answer folded in.
+    """
+
+    sent_at: float
+    now: float
+    tokens: int
+    first_token_s: float | None
+    held: int
+    intercept_s: float
+    step_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """An explained change of one endpoint's concurrency limit.
+
+    Attributes:
+        endpoint: The endpoint's name.
+        at: When (engine seconds).
+        old: The cap before (``None``: none).
+        new: The cap after.
+        rule: Which rule fired: ``limit.probe``, ``limit.queued``, ``limit.throttled``
+            or ``limit.failed`` (:mod:`semisched.core.fleet.limits`).
+        reason: What the rule saw, in words (values only).
+    """
+
+    endpoint: str
+    at: float
+    old: int | None
+    new: int | None
+    rule: str
+    reason: str
+
+
+#: A rule that fired and what it saw, or ``None`` when none did.
+Verdict = tuple[str, str] | None
+
+
+class ConcurrencyLimit(ABC):
+    """How many requests one endpoint may hold (the policy interface)."""
+
+    #: Its ``RoutingConfig.concurrency`` name.
+    name: ClassVar[str]
+    #: Whether its cap can move (else the fleet skips feeding it).
+    learns: ClassVar[bool] = True
+
+    @property
+    @abstractmethod
+    def cap(self) -> int | None:
+        """The requests the endpoint may hold now (``None``: no limit)."""
+
+    def answered(self, answer: Answered) -> Verdict:
+        """An answer arrived."""
+        return None
+
+    def throttled(self, sent_at: float, now: float) -> Verdict:
+        """A 429 for a request sent at ``sent_at``."""
+        return None
+
+    def failed(self, sent_at: float, now: float) -> Verdict:
+        """A 5xx, a timeout or a lost connection for a request sent at ``sent_at``."""
+        return None
+
+
+class FixedLimit(ConcurrencyLimit):
+    """A cap that never moves (``None``: no cap)."""
+
+    name = "fixed"
+    learns = False
+    __slots__ = ("_cap",)
+
+    def __init__(self, cap: int | None = None) -> None:
+        self._cap = cap
+
+    def __repr__(self) -> str:
+        return f"<FixedLimit {self._cap}>"
+
+    @property
+    def cap(self) -> int | None:
+        return self._cap
+
+
+class QueueDelayLimit(ConcurrencyLimit):
+    """A limit learned from the wait for a slot (module rules)."""
+
+    name = "learned"
+    __slots__ = (
+        "_ceiling",
+        "_ceiling_at",
+        "_decreased_at",
+        "_floor",
+        "_rounds",
+        "_slow_until",
+        "ceiling_rounds",
+        "limit",
+        "maximum",
+        "minimum",
+        "token_slack",
+        "tolerance",
+    )
+
+    def __init__(
+        self,
+        *,
+        initial: float = 4.0,
+        minimum: float = 1.0,
+        maximum: float = 1024.0,
+        tolerance: float = 4.0,
+        token_slack: float = 1.0,
+        ceiling_rounds: float = 100.0,
+    ) -> None:
+        if not 1.0 <= minimum <= initial <= maximum:
+            raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
+                             f"{minimum}, {initial}, {maximum}")  # fmt: skip
+        self.limit = initial
+        self.minimum = minimum
+        self.maximum = maximum
+        self.tolerance = tolerance
+        self.token_slack = token_slack
+        self.ceiling_rounds = ceiling_rounds
+        self._floor = math.inf
+        self._slow_until = maximum  # slow start while the limit is below it (rule 3)
+        self._decreased_at = -math.inf
+        self._ceiling = math.inf  # rule 4
+        self._ceiling_at = 0.0  # rounds counted when it was set
+        self._rounds = 0.0  # answers, each 1 / limit of a round
+
+    def __repr__(self) -> str:
+        slow = " slow start" if self.limit < self._slow_until else ""
+        return f"<QueueDelayLimit {self.limit:.1f}{slow}>"
+
+    @property
+    def cap(self) -> int:
+        return int(self.limit)
+
+    def answered(self, answer: Answered) -> Verdict:
+        self._rounds += 1.0 / self.limit
+        waited, slack = self._wait_steps(answer)
+        if waited is None:
+            return None
+        floor = self._floor
+        if waited < floor:
+            self._floor = floor = waited
+        else:
+            self._floor = floor + 0.01 * (waited - floor)
+        if waited > floor + self.tolerance + slack:  # rule 2
+            self._slow_until = min(self._slow_until, self.limit)
+            if answer.sent_at <= self._decreased_at:
+                return None
+            self._set(min(self.limit, answer.held) - 1.0, answer.now)
+            self._slow_until = self.limit
+            return "limit.queued", (f"waited {waited:.1f} decode steps for a slot, sent with "
+                                    f"{answer.held} in flight; the floor is {floor:.1f}")  # fmt: skip
+        if answer.held < self.limit:  # rule 3: it was not binding
+            return None
+        if self._rounds - self._ceiling_at > self.ceiling_rounds:
+            self._ceiling = math.inf
+        top = min(self.maximum, self._ceiling)
+        if self.limit >= top:
+            return None
+        slow = self.limit < self._slow_until
+        self.limit = min(top, self.limit + (1.0 if slow else 1.0 / self.limit))
+        return "limit.probe", (f"{answer.held} in flight, no wait for a slot "
+                               f"({waited:.1f} steps, floor {floor:.1f})")  # fmt: skip
+
+    def throttled(self, sent_at: float, now: float) -> Verdict:
+        if sent_at <= self._decreased_at:
+            return None
+        old = self.limit
+        self._ceiling = max(self.minimum, old - 1.0)
+        self._ceiling_at = self._rounds
+        self._slow_until = self._ceiling
+        self._set(old * 0.5, now)
+        return "limit.throttled", f"a 429 at a limit of {old:.1f}: halved, {self._ceiling:.0f} at most"
+
+    def failed(self, sent_at: float, now: float) -> Verdict:
+        if sent_at <= self._decreased_at:
+            return None
+        self._set(self.limit * 0.9, now)
+        self._slow_until = min(self._slow_until, self.limit)
+        return "limit.failed", "a failed attempt: a tenth off"
+
+    def _wait_steps(self, answer: Answered) -> tuple[float | None, float]:
+        """Rule 1: the answer's wait before its first token, in decode steps, and the
+        slack its reading needs besides ``tolerance``."""
+        ttft = answer.first_token_s
+        latency = answer.now - answer.sent_at
+        if ttft is not None:
+            if answer.tokens >= 2 and latency > ttft:
+                return ttft / ((latency - ttft) / (answer.tokens - 1)), 0.0
+            return None, 0.0
+        if answer.step_s <= 0.0:
+            return None, 0.0
+        waited = latency / answer.step_s - answer.tokens  # < 0: its batch ran faster than the fit
+        return (waited if waited > 0.0 else 0.0), answer.tokens * self.token_slack
+
+    def _set(self, limit: float, now: float) -> None:
+        self.limit = min(self.maximum, max(self.minimum, limit))
+        self._decreased_at = now
+
+
+#: ``RoutingConfig.concurrency`` names and their policies.
+CONCURRENCY_POLICIES: dict[str, type[ConcurrencyLimit]] = {
+    FixedLimit.name: FixedLimit,
+    QueueDelayLimit.name: QueueDelayLimit,
+}
+
+
+def make_limit(policy: str, max_concurrency: int | None) -> ConcurrencyLimit:
+    """The limit of an endpoint: its explicit ``max_concurrency`` wins over ``policy``."""
+    if max_concurrency is not None or policy == FixedLimit.name:
+        return FixedLimit(max_concurrency)
+    return CONCURRENCY_POLICIES[policy]()
