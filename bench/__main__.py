@@ -23,6 +23,8 @@ Subcommands:
                   static split vs uncoordinated (real processes, real Redis)
   tenants         tenants: noisy neighbour, entitlements, service classes,
                   simulated; --live-check adds the noisy neighbour through the SDK
+  concurrency     learned per-endpoint concurrency limits vs the true slots told,
+                  simulated, and how fast the limit follows a halving
   plan            the capacity planner: plans for the paper's mixes and ShareGPT,
                   analytic vs simulated tails at the planned size and one unit smaller,
                   compress-and-route
@@ -151,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
     tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     tn.add_argument("--live-check", action="store_true",
                     help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
+    cc = sub.add_parser("concurrency", help="learned concurrency limits vs the true slots")
+    cc.add_argument("--out", type=Path, default=Path("docs/results/concurrency"), help="output")
+    cc.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
+    cc.add_argument("--requests", type=int, default=2000, help="requests per run (2000)")
+    cc.add_argument("--sizes", default="1,4,16", help="comma-separated fleet sizes (1,4,16)")
+    cc.add_argument("--halving-requests", type=int, default=2500, help="the halving run's (2500)")
     pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
@@ -335,6 +343,20 @@ def _tenants(args: argparse.Namespace) -> Path:
     return written
 
 
+def _concurrency(args: argparse.Namespace) -> Path:
+    from bench.concurrency import concurrency
+
+    _check_seeds(args)
+    try:
+        sizes = [int(n) for n in args.sizes.split(",")]
+    except ValueError:
+        error(f"--sizes={args.sizes!r} must be comma-separated integers")
+    written = concurrency(args.out, seeds=args.seeds, requests=args.requests, sizes=sizes,
+                          halving_requests=args.halving_requests)  # fmt: skip
+    print((written / "tables.md").read_text())
+    return written
+
+
 def _plan(args: argparse.Namespace) -> Path:
     from bench.plan import CASES
     from bench.plan_report import plan_benchmark
@@ -458,6 +480,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "routing": _routing,
     "shared-budget": _shared_budget,
     "tenants": _tenants,
+    "concurrency": _concurrency,
     "plan": _plan,
     "dashboard": _dashboard,
     "gateway": _gateway,

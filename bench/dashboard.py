@@ -66,7 +66,7 @@ from mockprovider.app import MockConfig, create_app
 from mockprovider.physics import PhysicsParams
 from predictors.priors import information_source
 from semisched import RuntimeOptions, Scheduler
-from semisched.core.config import BudgetConfig, SchedulerConfig, preset
+from semisched.core.config import BudgetConfig, RoutingConfig, SchedulerConfig, preset
 from semisched.core.tenants.config import TenantSpec
 from semisched.runtime.calls import scheduler_config
 from semisched.sim.simulator import SimJob
@@ -116,10 +116,12 @@ class DashboardRun:
             raise ValueError("requests >= 1, at least one tenant, first_share in (0, 1]")
 
     def config(self) -> SchedulerConfig:
-        """The full stack with the run's client budget."""
+        """The full stack with the run's client budget, a fixed client cap of 32 (no learned
+        endpoint limit: the dashboard shows an overload under one cap)."""
         budget = None if self.rpm is None and self.tpm is None else BudgetConfig(
             rpm=self.rpm, tpm=self.tpm)  # fmt: skip
-        return preset("final_adrr_olc", budget=budget)
+        return preset("final_adrr_olc", budget=budget, max_inflight=32,
+                      routing=RoutingConfig(concurrency="fixed"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ import numpy as np
 
 from bench.experiments import ProgressReporter
 from bench.report import write_csv
-from semisched import RuntimeOptions
+from semisched import RoutingConfig, RuntimeOptions, preset
 from semisched.core.request import Prior
 from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
 
@@ -223,8 +223,13 @@ async def _run(condition: str, workload: str, seed: int) -> dict[str, object]:
     async with httpx2.AsyncClient(transport=transport, base_url="http://m") as h:
         client = openai.AsyncOpenAI(base_url="http://m/v1", api_key="k", http_client=h)
         priors = source if source is not None else Heuristic()
+        # A fixed client cap of 32 (no learned endpoint limit): this compares priors under
+        # one cap; learned limits are measured by ``python -m bench concurrency``.
+        fixed = preset("final_adrr_olc", max_inflight=32,
+                       routing=RoutingConfig(concurrency="fixed"))  # fmt: skip
         async with Scheduler(
-            client, priors=priors, options=RuntimeOptions(calibration=calibrate, seed=seed)
+            client, config=fixed, priors=priors,
+            options=RuntimeOptions(calibration=calibrate, seed=seed),
         ) as s:
             start = anyio.current_time()
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         preset,
     )
     from semisched.core.explain import Decision, DecisionCounts, Explanation
+    from semisched.core.fleet.limits import ConcurrencyLimit, LimitChange
     from semisched.core.fleet.routing import RoutingPolicy
     from semisched.core.lifecycle import FailureKind, RetryPolicy
     from semisched.core.ordering import OrderingPolicy
@@ -189,6 +190,8 @@ _WHERE = {
     "OrderingPolicy": "semisched.core.ordering",
     "ProviderLimits": "semisched.core.budget",
     "RoutingPolicy": "semisched.core.fleet.routing",
+    "ConcurrencyLimit": "semisched.core.fleet.limits",
+    "LimitChange": "semisched.core.fleet.limits",
     "Scope": "semisched.state.base",
 }
 
@@ -208,6 +211,7 @@ __all__ = [
     "ClassSpec",
     "Clock",
     "CompressionStats",
+    "ConcurrencyLimit",
     "DeadlineExceeded",
     "Decision",
     "DecisionCounts",
@@ -230,6 +234,7 @@ __all__ = [
     "InvalidLine",
     "KeyStats",
     "LengthCalibration",
+    "LimitChange",
     "MissingDependency",
     "MonotonicClock",
     "OrderingConfig",

@@ -228,7 +228,9 @@ def _signature_types(obj: object) -> set[type]:
 #: The policy interfaces: a user names a policy in the config (so the class is exported
 #: from ``semisched``), but writing one is extending the core, whose own surface is
 #: ``semisched.core`` (the engine's views and entries a policy reads).
-POLICY_INTERFACES = ("AllocationPolicy", "OrderingPolicy", "RoutingPolicy", "TenantPolicy")
+POLICY_INTERFACES = (
+    "AllocationPolicy", "ConcurrencyLimit", "OrderingPolicy", "RoutingPolicy", "TenantPolicy"
+)
 
 
 def _unexported(

@@ -36,7 +36,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -272,12 +272,21 @@ def read_calibration(path: Path) -> list[Completion]:
         ]  # fmt: skip
 
 
-def write_fit(out: Path, fit: EngineFit, crosscheck: dict[str, float | str]) -> dict[str, object]:
-    """``fit.json``: the measured constants, the profile, the plan-fit cross-check."""
+def write_fit(
+    out: Path,
+    fit: EngineFit,
+    crosscheck: dict[str, float | str],
+    *,
+    provenance: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """``fit.json``: the measured constants, the profile, the plan-fit cross-check and, as
+    ``provenance`` gives them, the engine commit and the machine it was measured on
+    (:func:`bench.real_engine.profiles.provenance`: a run reuses only a fit of its own)."""
     data: dict[str, object] = {
         "fit": asdict(fit),
         "profile": profile_from_fit(fit),
         "plan_fit_crosscheck": crosscheck,
+        **(provenance or {}),
     }
     (out / "fit.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return data

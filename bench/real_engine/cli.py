@@ -3,7 +3,8 @@
 * ``setup``: build llama-server and the model into the cache (:mod:`.setup`), write
   ``setup.md``.
 * ``fit``: measure the engine and fit the mock's physics to it (:mod:`.calibrate`); writes
-  ``calibration.csv`` and ``fit.json`` (the ``llama-cpp`` profile of the mock).
+  ``calibration.csv`` and ``fit.json`` (the ``llama-cpp`` profile of the mock, with the
+  engine commit and the machine it was measured on).
 * ``compare``: the same seeded open-loop workload through the fitted mock and the
   engine (:mod:`.compare`); writes ``compare.csv`` and ``compare_requests.csv``.
 * ``headline``: the quick comparison's four strategies through the SDK into one engine,
@@ -14,7 +15,10 @@
 * ``steps``: a few batch shapes streamed token by token, the engine's step time beside
   the fitted mock's (:mod:`.steps`); writes ``steps.csv`` and ``steps.md``.
 
-All write under ``--out`` (default ``docs/results/real-engine``).
+All write under ``--out`` (default ``docs/results/real-engine``). ``headline``, ``routing``
+and ``compare`` size their load by a fit of this engine on this machine, made first when
+there is none (``--profile machine``, :mod:`.profiles`), or by the committed profile
+(``--profile committed``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ):
         step = steps.add_parser(name, help=text)
         step.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder ({DEFAULT_OUT})")
+        if name in ("headline", "routing", "compare"):
+            _profile_argument(step)
         if name in ("headline", "routing"):
             _matrix_arguments(step, name)
             continue
@@ -79,7 +85,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                               help="refit calibration.csv in --out, no engine run")  # fmt: skip
         if name == "compare":
             step.add_argument("--requests", type=int, default=300, help="requests (300)")
-            step.add_argument("--fit", type=Path, help="the fitted profile (OUT/fit.json)")
+            step.add_argument("--fit", type=Path, help="the fitted profile, used as it is "
+                              "(default: --profile's)")  # fmt: skip
             step.add_argument("--load", type=float, default=0.9,
                               help="offered load, share of the fitted capacity (0.9)")  # fmt: skip
 
@@ -131,9 +138,20 @@ def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
 
         step.add_argument("--load", choices=sorted(CONGESTION), default="medium",
                           help="congestion of the pair's joint capacity (medium)")  # fmt: skip
-        step.add_argument("--caps", type=caps, default=("slots", "none"),
+        step.add_argument("--caps", type=caps, default=("slots", "learned"),
                           help="endpoint caps, comma-separated: slots (each endpoint at most "
-                          "its slots), none (the scheduler's total only) (slots,none)")  # fmt: skip
+                          "its slots), learned (nothing told: each endpoint's limit learned), "
+                          "none (the scheduler's total only) (slots,learned)")  # fmt: skip
+
+
+def _profile_argument(step: argparse.ArgumentParser) -> None:
+    from bench.real_engine.profiles import PROFILES
+
+    step.add_argument("--profile", choices=PROFILES, default="machine",
+                      help="what sizes the load: machine (a fit of this engine on this "
+                      "machine, made first when OUT/fit.json or the cache holds none), "
+                      "committed (the committed llama-cpp profile; compare: OUT/fit.json "
+                      "as it is) (machine)")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -179,12 +197,14 @@ def _run(args: argparse.Namespace) -> Path:
         from bench.real_engine.headline_report import headline_main
 
         return headline_main(out, seeds=range(args.seeds), loads=args.loads,
-                             requests=args.requests, parallel=PARALLEL)  # fmt: skip
+                             requests=args.requests, parallel=PARALLEL,
+                             profile=args.profile)  # fmt: skip
     if args.step == "routing":
         from bench.real_engine.routing_engine import routing_main
 
         return routing_main(out, seeds=range(args.seeds), load=args.load,
-                            requests=args.requests, caps=args.caps)  # fmt: skip
+                            requests=args.requests, caps=args.caps,
+                            profile=args.profile)  # fmt: skip
     if args.step == "setup":
         from bench.real_engine.setup import setup_main
 
@@ -200,8 +220,14 @@ def _run(args: argparse.Namespace) -> Path:
             out, fit=fit, repeats=args.repeats, seed=args.seed, parallel=args.parallel
         )
     from bench.real_engine.compare import compare_main
+    from bench.real_engine.profiles import engine_profile
 
-    fit = args.fit if args.fit is not None else out / "fit.json"
+    fit = args.fit
+    if fit is None and args.profile == "committed":
+        fit = out / "fit.json"
+    if fit is None:
+        fit = engine_profile(out, "machine", args.parallel).path
+        assert fit is not None  # a machine profile is a fit's file
     return compare_main(out, fit=fit, parallel=args.parallel, requests=args.requests,
                         load=args.load, seed=args.seed)  # fmt: skip
 
@@ -215,14 +241,19 @@ def _fit(args: argparse.Namespace, out: Path) -> Path:
         write_fit,
     )
     from bench.real_engine.launcher import DEFAULT_BATCH
+    from bench.real_engine.profiles import provenance
 
-    if args.from_csv:
+    if args.from_csv:  # the measurement's provenance is the old fit's, when it has one
         completions = read_calibration(out / "calibration.csv")
+        old = json.loads((out / "fit.json").read_text(encoding="utf-8")) if (
+            out / "fit.json").exists() else {}  # fmt: skip
+        origin = {k: old[k] for k in ("engine_commit", "machine") if k in old}
     else:
         completions = measure(args.parallel, args.repeats, args.seed)
         write_calibration(out, completions)
+        origin = provenance()
     fit = fit_engine(completions, args.parallel, DEFAULT_BATCH)
-    data = write_fit(out, fit, plan_fit_crosscheck(completions, fit))
+    data = write_fit(out, fit, plan_fit_crosscheck(completions, fit), provenance=origin)
     print(json.dumps(data, indent=2))
     return out / "fit.json"
 

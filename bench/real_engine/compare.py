@@ -12,8 +12,16 @@ arrivals at ``load`` over the mean seconds of a full batch a request takes in th
 profile (:func:`demand_s`: its decode iterations and its prompt, which on a CPU engine is
 a large share of the work).
 
+Load: ``load`` is the *intended load*, the offered work (each request's :func:`demand_s`)
+per second of arrivals over the fitted capacity; the *achieved load*
+(:func:`~bench.real_engine.headline.achieved_load`) is the same offered work over the time
+each side took, first arrival to last answer (:mod:`.headline`'s definitions). The profile
+is, unless ``--fit`` names one, a fit of this engine on this machine, made first when there
+is none (:mod:`.profiles`; ``--profile committed``: ``OUT/fit.json`` as it is).
+
 Written: ``compare.csv`` (per bucket and overall: P50/P95/P99 latency of each side and
-their ratio, engine over mock; the completion time of the whole run),
+their ratio, engine over mock; the completion time of the whole run, with the intended
+load and each side's achieved load),
 ``compare_requests.csv`` (every request on both sides) and ``compare_run.json`` (the
 run's rate, wall time and the machine's load average before and after).
 
@@ -40,7 +48,15 @@ from bench.real_engine.client import Job, prompt_ids
 from mockprovider.physics import COMPLETED, PhysicsParams, ProviderPhysics
 from semisched.plan.mixes import MIXES, OUTPUT_RANGES
 
-__all__ = ["SCALE", "Workload", "bucket_table", "mock_latencies", "workload", "write_rows"]
+__all__ = [
+    "SCALE",
+    "Workload",
+    "bucket_table",
+    "mock_latencies",
+    "run_loads",
+    "workload",
+    "write_rows",
+]
 
 #: Output lengths of the balanced mix divided by this (the engine is a 2-core CPU).
 SCALE = 4
@@ -191,12 +207,15 @@ def compare_main(
         done = {c.tag: c for c in run_jobs(srv.base_url, work.jobs)}
     run = {"requests": requests, "load": load, "seed": seed, "rate_per_s": round(work.rate, 4),
            "wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
-           "load_average_after": _load_average(), "cores": os.cpu_count()}  # fmt: skip
-    (out / "compare_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+           "load_average_after": _load_average(), "cores": os.cpu_count(),
+           "fit": str(fit).replace(str(Path.home()), "~")}  # fmt: skip
     engine = [done[j.tag].end - j.arrival for j in work.jobs]
     ends = [j.arrival + x for j, x in zip(work.jobs, engine, strict=True)]
     mock_ends = [j.arrival + x for j, x in zip(work.jobs, mock, strict=True)]
     rows = bucket_table(work.buckets, engine, mock, (max(ends), max(mock_ends)))
+    loads = run_loads(physics, work, load, (max(ends), max(mock_ends)))
+    rows[-1].update(loads)
+    run.update(loads)
     write_rows(out / "compare.csv", rows)
     write_rows(out / "compare_requests.csv", [
         {"id": j.tag, "bucket": b, "arrival_s": round(j.arrival, 4), "prompt_tokens": len(j.prompt),
@@ -205,6 +224,23 @@ def compare_main(
          "mock_latency_s": round(m, 4)}
         for j, b, e, m in zip(work.jobs, work.buckets, engine, mock, strict=True)
     ])  # fmt: skip
+    (out / "compare_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     for row in rows:
         print(row)
     return out / "compare.csv"
+
+
+def run_loads(
+    physics: PhysicsParams, work: Workload, load: float, ends: tuple[float, float]
+) -> dict[str, float]:
+    """The intended load and each side's achieved load (module docstring); ``ends``: when
+    the engine's and the mock's last answers came."""
+    from bench.real_engine.headline import achieved_load
+
+    offered = float(np.sum(demand_s(physics, [len(j.prompt) for j in work.jobs],
+                                    [j.max_tokens for j in work.jobs])))  # fmt: skip
+    first = min(j.arrival for j in work.jobs)
+    engine, mock = ((end - first) * 1000.0 for end in ends)
+    return {"intended_load": load,
+            "engine_achieved_load": round(achieved_load(offered, 1.0, engine), 4),
+            "mock_achieved_load": round(achieved_load(offered, 1.0, mock), 4)}  # fmt: skip

@@ -52,9 +52,12 @@ def _real_engine_compare(run: Path) -> str:
     title = f"`{run.name}`"
     if meta.exists():
         m = json.loads(meta.read_text(encoding="utf-8"))
-        title = (f"load {m['load']} ({m['requests']} requests, {m['rate_per_s']:.2f}/s; load "
-                 f"average {m['load_average_before'][0]} before, {m['load_average_after'][0]} "
-                 "after)")  # fmt: skip
+        achieved = (f", achieved load {m['engine_achieved_load']:.2f} on the engine, "
+                    f"{m['mock_achieved_load']:.2f} on the mock" if "engine_achieved_load" in m
+                    else "")  # fmt: skip
+        title = (f"load {m['load']} ({m['requests']} requests, {m['rate_per_s']:.2f}/s"
+                 f"{achieved}; load average {m['load_average_before'][0]} before, "
+                 f"{m['load_average_after'][0]} after)")  # fmt: skip
 
     def pair(r: Row, q: str) -> str:
         mock, engine = r[f"mock_{q}_s"], r[f"engine_{q}_s"]

@@ -4,8 +4,9 @@ The four strategies of ``bench quick`` (``direct_naive``, ``quota_tiered``,
 ``adaptive_drr``, ``final_adrr_olc``) schedule one seeded workload each through the real
 SDK (:class:`semisched.Scheduler` over ``openai.AsyncOpenAI``) into one llama-server
 (``--parallel 8``), in real time, and the simulator runs the same jobs with the same
-configs against the fitted ``llama-cpp`` profile: one engine row and one sim row per
-strategy, load and seed.
+configs against the engine's profile (a fit of this engine on this machine, or with
+``--profile committed`` the committed ``llama-cpp`` profile: :mod:`.profiles`): one engine
+row and one sim row per strategy, load and seed.
 
 The workload is :func:`bench.real_engine.compare.workload`'s (the balanced mix with output
 lengths divided by :data:`~bench.real_engine.compare.SCALE`, prompts of 32-512 tokens,
@@ -20,12 +21,25 @@ quick comparison's, read at the paper's scale:
 - deadlines are the regime's, by that bucket (short 15 s ... xlong 360 s), relative to arrival;
 - metrics (:func:`semisched.sim.metrics.summarize`) group by that bucket, on both sides.
 
+Load. A request's *work* is the seconds of a full batch it takes in the profile
+(:func:`~bench.real_engine.compare.demand_s`); the *capacity* is the profile's (one engine:
+1; a fleet: :func:`fleet_capacity`, in the profile's units). The *intended load* is the
+congestion level, the offered work per second of arrivals over the capacity (arrivals at
+``load * capacity / mean work``). The *achieved load* (:func:`achieved_load`) is the same
+offered work over the time the engine actually took, its first arrival to its last answer
+(the run's makespan), over the capacity. Below 1 an engine that keeps up achieves a little
+less than intended (the makespan adds the last answers' drain); one that falls behind
+(saturated, or slower than the profile) stretches the makespan and achieves less; the
+simulator's achieved load, in the same units, is what an engine exactly as the profile
+would achieve.
+
 What the SDK is told of the engine: the strategies that keep a client queue send at most
 :data:`PARALLEL` requests at once (``max_inflight=8``, the server's slots: what a user who
 started the server with ``--parallel 8`` would set; more would queue inside the server,
-where the client can no longer order them). ``direct_naive`` sends on arrival, as in the
-paper. Each request is ``POST /v1/completions`` with the prompt as token ids, its length
-as ``max_tokens`` and ``ignore_eos`` through ``extra_body``; late answers are kept
+where the client can no longer order them), a fixed cap (``concurrency="fixed"``: no
+learned limit under it). ``direct_naive`` sends on arrival, as in the paper. Each
+request is ``POST /v1/completions`` with the prompt as token ids, its length as
+``max_tokens`` and ``ignore_eos`` through ``extra_body``; late answers are kept
 (``cancel_late=False``), as the simulator counts them.
 
 What it is not: the engine shares a 2-core machine (``headline_run.json`` records the load
@@ -37,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -61,10 +75,12 @@ __all__ = [
     "STRATEGIES",
     "EngineJob",
     "EngineLengthError",
+    "achieved_load",
     "engine_jobs",
     "engine_run",
     "fleet_capacity",
     "metric_row",
+    "offered_work_s",
     "replay",
     "scaled_prior",
     "simulate_jobs",
@@ -164,10 +180,33 @@ def fleet_capacity(
 
 
 def strategy_config(strategy: str, parallel: int = PARALLEL) -> SchedulerConfig:
-    """The strategy's preset, its client-side cap set to the engine's slots (module
-    docstring); ``direct_naive`` keeps none."""
+    """The strategy's preset, its client-side cap fixed at the engine's slots (module
+    docstring); ``direct_naive`` (direct dispatch: no client queue) keeps none."""
     base = preset(strategy)
-    return base if base.max_inflight is None else base.with_(max_inflight=parallel)
+    if strategy == "direct_naive":
+        return base
+    routing = replace(base.routing, concurrency="fixed")
+    return base.with_(max_inflight=parallel, routing=routing)
+
+
+def offered_work_s(physics: PhysicsParams, jobs: Sequence[EngineJob]) -> float:
+    """The jobs' work: the sum of the seconds of a full batch each takes in ``physics``
+    (:func:`~bench.real_engine.compare.demand_s`; module docstring)."""
+    from bench.real_engine.compare import demand_s
+
+    prompts = [j.sim.input_tokens for j in jobs]
+    outputs = [j.sim.output_tokens for j in jobs]
+    return float(sum(demand_s(physics, prompts, outputs))) if jobs else 0.0
+
+
+def achieved_load(work_s: float, capacity: float, makespan_ms: float) -> float:
+    """The offered work ``work_s`` over the time the run took (``makespan_ms``: its first
+    arrival to its last answer), over ``capacity``: the load in the intended load's units
+    (module docstring); ``nan`` without a makespan."""
+    seconds = float(makespan_ms) / 1000.0
+    if not (math.isfinite(seconds) and seconds > 0 and capacity > 0):
+        return math.nan
+    return work_s / seconds / capacity
 
 
 def metric_row(records: Sequence[Any], **keys: object) -> dict[str, object]:

@@ -2,11 +2,12 @@
 
 :func:`headline_main` runs :mod:`.headline`'s matrix (strategies x loads x seeds, engine
 and sim) and writes ``headline.csv`` (every row), ``headline.md`` (medians over seeds,
-engine beside sim, and per load the ratio of ``direct_naive``'s short P95 to
+engine beside sim, each load's intended and achieved load (:mod:`.headline`'s
+definitions), and per load the ratio of ``direct_naive``'s short P95 to
 ``final_adrr_olc``'s) and ``headline_run.json`` (wall time, load average before and after,
 cores, the engine's commit, the mock profile that set its arrivals and ran its simulated
-side). The csv is rewritten after each engine run, so an interrupted run keeps what it
-measured.
+side, and where that profile came from: :mod:`.profiles`). The csv is rewritten after
+each engine run, so an interrupted run keeps what it measured.
 
 :func:`headline_markdown` and :func:`ratio_rows` are the report alone (no engine), so a
 test checks them.
@@ -23,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.real_engine.compare import write_rows
-from bench.real_engine.headline import STRATEGIES, median
+from bench.real_engine.headline import INFORMATION, STRATEGIES, median
+from bench.workloads import CONGESTION
+from mockprovider.physics_params import PhysicsParams
 
 __all__ = [
     "headline_main",
@@ -41,6 +44,14 @@ _COLUMNS = (
     ("completion", "completion_rate", 1.0, 3),
     ("satisfaction", "satisfaction", 1.0, 3),
     ("goodput /s", "goodput_rps", 1.0, 3),
+    ("achieved load", "achieved_load", 1.0, 2),
+)
+#: The table's caption on load (:mod:`.headline`'s definitions).
+LOAD_CAPTION = (
+    "Intended load: the congestion level, the offered work (each request's seconds of a "
+    "full batch in the profile) per second of arrivals over the engine's capacity; achieved "
+    "load: the same offered work over the time the run took (first arrival to last answer), "
+    "over the capacity."
 )
 _BASE, _FULL = "direct_naive", "final_adrr_olc"
 
@@ -54,8 +65,8 @@ def median_rows(
         key = (str(row["load"]), str(row["strategy"]), str(row["mode"]))
         groups.setdefault(key, []).append(row)
     return {
-        key: {metric: median([float(r[metric]) for r in group])  # type: ignore[arg-type]
-              for _, metric, _, _ in _COLUMNS}
+        key: {metric: median([_number(r.get(metric)) for r in group])
+              for _, metric, _, _ in (*_COLUMNS, ("", "intended_load", 1.0, 2))}
         for key, group in groups.items()
     }  # fmt: skip
 
@@ -74,6 +85,15 @@ def ratio_rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     return out
 
 
+def _number(value: object) -> float:
+    """A csv or row value as a float (``nan`` where there is none: a row from before a
+    column existed)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _cell(engine: float, sim: float, scale: float, digits: int) -> str:
     return f"{engine * scale:.{digits}f} / {sim * scale:.{digits}f}"
 
@@ -82,16 +102,18 @@ def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     """The report (module docstring): one table of medians, one of ratios."""
     medians = median_rows(rows)
     seeds = sorted({int(str(r["seed"])) for r in rows})
-    head = " | ".join(f"{name}: engine / sim" for name, *_ in _COLUMNS)
+    head = " | ".join(f"{name}: engine / sim" for name, *_ in _COLUMNS[:-1])
+    head += f" | intended load | {_COLUMNS[-1][0]}: engine / sim"
     rates = {str(r["load"]): f"{float(r['rate_per_s']):.2f}/s, {r['requests']} requests"  # type: ignore[arg-type]
              for r in rows if "rate_per_s" in r}  # fmt: skip
     offered = "; ".join(f"{load}: {rate}" for load, rate in rates.items())
+    arrivals = f" Arrivals per run: {offered}." if offered else ""
     lines = [
-        f"Medians over seeds {seeds}; each cell is engine / sim (the fitted `llama-cpp` profile)."
-        + (f" Arrivals per run: {offered}." if offered else ""),
+        f"Medians over seeds {seeds}; each cell is engine / sim (the simulator with the "
+        f"profile that set the arrivals).{arrivals} {LOAD_CAPTION}",
         "",
         f"| load | strategy | {head} |",
-        "|---|---|" + "---|" * len(_COLUMNS),
+        "|---|---|" + "---|" * (len(_COLUMNS) + 1),
     ]
     loads = list(dict.fromkeys(str(r["load"]) for r in rows))
     for load in loads:
@@ -101,6 +123,7 @@ def headline_markdown(rows: Sequence[Mapping[str, object]]) -> str:
             if engine is None or sim is None:
                 continue
             cells = [_cell(engine[m], sim[m], s, d) for _, m, s, d in _COLUMNS]
+            cells.insert(-1, f"{engine['intended_load']:.2f}")
             lines.append(f"| {load} | {strategy} | " + " | ".join(cells) + " |")
     lines += ["", f"Short P95, {_BASE} / {_FULL} (medians):", "",
               "| load | engine | sim |", "|---|---|---|"]  # fmt: skip
@@ -146,34 +169,27 @@ def _load_average() -> list[float]:
 
 
 def headline_main(
-    out: Path, *, seeds: Sequence[int], loads: Sequence[str], requests: int, parallel: int
+    out: Path,
+    *,
+    seeds: Sequence[int],
+    loads: Sequence[str],
+    requests: int,
+    parallel: int,
+    profile: str = "machine",
 ) -> Path:
-    """Run the matrix on one llama-server and the simulator; write the files (module
+    """Run the matrix on one llama-server and the simulator, its load sized by ``profile``
+    (:func:`bench.real_engine.profiles.engine_profile`); write the files (module
     docstring). Returns ``headline.md``."""
     from dataclasses import asdict
 
-    import anyio
-    from tokenizers import Tokenizer
-
     from bench.real_engine.client import Job, run_jobs
-    from bench.real_engine.headline import (
-        INFORMATION,
-        engine_jobs,
-        engine_run,
-        metric_row,
-        simulate_jobs,
-        strategy_config,
-    )
     from bench.real_engine.launcher import LlamaServer, ServerOptions
+    from bench.real_engine.profiles import engine_profile
     from bench.real_engine.setup import EnginePaths, engine_commit
-    from mockprovider.physics import profile
-    from predictors.priors import information_source
 
-    physics = profile("llama-cpp")
-    if physics.slots != parallel:
-        raise ValueError(f"parallel={parallel} must equal the llama-cpp profile's {physics.slots}")
+    chosen = engine_profile(out, profile, parallel)
+    print(f"load sized by {chosen.source}", flush=True)
     paths = EnginePaths.default()
-    vocab = Tokenizer.from_file(str(paths.tokenizer)).get_vocab_size()
     rows: list[dict[str, object]] = []
     runs: list[dict[str, object]] = []
     before, started = _load_average(), time.perf_counter()
@@ -182,29 +198,58 @@ def headline_main(
         run_jobs(srv.base_url, [Job(arrival=0.0, prompt=(5, 6, 7), max_tokens=8)])  # warm-up
         for load in loads:
             for seed in seeds:
-                source = information_source(INFORMATION, seed=seed)
-                jobs, rate = engine_jobs(physics, source, load=load, requests=requests,
-                                         seed=seed, vocab=vocab)  # fmt: skip
-                keys = {"load": load, "seed": seed, "requests": requests,
-                        "rate_per_s": round(rate, 4)}  # fmt: skip
-                for strategy in STRATEGIES:
-                    config = strategy_config(strategy, parallel)
-                    sim = simulate_jobs(jobs, config, physics, seed)
-                    rows.append(metric_row(sim, strategy=strategy, mode="sim", **keys))
-                    t0, load_before = time.perf_counter(), _load_average()
-                    records, _ = anyio.run(engine_run, {"engine": srv.base_url}, jobs, config, seed)
-                    wall = round(time.perf_counter() - t0, 1)
-                    rows.append(metric_row(records, strategy=strategy, mode="engine", **keys))
-                    runs.append({**keys, "strategy": strategy, "wall_s": wall,
-                                 "load_average_before": load_before,
-                                 "load_average_after": _load_average()})  # fmt: skip
-                    print(f"{load} seed {seed} {strategy}: {wall} s", flush=True)
-                    write_rows(out / "headline.csv", rows)
+                _one_cell(srv.base_url, chosen.physics, load, seed, requests, parallel,
+                          rows, runs, out)  # fmt: skip
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": _load_average(), "cores": os.cpu_count(),
            "engine_commit": engine_commit(paths), "parallel": parallel,
-           "information": INFORMATION, "profile": asdict(physics), "runs": runs}  # fmt: skip
+           "information": INFORMATION, "profile": asdict(chosen.physics),
+           "profile_source": chosen.source, "runs": runs}  # fmt: skip
     (out / "headline_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     (out / "headline.md").write_text(headline_markdown(rows), encoding="utf-8")
     print(headline_markdown(rows))
     return out / "headline.md"
+
+
+def _one_cell(
+    url: str, physics: PhysicsParams, load: str, seed: int, requests: int, parallel: int,
+    rows: list[dict[str, object]], runs: list[dict[str, object]], out: Path,
+) -> None:  # fmt: skip
+    """Every strategy on one load and seed, engine and sim; rows and runs appended, the
+    csv rewritten after each engine run."""
+    import anyio
+    from tokenizers import Tokenizer
+
+    from bench.real_engine.headline import (
+        achieved_load,
+        engine_jobs,
+        engine_run,
+        metric_row,
+        offered_work_s,
+        simulate_jobs,
+        strategy_config,
+    )
+    from bench.real_engine.setup import EnginePaths
+    from predictors.priors import information_source
+
+    vocab = Tokenizer.from_file(str(EnginePaths.default().tokenizer)).get_vocab_size()
+    source = information_source(INFORMATION, seed=seed)
+    jobs, rate = engine_jobs(physics, source, load=load, requests=requests, seed=seed,
+                             vocab=vocab)  # fmt: skip
+    work = offered_work_s(physics, jobs)
+    keys = {"load": load, "seed": seed, "requests": requests, "rate_per_s": round(rate, 4),
+            "intended_load": CONGESTION[load]}  # fmt: skip
+    for strategy in STRATEGIES:
+        config = strategy_config(strategy, parallel)
+        sim = simulate_jobs(jobs, config, physics, seed)
+        t0, load_before = time.perf_counter(), _load_average()
+        records, _ = anyio.run(engine_run, {"engine": url}, jobs, config, seed)
+        wall = round(time.perf_counter() - t0, 1)
+        for mode, done in (("sim", sim), ("engine", records)):
+            row = metric_row(done, strategy=strategy, mode=mode, **keys)
+            row["achieved_load"] = achieved_load(work, 1.0, _number(row["makespan_ms"]))
+            rows.append(row)
+        runs.append({**keys, "strategy": strategy, "wall_s": wall, "load_average_after":
+                     _load_average(), "load_average_before": load_before})  # fmt: skip
+        print(f"{load} seed {seed} {strategy}: {wall} s", flush=True)
+        write_rows(out / "headline.csv", rows)

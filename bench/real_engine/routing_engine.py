@@ -2,16 +2,24 @@
 
 Two llama-servers run side by side on loopback: ``fast`` with 8 slots (``--parallel 8``)
 and ``slow`` with 2 (:data:`FLEET`), each one thread at ``nice 10``. One
-:class:`semisched.Scheduler` (``final_adrr_olc``, at most 10 in flight) sends to both
-through one :class:`semisched.Endpoint` each, and routes by each policy of
-:data:`POLICIES` in turn, on the same seeded workload (:mod:`.headline`'s: the scaled
-balanced mix, paper-scale priors and deadlines) at a congestion level of the pair's joint
-capacity (:func:`~bench.real_engine.headline.fleet_capacity`, from the ``llama-cpp``
-profile with each server's slots), under each endpoint cap of :data:`CAPS`: ``slots``,
-each endpoint capped at its slots (``max_concurrency``: what a user who started the
-servers would set), so that a send goes where a slot is free whatever the policy; and
-``none``, only the scheduler's total cap (a user who knows the fleet's size but not each
-server's), so that the policy decides which server queues what.
+:class:`semisched.Scheduler` (``final_adrr_olc``) sends to both through one
+:class:`semisched.Endpoint` each, and routes by each policy of :data:`POLICIES` in turn, on
+the same seeded workload (:mod:`.headline`'s: the scaled balanced mix, paper-scale priors
+and deadlines) at a congestion level of the pair's joint capacity
+(:func:`~bench.real_engine.headline.fleet_capacity`, from the engine's profile with each
+server's slots: a fit of this engine on this machine, made first when there is none, or
+with ``--profile committed`` the committed ``llama-cpp`` profile; :mod:`.profiles`), under
+each endpoint cap of :data:`CAPS` (:func:`routing_config`):
+
+* ``slots``: each endpoint capped at its slots (``max_concurrency``: what a user who
+  started the servers would set), the scheduler's total their sum, so that a send goes
+  where a slot is free whatever the policy;
+* ``learned``: nothing told, the core's default: no caps, no ``max_inflight``, each
+  endpoint's limit learned (``RoutingConfig.concurrency="learned"``,
+  :mod:`semisched.core.fleet.limits`);
+* ``none``: only the scheduler's total cap (``max_inflight``, the sum of the slots: a user
+  who knows the fleet's size but not each server's) and no learned limit
+  (``concurrency="fixed"``), so that the policy decides which server queues what.
 
 On this 2-core machine the two servers are not independent: each has one thread, so with
 both busy they hold a core each and the client (the SDK, in Python) takes its time from
@@ -24,11 +32,19 @@ and ``fast`` the long one (:data:`POOLS`), with the short pool's budget
 :data:`SHORT_POOL_TOKENS`; the other policies ignore pools.
 
 Beside each engine run, the simulator runs the same jobs over the same two endpoints (each
-the ``llama-cpp`` profile with its slots, the same caps, pools and config): its prediction.
+the engine's profile with its slots, the same caps, pools and config): its prediction.
+
+Load (:mod:`.headline`'s definitions): the *intended load* is the congestion level, the
+offered work (each request's seconds of a full batch in the profile) per second of
+arrivals over the pair's capacity; the *achieved load* is the same offered work over the
+time the run took (first arrival to last answer), over the same capacity.
 
 Written: ``routing.csv`` (per caps, policy and seed: short P95, global P95, completion,
-satisfaction, goodput, and each endpoint's share of the completions, on the engine and, as
-``sim_*``, in the simulator) and ``routing.md`` (medians over seeds, engine / sim).
+satisfaction, goodput, each endpoint's share of the completions and its concurrency limit
+at the end (``limit_<name>``: its cap, or the limit it learned; empty for none), the
+intended and achieved load, on the engine and, as ``sim_*``, in the simulator),
+``routing.md`` (medians over seeds, engine / sim) and ``routing_run.json`` (the run's
+machine load, fleet and profile).
 """
 
 from __future__ import annotations
@@ -51,6 +67,8 @@ __all__ = [
     "POLICIES",
     "POOLS",
     "SHORT_POOL_TOKENS",
+    "endpoint_caps",
+    "endpoint_limits",
     "endpoint_shares",
     "routing_config",
     "routing_main",
@@ -72,20 +90,36 @@ POOLS: Mapping[str, str] = {"fast": "long", "slow": "short"}
 #: (budgets of 300 to 1,400 tokens tried).
 SHORT_POOL_TOKENS = 600.0
 STRATEGY = "final_adrr_olc"
+#: Endpoint caps a run can compare (module docstring): each endpoint capped at its slots,
+#: each endpoint's limit learned (nothing told), or only the scheduler's total.
+CAPS = ("slots", "learned", "none")
 
 
-def routing_config(policy: str, fleet: Mapping[str, int] = FLEET) -> Any:
-    """``final_adrr_olc`` routing by ``policy``, its client cap the fleet's slots, the short
-    pool's budget :data:`SHORT_POOL_TOKENS` (read by ``token_budget`` only).
+def routing_config(policy: str, caps: str = "slots", fleet: Mapping[str, int] = FLEET) -> Any:
+    """``final_adrr_olc`` routing by ``policy`` under ``caps`` (:data:`CAPS`), the short
+    pool's budget :data:`SHORT_POOL_TOKENS` (read by ``token_budget`` only): ``slots`` and
+    ``none`` a fixed total of the fleet's slots (``max_inflight``) and no learned limit
+    (``slots`` adds each endpoint's cap: :func:`endpoint_caps`); ``learned`` no total and
+    each endpoint's limit learned.
 
     Raises:
-        ValueError: An unknown ``policy``.
+        ValueError: An unknown ``policy`` or ``caps``.
     """
     from semisched.core.config import preset
 
+    if caps not in CAPS:
+        raise ValueError(f"caps={caps!r} must be one of {', '.join(CAPS)}")
     base = preset(STRATEGY)
-    routing = replace(base.routing, policy=policy, short_pool_tokens=SHORT_POOL_TOKENS)
-    return base.with_(max_inflight=sum(fleet.values()), routing=routing)
+    learned = caps == "learned"
+    routing = replace(base.routing, policy=policy, short_pool_tokens=SHORT_POOL_TOKENS,
+                      concurrency="learned" if learned else "fixed")  # fmt: skip
+    return base.with_(max_inflight=None if learned else sum(fleet.values()), routing=routing)
+
+
+def endpoint_caps(caps: str, fleet: Mapping[str, int] = FLEET) -> Mapping[str, int] | None:
+    """Each endpoint's ``max_concurrency`` under ``caps``: its slots for ``slots``, none
+    otherwise."""
+    return dict(fleet) if caps == "slots" else None
 
 
 def simulated_row(
@@ -113,6 +147,7 @@ def simulated_row(
     done = [row.endpoint for row in result.rows if row.outcome == "completed"]
     for name in members:
         metrics[f"share_{name}"] = done.count(name) / len(done) if done else math.nan
+    metrics.update(endpoint_limits(result.engine, list(members)))
     return {f"sim_{key}": value for key, value in metrics.items()}
 
 
@@ -123,29 +158,53 @@ def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
     return {f"share_{n}": done.get(n, 0) / total if total else math.nan for n in names}
 
 
-def routing_markdown(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> str:
-    """Medians over seeds per endpoint caps and policy: the metrics and each endpoint's
-    share, each cell ``engine / sim`` where the rows have the simulator's (``sim_*``)."""
+def endpoint_limits(engine: Any, names: Sequence[str]) -> dict[str, object]:
+    """Each endpoint's concurrency limit at the end, from the engine's statistics (the
+    scheduler's ``statistics().engine``, a simulation's ``engine``): its cap, or the limit
+    it learned; ``""`` for none."""
+    limits = {e.name: e.limit for e in engine.endpoints}
+    return {f"limit_{n}": "" if limits.get(n) is None else limits[n] for n in names}
+
+
+def routing_markdown(
+    rows: Sequence[Mapping[str, object]], names: Sequence[str], source: str | None = None
+) -> str:
+    """Medians over seeds per endpoint caps and policy: the metrics, each endpoint's share
+    and final limit, the intended and achieved load, each cell ``engine / sim`` where the
+    rows have the simulator's (``sim_*``); ``source``: what sized the load."""
     columns = [("short P95 s", "short_p95_ms", 1e-3), ("global P95 s", "global_p95_ms", 1e-3),
                ("completion", "completion_rate", 1.0), ("satisfaction", "satisfaction", 1.0),
-               *((f"share {n}", f"share_{n}", 1.0) for n in names)]  # fmt: skip
+               *((f"share {n}", f"share_{n}", 1.0) for n in names),
+               *((f"limit {n}", f"limit_{n}", 0.0) for n in names),
+               ("achieved load", "achieved_load", 1.0)]  # fmt: skip
     seeds = sorted({int(str(r["seed"])) for r in rows})
     sim = all("sim_short_p95_ms" in r for r in rows)
     title = [f"{c[0]}: engine / sim" if sim else c[0] for c in columns]
-    head = (f"Medians over seeds {seeds}" + ("; each cell is engine / sim (the simulator, "
-            "each endpoint the fitted `llama-cpp` profile with its slots)" if sim else "")
-            + ". Caps `slots`: each endpoint takes at most its slots; `none`: only the "
-            "scheduler's total cap.")  # fmt: skip
-    lines = [head, "",
+    title.insert(-1, "intended load")
+    lines = [_caption(seeds, sim, source), "",
              "| caps | policy | " + " | ".join(title) + " |",
-             "|---|---|" + "---|" * len(columns)]  # fmt: skip
+             "|---|---|" + "---|" * len(title)]  # fmt: skip
     groups = dict.fromkeys((str(r.get("caps", "slots")), str(r["policy"])) for r in rows)
     for caps, policy in groups:
         mine = [r for r in rows if (str(r.get("caps", "slots")), r["policy"]) == (caps, policy)]
         cells = [_cell(mine, key, scale) + (f" / {_cell(mine, 'sim_' + key, scale)}" if sim else "")
                  for _, key, scale in columns]  # fmt: skip
+        cells.insert(-1, _cell(mine, "intended_load", 1.0))
         lines.append(f"| {caps} | {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _caption(seeds: Sequence[int], sim: bool, source: str | None) -> str:
+    return (f"Medians over seeds {list(seeds)}" + ("; each cell is engine / sim (the simulator, "
+            "each endpoint the engine's profile with its slots)" if sim else "") + ". "
+            + (f"Load sized by {source}. " if source else "")
+            + "Caps `slots`: each endpoint takes at most its slots; `learned`: nothing told, "
+            "each endpoint's limit learned; `none`: only the scheduler's total cap, no learned "
+            "limit. Limit: each endpoint's concurrency limit at the end of the run (its cap, or "
+            "the limit it learned; - for none). Intended load: the congestion level, the "
+            "offered work (each request's seconds of a full batch in the profile) per second "
+            "of arrivals over the pair's capacity; achieved load: the same offered work over "
+            "the time the run took (first arrival to last answer), over the capacity.")  # fmt: skip
 
 
 def routing_summary(rows: Sequence[Mapping[str, object]]) -> str:
@@ -175,7 +234,19 @@ def routing_summary(rows: Sequence[Mapping[str, object]]) -> str:
 
 
 def _cell(rows: Sequence[Mapping[str, object]], key: str, scale: float) -> str:
-    return f"{median([float(r[key]) for r in rows]) * scale:.2f}"  # type: ignore[arg-type]
+    """The median of ``key`` over ``rows`` (``-`` for none); ``scale`` 0: a limit, as
+    a count."""
+    value = median([_number(r.get(key)) for r in rows])
+    if math.isnan(value):
+        return "-"
+    return f"{value:g}" if scale == 0.0 else f"{value * scale:.2f}"
+
+
+def _number(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
 
 
 @contextlib.contextmanager
@@ -196,63 +267,97 @@ def _servers(fleet: Mapping[str, int]) -> Any:
         yield urls
 
 
-#: Endpoint caps a run can compare: each endpoint capped at its slots, or none.
-CAPS = ("slots", "none")
-
-
 def routing_main(
-    out: Path, *, seeds: Sequence[int], load: str, requests: int, caps: Sequence[str] = CAPS
+    out: Path,
+    *,
+    seeds: Sequence[int],
+    load: str,
+    requests: int,
+    caps: Sequence[str] = CAPS,
+    profile: str = "machine",
 ) -> Path:
-    """Run every policy and seed on the two servers, under each of ``caps``; write the
-    files (module docstring). Returns ``routing.md``."""
-    import anyio
-    from tokenizers import Tokenizer
+    """Run every policy and seed on the two servers, under each of ``caps``, the load sized
+    by ``profile`` (:func:`bench.real_engine.profiles.engine_profile`); write the files
+    (module docstring). Returns ``routing.md``."""
+    from dataclasses import asdict
 
-    from bench.real_engine.headline import INFORMATION, engine_jobs, engine_run, fleet_capacity
-    from bench.real_engine.headline_report import write_rows
-    from bench.real_engine.setup import EnginePaths
-    from mockprovider.physics import profile
-    from predictors.priors import information_source
+    from bench.real_engine.profiles import engine_profile
 
-    physics = profile("llama-cpp")
-    members = {name: replace(physics, slots=slots) for name, slots in FLEET.items()}
-    vocab = Tokenizer.from_file(str(EnginePaths.default().tokenizer)).get_vocab_size()
+    for cap in caps:
+        routing_config(POLICIES[0], cap)  # an unknown cap stops before any engine starts
+    chosen = engine_profile(out, profile, FLEET["fast"])
+    print(f"load sized by {chosen.source}", flush=True)
+    source = chosen.source.replace(str(Path.home()), "~")
     rows: list[dict[str, object]] = []
     started, before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     with _servers(FLEET) as urls:
         for seed in seeds:
-            capacity = fleet_capacity(physics, list(members.values()), requests=requests,
-                                      seed=seed)  # fmt: skip
-            jobs, rate = engine_jobs(physics, information_source(INFORMATION, seed=seed),
-                                     load=load, requests=requests, seed=seed, vocab=vocab,
-                                     capacity=capacity)  # fmt: skip
-            for cap, policy in ((c, p) for c in caps for p in POLICIES):
-                t0 = time.perf_counter()
-                slots = FLEET if cap == "slots" else None
-                config = routing_config(policy)
-                records, stats = anyio.run(engine_run, urls, jobs, config, seed, slots, POOLS)
-                row = routing_row(records, stats, policy=policy, caps=cap, load=load, seed=seed,
-                                  requests=requests, rate_per_s=round(rate, 4))  # fmt: skip
-                row["wall_s"] = round(time.perf_counter() - t0, 1)
-                row.update(simulated_row(jobs, config, members, seed, slots))
-                rows.append(row)
-                print(f"seed {seed} caps {cap} {policy}: {row['wall_s']} s", flush=True)
-                write_rows(out / "routing.csv", rows)
+            _one_seed(urls, chosen.physics, seed, load=load, requests=requests, caps=caps,
+                      rows=rows, out=out)  # fmt: skip
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": [round(x, 2) for x in os.getloadavg()],
            "cores": os.cpu_count(), "fleet": dict(FLEET), "pools": dict(POOLS),
-           "short_pool_tokens": SHORT_POOL_TOKENS, "caps": list(caps)}  # fmt: skip
+           "short_pool_tokens": SHORT_POOL_TOKENS, "caps": list(caps),
+           "profile": asdict(chosen.physics), "profile_source": source}  # fmt: skip
     (out / "routing_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
-    (out / "routing.md").write_text(routing_markdown(rows, list(FLEET)), encoding="utf-8")
-    print(routing_markdown(rows, list(FLEET)))
+    text = routing_markdown(rows, list(FLEET), source)
+    (out / "routing.md").write_text(text, encoding="utf-8")
+    print(text)
     return out / "routing.md"
 
 
+def _one_seed(
+    urls: Mapping[str, str], physics: Any, seed: int, *, load: str, requests: int,
+    caps: Sequence[str], rows: list[dict[str, object]], out: Path,
+) -> None:  # fmt: skip
+    """Every caps and policy on one seed's workload, engine and sim; the rows appended, the
+    csv rewritten after each run."""
+    import anyio
+    from tokenizers import Tokenizer
+
+    from bench.real_engine.headline import (
+        INFORMATION,
+        achieved_load,
+        engine_jobs,
+        engine_run,
+        fleet_capacity,
+        offered_work_s,
+    )
+    from bench.real_engine.headline_report import write_rows
+    from bench.real_engine.setup import EnginePaths
+    from bench.workloads import CONGESTION
+    from predictors.priors import information_source
+
+    members = {name: replace(physics, slots=slots) for name, slots in FLEET.items()}
+    vocab = Tokenizer.from_file(str(EnginePaths.default().tokenizer)).get_vocab_size()
+    capacity = fleet_capacity(physics, list(members.values()), requests=requests, seed=seed)
+    source = information_source(INFORMATION, seed=seed)
+    jobs, rate = engine_jobs(physics, source, load=load, requests=requests, seed=seed,
+                             vocab=vocab, capacity=capacity)  # fmt: skip
+    work = offered_work_s(physics, jobs)
+    for cap, policy in ((c, p) for c in caps for p in POLICIES):
+        t0 = time.perf_counter()
+        slots, config = endpoint_caps(cap), routing_config(policy, cap)
+        records, stats = anyio.run(engine_run, urls, jobs, config, seed, slots, POOLS)
+        row = routing_row(records, stats, policy=policy, caps=cap, load=load, seed=seed,
+                          requests=requests, rate_per_s=round(rate, 4),
+                          intended_load=CONGESTION[load])  # fmt: skip
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        row.update(simulated_row(jobs, config, members, seed, slots))
+        for prefix in ("", "sim_"):
+            makespan = _number(row[f"{prefix}makespan_ms"])
+            row[f"{prefix}achieved_load"] = achieved_load(work, capacity, makespan)
+        rows.append(row)
+        print(f"seed {seed} caps {cap} {policy}: {row['wall_s']} s", flush=True)
+        write_rows(out / "routing.csv", rows)
+
+
 def routing_row(records: Sequence[Any], stats: Any, **keys: object) -> dict[str, object]:
-    """``keys``, the :data:`~bench.real_engine.headline.METRICS` of ``records`` and each
-    endpoint's share of the completions."""
+    """``keys``, the :data:`~bench.real_engine.headline.METRICS` of ``records``, each
+    endpoint's share of the completions and its final limit."""
     from bench.real_engine.headline import metric_row
 
     row = metric_row(records, **keys)
     row.update(endpoint_shares(stats, list(FLEET)))
+    row.update(endpoint_limits(stats.engine, list(FLEET)))
     return row

@@ -50,6 +50,14 @@ from semisched.core.config import (
 from semisched.core.engine import Engine
 from semisched.core.errors import SemischedError
 from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
+from semisched.core.fleet.limits import (
+    CONCURRENCY_POLICIES,
+    Answered,
+    ConcurrencyLimit,
+    FixedLimit,
+    LimitChange,
+    QueueDelayLimit,
+)
 from semisched.core.fleet.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy
@@ -79,6 +87,7 @@ from semisched.core.tenants.policies import TENANT_POLICIES, TenantPolicy
 __all__ = [
     "ALLOCATION_POLICIES",
     "BUCKET_BOUNDS",
+    "CONCURRENCY_POLICIES",
     "DEFAULT_RETRY_ON",
     "ORDERING_POLICIES",
     "OVERLOAD_POLICIES",
@@ -91,6 +100,7 @@ __all__ = [
     "AllocationConfig",
     "AllocationPolicy",
     "AllocationView",
+    "Answered",
     "Bucket",
     "BucketCounts",
     "BudgetConfig",
@@ -98,6 +108,7 @@ __all__ = [
     "Circuit",
     "ClassQueue",
     "ClassSpec",
+    "ConcurrencyLimit",
     "Defer",
     "EndpointSpec",
     "EndpointState",
@@ -110,8 +121,10 @@ __all__ = [
     "Fail",
     "FailureCounts",
     "FailureKind",
+    "FixedLimit",
     "IllegalTransition",
     "LatencyEstimate",
+    "LimitChange",
     "MakespanFloor",
     "OrderingConfig",
     "OrderingPolicy",
@@ -121,6 +134,7 @@ __all__ = [
     "Pause",
     "Prior",
     "ProviderLimits",
+    "QueueDelayLimit",
     "RateBudget",
     "Reject",
     "Request",

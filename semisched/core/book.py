@@ -213,8 +213,8 @@ class EngineBook:
         """The first token of ``request_id``'s answer arrived (a learned limit reads it)."""
         self._advance(now)
         entry = self._entries.get(request_id)
-        if entry is not None and entry.state == _INFLIGHT:
-            self._fleet.on_first_token(entry, now)
+        if entry is not None and entry.state == _INFLIGHT and entry.first_token_s is None:
+            entry.first_token_s = now - entry.sent_at  # type: ignore[operator]
 
     def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
         """The provider's rate-limit headers on the response to ``request_id``.

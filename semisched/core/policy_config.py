@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from semisched.core.fleet.limits import CONCURRENCY_POLICIES
 from semisched.core.checks import (
     check_bool,
     check_choice,
@@ -21,6 +20,7 @@ from semisched.core.checks import (
     check_number,
     check_str,
 )
+from semisched.core.fleet.limits import CONCURRENCY_POLICIES, ConcurrencyLimit
 
 if TYPE_CHECKING:  # the policy modules import this one
     from semisched.core.allocation import AllocationPolicy
@@ -436,7 +436,8 @@ class RoutingConfig:
         concurrency: How many requests each endpoint without a ``max_concurrency``
             may hold (:mod:`semisched.core.fleet.limits`): ``learned`` (the default:
             a limit learned online from the wait for a slot, 429s and failures, in
-            the spirit of TCP Vegas), or ``fixed`` (no limit of its own). An
+            the spirit of TCP Vegas), ``fixed`` (no limit of its own), or your own
+            :class:`~semisched.core.ConcurrencyLimit` subclass (the class). An
             endpoint's explicit ``max_concurrency`` always wins; the scheduler's
             total is the sum of its endpoints' limits, ``max_inflight`` a ceiling.
     """
@@ -451,11 +452,13 @@ class RoutingConfig:
     spill_outstanding: int = 16
     pool_policy: str = "anticipated_load"
     compress_band: float = 1.0
-    concurrency: str = "learned"
+    concurrency: str | type[ConcurrencyLimit] = "learned"
 
     def __post_init__(self) -> None:
         _check_policy(self.policy, ROUTING_POLICY_NAMES)
-        check_choice("concurrency", self.concurrency, tuple(CONCURRENCY_POLICIES))
+        own = isinstance(self.concurrency, type) and issubclass(self.concurrency, ConcurrencyLimit)
+        if not own:
+            check_choice("concurrency", self.concurrency, tuple(CONCURRENCY_POLICIES))
         check_bool("failover", self.failover)
         check_int("failure_threshold", self.failure_threshold, minimum=1)
         _positive("cooloff_s", self.cooloff_s)

@@ -8,7 +8,8 @@ One read of the scheduler's statistics, shaped for an operator::
      "cancelled": {"queued": 0, "in_flight": 1},
      "endpoints": [{"name", "state", "circuit", "circuit_reason", "inflight", "sent",
                     "completed", "failed_attempts", "throttled", "consecutive_failures",
-                    "budget": {...} | null}, ...],
+                    "limit", "limit_policy", "last_limit_change": {"at", "old", "new",
+                    "rule", "reason"} | null, "budget": {...} | null}, ...],
      "budget": {...} | null,
      "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
                   "completed", "rejected"}, ...],
@@ -27,6 +28,7 @@ from dataclasses import asdict
 from typing import Any
 
 from semisched.core.budget import BudgetSnapshot
+from semisched.core.fleet.limits import LimitChange
 from semisched.runtime.stats import SchedulerStats
 
 __all__ = ["fleet_health", "status_document"]
@@ -44,6 +46,13 @@ def _budget(snapshot: BudgetSnapshot | None) -> dict[str, Any] | None:
     }
 
 
+def _change(change: LimitChange | None) -> dict[str, Any] | None:
+    if change is None:
+        return None
+    return {"at": change.at, "old": change.old, "new": change.new, "rule": change.rule,
+            "reason": change.reason}  # fmt: skip
+
+
 def status_document(
     stats: SchedulerStats,
     queues: dict[str, dict[str, dict[str, int]]],
@@ -58,7 +67,8 @@ def status_document(
          "circuit_reason": e.circuit_reason, "inflight": e.inflight, "sent": e.sent,
          "completed": e.completed, "failed_attempts": e.failed_attempts,
          "throttled": e.throttled, "consecutive_failures": e.consecutive_failures,
-         "budget": _budget(e.budget)}
+         "limit": e.limit, "limit_policy": e.limit_policy,
+         "last_limit_change": _change(e.last_limit_change), "budget": _budget(e.budget)}
         for e in engine.endpoints
     ]  # fmt: skip
     tenants = [

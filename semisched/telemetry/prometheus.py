@@ -45,6 +45,9 @@ metric                                     labels            meaning
 ``semisched_deferred``                                       gauge: requests held back now (overload
                                                              deferral, retry back-off)
 ``semisched_inflight``                     endpoint          gauge: requests in flight now
+``semisched_concurrency_limit``            endpoint          gauge: requests it may hold at once
+                                                             (its ``max_concurrency`` or learned
+                                                             limit; absent while it has none)
 ``semisched_severity``                                       gauge: overload severity, in [0, 1]
 ``semisched_budget_headroom``              endpoint          gauge: the smallest ``1 - used/limit``
                                                              of a rate budget's RPM and TPM windows,
@@ -206,6 +209,7 @@ class _Reading:
     queue_depth: dict[str, float] = field(default_factory=dict)
     deferred: float = 0.0
     inflight: dict[str, float] = field(default_factory=dict)
+    limit: dict[str, float] = field(default_factory=dict)
     severity: float = 0.0
     headroom: dict[str, float] = field(default_factory=dict)
     entitlement: dict[str, float] = field(default_factory=dict)
@@ -224,6 +228,8 @@ class _Reading:
         self.deferred += engine.deferred
         for endpoint in engine.endpoints:
             self.inflight[endpoint.name] = self.inflight.get(endpoint.name, 0.0) + endpoint.inflight
+            if endpoint.limit is not None:
+                self.limit[endpoint.name] = self.limit.get(endpoint.name, 0.0) + endpoint.limit
         if not engine.endpoints:
             self.inflight[""] = self.inflight.get("", 0.0) + engine.inflight
         self.severity = max(self.severity, engine.signals.severity)
@@ -254,6 +260,7 @@ class _Reading:
         yield _gauge("semisched_queue_depth", self.queue_depth)
         yield _gauge("semisched_deferred", {"": self.deferred})
         yield _gauge("semisched_inflight", self.inflight)
+        yield _gauge("semisched_concurrency_limit", self.limit)
         yield _gauge("semisched_severity", {"": self.severity})
         yield _gauge("semisched_budget_headroom", self.headroom)
         yield _gauge("semisched_tenant_share", share)

@@ -84,6 +84,10 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
         "semisched_inflight": MetricSpec(
             "gauge", ("endpoint",), "Requests in flight now, per endpoint."
         ),
+        "semisched_concurrency_limit": MetricSpec(
+            "gauge", ("endpoint",), "Requests an endpoint may hold at once: its max_concurrency "
+            "or its learned limit (absent while it has none)."
+        ),
         "semisched_severity": MetricSpec("gauge", (), "Overload severity, in [0, 1]."),
         "semisched_budget_headroom": MetricSpec(
             "gauge",

@@ -237,7 +237,7 @@ def test_the_simulated_routing_run_keeps_large_requests_out_of_the_short_pool() 
         (["headline", "--requests", "many"], "--requests: 'many' is not an integer"),
         (["headline", "--loads", "medium,low"], "each load must be one of high, medium"),
         (["routing", "--load", "low"], "--load: invalid choice: 'low'"),
-        (["routing", "--caps", "slots,some"], "each cap must be one of slots, none"),
+        (["routing", "--caps", "slots,some"], "each cap must be one of slots, learned, none"),
     ],
 )
 def test_bad_arguments_stop_before_any_engine_starts(

@@ -21,11 +21,14 @@ from semisched.core import (
     OverloadConfig,
     Prior,
     Request,
+    RoutingConfig,
     SchedulerConfig,
     Send,
 )
 from semisched.core.allocation import AdaptiveDRR
 from semisched.core.queue import Entry
+
+FIXED = RoutingConfig(concurrency="fixed")
 
 INTERACTIVE, BATCH = "interactive", "batch"
 
@@ -40,6 +43,7 @@ def config(
 ) -> SchedulerConfig:
     return SchedulerConfig(
         max_inflight=max_inflight,
+        routing=FIXED,  # the scheduler's cap alone, no learned endpoint limit
         classes=(
             ClassSpec(name=INTERACTIVE, weight=weights[0], interactive=True, quota=0.25),
             ClassSpec(name=BATCH, weight=weights[1], quota=0.75),

@@ -23,10 +23,13 @@ from semisched.core import (
     RateBudget,
     Reject,
     Request,
+    RoutingConfig,
     SchedulerConfig,
     Send,
     Wake,
 )
+
+FIXED = RoutingConfig(concurrency="fixed")
 
 
 def engine(budget: BudgetConfig, max_inflight: int | None = None) -> Engine:
@@ -34,6 +37,7 @@ def engine(budget: BudgetConfig, max_inflight: int | None = None) -> Engine:
         SchedulerConfig(
             classes=(ClassSpec(name="batch"),),
             max_inflight=max_inflight,
+            routing=FIXED,  # the scheduler's cap alone, no learned endpoint limit
             allocation=AllocationConfig(policy="fifo"),
             ordering=OrderingConfig(policy="fifo"),
             overload=OverloadConfig(policy="none"),

@@ -21,10 +21,13 @@ from semisched.core import (
     Prior,
     Reject,
     Request,
+    RoutingConfig,
     SchedulerConfig,
     Send,
     Wake,
 )
+
+FIXED = RoutingConfig(concurrency="fixed")
 
 BAD = FailureKind.BAD_REQUEST  # never retried: a terminal failure
 SERVER = FailureKind.SERVER_ERROR  # retried
@@ -37,6 +40,7 @@ def engine(max_inflight: int | None = 1, **changes: object) -> Engine:
     cfg = SchedulerConfig(
         classes=CLASSES,
         max_inflight=max_inflight,
+        routing=FIXED,  # the scheduler's cap alone, no learned endpoint limit
         allocation=AllocationConfig(policy="fifo"),
         ordering=OrderingConfig(policy="fifo"),
         overload=OverloadConfig(policy="none"),

@@ -38,7 +38,8 @@ def engine(*names: str, budget: bool = False, cap_s: float = 30.0, **routing: ob
         ordering=OrderingConfig(policy="fifo"),
         overload=OverloadConfig(policy="none"),
         retry=RetryPolicy(jitter=0.0, max_retry_after_s=cap_s),
-        routing=RoutingConfig(policy="round_robin", **routing),  # type: ignore[arg-type]
+        # the fixed limits (none) unless a test asks: the learned ones are tested on their own
+        routing=RoutingConfig(**{"policy": "round_robin", "concurrency": "fixed", **routing}),  # type: ignore[arg-type]
     )
     own = BudgetConfig(rpm=1000) if budget else None
     return Engine(config, endpoints=[EndpointSpec(name=n, budget=own) for n in names])

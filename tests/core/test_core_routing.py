@@ -40,7 +40,8 @@ def config(policy: str = "round_robin", **routing: object) -> SchedulerConfig:
         ordering=OrderingConfig(policy="fifo"),
         overload=OverloadConfig(policy="none"),
         retry=RetryPolicy(jitter=0.0),
-        routing=RoutingConfig(policy=policy, **routing),  # type: ignore[arg-type]
+        # the fixed limits (none) unless a test asks: the learned ones are tested on their own
+        routing=RoutingConfig(**{"policy": policy, "concurrency": "fixed", **routing}),  # type: ignore[arg-type]
     )
 
 

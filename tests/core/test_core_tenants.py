@@ -19,11 +19,14 @@ from semisched.core import (
     Prior,
     Reject,
     Request,
+    RoutingConfig,
     SchedulerConfig,
     Send,
     Wake,
 )
 from semisched.core.tenants.config import ServiceClass, TenantConfig, TenantSpec
+
+FIXED = RoutingConfig(concurrency="fixed")
 
 BATCH = "batch"
 
@@ -39,6 +42,7 @@ def config(
 ) -> SchedulerConfig:
     return SchedulerConfig(
         max_inflight=max_inflight,
+        routing=FIXED,  # the scheduler's cap alone, no learned endpoint limit
         ordering=OrderingConfig(policy="fifo"),
         overload=OverloadConfig(policy=overload),
         tenants=TenantConfig(

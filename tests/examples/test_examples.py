@@ -76,10 +76,13 @@ def test_rate_limits_a_budget_avoids_the_429_storm() -> None:
     # What the example's docstring promises, exactly: in virtual time no send-to-arrival
     # delay eats into the budget's margin, so pacing at the limit meets no 429 at all.
     assert throttled["budget = limit"] == 0
-    assert throttled["no budget"] > 10
-    # Paced, with its 5xx answers retried, the budgeted run loses nothing; the storm may
-    # exhaust some requests' attempts (RateLimited), which is its point.
+    # Unpaced, the client meets the limit; each 429 halves the endpoint's learned
+    # concurrency, so it meets a handful (the fixed cap of 32 met 179 and lost 28).
+    assert 0 < throttled["no budget"] <= 20
+    # Paced or slowed by its learned limit, with its 5xx answers retried, neither run
+    # loses a request.
     assert "'completed': 60}" in lines["budget = limit"]
+    assert "'completed': 60}" in lines["no budget"]
 
 
 def test_virtual_time_runs_ten_minutes_in_seconds() -> None:

@@ -119,7 +119,7 @@ class Fleet:
         self.room: list[EndpointState] = []
         self.count = 0  # endpoints in the fleet (removed ones excluded)
         #: Every endpoint's concurrency limit, fed and applied.
-        self.limits = Limits(self.set_cap)
+        self.limits = Limits(self.set_cap, config.input_token_weight)
         #: The sum of the active endpoints' caps (``None`` while one has none).
         self.capacity: int | None = None
         picker = Picker(self, tally)
@@ -281,11 +281,6 @@ class Fleet:
             room.remove(endpoint)
         self.capacity = capacity(self._endpoints)
 
-    def on_first_token(self, entry: Entry, now: float) -> None:
-        """The first token of in-flight ``entry``'s answer arrived (a learned limit reads it)."""
-        if entry.sent_at is not None and entry.first_token_s is None:
-            entry.first_token_s = now - entry.sent_at
-
     def on_completed(
         self,
         endpoint: EndpointState,
@@ -428,7 +423,8 @@ class Fleet:
         endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
         when none is usable. One pass: overload control asks on every decision."""
         solo = self.solo
-        if solo is not None and solo.circuit is _CLOSED and solo.cap is None:
+        if (solo is not None and solo.circuit is _CLOSED
+                and (solo.cap is None or not solo.limiter.settled)):  # fmt: skip
             return solo.signals.tail_signal(), 0.0
         tail = load = 1.0
         for endpoint in self._endpoints:
@@ -442,7 +438,7 @@ class Fleet:
             if signal < tail:
                 tail = signal
             cap = endpoint.cap
-            if cap is None:
+            if cap is None or not endpoint.limiter.settled:  # no capacity known yet
                 load = 0.0
             elif load > 0.0:
                 share = endpoint.inflight / cap

@@ -3,7 +3,8 @@
 Each endpoint holds a :class:`~semisched.core.fleet.limits.ConcurrencyLimit` (built
 by :func:`~semisched.core.fleet.limits.make_limit`: its explicit ``max_concurrency``
 wins over ``RoutingConfig.concurrency``). :class:`Limits` hears the fleet's events
-(an answer, its first token's time kept on its entry; a 429; a failure), passes them to the endpoint's policy,
+(an answer, its first token's time kept on its entry; a 429; a failure), passes them
+to the endpoint's policy,
 and when the policy's cap moves, sets the endpoint's cap (its room follows) and keeps
 the change as an explained decision (:class:`~semisched.core.fleet.limits.LimitChange`):
 the last one and a count per rule on the endpoint (its statistics), and the recent
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from semisched.core.fleet.endpoint import EndpointState
-from semisched.core.fleet.limits import Answered, LimitChange, Verdict
+from semisched.core.fleet.limits import Answered, LimitChange, LimitVerdict
 from semisched.core.queue import Entry
 
 __all__ = ["Limits"]
@@ -31,10 +32,13 @@ KEPT_CHANGES = 256
 class Limits:
     """Every endpoint's concurrency limit, fed and applied (module rules)."""
 
-    __slots__ = ("_set_cap", "changes", "learning")
+    __slots__ = ("_set_cap", "changes", "input_weight", "learning")
 
-    def __init__(self, set_cap: Callable[[EndpointState, int | None], None]) -> None:
+    def __init__(
+        self, set_cap: Callable[[EndpointState, int | None], None], input_weight: float
+    ) -> None:
         self._set_cap = set_cap
+        self.input_weight = input_weight  # a prompt token's cost in decode steps
         #: The most recent changes, oldest first.
         self.changes: deque[LimitChange] = deque(maxlen=KEPT_CHANGES)
         #: Whether any endpoint's limit can move (else every event is skipped).
@@ -51,7 +55,8 @@ class Limits:
         assert entry.sent_at is not None
         fit = endpoint.fit
         answer = Answered(entry.sent_at, now, tokens, entry.first_token_s, entry.held,
-                          fit.intercept_s, fit.slope_s)  # fmt: skip
+                          fit.intercept_s, fit.slope_s, endpoint.completed,
+                          entry.request.input_tokens * self.input_weight)  # fmt: skip
         self._apply(endpoint, now, endpoint.limiter.answered(answer))
 
     def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
@@ -64,11 +69,12 @@ class Limits:
         if self.learning and entry.sent_at is not None:
             self._apply(endpoint, now, endpoint.limiter.failed(entry.sent_at, now))
 
-    def _apply(self, endpoint: EndpointState, now: float, verdict: Verdict) -> None:
+    def _apply(self, endpoint: EndpointState, now: float, verdict: LimitVerdict) -> None:
         if verdict is None:
             return
         old, new = endpoint.cap, endpoint.limiter.cap
-        if new == old:
+        if new == old:  # its slow start may have ended: the capacity follows
+            self._set_cap(endpoint, new)
             return
         rule, reason = verdict
         change = LimitChange(endpoint.name, now, old, new, rule, reason)
@@ -79,12 +85,13 @@ class Limits:
 
 
 def capacity(endpoints: Iterable[EndpointState]) -> int | None:
-    """The sum of the active endpoints' caps; ``None`` when one has none (or none is active)."""
+    """The sum of the active endpoints' caps; ``None`` when one has none, or one's limit is
+    still in slow start (not yet a capacity), or none is active."""
     total = 0
     for e in endpoints:
         if e.out_reason:
             continue
-        if e.cap is None:
+        if e.cap is None or not e.limiter.settled:
             return None
         total += e.cap
     return total or None

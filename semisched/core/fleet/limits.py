@@ -32,9 +32,12 @@ by a sizeable part of a whole answer above it.
 
 1. *Its evidence.* Each answer's wait, in decode steps: a streamed answer's time to
    first token over its own step (``(latency - ttft) / (tokens - 1)``); an answer
-   that was not streamed, the endpoint's fitted intercept over its fitted slope
-   (:class:`~semisched.core.fleet.endpoint.SpeedFit`: the mean wait of its recent
-   answers, in steps). Its *floor* is a slowly rising minimum of that wait.
+   that was not streamed, its latency over the endpoint's fitted step
+   (:class:`~semisched.core.fleet.endpoint.SpeedFit`) less its tokens, read with a
+   slack of ``token_slack`` steps per token (the fitted step is an average over
+   batch sizes) and only once the fit has seen ``mature`` answers. Its *floor* is
+   a slowly rising minimum of that wait; a long prompt's prefill (twice its cost in
+   steps, ``input_token_weight`` per prompt token) is allowed on top.
 2. *Queued.* A wait above the floor plus ``tolerance`` steps means the endpoint
    held more than it serves at once when that request was sent: the limit goes to
    one below the smaller of itself and what it held then (Vegas's decrease, and the
@@ -43,7 +46,9 @@ by a sizeable part of a whole answer above it.
 3. *Probe.* An answer that did not queue while the limit was binding (as many in
    flight as the limit allows) adds to it: one (slow start: the limit doubles each
    round) until the first queue or throttle, then ``1 / limit`` (one a round), so
-   that capacity the server gains is found.
+   that capacity the server gains is found. In slow start an answer with nothing
+   to read (a young fit) counts as not queued. While in slow start the limit is not
+   *settled*: it caps sends, but overload control does not read it as capacity.
 4. *Throttled.* A 429 halves the limit, once per round (TCP's multiplicative
    decrease); it remembers the limit before, less one, as a *ceiling* the probes do
    not pass (a provider whose latency is flat up to a concurrency cap it enforces
@@ -51,7 +56,8 @@ by a sizeable part of a whole answer above it.
    The ceiling lifts after ``ceiling_rounds`` rounds of answers, in case the
    provider raised its cap.
 5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
-6. The limit stays within ``[minimum, maximum]``; it starts at ``initial``.
+6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (16:
+   the first queued answer cuts an overshoot on a smaller server in one step).
 """
 
 from __future__ import annotations
@@ -85,6 +91,9 @@ class Answered:
         held: Requests in flight at the endpoint when it was sent, itself included.
         intercept_s: The endpoint's fitted intercept, this answer folded in.
         step_s: The endpoint's fitted seconds per output token, this answer folded in.
+        answers: The answers the endpoint's fit has seen.
+        prefill_steps: Its prompt's prefill in decode steps, as the engine costs it
+            (prompt tokens times ``input_token_weight``).
     """
 
     sent_at: float
@@ -94,6 +103,8 @@ class Answered:
     held: int
     intercept_s: float
     step_s: float
+    answers: int = 0
+    prefill_steps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +130,7 @@ class LimitChange:
 
 
 #: A rule that fired and what it saw, or ``None`` when none did.
-Verdict = tuple[str, str] | None
+LimitVerdict = tuple[str, str] | None
 
 
 class ConcurrencyLimit(ABC):
@@ -135,15 +146,21 @@ class ConcurrencyLimit(ABC):
     def cap(self) -> int | None:
         """The requests the endpoint may hold now (``None``: no limit)."""
 
-    def answered(self, answer: Answered) -> Verdict:
+    @property
+    def settled(self) -> bool:
+        """Whether :attr:`cap` is the endpoint's capacity as far as it knows (overload
+        control reads in flight over it as load), rather than a probe still growing."""
+        return True
+
+    def answered(self, answer: Answered) -> LimitVerdict:
         """An answer arrived."""
         return None
 
-    def throttled(self, sent_at: float, now: float) -> Verdict:
+    def throttled(self, sent_at: float, now: float) -> LimitVerdict:
         """A 429 for a request sent at ``sent_at``."""
         return None
 
-    def failed(self, sent_at: float, now: float) -> Verdict:
+    def failed(self, sent_at: float, now: float) -> LimitVerdict:
         """A 5xx, a timeout or a lost connection for a request sent at ``sent_at``."""
         return None
 
@@ -179,6 +196,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "_slow_until",
         "ceiling_rounds",
         "limit",
+        "mature",
         "maximum",
         "minimum",
         "token_slack",
@@ -188,12 +206,13 @@ class QueueDelayLimit(ConcurrencyLimit):
     def __init__(
         self,
         *,
-        initial: float = 4.0,
+        initial: float = 16.0,
         minimum: float = 1.0,
         maximum: float = 1024.0,
         tolerance: float = 4.0,
         token_slack: float = 1.0,
         ceiling_rounds: float = 100.0,
+        mature: int = 32,
     ) -> None:
         if not 1.0 <= minimum <= initial <= maximum:
             raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
@@ -203,6 +222,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         self.maximum = maximum
         self.tolerance = tolerance
         self.token_slack = token_slack
+        self.mature = mature
         self.ceiling_rounds = ceiling_rounds
         self._floor = math.inf
         self._slow_until = maximum  # slow start while the limit is below it (rule 3)
@@ -219,25 +239,34 @@ class QueueDelayLimit(ConcurrencyLimit):
     def cap(self) -> int:
         return int(self.limit)
 
-    def answered(self, answer: Answered) -> Verdict:
+    @property
+    def settled(self) -> bool:
+        return self.limit >= self._slow_until
+
+    def answered(self, answer: Answered) -> LimitVerdict:
         self._rounds += 1.0 / self.limit
         waited, slack = self._wait_steps(answer)
-        if waited is None:
-            return None
+        if waited is None:  # nothing to read: slow start grows (it stops at the first queue)
+            return self._probe(answer, 0.0, self._floor) if self.limit < self._slow_until else None
         floor = self._floor
         if waited < floor:
             self._floor = floor = waited
         else:
             self._floor = floor + 0.01 * (waited - floor)
+        slack += 2.0 * answer.prefill_steps  # a long prompt's prefill is not a wait
         if waited > floor + self.tolerance + slack:  # rule 2
             self._slow_until = min(self._slow_until, self.limit)
             if answer.sent_at <= self._decreased_at:
                 return None
             self._set(min(self.limit, answer.held) - 1.0, answer.now)
             self._slow_until = self.limit
-            return "limit.queued", (f"waited {waited:.1f} decode steps for a slot, sent with "
-                                    f"{answer.held} in flight; the floor is {floor:.1f}")  # fmt: skip
-        if answer.held < self.limit:  # rule 3: it was not binding
+            return "limit.queued", (f"waited {waited:.1f} decode steps for a slot, sent "
+                                    f"with {answer.held} in flight; floor {floor:.1f}")  # fmt: skip
+        return self._probe(answer, waited, floor)
+
+    def _probe(self, answer: Answered, waited: float, floor: float) -> LimitVerdict:
+        """Rule 3: an answer that did not queue."""
+        if answer.held < self.cap:  # rule 3: it was not binding
             return None
         if self._rounds - self._ceiling_at > self.ceiling_rounds:
             self._ceiling = math.inf
@@ -249,7 +278,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         return "limit.probe", (f"{answer.held} in flight, no wait for a slot "
                                f"({waited:.1f} steps, floor {floor:.1f})")  # fmt: skip
 
-    def throttled(self, sent_at: float, now: float) -> Verdict:
+    def throttled(self, sent_at: float, now: float) -> LimitVerdict:
         if sent_at <= self._decreased_at:
             return None
         old = self.limit
@@ -257,9 +286,10 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._ceiling_at = self._rounds
         self._slow_until = self._ceiling
         self._set(old * 0.5, now)
-        return "limit.throttled", f"a 429 at a limit of {old:.1f}: halved, {self._ceiling:.0f} at most"
+        return "limit.throttled", (f"a 429 at a limit of {old:.1f}: halved, "
+                                   f"{self._ceiling:.0f} at most")  # fmt: skip
 
-    def failed(self, sent_at: float, now: float) -> Verdict:
+    def failed(self, sent_at: float, now: float) -> LimitVerdict:
         if sent_at <= self._decreased_at:
             return None
         self._set(self.limit * 0.9, now)
@@ -275,8 +305,8 @@ class QueueDelayLimit(ConcurrencyLimit):
             if answer.tokens >= 2 and latency > ttft:
                 return ttft / ((latency - ttft) / (answer.tokens - 1)), 0.0
             return None, 0.0
-        if answer.step_s <= 0.0:
-            return None, 0.0
+        if answer.step_s <= 0.0 or answer.answers < self.mature:
+            return None, 0.0  # a young fit's slope says too little of one answer's wait
         waited = latency / answer.step_s - answer.tokens  # < 0: its batch ran faster than the fit
         return (waited if waited > 0.0 else 0.0), answer.tokens * self.token_slack
 
@@ -292,8 +322,12 @@ CONCURRENCY_POLICIES: dict[str, type[ConcurrencyLimit]] = {
 }
 
 
-def make_limit(policy: str, max_concurrency: int | None) -> ConcurrencyLimit:
-    """The limit of an endpoint: its explicit ``max_concurrency`` wins over ``policy``."""
-    if max_concurrency is not None or policy == FixedLimit.name:
+def make_limit(
+    policy: str | type[ConcurrencyLimit], max_concurrency: int | None
+) -> ConcurrencyLimit:
+    """The limit of an endpoint: its explicit ``max_concurrency`` wins over ``policy`` (a
+    name of :data:`CONCURRENCY_POLICIES`, or your own subclass, built without arguments)."""
+    kind = CONCURRENCY_POLICIES[policy] if isinstance(policy, str) else policy
+    if max_concurrency is not None or not kind.learns:
         return FixedLimit(max_concurrency)
-    return CONCURRENCY_POLICIES[policy]()
+    return kind()

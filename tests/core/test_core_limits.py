@@ -1,0 +1,220 @@
+"""Learned concurrency limits: the rules a user relies on, and the books under any interleaving.
+
+The rules (:mod:`semisched.core.fleet.limits`): slow start grows a binding limit, a wait
+for a slot cuts it below what the endpoint held, a 429 halves it and keeps it under
+where it was hit, an explicit ``max_concurrency`` wins. Then a simulated server with
+a known number of slots: nothing told, the scheduler finds it. Then a stateful test:
+sends, first tokens, answers, 429s, 5xx, cancels and time in any order over two
+learning endpoints; each endpoint may hold what its limit says and the books go back
+to zero.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from mockprovider.physics import PhysicsParams
+from semisched.core import (
+    AllocationConfig,
+    Answered,
+    ClassSpec,
+    EndpointSpec,
+    Engine,
+    FailureKind,
+    OrderingConfig,
+    OverloadConfig,
+    Prior,
+    QueueDelayLimit,
+    Request,
+    RoutingConfig,
+    SchedulerConfig,
+    Send,
+    preset,
+)
+
+
+def answer(sent_at: float, ttft: float, latency: float, tokens: int, held: int) -> Answered:
+    return Answered(sent_at, sent_at + latency, tokens, ttft, held, 0.0, 0.01, 100)
+
+
+def test_slow_start_grows_only_a_binding_limit() -> None:
+    limit = QueueDelayLimit(initial=4.0)
+    assert limit.answered(answer(0.0, 0.02, 1.0, 100, held=2)) is None  # not binding
+    assert limit.cap == 4
+    for i in range(4):  # binding, no wait: one each (doubles per round)
+        verdict = limit.answered(answer(float(i), 0.02, 1.0, 100, held=limit.cap))
+        assert verdict is not None and verdict[0] == "limit.probe"
+    assert limit.cap == 8 and not limit.settled
+
+
+def test_a_wait_for_a_slot_cuts_below_what_the_endpoint_held_once_a_round() -> None:
+    limit = QueueDelayLimit(initial=16.0)
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))  # the floor: 2 steps
+    verdict = limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # waited 50 steps
+    assert verdict is not None and verdict[0] == "limit.queued"
+    assert limit.cap == 8 and limit.settled
+    # sent before that decrease: says nothing of the new limit
+    assert limit.answered(answer(1.5, 0.5, 1.5, 100, held=9)) is None
+    assert limit.cap == 8
+
+
+def test_after_the_first_wait_the_limit_still_probes_one_a_round() -> None:
+    limit = QueueDelayLimit(initial=16.0)
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
+    limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # cut to 8, congestion avoidance
+    for i in range(40):  # binding answers with no wait: about one a round of 8
+        limit.answered(answer(10.0 + i, 0.02, 1.0, 100, held=limit.cap))
+    assert limit.cap >= 11
+
+
+def test_a_429_halves_the_limit_and_probes_stay_below_where_it_was_hit() -> None:
+    limit = QueueDelayLimit(initial=20.0)
+    verdict = limit.throttled(sent_at=1.0, now=2.0)
+    assert verdict is not None and verdict[0] == "limit.throttled" and limit.cap == 10
+    assert limit.throttled(sent_at=1.5, now=2.5) is None  # the same round
+    for i in range(200):
+        limit.answered(answer(3.0 + i, 0.02, 1.0, 100, held=limit.cap))
+    assert limit.cap == 19  # back in slow start to the ceiling, never to the 20 hit
+    failed = limit.failed(sent_at=500.0, now=501.0)
+    assert failed is not None and limit.cap == 17
+
+
+def test_an_explicit_cap_wins_and_fixed_learns_nothing() -> None:
+    config = SchedulerConfig()
+    engine = Engine(config, endpoints=[EndpointSpec(name="a", max_concurrency=3),
+                                       EndpointSpec(name="b")])  # fmt: skip
+    a, b = engine.statistics().endpoints
+    assert (a.limit, a.limit_policy) == (3, "fixed")
+    assert (b.limit, b.limit_policy) == (16, "learned")
+    fixed = Engine(SchedulerConfig(routing=RoutingConfig(concurrency="fixed")))
+    assert fixed.statistics().endpoints[0].limit is None
+    with pytest.raises(ValueError, match="concurrency"):
+        RoutingConfig(concurrency="guess")
+
+
+@pytest.mark.parametrize("slots", [4, 12])
+def test_nothing_told_the_scheduler_finds_a_servers_slots(slots: int) -> None:
+    from bench.workloads import generate, regime
+    from predictors.priors import Coarse
+    from semisched.sim.model import SimEndpoint
+    from semisched.sim.simulator import Simulator
+
+    physics = PhysicsParams(slots=slots)
+    jobs = generate(regime("balanced/high", requests=800), 1, Coarse(), physics)
+    sim = Simulator(preset("final_adrr_olc"), None,
+                    fleet=[SimEndpoint(spec=EndpointSpec(name="e"), physics=physics)])  # fmt: skip
+    sim.run(jobs)
+    stats = sim.engine.statistics().endpoints[0]
+    assert stats.limit is not None and abs(stats.limit - slots) <= 1
+    assert stats.last_limit_change is not None and stats.last_limit_change.endpoint == "e"
+    assert stats.limit_changes.get("limit.queued", 0) >= 1
+
+
+class LearningFleet(RuleBasedStateMachine):
+    """Two learning endpoints under sends, first tokens, answers, 429s, 5xx and cancels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine = Engine(
+            SchedulerConfig(
+                classes=(ClassSpec(name="batch"),),
+                allocation=AllocationConfig(policy="fifo"),
+                ordering=OrderingConfig(policy="fifo"),
+                overload=OverloadConfig(policy="none"),
+                routing=RoutingConfig(policy="least_outstanding"),
+            ),
+            endpoints=[EndpointSpec(name="a"), EndpointSpec(name="b")],
+        )
+        self.now = 0.0
+        self.n = 0
+        self.inflight: dict[str, str] = {}  # id -> endpoint
+        self.live: set[str] = set()
+
+    def _apply(self, actions: list[object]) -> None:
+        sent_to = set()
+        for action in actions:
+            if isinstance(action, Send):
+                self.inflight[action.request.id] = action.endpoint
+                sent_to.add(action.endpoint)
+            elif hasattr(action, "request") and not hasattr(action, "until"):
+                rid = action.request.id  # type: ignore[attr-defined]
+                self.inflight.pop(rid, None)
+                if type(action).__name__ != "Retry":
+                    self.live.discard(rid)
+        for e in self.engine.statistics().endpoints:  # no send beyond an endpoint's limit
+            assert e.name not in sent_to or e.limit is None or e.inflight <= e.limit
+
+    @rule(tokens=st.integers(1, 400))
+    def submit(self, tokens: int) -> None:
+        self.n += 1
+        rid = f"r{self.n}"
+        self.live.add(rid)
+        prior = Prior(p50=tokens, p90=tokens * 2)
+        request = Request(id=rid, klass="batch", arrival=self.now, prior=prior)
+        self._apply(self.engine.submit(request, self.now))
+
+    @rule(dt=st.floats(0.0, 5.0))
+    def time_passes(self, dt: float) -> None:
+        self.now += dt
+        self._apply(self.engine.poll(self.now))
+
+    @precondition(lambda self: self.inflight)
+    @rule(i=st.integers(0, 10**6), wait=st.floats(0.0, 3.0))
+    def first_token(self, i: int, wait: float) -> None:
+        rid = sorted(self.inflight)[i % len(self.inflight)]
+        self.now += wait
+        self.engine.first_token(rid, self.now)
+
+    @precondition(lambda self: self.inflight)
+    @rule(i=st.integers(0, 10**6), tokens=st.integers(0, 500), dt=st.floats(0.0, 10.0))
+    def answer(self, i: int, tokens: int, dt: float) -> None:
+        rid = sorted(self.inflight)[i % len(self.inflight)]
+        self.now += dt
+        del self.inflight[rid]
+        self.live.discard(rid)
+        self._apply(self.engine.completed(rid, self.now, output_tokens=tokens))
+
+    @precondition(lambda self: self.inflight)
+    @rule(i=st.integers(0, 10**6), kind=st.sampled_from(
+        [FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR, FailureKind.TIMEOUT]))  # fmt: skip
+    def fail(self, i: int, kind: FailureKind) -> None:
+        rid = sorted(self.inflight)[i % len(self.inflight)]
+        del self.inflight[rid]
+        self._apply(self.engine.failed(rid, self.now, kind, retry_after=0.5))
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6))
+    def cancel(self, i: int) -> None:
+        rid = sorted(self.live)[i % len(self.live)]
+        self.inflight.pop(rid, None)
+        self.live.discard(rid)
+        self._apply(self.engine.cancel(rid, self.now))
+
+    @invariant()
+    def each_endpoint_holds_what_its_limit_allows(self) -> None:
+        stats = self.engine.statistics()
+        for e in stats.endpoints:
+            assert e.limit is not None and 1 <= e.limit <= 1024
+            held = sum(1 for where in self.inflight.values() if where == e.name)
+            assert e.inflight == held
+        assert stats.inflight == len(self.inflight)
+
+    def teardown(self) -> None:
+        for rid in list(self.live):  # what is left is answered: the books go back to zero
+            if rid in self.inflight:
+                del self.inflight[rid]
+                self._apply(self.engine.completed(rid, self.now, output_tokens=1))
+            else:
+                self._apply(self.engine.cancel(rid, self.now))
+        for rid in list(self.inflight):
+            self._apply(self.engine.completed(rid, self.now, output_tokens=1))
+        stats = self.engine.statistics()
+        assert stats.inflight == 0 and sum(stats.queued.values()) == 0
+        assert all(e.inflight == 0 for e in stats.endpoints)
+
+
+LearningFleet.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_learning_fleet = LearningFleet.TestCase
