@@ -58,6 +58,7 @@ from semisched.core.config import (
     AllocationConfig,
     OrderingConfig,
     OverloadConfig,
+    RoutingConfig,
     SchedulerConfig,
     preset,
 )
@@ -83,6 +84,8 @@ __all__ = [
 
 PHYSICS = PhysicsParams()
 MAX_INFLIGHT = 32
+#: One fixed client cap (no learned endpoint limit under it): the tenants share it.
+FIXED = RoutingConfig(concurrency="fixed")
 SPAN_S = 1200.0
 MIX = "balanced"
 #: The conditions compared (the scheduler's layers and tenant policy; module docstring).
@@ -132,11 +135,12 @@ def _layers(policy: str) -> SchedulerConfig:
     if policy in ("fifo", "static_quota"):
         return SchedulerConfig(
             max_inflight=MAX_INFLIGHT,
+            routing=FIXED,
             allocation=AllocationConfig(policy="fifo"),
             ordering=OrderingConfig(policy="fifo"),
             overload=OverloadConfig(policy="none"),
         )
-    return preset("final_adrr_olc", max_inflight=MAX_INFLIGHT)
+    return preset("final_adrr_olc", max_inflight=MAX_INFLIGHT, routing=FIXED)
 
 
 def tenants_config(policy: str, specs: Sequence[TenantSpec]) -> SchedulerConfig:

@@ -452,8 +452,8 @@ class Engine(EngineControl):
     def _dispatch(self, now: float, actions: list[Action]) -> None:
         """Fill free send opportunities: the tenant policy picks a tenant, its allocation
         a class, ordering a request, routing an endpoint."""
-        if not self._queued or self._held or not self._has_capacity(0.0):
-            return
+        if not self._queued or self._held or not self._fleet.room or not self._has_capacity(0.0):
+            return  # (no endpoint with room: nothing chosen, no allocation state moved)
         for ready in self._ready:
             ready.forget_heads()
         self._severity = self._current_severity()
@@ -496,5 +496,5 @@ class Engine(EngineControl):
             self._mark_sent(entry, klass, now)
             fleet.on_send(endpoint, entry, now)
             actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
-            if not self._queued or not self._has_capacity(0.0):
+            if not self._queued or not fleet.room or not self._has_capacity(0.0):
                 break

@@ -61,13 +61,16 @@ def test_a_wait_for_a_slot_cuts_below_what_the_endpoint_held_once_a_round() -> N
     assert limit.cap == 8
 
 
-def test_after_the_first_wait_the_limit_still_probes_one_a_round() -> None:
-    limit = QueueDelayLimit(initial=16.0)
+def test_the_knee_holds_then_probes_resume_one_a_round() -> None:
+    limit = QueueDelayLimit(initial=16.0, ceiling_rounds=5.0)
     limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
-    limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # cut to 8, congestion avoidance
-    for i in range(40):  # binding answers with no wait: about one a round of 8
+    limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # cut to 8: the knee
+    for i in range(30):  # under 5 rounds of 8 answers: no probe past the knee
         limit.answered(answer(10.0 + i, 0.02, 1.0, 100, held=limit.cap))
-    assert limit.cap >= 11
+    assert limit.cap == 8
+    for i in range(60):  # then about one a round, past fractional limits too
+        limit.answered(answer(50.0 + i, 0.02, 1.0, 100, held=limit.cap))
+    assert limit.cap >= 12
 
 
 def test_a_429_halves_the_limit_and_probes_stay_below_where_it_was_hit() -> None:
@@ -218,3 +221,38 @@ class LearningFleet(RuleBasedStateMachine):
 
 LearningFleet.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_learning_fleet = LearningFleet.TestCase
+
+
+def test_a_cap_on_the_endpoint_schedules_as_the_same_cap_on_the_scheduler() -> None:
+    """With no endpoint room left, nothing is chosen: the allocation's state does not
+    move without a send, so per-endpoint caps decide as ``max_inflight`` does."""
+    classes = (ClassSpec(name="interactive", interactive=True), ClassSpec(name="batch"))
+    fixed = RoutingConfig(concurrency="fixed")
+
+    def order(engine: Engine) -> list[str]:
+        sent: list[str] = []
+        inflight: list[str] = []
+        now = 0.0
+        for i in range(40):
+            klass = "interactive" if i % 3 == 0 else "batch"
+            size = 20 if klass == "interactive" else 300
+            request = Request(id=f"r{i}", klass=klass, arrival=now,
+                              prior=Prior(p50=size, p90=2 * size))  # fmt: skip
+            for a in engine.submit(request, now):
+                if isinstance(a, Send):
+                    sent.append(a.request.id)
+                    inflight.append(a.request.id)
+        while inflight:
+            now += 1.0
+            for a in engine.completed(inflight.pop(0), now, output_tokens=100):
+                if isinstance(a, Send):
+                    sent.append(a.request.id)
+                    inflight.append(a.request.id)
+        return sent
+
+    base = SchedulerConfig(classes=classes, routing=fixed, ordering=OrderingConfig(policy="fifo"),
+                           overload=OverloadConfig(policy="none"))  # fmt: skip
+    by_scheduler = order(Engine(base.with_(max_inflight=4)))
+    by_endpoint = order(Engine(base, endpoints=[EndpointSpec(name="e", max_concurrency=4)]))
+    assert by_endpoint == by_scheduler
+    assert len(by_scheduler) == 40

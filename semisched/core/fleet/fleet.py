@@ -119,7 +119,7 @@ class Fleet:
         self.room: list[EndpointState] = []
         self.count = 0  # endpoints in the fleet (removed ones excluded)
         #: Every endpoint's concurrency limit, fed and applied.
-        self.limits = Limits(self.set_cap, config.input_token_weight)
+        self.limits = Limits(self.set_cap)
         #: The sum of the active endpoints' caps (``None`` while one has none).
         self.capacity: int | None = None
         picker = Picker(self, tally)

@@ -32,13 +32,10 @@ KEPT_CHANGES = 256
 class Limits:
     """Every endpoint's concurrency limit, fed and applied (module rules)."""
 
-    __slots__ = ("_set_cap", "changes", "input_weight", "learning")
+    __slots__ = ("_set_cap", "changes", "learning")
 
-    def __init__(
-        self, set_cap: Callable[[EndpointState, int | None], None], input_weight: float
-    ) -> None:
+    def __init__(self, set_cap: Callable[[EndpointState, int | None], None]) -> None:
         self._set_cap = set_cap
-        self.input_weight = input_weight  # a prompt token's cost in decode steps
         #: The most recent changes, oldest first.
         self.changes: deque[LimitChange] = deque(maxlen=KEPT_CHANGES)
         #: Whether any endpoint's limit can move (else every event is skipped).
@@ -56,7 +53,7 @@ class Limits:
         fit = endpoint.fit
         answer = Answered(entry.sent_at, now, tokens, entry.first_token_s, entry.held,
                           fit.intercept_s, fit.slope_s, endpoint.completed,
-                          entry.request.input_tokens * self.input_weight)  # fmt: skip
+                          entry.request.input_tokens)  # fmt: skip
         self._apply(endpoint, now, endpoint.limiter.answered(answer))
 
     def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:

@@ -30,34 +30,39 @@ by a sizeable part of a whole answer above it.
 
 :class:`QueueDelayLimit`'s rules:
 
-1. *Its evidence.* Each answer's wait, in decode steps: a streamed answer's time to
-   first token over its own step (``(latency - ttft) / (tokens - 1)``); an answer
-   that was not streamed, its latency over the endpoint's fitted step
-   (:class:`~semisched.core.fleet.endpoint.SpeedFit`) less its tokens, read with a
-   slack of ``token_slack`` steps per token (the fitted step is an average over
-   batch sizes) and only once the fit has seen ``mature`` answers. Its *floor* is
-   a slowly rising minimum of that wait; a long prompt's prefill (twice its cost in
-   steps, ``input_token_weight`` per prompt token) is allowed on top.
-2. *Queued.* A wait above the floor plus ``tolerance`` steps means the endpoint
-   held more than it serves at once when that request was sent: the limit goes to
-   one below the smaller of itself and what it held then (Vegas's decrease, and the
-   end of slow start's overshoot in one step), once per round: an answer sent
-   before the last decrease says nothing of the limit after it.
-3. *Probe.* An answer that did not queue while the limit was binding (as many in
-   flight as the limit allows) adds to it: one (slow start: the limit doubles each
-   round) until the first queue or throttle, then ``1 / limit`` (one a round), so
-   that capacity the server gains is found. In slow start an answer with nothing
-   to read (a young fit) counts as not queued. While in slow start the limit is not
-   *settled*: it caps sends, but overload control does not read it as capacity.
+1. *Its evidence.* What an answer spent before decoding, against its *floor*: a
+   streamed answer's time to first token; one that was not streamed, its latency
+   less its tokens at the endpoint's fitted step
+   (:class:`~semisched.core.fleet.endpoint.SpeedFit`), once the fit has seen
+   ``mature`` answers (never below zero). The floor is a slowly rising minimum of
+   that time, kept apart for streamed and unstreamed answers and for each size class
+   of prompt (a power of two from 128 tokens: prefill takes time, on a CPU engine a
+   lot). The excess over the floor, in decode steps (the answer's own step when
+   streamed, the fitted one otherwise), is the answer's *wait*.
+2. *Queued.* A wait above a threshold means the endpoint held more than it serves at
+   once when that request was sent. The threshold is ``tolerance`` steps, plus
+   ``spread`` times the mean wait of the streamed answers read as unqueued (how
+   much prefill and batching scatter at this endpoint), plus ``token_slack`` steps a
+   token for an unstreamed answer (its step is the fit's average). A request sent
+   alone (one in flight) waited for nothing of this client's. The limit goes to one
+   below what the endpoint held when the queued request was sent (Vegas's decrease,
+   and the end of slow start's overshoot; at most halved at once, since one reading
+   may be wrong), once per round: an answer sent before the last decrease says
+   nothing of the limit after it. The new limit is the knee: probes do not pass it
+   again for ``ceiling_rounds`` rounds (a request queued in the server is one the
+   client can no longer order).
+3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
+   in flight as the limit allows), adds to it: one (slow start: the limit doubles
+   each round) until the first queue or throttle, then ``1 / limit`` (one a round),
+   up to the ceiling, so that capacity the server gains is found. While in slow
+   start the limit is not *settled*: it caps sends, but overload control does not
+   read it as capacity.
 4. *Throttled.* A 429 halves the limit, once per round (TCP's multiplicative
-   decrease); it remembers the limit before, less one, as a *ceiling* the probes do
-   not pass (a provider whose latency is flat up to a concurrency cap it enforces
-   with 429s is not probed into them again), and grows back to it in slow start.
-   The ceiling lifts after ``ceiling_rounds`` rounds of answers, in case the
-   provider raised its cap.
+   decrease); it remembers the limit before, less one, as the ceiling (a provider
+   whose latency is flat up to a concurrency cap it enforces with 429s is not probed
+   into them again), and grows back to it in slow start.
 5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
-6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (16:
-   the first queued answer cuts an overshoot on a smaller server in one step).
+6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (16).
 """
 
 from __future__ import annotations
@@ -92,8 +97,7 @@ class Answered:
         intercept_s: The endpoint's fitted intercept, this answer folded in.
         step_s: The endpoint's fitted seconds per output token, this answer folded in.
         answers: The answers the endpoint's fit has seen.
-        prefill_steps: Its prompt's prefill in decode steps, as the engine costs it
-            (prompt tokens times ``input_token_weight``).
+        prompt_tokens: Its prompt's estimated tokens.
     """
 
     sent_at: float
@@ -104,7 +108,7 @@ class Answered:
     intercept_s: float
     step_s: float
     answers: int = 0
-    prefill_steps: float = 0.0
+    prompt_tokens: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +195,9 @@ class QueueDelayLimit(ConcurrencyLimit):
         "_ceiling",
         "_ceiling_at",
         "_decreased_at",
-        "_floor",
+        "_dev",
+        "_floors",
+        "_readings",
         "_rounds",
         "_slow_until",
         "ceiling_rounds",
@@ -199,6 +205,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "mature",
         "maximum",
         "minimum",
+        "spread",
         "token_slack",
         "tolerance",
     )
@@ -213,6 +220,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         token_slack: float = 1.0,
         ceiling_rounds: float = 100.0,
         mature: int = 32,
+        spread: float = 3.0,
     ) -> None:
         if not 1.0 <= minimum <= initial <= maximum:
             raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
@@ -223,8 +231,12 @@ class QueueDelayLimit(ConcurrencyLimit):
         self.tolerance = tolerance
         self.token_slack = token_slack
         self.mature = mature
+        self.spread = spread
+        self._dev = 0.0  # mean wait of the answers read as unqueued (rule 1)
+        self._readings = 0
         self.ceiling_rounds = ceiling_rounds
-        self._floor = math.inf
+        #: (streamed?, prompt size class) -> floor seconds (rule 1)
+        self._floors: dict[tuple[bool, int], float] = {}
         self._slow_until = maximum  # slow start while the limit is below it (rule 3)
         self._decreased_at = -math.inf
         self._ceiling = math.inf  # rule 4
@@ -245,28 +257,31 @@ class QueueDelayLimit(ConcurrencyLimit):
 
     def answered(self, answer: Answered) -> LimitVerdict:
         self._rounds += 1.0 / self.limit
-        waited, slack = self._wait_steps(answer)
-        if waited is None:  # nothing to read: slow start grows (it stops at the first queue)
-            return self._probe(answer, 0.0, self._floor) if self.limit < self._slow_until else None
-        floor = self._floor
-        if waited < floor:
-            self._floor = floor = waited
-        else:
-            self._floor = floor + 0.01 * (waited - floor)
-        slack += 2.0 * answer.prefill_steps  # a long prompt's prefill is not a wait
-        if waited > floor + self.tolerance + slack:  # rule 2
-            self._slow_until = min(self._slow_until, self.limit)
-            if answer.sent_at <= self._decreased_at:
-                return None
-            self._set(min(self.limit, answer.held) - 1.0, answer.now)
-            self._slow_until = self.limit
-            return "limit.queued", (f"waited {waited:.1f} decode steps for a slot, sent "
-                                    f"with {answer.held} in flight; floor {floor:.1f}")  # fmt: skip
-        return self._probe(answer, waited, floor)
+        reading = self._wait_steps(answer)
+        if reading is None:  # nothing to read yet: slow start grows (it ends at a queue)
+            return self._probe(answer, 0.0) if self.limit < self._slow_until else None
+        waited, threshold = reading
+        streamed = answer.first_token_s is not None
+        if streamed:  # what its unqueued first tokens scatter by (prompts of every length)
+            threshold += self.spread * self._dev
+        if waited <= threshold or answer.held <= 1:  # alone, it waited for nothing of ours
+            if streamed:  # a plain mean of the first twenty, then a moving one
+                self._readings += 1
+                self._dev += max(0.05, 1.0 / self._readings) * (waited - self._dev)
+            return self._probe(answer, waited)
+        self._slow_until = min(self._slow_until, self.limit)  # rule 2
+        if answer.sent_at <= self._decreased_at:
+            return None
+        # one below what it held then (at most halved at once: one reading may be wrong)
+        self._set(min(self.limit - 1.0, max(answer.held - 1.0, self.limit * 0.5)), answer.now)
+        self._slow_until = self.limit
+        self._ceiling, self._ceiling_at = self.limit, self._rounds  # the knee: stay at it
+        return "limit.queued", (f"waited {waited:.1f} decode steps for a slot (more than "
+                                f"{threshold:.1f}), sent with {answer.held} in flight")  # fmt: skip
 
-    def _probe(self, answer: Answered, waited: float, floor: float) -> LimitVerdict:
+    def _probe(self, answer: Answered, waited: float) -> LimitVerdict:
         """Rule 3: an answer that did not queue."""
-        if answer.held < self.cap:  # rule 3: it was not binding
+        if answer.held < self.cap:  # it was not binding
             return None
         if self._rounds - self._ceiling_at > self.ceiling_rounds:
             self._ceiling = math.inf
@@ -276,7 +291,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         slow = self.limit < self._slow_until
         self.limit = min(top, self.limit + (1.0 if slow else 1.0 / self.limit))
         return "limit.probe", (f"{answer.held} in flight, no wait for a slot "
-                               f"({waited:.1f} steps, floor {floor:.1f})")  # fmt: skip
+                               f"({waited:.1f} decode steps)")  # fmt: skip
 
     def throttled(self, sent_at: float, now: float) -> LimitVerdict:
         if sent_at <= self._decreased_at:
@@ -296,19 +311,31 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._slow_until = min(self._slow_until, self.limit)
         return "limit.failed", "a failed attempt: a tenth off"
 
-    def _wait_steps(self, answer: Answered) -> tuple[float | None, float]:
-        """Rule 1: the answer's wait before its first token, in decode steps, and the
-        slack its reading needs besides ``tolerance``."""
-        ttft = answer.first_token_s
+    def _wait_steps(self, answer: Answered) -> tuple[float, float] | None:
+        """Rule 1: the answer's wait for a slot in decode steps, and the threshold above
+        which it is a queue; ``None``: nothing to read."""
         latency = answer.now - answer.sent_at
+        ttft = answer.first_token_s
         if ttft is not None:
-            if answer.tokens >= 2 and latency > ttft:
-                return ttft / ((latency - ttft) / (answer.tokens - 1)), 0.0
-            return None, 0.0
-        if answer.step_s <= 0.0 or answer.answers < self.mature:
-            return None, 0.0  # a young fit's slope says too little of one answer's wait
-        waited = latency / answer.step_s - answer.tokens  # < 0: its batch ran faster than the fit
-        return (waited if waited > 0.0 else 0.0), answer.tokens * self.token_slack
+            if answer.tokens < 2 or latency <= ttft:
+                return None
+            step = (latency - ttft) / (answer.tokens - 1)  # its own, at its batch
+            before, slack = ttft, 0.0
+        else:
+            if answer.answers < self.mature or answer.step_s <= 0.0:
+                return None  # a young fit's step says too little of one answer's wait
+            step = answer.step_s
+            # < 0: its batch ran faster than the fit's average step (no reading below 0)
+            before = max(0.0, latency - answer.tokens * step)
+            slack = answer.tokens * self.token_slack
+        key = (ttft is not None, max(0, int(answer.prompt_tokens).bit_length() - 7))
+        floor = self._floors.get(key)
+        if floor is None or before < floor:
+            self._floors[key] = floor = before
+        else:
+            self._floors[key] = floor + 0.01 * (before - floor)
+        waited = (before - floor) / step
+        return (waited if waited > 0.0 else 0.0), self.tolerance + slack
 
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
