@@ -235,10 +235,15 @@ class EngineLengthError(RuntimeError):
 EXTRA_BODY = {"ignore_eos": True, "temperature": 0.0, "cache_prompt": False}
 
 
-async def _one(scheduler: Any, job: EngineJob, rec: LiveRecord, relative: float | None) -> int:
-    """Submit ``job``; record its outcome in ``rec``; the output tokens the answer reports
-    (``-1`` without an answer)."""
+async def _one(
+    scheduler: Any, job: EngineJob, rec: LiveRecord, relative: float | None, stream: bool
+) -> int:
+    """Submit ``job`` (streamed: read to its end); record its outcome in ``rec``; the
+    output tokens the answer reports (``-1`` without an answer)."""
     request = job.sim.request
+    streaming: dict[str, Any] = (
+        {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    )
     answer = await settle(rec, scheduler.submit(
         model="engine",
         prompt=list(job.prompt),
@@ -247,12 +252,24 @@ async def _one(scheduler: Any, job: EngineJob, rec: LiveRecord, relative: float 
         klass=request.klass,
         deadline=relative,
         extra_body=EXTRA_BODY,
+        **streaming,
     ))  # fmt: skip
+    if stream and answer is not None:
+        usage = None
+        try:
+            async for chunk in answer:
+                usage = getattr(chunk, "usage", None) or usage
+        except Exception:
+            rec.outcome = "failed"
+            return -1
+        return int(getattr(usage, "completion_tokens", -1) or -1)
     usage = getattr(answer, "usage", None)
     return int(getattr(usage, "completion_tokens", -1) or -1)
 
 
-async def replay(scheduler: Any, jobs: Sequence[EngineJob]) -> list[LiveRecord]:
+async def replay(
+    scheduler: Any, jobs: Sequence[EngineJob], *, stream: bool = False
+) -> list[LiveRecord]:
     """Submit each job at its arrival (seconds after the call) through ``scheduler`` (a
     running :class:`semisched.Scheduler`); every job's record once all have an outcome.
 
@@ -265,7 +282,7 @@ async def replay(scheduler: Any, jobs: Sequence[EngineJob]) -> list[LiveRecord]:
     start = anyio.current_time()
 
     async def one(job: EngineJob, rec: LiveRecord, relative: float | None) -> None:
-        answered = await _one(scheduler, job, rec, relative)
+        answered = await _one(scheduler, job, rec, relative, stream)
         rec.end = anyio.current_time() - start
         if rec.outcome == "completed" and answered != job.sim.output_tokens:
             wrong.append((job.sim.request.id, job.sim.output_tokens, answered))
@@ -297,11 +314,14 @@ async def engine_run(
     seed: int,
     slots: Mapping[str, int] | None = None,
     pools: Mapping[str, str] | None = None,
+    *,
+    stream: bool = False,
 ) -> tuple[list[LiveRecord], Any]:
     """``jobs`` through a fresh Scheduler over the servers ``base_urls`` (name -> URL): the
     records and the scheduler's last statistics. One server is the scheduler's one client;
     several are one :class:`semisched.Endpoint` each, at most ``slots[name]`` in flight, in
-    ``token_budget`` pool ``pools[name]``."""
+    ``token_budget`` pool ``pools[name]``. ``stream``: every call streamed and read to its
+    end (the scheduler then sees each answer's first token, as the simulator does)."""
     import openai
 
     from semisched import Endpoint, RuntimeOptions, Scheduler
@@ -321,7 +341,7 @@ async def engine_run(
         scheduler = Scheduler(endpoints=endpoints, **common)
     try:
         async with scheduler:
-            records = await replay(scheduler, jobs)
+            records = await replay(scheduler, jobs, stream=stream)
             stats = scheduler.statistics()
     finally:
         for client in clients.values():

@@ -31,6 +31,9 @@ Pool Routing for Cost-Efficient LLM Inference"): every run gives ``slow`` the sh
 and ``fast`` the long one (:data:`POOLS`), with the short pool's budget
 :data:`SHORT_POOL_TOKENS`; the other policies ignore pools.
 
+Every call is streamed and read to its end, so that the scheduler sees each answer's
+first token (what a learned concurrency limit reads), as the simulator does.
+
 Beside each engine run, the simulator runs the same jobs over the same two endpoints (each
 the engine's profile with its slots, the same caps, pools and config): its prediction.
 
@@ -56,6 +59,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -338,7 +342,8 @@ def _one_seed(
     for cap, policy in ((c, p) for c in caps for p in POLICIES):
         t0 = time.perf_counter()
         slots, config = endpoint_caps(cap), routing_config(policy, cap)
-        records, stats = anyio.run(engine_run, urls, jobs, config, seed, slots, POOLS)
+        records, stats = anyio.run(partial(engine_run, stream=True), urls, jobs, config, seed,
+                                   slots, POOLS)  # fmt: skip
         row = routing_row(records, stats, policy=policy, caps=cap, load=load, seed=seed,
                           requests=requests, rate_per_s=round(rate, 4),
                           intended_load=CONGESTION[load])  # fmt: skip

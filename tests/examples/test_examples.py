@@ -248,3 +248,16 @@ def test_priority_marks_put_the_urgent_trickle_first_and_the_flood_still_moves()
         assert urgent_p95 <= 0.4  # at most 2x the unloaded 0.2 s
         assert urgent_p95 < rows["no marks"][1]  # marked is never slower than unmarked
         assert flood_p50 <= 1.2 * unmarked_flood_p50  # the flood still completes
+
+
+def test_learned_limits_find_each_endpoints_slots_with_nothing_told() -> None:
+    out = run("learned_limits.py")
+    rows = dict(re.findall(r"^(small|large) +slots +\d+ +learned limit (\d+)", out, flags=re.M))
+    # Virtual time: two servers of 4 and 12 slots, no cap told. The small one, always
+    # full, lands on its slots (a probe may stand one or two above before the next queue
+    # cuts it); the large one at most a little above its slots, and below them only as far
+    # as its traffic needs (a limit that is not binding does not probe).
+    assert 3 <= int(rows["small"]) <= 6
+    assert 8 <= int(rows["large"]) <= 15
+    assert "limit.queued" in out  # each cut is explained
+

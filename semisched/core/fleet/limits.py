@@ -200,6 +200,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "_readings",
         "_rounds",
         "_slow_until",
+        "_tokens",
         "ceiling_rounds",
         "limit",
         "mature",
@@ -234,6 +235,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         self.spread = spread
         self._dev = 0.0  # mean wait of the answers read as unqueued (rule 1)
         self._readings = 0
+        self._tokens = 0.0  # mean output tokens of its answers (rule 2)
         self.ceiling_rounds = ceiling_rounds
         #: (streamed?, prompt size class) -> floor seconds (rule 1)
         self._floors: dict[tuple[bool, int], float] = {}
@@ -257,6 +259,8 @@ class QueueDelayLimit(ConcurrencyLimit):
 
     def answered(self, answer: Answered) -> LimitVerdict:
         self._rounds += 1.0 / self.limit
+        self._tokens += max(0.05, 1.0 / (self._rounds * self.limit + 1.0)) * (
+            answer.tokens - self._tokens)
         reading = self._wait_steps(answer)
         if reading is None:  # nothing to read yet: slow start grows (it ends at a queue)
             return self._probe(answer, 0.0) if self.limit < self._slow_until else None
@@ -272,10 +276,15 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._slow_until = min(self._slow_until, self.limit)  # rule 2
         if answer.sent_at <= self._decreased_at:
             return None
-        # one below what it held then (at most halved at once: one reading may be wrong)
-        self._set(min(self.limit - 1.0, max(answer.held - 1.0, self.limit * 0.5)), answer.now)
+        # What it serves at once: a request sent with ``held`` in flight on S slots waits
+        # for held - S answers, at S per mean answer (its tokens, in steps): so
+        # S ~ held * T / (wait + T). At most halved at once (one reading may be wrong).
+        queued = waited - threshold + self.tolerance  # the part no scatter explains
+        serves = answer.held * self._tokens / (queued + self._tokens)
+        knee = min(self.limit, answer.held) - 1.0  # it queued at what it held: stay below
+        self._set(max(min(knee, serves), self.limit * 0.5), answer.now)
         self._slow_until = self.limit
-        self._ceiling, self._ceiling_at = self.limit, self._rounds  # the knee: stay at it
+        self._ceiling, self._ceiling_at = max(self.limit, knee), self._rounds
         return "limit.queued", (f"waited {waited:.1f} decode steps for a slot (more than "
                                 f"{threshold:.1f}), sent with {answer.held} in flight")  # fmt: skip
 
