@@ -5,9 +5,8 @@ Runs the mock provider in process, allowing 30 requests a minute and failing
 ``MockClock``, as in ``examples/virtual_time.py``): minutes of traffic take
 a second, and what it prints does not depend on how busy the machine is.
 Sends the same 60 requests twice through ``Scheduler``: once with no budget
-(the client discovers the limit from 429s: each halves the endpoint's learned
-concurrency limit, so a handful of them slows it to what the limit admits), once
-with ``BudgetConfig(rpm=30)`` (it paces itself and meets no 429). Both runs retry
+(the client discovers the limit from 429s and retries into them), once with
+``BudgetConfig(rpm=30)`` (it paces itself and meets no 429). Both runs retry
 the 5xx answers with the core's retry policy (exponential back-off, seeded
 jitter, never past a deadline). Prints what each run saw.
 

@@ -76,13 +76,10 @@ def test_rate_limits_a_budget_avoids_the_429_storm() -> None:
     # What the example's docstring promises, exactly: in virtual time no send-to-arrival
     # delay eats into the budget's margin, so pacing at the limit meets no 429 at all.
     assert throttled["budget = limit"] == 0
-    # Unpaced, the client meets the limit; each 429 halves the endpoint's learned
-    # concurrency, so it meets a handful (the fixed cap of 32 met 179 and lost 28).
-    assert 0 < throttled["no budget"] <= 20
-    # Paced or slowed by its learned limit, with its 5xx answers retried, neither run
-    # loses a request.
+    assert throttled["no budget"] > 10
+    # Paced, with its 5xx answers retried, the budgeted run loses nothing; the storm may
+    # exhaust some requests' attempts (RateLimited), which is its point.
     assert "'completed': 60}" in lines["budget = limit"]
-    assert "'completed': 60}" in lines["no budget"]
 
 
 def test_virtual_time_runs_ten_minutes_in_seconds() -> None:
@@ -260,4 +257,3 @@ def test_learned_limits_find_each_endpoints_slots_with_nothing_told() -> None:
     assert 3 <= int(rows["small"]) <= 6
     assert 8 <= int(rows["large"]) <= 15
     assert "limit.queued" in out  # each cut is explained
-

@@ -44,23 +44,27 @@ by a sizeable part of a whole answer above it.
    ``spread`` times the mean wait of the streamed answers read as unqueued (how
    much prefill and batching scatter at this endpoint), plus ``token_slack`` steps a
    token for an unstreamed answer (its step is the fit's average). A request sent
-   alone (one in flight) waited for nothing of this client's. The limit goes to one
-   below what the endpoint held when the queued request was sent (Vegas's decrease,
-   and the end of slow start's overshoot; at most halved at once, since one reading
-   may be wrong), once per round: an answer sent before the last decrease says
-   nothing of the limit after it. The new limit is the knee: probes do not pass it
-   again for ``ceiling_rounds`` rounds (a request queued in the server is one the
-   client can no longer order).
+   alone (one in flight) waited for nothing of this client's. The limit goes to what
+   the endpoint serves at once, as that wait tells it: a request sent with ``held``
+   in flight to ``S`` slots waits for ``held - S`` answers, finished ``S`` per mean
+   answer ``T`` (its mean output tokens, in steps), so ``S ~ held * T / (wait + T)``
+   (the wait less the scatter allowance); at most one below what it held (Vegas's
+   decrease), at most halved at once (one reading may be wrong), once per round: an
+   answer sent before the last decrease says nothing of the limit after it. Probes
+   do not pass one below what it held again for ``ceiling_rounds`` rounds (a request
+   queued in the server is one the client can no longer order).
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
    in flight as the limit allows), adds to it: one (slow start: the limit doubles
    each round) until the first queue or throttle, then ``1 / limit`` (one a round),
-   up to the ceiling, so that capacity the server gains is found. While in slow
-   start the limit is not *settled*: it caps sends, but overload control does not
-   read it as capacity.
-4. *Throttled.* A 429 halves the limit, once per round (TCP's multiplicative
-   decrease); it remembers the limit before, less one, as the ceiling (a provider
-   whose latency is flat up to a concurrency cap it enforces with 429s is not probed
-   into them again), and grows back to it in slow start.
+   up to the ceiling, so that capacity the server gains is found. In slow start an
+   answer with nothing to read (one not streamed, before the fit has matured) counts
+   as not queued.
+4. *Throttled.* A 429 takes one off the limit and makes that the *ceiling* for
+   ``throttle_s`` seconds (a provider whose latency is flat up to a concurrency cap
+   it enforces with 429s is not probed into them again). The other 429s of that
+   time change nothing: a rate limit's window is the rate budget's to pace
+   (``BudgetConfig``, the ``retry-after``), and cutting concurrency for it only
+   costs throughput.
 5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
 6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (16).
 """
@@ -200,6 +204,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "_readings",
         "_rounds",
         "_slow_until",
+        "_throttled_until",
         "_tokens",
         "ceiling_rounds",
         "limit",
@@ -207,6 +212,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "maximum",
         "minimum",
         "spread",
+        "throttle_s",
         "token_slack",
         "tolerance",
     )
@@ -222,6 +228,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         ceiling_rounds: float = 100.0,
         mature: int = 32,
         spread: float = 3.0,
+        throttle_s: float = 60.0,
     ) -> None:
         if not 1.0 <= minimum <= initial <= maximum:
             raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
@@ -233,9 +240,11 @@ class QueueDelayLimit(ConcurrencyLimit):
         self.token_slack = token_slack
         self.mature = mature
         self.spread = spread
+        self.throttle_s = throttle_s
         self._dev = 0.0  # mean wait of the answers read as unqueued (rule 1)
         self._readings = 0
         self._tokens = 0.0  # mean output tokens of its answers (rule 2)
+        self._throttled_until = -math.inf  # a 429's ceiling holds until (rule 4)
         self.ceiling_rounds = ceiling_rounds
         #: (streamed?, prompt size class) -> floor seconds (rule 1)
         self._floors: dict[tuple[bool, int], float] = {}
@@ -252,10 +261,6 @@ class QueueDelayLimit(ConcurrencyLimit):
     @property
     def cap(self) -> int:
         return int(self.limit)
-
-    @property
-    def settled(self) -> bool:
-        return self.limit >= self._slow_until
 
     def answered(self, answer: Answered) -> LimitVerdict:
         self._rounds += 1.0 / self.limit
@@ -292,7 +297,8 @@ class QueueDelayLimit(ConcurrencyLimit):
         """Rule 3: an answer that did not queue."""
         if answer.held < self.cap:  # it was not binding
             return None
-        if self._rounds - self._ceiling_at > self.ceiling_rounds:
+        if (self._rounds - self._ceiling_at > self.ceiling_rounds
+                and answer.now >= self._throttled_until):  # fmt: skip
             self._ceiling = math.inf
         top = min(self.maximum, self._ceiling)
         if self.limit >= top:
@@ -303,14 +309,15 @@ class QueueDelayLimit(ConcurrencyLimit):
                                f"({waited:.1f} decode steps)")  # fmt: skip
 
     def throttled(self, sent_at: float, now: float) -> LimitVerdict:
-        if sent_at <= self._decreased_at:
-            return None
+        if sent_at <= self._decreased_at or now < self._throttled_until:
+            return None  # the rest of a window's 429s: pacing them is the rate budget's
         old = self.limit
+        self._throttled_until = now + self.throttle_s
         self._ceiling = max(self.minimum, old - 1.0)
-        self._ceiling_at = self._rounds
-        self._slow_until = self._ceiling
-        self._set(old * 0.5, now)
-        return "limit.throttled", (f"a 429 at a limit of {old:.1f}: halved, "
+        self._ceiling_at = self._rounds - self.ceiling_rounds  # it lifts by time alone
+        self._slow_until = min(self._slow_until, self._ceiling)
+        self._set(self._ceiling, now)
+        return "limit.throttled", (f"a 429 at a limit of {old:.1f}: "
                                    f"{self._ceiling:.0f} at most")  # fmt: skip
 
     def failed(self, sent_at: float, now: float) -> LimitVerdict:
