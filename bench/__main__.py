@@ -153,12 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     tn.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     tn.add_argument("--live-check", action="store_true",
                     help="also the noisy neighbour through the SDK and the HTTP mock")  # fmt: skip
-    cc = sub.add_parser("concurrency", help="learned concurrency limits vs the true slots")
-    cc.add_argument("--out", type=Path, default=Path("docs/results/concurrency"), help="output")
-    cc.add_argument("--seeds", type=int, default=3, help="seeds per cell (default 3)")
-    cc.add_argument("--requests", type=int, default=2000, help="requests per run (2000)")
-    cc.add_argument("--sizes", default="1,4,16", help="comma-separated fleet sizes (1,4,16)")
-    cc.add_argument("--halving-requests", type=int, default=2500, help="the halving run's (2500)")
+    from bench.concurrency_cli import add_parser as add_concurrency
+
+    add_concurrency(sub)
     pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
@@ -344,17 +341,9 @@ def _tenants(args: argparse.Namespace) -> Path:
 
 
 def _concurrency(args: argparse.Namespace) -> Path:
-    from bench.concurrency import concurrency
+    from bench.concurrency_cli import run
 
-    _check_seeds(args)
-    try:
-        sizes = [int(n) for n in args.sizes.split(",")]
-    except ValueError:
-        error(f"--sizes={args.sizes!r} must be comma-separated integers")
-    written = concurrency(args.out, seeds=args.seeds, requests=args.requests, sizes=sizes,
-                          halving_requests=args.halving_requests)  # fmt: skip
-    print((written / "tables.md").read_text())
-    return written
+    return run(args)
 
 
 def _plan(args: argparse.Namespace) -> Path:
