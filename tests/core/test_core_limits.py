@@ -37,7 +37,7 @@ from semisched.core import (
 
 
 def answer(sent_at: float, ttft: float, latency: float, tokens: int, held: int) -> Answered:
-    return Answered(sent_at, sent_at + latency, tokens, ttft, held, 0.0, 0.01, 100)
+    return Answered(sent_at, sent_at + latency, tokens, ttft, held, 0.01, 100)
 
 
 def test_slow_start_grows_only_a_binding_limit() -> None:

@@ -52,8 +52,7 @@ class Limits:
         assert entry.sent_at is not None
         fit = endpoint.fit
         answer = Answered(entry.sent_at, now, tokens, entry.first_token_s, entry.held,
-                          fit.intercept_s, fit.slope_s, endpoint.completed,
-                          entry.request.input_tokens)  # fmt: skip
+                          fit.slope_s, endpoint.completed, entry.request.input_tokens)  # fmt: skip
         self._apply(endpoint, now, endpoint.limiter.answered(answer))
 
     def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
@@ -70,8 +69,7 @@ class Limits:
         if verdict is None:
             return
         old, new = endpoint.cap, endpoint.limiter.cap
-        if new == old:  # its slow start may have ended: the capacity follows
-            self._set_cap(endpoint, new)
+        if new == old:  # a fraction grew or nothing moved: the room and capacity stand
             return
         rule, reason = verdict
         change = LimitChange(endpoint.name, now, old, new, rule, reason)

@@ -98,7 +98,6 @@ class Answered:
         first_token_s: Seconds from its send to its first token, when it was streamed
             and the shell saw the token; ``None`` otherwise.
         held: Requests in flight at the endpoint when it was sent, itself included.
-        intercept_s: The endpoint's fitted intercept, this answer folded in.
         step_s: The endpoint's fitted seconds per output token, this answer folded in.
         answers: The answers the endpoint's fit has seen.
         prompt_tokens: Its prompt's estimated tokens.
@@ -109,7 +108,6 @@ class Answered:
     tokens: int
     first_token_s: float | None
     held: int
-    intercept_s: float
     step_s: float
     answers: int = 0
     prompt_tokens: float = 0.0
@@ -157,7 +155,8 @@ class ConcurrencyLimit(ABC):
     @property
     def settled(self) -> bool:
         """Whether :attr:`cap` is the endpoint's capacity as far as it knows (overload
-        control reads in flight over it as load), rather than a probe still growing."""
+        control reads in flight over it as load), rather than a probe still growing.
+        Read when the cap or the fleet changes."""
         return True
 
     def answered(self, answer: Answered) -> LimitVerdict:
