@@ -215,6 +215,8 @@ class EngineBook:
         entry = self._entries.get(request_id)
         if entry is not None and entry.state == _INFLIGHT and entry.first_token_s is None:
             entry.first_token_s = now - entry.sent_at  # type: ignore[operator]
+            if entry.endpoint is not None:
+                self._fleet.limits.first_token(entry.endpoint, entry, now)
 
     def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
         """The provider's rate-limit headers on the response to ``request_id``.
@@ -468,7 +470,7 @@ class EngineBook:
         entry = self._entries.get(request_id)
         if entry is None or entry.state != _INFLIGHT:
             raise ValueError(f"request_id={request_id!r} is not in flight")
-        self._fleet.release(entry)
+        self._fleet.release(entry, self._now)
         self._inflight -= 1
         lane = entry.lane
         assert lane is not None

@@ -178,8 +178,11 @@ def _presets() -> dict[str, SchedulerConfig]:
             ordering=OrderingConfig(policy="fifo"),
             overload=no_olc,
         ),
-        # Fixed per-class in-flight quotas, FIFO inside a class.
+        # Fixed per-class in-flight quotas, FIFO inside a class: shares of a fixed
+        # in-flight budget (the paper's 32), so the budget is told, not learned.
         "quota_tiered": SchedulerConfig(
+            max_inflight=32,
+            routing=RoutingConfig(concurrency="fixed"),
             allocation=AllocationConfig(policy="quota_tiered"),
             ordering=OrderingConfig(policy="fifo"),
             overload=no_olc,

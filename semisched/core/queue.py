@@ -65,6 +65,10 @@ class Entry:
         held: Requests its endpoint held when it was last sent, itself included.
         first_token_s: Seconds from that send to its answer's first token, when the
             shell saw one (a streamed answer; a learned concurrency limit reads it).
+        left_before: Requests that had left its endpoint before that send.
+        left_during: Requests that left its endpoint between that send and its first
+            token (``None`` until then): one queued for a slot waits for one to leave.
+        left_by_s: Seconds from that send to the last of them.
         wake_at: Time a deferred entry is due back.
         skip_admission: Re-enter the queue without an overload check (retries).
         charge: What a rate budget charges for it: prompt estimate plus
@@ -87,6 +91,9 @@ class Entry:
     sent_at: float | None = None
     held: int = 0
     first_token_s: float | None = None
+    left_before: int = 0
+    left_during: int | None = None
+    left_by_s: float = 0.0
     wake_at: float | None = None
     skip_admission: bool = field(default=False)
     charge: float = 0.0

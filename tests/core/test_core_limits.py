@@ -50,21 +50,72 @@ def test_slow_start_grows_only_a_binding_limit() -> None:
     assert limit.cap == 8
 
 
-def test_a_wait_for_a_slot_cuts_below_what_the_endpoint_held_once_a_round() -> None:
+def test_a_long_wait_for_a_slot_cuts_below_what_the_endpoint_held_once_a_round() -> None:
     limit = QueueDelayLimit(initial=16.0)
     limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))  # the floor: 2 steps
-    verdict = limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # waited 50 steps
+    verdict = limit.answered(answer(1.0, 1.0, 2.0, 100, held=9))  # waited 98 steps
     assert verdict is not None and verdict[0] == "limit.queued"
     assert limit.cap == 8 and limit.settled
     # sent before that decrease: says nothing of the new limit
-    assert limit.answered(answer(1.5, 0.5, 1.5, 100, held=9)) is None
+    assert limit.answered(answer(1.5, 1.0, 2.0, 100, held=9)) is None
     assert limit.cap == 8
+
+
+def test_a_small_wait_cuts_only_when_a_request_sent_after_it_waited_too() -> None:
+    limit = QueueDelayLimit(initial=16.0)
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
+    # 40 steps: above the threshold (4 + 5 x the scatter's prior of 4), not far above
+    assert limit.answered(answer(1.0, 0.42, 1.5, 100, held=9)) is None
+    # sent while that one still waited: the same burst of prefill, say; no proof
+    assert limit.answered(answer(1.2, 0.42, 1.7, 100, held=9)) is None
+    assert limit.cap == 16
+    verdict = limit.answered(answer(1.5, 0.42, 2.0, 100, held=9))  # sent after: confirmed
+    assert verdict is not None and verdict[0] == "limit.queued" and limit.cap == 8
+
+
+def test_a_first_token_reads_the_wait_before_the_answer_ends() -> None:
+    limit = QueueDelayLimit(initial=16.0)
+    first = limit.first_token
+    assert first(0.0, 0.5, held=9, prompt_tokens=0.0, left=3, left_by_s=0.4) is None  # no step
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))  # the floor and the step (10 ms)
+    assert first(1.0, 1.1, held=9, prompt_tokens=0.0, left=1, left_by_s=0.08) is None  # 8 steps
+    # 98 steps, its answer still to come; but it waited for a slot only until the last
+    # departure before its token, so one that left early bounds its wait to little
+    assert first(2.0, 3.0, held=9, prompt_tokens=0.0, left=1, left_by_s=0.05) is None
+    verdict = first(2.0, 3.0, held=9, prompt_tokens=0.0, left=3, left_by_s=0.95)
+    assert verdict is not None and verdict[0] == "limit.queued" and limit.cap == 8
+
+
+def test_a_first_token_no_departure_preceded_waited_for_no_slot_of_ours() -> None:
+    limit = QueueDelayLimit(initial=16.0)
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
+    # 98 steps, but nothing of this client's left the endpoint before its first token:
+    # no slot of ours freed for it (another request's prefill, another client's load)
+    assert limit.first_token(1.0, 2.0, held=9, prompt_tokens=0.0, left=0, left_by_s=0.0) is None
+    late = Answered(1.0, 3.0, 100, 1.0, 9, 0.01, 100, left=0)
+    assert limit.answered(late) is None and limit.cap == 16
+    # that wait was scatter: the threshold grows with it. One that left before it: a
+    # slot it may have waited for; no second reading needed (nor far above the threshold)
+    queued = Answered(2.0, 4.0, 100, 1.8, 9, 0.01, 100, left=2, left_by_s=1.7)
+    verdict = limit.answered(queued)
+    assert verdict is not None and verdict[0] == "limit.queued" and limit.cap == 8
+
+
+def test_slow_start_grows_at_each_first_token_that_proves_a_free_slot() -> None:
+    limit = QueueDelayLimit(initial=2.0)
+    for held in (2, 3, 4, 5):  # binding, and nothing left before its first token
+        verdict = limit.first_token(0.0, 0.1, held=held, prompt_tokens=0.0, left=0, left_by_s=0.0)
+        assert verdict is not None and verdict[0] == "limit.probe"
+    assert limit.cap == 6
+    # one that a departure preceded proves nothing: no growth
+    assert limit.first_token(0.0, 0.1, held=6, prompt_tokens=0.0, left=1, left_by_s=0.05) is None
+    assert limit.cap == 6
 
 
 def test_the_knee_holds_then_probes_resume_one_a_round() -> None:
     limit = QueueDelayLimit(initial=16.0, ceiling_rounds=5.0)
     limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
-    limit.answered(answer(1.0, 0.5, 1.5, 100, held=9))  # cut to 8: the knee
+    limit.answered(answer(1.0, 1.0, 2.0, 100, held=9))  # cut to 8: the knee
     for i in range(30):  # under 5 rounds of 8 answers: no probe past the knee
         limit.answered(answer(10.0 + i, 0.02, 1.0, 100, held=limit.cap))
     assert limit.cap == 8
@@ -95,7 +146,7 @@ def test_an_explicit_cap_wins_and_fixed_learns_nothing() -> None:
                                        EndpointSpec(name="b")])  # fmt: skip
     a, b = engine.statistics().endpoints
     assert (a.limit, a.limit_policy) == (3, "fixed")
-    assert (b.limit, b.limit_policy) == (16, "learned")
+    assert (b.limit, b.limit_policy) == (8, "learned")
     fixed = Engine(SchedulerConfig(routing=RoutingConfig(concurrency="fixed")))
     assert fixed.statistics().endpoints[0].limit is None
     with pytest.raises(ValueError, match="concurrency"):

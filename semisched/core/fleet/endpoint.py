@@ -169,6 +169,7 @@ class EndpointState:
         limiter: Its concurrency-limit policy (:mod:`semisched.core.fleet.limits`);
             ``last_limit_change`` and ``limit_changes`` (per rule) tell its changes.
         inflight: Requests sent here and not yet answered.
+        left_at: When a request last left it (answered, failed or cancelled).
         inflight_cost: Sum of the in-flight requests' estimated costs
             (prior p50 plus weighted prompt tokens).
         sent_at_sum: Sum of their send times (the anticipated load is linear in it).
@@ -205,6 +206,7 @@ class EndpointState:
         "inflight",
         "inflight_cost",
         "last_limit_change",
+        "left_at",
         "limit_changes",
         "limiter",
         "name",
@@ -235,6 +237,7 @@ class EndpointState:
         self.last_limit_change: LimitChange | None = None
         self.limit_changes: dict[str, int] = {}  # rule -> changes
         self.inflight = 0
+        self.left_at = float("-inf")
         self.inflight_cost = 0.0
         self.sent_at_sum = 0.0
         self.sent = 0

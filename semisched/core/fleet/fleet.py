@@ -237,7 +237,6 @@ class Fleet:
     def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
         """``entry`` is sent to ``endpoint`` at ``now``."""
         entry.endpoint = endpoint
-        entry.first_token_s = None
         endpoint.inflight += 1
         entry.held = endpoint.inflight
         if endpoint.inflight == endpoint.cap and endpoint in self.room:  # now full
@@ -245,6 +244,7 @@ class Fleet:
         endpoint.inflight_cost += entry.cost
         endpoint.sent_at_sum += now
         endpoint.sent += 1
+        self.limits.sent(endpoint, entry)
         if endpoint.circuit is Circuit.HALF_OPEN:
             endpoint.probing = True
         rid = entry.request.id
@@ -253,10 +253,11 @@ class Fleet:
         if self.budget is not None:
             self.budget.charge(now, rid, entry.charge)
 
-    def release(self, entry: Entry) -> EndpointState:
+    def release(self, entry: Entry, now: float) -> EndpointState:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
         endpoint = entry.endpoint
         assert endpoint is not None and entry.sent_at is not None
+        endpoint.left_at = now
         endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next
         endpoint.inflight -= 1
         cap, room = endpoint.cap, self.room

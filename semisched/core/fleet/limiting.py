@@ -45,6 +45,14 @@ class Limits:
         """The fleet's membership changed."""
         self.learning = any(e.limiter.learns for e in endpoints)
 
+    @staticmethod
+    def sent(endpoint: EndpointState, entry: Entry) -> None:
+        """``entry`` was sent to ``endpoint`` (counted in its ``sent`` and ``inflight``): what
+        its first token will be read against."""
+        entry.first_token_s = entry.left_during = None
+        entry.left_by_s = 0.0
+        entry.left_before = endpoint.sent - endpoint.inflight  # departures so far
+
     def answered(self, endpoint: EndpointState, entry: Entry, now: float, tokens: int) -> None:
         """An answer from ``endpoint`` (its fit already holds it)."""
         if not self.learning:
@@ -52,8 +60,19 @@ class Limits:
         assert entry.sent_at is not None
         fit = endpoint.fit
         answer = Answered(entry.sent_at, now, tokens, entry.first_token_s, entry.held,
-                          fit.slope_s, endpoint.completed, entry.request.input_tokens)  # fmt: skip
+                          fit.slope_s, endpoint.completed, entry.request.input_tokens,
+                          entry.left_during, entry.left_by_s)  # fmt: skip
         self._apply(endpoint, now, endpoint.limiter.answered(answer))
+
+    def first_token(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
+        """The first token of ``entry``'s answer from ``endpoint`` (streamed)."""
+        if self.learning and entry.sent_at is not None:
+            left = entry.left_during = endpoint.sent - endpoint.inflight - entry.left_before
+            by = entry.left_by_s = max(0.0, endpoint.left_at - entry.sent_at) if left else 0.0
+            prompt = entry.request.input_tokens
+            verdict = endpoint.limiter.first_token(entry.sent_at, now, entry.held, prompt,
+                                                   left, by)  # fmt: skip
+            self._apply(endpoint, now, verdict)
 
     def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
         """A 429 from ``endpoint`` for ``entry``."""

@@ -36,29 +36,49 @@ by a sizeable part of a whole answer above it.
    (:class:`~semisched.core.fleet.endpoint.SpeedFit`), once the fit has seen
    ``mature`` answers (never below zero). The floor is a slowly rising minimum of
    that time, kept apart for streamed and unstreamed answers and for each size class
-   of prompt (a power of two from 128 tokens: prefill takes time, on a CPU engine a
-   lot). The excess over the floor, in decode steps (the answer's own step when
-   streamed, the fitted one otherwise), is the answer's *wait*.
+   of prompt (an eighth of an octave: prefill takes time, on a CPU engine a lot).
+   The first answer of a size class only sets its floor. The excess over the floor,
+   in decode steps (streamed: the slowest of the recent answers' own steps, a full
+   batch's, so that a prefill beside a small batch does not read as many steps; not
+   streamed: the fitted one), is the answer's *wait*. A streamed answer is read
+   twice: at its first token (a queue is seen a whole answer sooner; only a queue is
+   acted on then), and when it ends.
 2. *Queued.* A wait above a threshold means the endpoint held more than it serves at
    once when that request was sent. The threshold is ``tolerance`` steps, plus
    ``spread`` times the mean wait of the streamed answers read as unqueued (how
-   much prefill and batching scatter at this endpoint), plus ``token_slack`` steps a
-   token for an unstreamed answer (its step is the fit's average). A request sent
-   alone (one in flight) waited for nothing of this client's. The limit goes to what
-   the endpoint serves at once, as that wait tells it: a request sent with ``held``
-   in flight to ``S`` slots waits for ``held - S`` answers, finished ``S`` per mean
-   answer ``T`` (its mean output tokens, in steps), so ``S ~ held * T / (wait + T)``
-   (the wait less the scatter allowance); at most one below what it held (Vegas's
-   decrease), at most halved at once (one reading may be wrong), once per round: an
-   answer sent before the last decrease says nothing of the limit after it. Probes
-   do not pass one below what it held again for ``ceiling_rounds`` rounds (a request
-   queued in the server is one the client can no longer order).
+   much prefill and batching scatter at this endpoint; it starts from a prior of
+   ``tolerance`` worth four readings), plus ``token_slack`` steps a token for an
+   unstreamed answer (its step is the fit's average). A request sent alone (one in
+   flight) waited for nothing of this client's; nor did a streamed one whose first
+   token came before any request of this client left the endpoint (``left``: a slot
+   frees only when one leaves). Its wait was scatter (another request's prefill,
+   another client's load), however long. One that ``left`` requests preceded
+   waited for at most that many, so the endpoint serves at least ``held - left``.
+   Without that count (not streamed), a wait within ``strong`` times the threshold
+   is a *suspect*: one reading a little above is what another request's prefill
+   can cost on a CPU engine, so it acts only when a request sent after the
+   suspect's wait ended also waits (within ``confirm_rounds`` rounds): a queue makes
+   every request sent into it wait, a burst of prefill only those beside it. The
+   limit goes to what the endpoint serves at once, as that wait tells it: a request
+   sent with ``held`` in flight to ``S`` slots waits for ``held - S`` answers,
+   finished ``S`` per mean answer ``T`` (its mean output tokens, in steps), so
+   ``S ~ held * T / (wait + T)`` (the wait less the scatter allowance); at most one
+   below what it held (Vegas's decrease), at most halved at once (one reading may be
+   wrong), never below ``held - left``, once per round: an answer sent before the
+   last decrease says nothing of the limit after it. Probes do not pass one below
+   what it held again for
+   ``ceiling_rounds`` rounds (a request queued in the server is one the client can
+   no longer order). Any queued reading ends slow start.
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
    in flight as the limit allows), adds to it: one (slow start: the limit doubles
    each round) until the first queue or throttle, then ``1 / limit`` (one a round),
-   up to the ceiling, so that capacity the server gains is found. In slow start an
-   answer with nothing to read (one not streamed, before the fit has matured) counts
-   as not queued.
+   up to the ceiling, so that capacity the server gains is found. In slow start a
+   streamed answer's first token that no departure preceded adds one at once (it
+   had a slot: the endpoint serves at least what it held), so slow start runs at
+   the pace of first tokens, not of whole answers. In slow start an
+   answer with nothing to read (one not streamed, before the fit has matured; the
+   first of its size) counts as not queued, unless a request left before its first
+   token.
 4. *Throttled.* A 429 takes one off the limit and makes that the *ceiling* for
    ``throttle_s`` seconds (a provider whose latency is flat up to a concurrency cap
    it enforces with 429s is not probed into them again). The other 429s of that
@@ -66,7 +86,9 @@ by a sizeable part of a whole answer above it.
    (``BudgetConfig``, the ``retry-after``), and cutting concurrency for it only
    costs throughput.
 5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
-6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (16).
+6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (8: a
+   small server is sent few to queue, and slow start reaches 64 in three rounds, at
+   the pace of first tokens when streamed).
 """
 
 from __future__ import annotations
@@ -101,6 +123,9 @@ class Answered:
         step_s: The endpoint's fitted seconds per output token, this answer folded in.
         answers: The answers the endpoint's fit has seen.
         prompt_tokens: Its prompt's estimated tokens.
+        left: Requests that left the endpoint between its send and its first token (a
+            streamed answer); ``None`` otherwise.
+        left_by_s: Seconds from its send to the last of those departures (0: none).
     """
 
     sent_at: float
@@ -111,6 +136,8 @@ class Answered:
     step_s: float
     answers: int = 0
     prompt_tokens: float = 0.0
+    left: int | None = None
+    left_by_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +190,15 @@ class ConcurrencyLimit(ABC):
         """An answer arrived."""
         return None
 
+    def first_token(
+        self, sent_at: float, now: float, held: int, prompt_tokens: float, left: int,
+        left_by_s: float,
+    ) -> LimitVerdict:
+        """A streamed answer's first token arrived (``held``: in flight at its send, itself
+        included; ``prompt_tokens``: its prompt's estimate; ``left``: requests that left
+        the endpoint between its send and now, the last ``left_by_s`` after its send)."""
+        return None
+
     def throttled(self, sent_at: float, now: float) -> LimitVerdict:
         """A 429 for a request sent at ``sent_at``."""
         return None
@@ -203,14 +239,19 @@ class QueueDelayLimit(ConcurrencyLimit):
         "_readings",
         "_rounds",
         "_slow_until",
+        "_step",
+        "_suspect_end",
+        "_suspect_round",
         "_throttled_until",
         "_tokens",
         "ceiling_rounds",
+        "confirm_rounds",
         "limit",
         "mature",
         "maximum",
         "minimum",
         "spread",
+        "strong",
         "throttle_s",
         "token_slack",
         "tolerance",
@@ -219,15 +260,17 @@ class QueueDelayLimit(ConcurrencyLimit):
     def __init__(
         self,
         *,
-        initial: float = 16.0,
+        initial: float = 8.0,
         minimum: float = 1.0,
         maximum: float = 1024.0,
         tolerance: float = 4.0,
         token_slack: float = 1.0,
         ceiling_rounds: float = 100.0,
         mature: int = 32,
-        spread: float = 3.0,
+        spread: float = 5.0,
         throttle_s: float = 60.0,
+        confirm_rounds: float = 2.0,
+        strong: float = 3.0,
     ) -> None:
         if not 1.0 <= minimum <= initial <= maximum:
             raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
@@ -240,9 +283,14 @@ class QueueDelayLimit(ConcurrencyLimit):
         self.mature = mature
         self.spread = spread
         self.throttle_s = throttle_s
-        self._dev = 0.0  # mean wait of the answers read as unqueued (rule 1)
-        self._readings = 0
+        self.confirm_rounds = confirm_rounds
+        self.strong = strong
+        self._suspect_end = math.inf  # when the unconfirmed queued reading's wait ended
+        self._suspect_round = -math.inf
+        self._dev = tolerance  # mean wait of the answers read as unqueued (rule 1): a prior
+        self._readings = 4  # the prior counts as four readings
         self._tokens = 0.0  # mean output tokens of its answers (rule 2)
+        self._step = 0.0  # recent streamed answers' own step, seconds (rule 1)
         self._throttled_until = -math.inf  # a 429's ceiling holds until (rule 4)
         self.ceiling_rounds = ceiling_rounds
         #: (streamed?, prompt size class) -> floor seconds (rule 1)
@@ -267,44 +315,88 @@ class QueueDelayLimit(ConcurrencyLimit):
             answer.tokens - self._tokens)
         reading = self._wait_steps(answer)
         if reading is None:  # nothing to read yet: slow start grows (it ends at a queue)
-            return self._probe(answer, 0.0) if self.limit < self._slow_until else None
-        waited, threshold = reading
+            if self.limit < self._slow_until and not answer.left:
+                return self._probe(answer, 0.0)
+            return None
+        waited, scatter, threshold, wait_end = reading
         streamed = answer.first_token_s is not None
         if streamed:  # what its unqueued first tokens scatter by (prompts of every length)
             threshold += self.spread * self._dev
-        if waited <= threshold or answer.held <= 1:  # alone, it waited for nothing of ours
+        if (waited <= threshold or answer.held <= 1  # alone, it waited for nothing of ours
+                or answer.left == 0):  # fmt: skip
+            # nothing of ours left before its first token: no slot of ours freed for it
             if streamed:  # a plain mean of the first twenty, then a moving one
                 self._readings += 1
-                self._dev += max(0.05, 1.0 / self._readings) * (waited - self._dev)
+                self._dev += max(0.05, 1.0 / self._readings) * (scatter - self._dev)
             return self._probe(answer, waited)
-        self._slow_until = min(self._slow_until, self.limit)  # rule 2
-        if answer.sent_at <= self._decreased_at:
+        return self._queued(answer.sent_at, answer.now, answer.held, waited, threshold,
+                            wait_end, answer.left)  # fmt: skip
+
+    def first_token(
+        self, sent_at: float, now: float, held: int, prompt_tokens: float, left: int,
+        left_by_s: float,
+    ) -> LimitVerdict:
+        """A streamed answer's first token: its wait read at once, against the recent
+        answers' step (a queue is seen a whole answer sooner; rule 1)."""
+        key = (True, self._size_class(prompt_tokens))
+        floor = self._floors.get(key)
+        if left == 0:  # it had a slot: its time is a floor; S >= held
+            if floor is None or now - sent_at < floor:
+                self._floors[key] = now - sent_at
+            if self.limit < self._slow_until:  # slow start at the pace of first tokens
+                return self._grow(held, now, 0.0)
             return None
+        if floor is None or self._step <= 0.0 or held <= 1:
+            return None
+        waited = min(now - sent_at - floor, left_by_s) / self._step
+        threshold = self.tolerance + self.spread * self._dev
+        if waited <= threshold:
+            return None  # read again, with its own step, when it is answered
+        return self._queued(sent_at, now, held, waited, threshold, now, left)
+
+    def _queued(self, sent_at: float, now: float, held: int, waited: float, threshold: float,
+                wait_end: float, left: int | None) -> LimitVerdict:  # fmt: skip
+        """Rule 2: a wait above the threshold (its wait for a slot ended at ``wait_end``)."""
+        self._slow_until = min(self._slow_until, self.limit)
+        if sent_at <= self._decreased_at:
+            return None
+        fresh = self._rounds - self._suspect_round <= self.confirm_rounds
+        if (waited <= self.strong * threshold and left is None
+                and not (fresh and self._suspect_end < sent_at)):  # fmt: skip
+            if not fresh or wait_end < self._suspect_end:  # the earliest unconfirmed one
+                self._suspect_end, self._suspect_round = wait_end, self._rounds
+            return None  # a little above, once: a request sent after its wait confirms it
+        self._suspect_end = math.inf
         # What it serves at once: a request sent with ``held`` in flight on S slots waits
         # for held - S answers, at S per mean answer (its tokens, in steps): so
         # S ~ held * T / (wait + T). At most halved at once (one reading may be wrong).
         queued = waited - threshold + self.tolerance  # the part no scatter explains
-        serves = answer.held * self._tokens / (queued + self._tokens)
-        knee = min(self.limit, answer.held) - 1.0  # it queued at what it held: stay below
-        self._set(max(min(knee, serves), self.limit * 0.5), answer.now)
+        serves = held * self._tokens / (queued + self._tokens)
+        if left is not None:  # it waited for at most ``left`` to leave: S >= held - left
+            serves = max(serves, held - left)
+        knee = min(self.limit, held) - 1.0  # it queued at what it held: stay below
+        self._set(max(min(knee, serves), self.limit * 0.5), now)
         self._slow_until = self.limit
         self._ceiling, self._ceiling_at = max(self.limit, knee), self._rounds
         return "limit.queued", (f"waited {waited:.1f} decode steps for a slot (more than "
-                                f"{threshold:.1f}), sent with {answer.held} in flight")  # fmt: skip
+                                f"{threshold:.1f}), sent with {held} in flight")  # fmt: skip
 
     def _probe(self, answer: Answered, waited: float) -> LimitVerdict:
         """Rule 3: an answer that did not queue."""
-        if answer.held < self.cap:  # it was not binding
+        return self._grow(answer.held, answer.now, waited)
+
+    def _grow(self, held: int, now: float, waited: float) -> LimitVerdict:
+        if held < self.cap:  # it was not binding
             return None
         if (self._rounds - self._ceiling_at > self.ceiling_rounds
-                and answer.now >= self._throttled_until):  # fmt: skip
+                and now >= self._throttled_until):  # fmt: skip
             self._ceiling = math.inf
         top = min(self.maximum, self._ceiling)
         if self.limit >= top:
             return None
         slow = self.limit < self._slow_until
         self.limit = min(top, self.limit + (1.0 if slow else 1.0 / self.limit))
-        return "limit.probe", (f"{answer.held} in flight, no wait for a slot "
+        return "limit.probe", (f"{held} in flight, no wait for a slot "
                                f"({waited:.1f} decode steps)")  # fmt: skip
 
     def throttled(self, sent_at: float, now: float) -> LimitVerdict:
@@ -326,15 +418,19 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._slow_until = min(self._slow_until, self.limit)
         return "limit.failed", "a failed attempt: a tenth off"
 
-    def _wait_steps(self, answer: Answered) -> tuple[float, float] | None:
-        """Rule 1: the answer's wait for a slot in decode steps, and the threshold above
-        which it is a queue; ``None``: nothing to read."""
+    def _wait_steps(self, answer: Answered) -> tuple[float, float, float, float] | None:
+        """Rule 1: the answer's wait for a slot in decode steps, its time before decoding
+        over its floor (the same, unbounded by a departure), the threshold above which
+        the wait is a queue, and when it ended; ``None``: nothing to read."""
         latency = answer.now - answer.sent_at
         ttft = answer.first_token_s
         if ttft is not None:
-            if answer.tokens < 2 or latency <= ttft:
+            if answer.tokens >= 2 and latency > ttft:  # its own step, at its batch
+                step = (latency - ttft) / (answer.tokens - 1)
+                self._step = max(step, self._step * 0.98)  # the recent slowest: a full batch's
+            elif self._step <= 0.0:
                 return None
-            step = (latency - ttft) / (answer.tokens - 1)  # its own, at its batch
+            step = self._step
             before, slack = ttft, 0.0
         else:
             if answer.answers < self.mature or answer.step_s <= 0.0:
@@ -343,14 +439,26 @@ class QueueDelayLimit(ConcurrencyLimit):
             # < 0: its batch ran faster than the fit's average step (no reading below 0)
             before = max(0.0, latency - answer.tokens * step)
             slack = answer.tokens * self.token_slack
-        key = (ttft is not None, max(0, int(answer.prompt_tokens).bit_length() - 7))
+        key = (ttft is not None, self._size_class(answer.prompt_tokens))
         floor = self._floors.get(key)
+        if floor is None and ttft is not None:  # the first of its size: its floor, no reading
+            self._floors[key] = before
+            return None
         if floor is None or before < floor:
             self._floors[key] = floor = before
         else:
             self._floors[key] = floor + 0.01 * (before - floor)
-        waited = (before - floor) / step
-        return (waited if waited > 0.0 else 0.0), self.tolerance + slack
+        over = (before - floor) / step if before > floor else 0.0
+        if answer.left is None:
+            return over, over, self.tolerance + slack, answer.sent_at + before
+        # it waited for a slot until a departure at most: what came after was not a queue
+        waited = min(over, answer.left_by_s / step)
+        return waited, over, self.tolerance + slack, answer.sent_at + before
+
+    @staticmethod
+    def _size_class(prompt_tokens: float) -> int:
+        """A prompt's size class: an eighth of an octave (its prefill takes time)."""
+        return int(8.0 * math.log2(prompt_tokens + 128.0))
 
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
