@@ -152,7 +152,7 @@ def overhead_rows(*, rates: Sequence[float] = (100.0, 500.0), seconds: float = 1
     """The overhead part's rows (module docstring): per path and rate, medians over rounds."""
     samples: dict[tuple[str, float], list[dict[str, float]]] = {}
     with instant_upstream() as (upstream, up_pid):
-        with serve(["--upstream", upstream, "--no-auth", "--max-inflight", "1024"]) as gw:
+        with serve(["--upstream", upstream, "--no-auth"]) as gw:  # defaults: limits learned
             paths = {"straight": (upstream, up_pid), "gateway": gw}
             for base, _ in paths.values():  # warm-up: connections, caches, first imports
                 load(base, {"mode": "closed", "connections": connections, "requests": 500}, node)

@@ -12,8 +12,9 @@ Each request carries its hints as headers (``x-semisched-prior``, ``-class``,
 output length as ``max_tokens`` (the mock decodes that many). Conditions:
 
 ``fair_share``
-    ``[tenants] policy = "fair_share"`` over the default layers, 32 sends in flight (the
-    slots): the waiting happens in the gateway, where the tenant layer orders it.
+    ``[tenants] policy = "fair_share"`` over the default layers, the mock's concurrency
+    learned (nothing told: the defaults): the waiting happens in the gateway, where the
+    tenant layer orders it.
 ``pass_through``
     No scheduling: ``direct_naive`` (FIFO, no overload control), every request sent at
     once (``max_inflight`` 4096): the waiting happens in the provider's FIFO, as behind a
@@ -93,7 +94,7 @@ def gateway_file(folder: Path, condition: str, upstream: str) -> Path:
     if condition not in CONDITIONS:
         raise ValueError(f"condition={condition!r} must be one of {list(CONDITIONS)}")
     fair = condition == "fair_share"
-    lines = ["[gateway]", f"max_inflight = {32 if fair else 4096}",
+    lines = ["[gateway]", *([] if fair else ["max_inflight = 4096"]),
              f'preset = "{"final_adrr_olc" if fair else "direct_naive"}"', "max_pending = 100000",
              "[tenants]", f'policy = "{"fair_share" if fair else "fifo"}"']  # fmt: skip
     for name, key in KEYS.items():

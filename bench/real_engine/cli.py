@@ -16,9 +16,9 @@
   the fitted mock's (:mod:`.steps`); writes ``steps.csv`` and ``steps.md``.
 
 All write under ``--out`` (default ``docs/results/real-engine``). ``headline``, ``routing``
-and ``compare`` size their load by a fit of this engine on this machine, made first when
-there is none (``--profile machine``, :mod:`.profiles`), or by the committed profile
-(``--profile committed``).
+and ``compare`` size their load by a fit of this engine on this machine made first
+(``--profile machine``, :mod:`.profiles`), one made before (``--profile cached``), or by
+the committed profile (``--profile committed``).
 """
 
 from __future__ import annotations
@@ -149,9 +149,9 @@ def _profile_argument(step: argparse.ArgumentParser) -> None:
 
     step.add_argument("--profile", choices=PROFILES, default="machine",
                       help="what sizes the load: machine (a fit of this engine on this "
-                      "machine, made first when OUT/fit.json or the cache holds none), "
-                      "committed (the committed llama-cpp profile; compare: OUT/fit.json "
-                      "as it is) (machine)")  # fmt: skip
+                      "machine, made first), cached (one made before, when OUT/fit.json or "
+                      "the cache holds one; else made first), committed (the committed "
+                      "llama-cpp profile; compare: OUT/fit.json as it is) (machine)")  # fmt: skip
 
 
 @contextlib.contextmanager

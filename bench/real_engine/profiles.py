@@ -3,17 +3,19 @@
 ``headline``, ``routing`` and ``compare`` offer a share of the engine's capacity, and the
 capacity comes from a mock profile (:class:`~mockprovider.physics.PhysicsParams`). The
 committed ``llama-cpp`` profile was fitted on another machine: on a faster one the engine
-would run far below the intended load. So before an experiment (``--profile machine``, the
-default) :func:`engine_profile` looks for a fit of the same engine build on the same
-machine, and makes one when there is none:
+would run far below the intended load; and a shared machine's speed drifts by the hour
+(a fit here gave 1.1 ms a step and 0.18 ms a prompt token one afternoon, 2.9 and 0.41 four
+hours later). So before an experiment (``--profile machine``, the default)
+:func:`engine_profile` fits the engine now: a short fit (``fit --repeats 1``, about a
+minute), written to the engine's cache (``fit/fit.json``, :func:`cached_fit_dir`), not to
+``OUT``: ``OUT/fit.json`` of the repository is the committed ``llama-cpp`` profile's source
+and stays as the ``fit`` step wrote it. ``--profile cached`` reuses a fit of the same
+engine build on the same machine when there is one, and fits only otherwise:
 
 1. ``OUT/fit.json`` (the ``fit`` step's output), when it records the engine commit and the
    machine (:func:`provenance`) of this run;
-2. else the cached fit (``fit/fit.json`` in the engine's cache, :func:`cached_fit_dir`), on
-   the same condition;
-3. else a short fit (``fit --repeats 1``, about 21 s), written to the cache, not to
-   ``OUT``: ``OUT/fit.json`` of the repository is the committed ``llama-cpp`` profile's
-   source and stays as the ``fit`` step wrote it.
+2. else the cached fit, on the same condition;
+3. else a short fit, as above.
 
 The machine is its host name, its core count and its CPU model; the engine commit is the
 llama.cpp commit the setup step built (:func:`bench.real_engine.setup.engine_commit`).
@@ -44,8 +46,9 @@ __all__ = [
     "short_fit",
 ]
 
-#: ``--profile``'s choices: a fit of this engine on this machine, or the committed profile.
-PROFILES = ("machine", "committed")
+#: ``--profile``'s choices: a fit of this engine on this machine made now, one made before
+#: (made now when there is none), or the committed profile.
+PROFILES = ("machine", "cached", "committed")
 #: Sweeps of the fit made when none matches (``fit --repeats 1``).
 SHORT_FIT_REPEATS = 1
 
@@ -142,7 +145,7 @@ def engine_profile(
 ) -> EngineProfile:
     """The profile a run sizes its load by (module docstring).
 
-    ``choice``: ``machine`` or ``committed`` (:data:`PROFILES`). ``fit``, ``wanted`` and
+    ``choice``: ``machine``, ``cached`` or ``committed`` (:data:`PROFILES`). ``fit``, ``wanted`` and
     ``cache`` replace the engine run, the provenance and the cached folder (tests).
 
     Raises:
@@ -155,19 +158,23 @@ def engine_profile(
         if committed.slots != parallel:
             raise ValueError(f"the llama-cpp profile has {committed.slots} slots, not {parallel}")
         return EngineProfile(committed, "the committed `llama-cpp` profile")
-    if choice != "machine":
+    if choice not in PROFILES:
         raise ValueError(f"profile={choice!r} must be one of {', '.join(PROFILES)}")
     wanted = provenance() if wanted is None else wanted
     folder = cached_fit_dir() if cache is None else cache
-    reasons = []
-    for path in (out / "fit.json", folder / "fit.json"):
-        data = _read(path)
-        reason = fit_mismatch(data, wanted)
-        if reason is None and data is not None:
-            return _fitted(data, path, parallel, f"the fit of this engine on this machine, {path}")
-        reasons.append(f"{path}: {reason}")
-    say("no fit of this engine on this machine (" + "; ".join(reasons) + "): fitting it first "
-        f"(fit --repeats {SHORT_FIT_REPEATS}, about 21 s) into {folder}")  # fmt: skip
+    reasons = ["--profile machine: this machine's speed drifts"]
+    if choice == "cached":
+        reasons = []
+        for path in (out / "fit.json", folder / "fit.json"):
+            data = _read(path)
+            reason = fit_mismatch(data, wanted)
+            if reason is None and data is not None:
+                source = f"the fit of this engine on this machine, {path}"
+                return _fitted(data, path, parallel, source)
+            reasons.append(f"{path}: {reason}")
+        reasons.insert(0, "no fit of this engine on this machine")
+    say("; ".join(reasons) + f": fitting it first (fit --repeats {SHORT_FIT_REPEATS}, "
+        f"about a minute) into {folder}")  # fmt: skip
     path = fit(folder, parallel, wanted)
     data = _read(path)
     if data is None:

@@ -210,11 +210,13 @@ def _profile(out: Path, tmp: Path, fitter: _Fitter, choice: str = "machine") -> 
     return chosen, said
 
 
-def test_a_fit_of_the_same_engine_and_machine_is_reused(tmp_path: Path) -> None:
+def test_a_fit_of_the_same_engine_and_machine_is_reused_when_cached_is_asked(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "out"
     _write(out, **HERE)
     fitter = _Fitter()
-    chosen, said = _profile(out, tmp_path, fitter)
+    chosen, said = _profile(out, tmp_path, fitter, "cached")
     assert fitter.calls == [] and said == []
     assert chosen.path == out / "fit.json"  # type: ignore[attr-defined]
     assert chosen.physics.base_iter_ms == 2.0  # type: ignore[attr-defined]
@@ -236,15 +238,26 @@ def test_another_machine_engine_or_no_fit_is_fitted_first(
     if provenance is not None:
         _write(out, **provenance)
     fitter = _Fitter()
-    chosen, said = _profile(out, tmp_path, fitter)
+    chosen, said = _profile(out, tmp_path, fitter, "cached")
     assert fitter.calls == [tmp_path / "cache"]
     assert chosen.path == tmp_path / "cache" / "fit.json"  # type: ignore[attr-defined]
     assert len(said) == 1 and reason in said[0] and "fitting it first" in said[0]  # type: ignore[index]
     if provenance is not None:  # the repository's fit.json is left as it was
         assert json.loads((out / "fit.json").read_text()).get("engine_commit") == \
             provenance.get("engine_commit")  # fmt: skip
-    _, again = _profile(out, tmp_path, fitter)  # the cached fit is reused next time
+    _, again = _profile(out, tmp_path, fitter, "cached")  # the cached fit is reused next time
     assert len(fitter.calls) == 1 and again == []
+
+
+def test_the_default_fits_now_even_beside_a_fit_of_this_machine(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _write(out, **HERE)
+    fitter = _Fitter()
+    for _ in range(2):  # a machine's speed drifts: every run measures it again
+        chosen, said = _profile(out, tmp_path, fitter)
+        assert chosen.path == tmp_path / "cache" / "fit.json"  # type: ignore[attr-defined]
+        assert len(said) == 1 and "drifts" in said[0]  # type: ignore[index]
+    assert fitter.calls == [tmp_path / "cache"] * 2
 
 
 def test_the_committed_profile_is_kept_on_request(tmp_path: Path) -> None:
@@ -260,7 +273,7 @@ def test_a_fit_of_other_slots_is_refused(tmp_path: Path) -> None:
     out.mkdir()
     write_fit(out, dataclasses.replace(FIT, slots=4), {}, provenance=HERE)
     with pytest.raises(ValueError, match="fit of 4 slots, not 8"):
-        _profile(out, tmp_path, _Fitter())
+        _profile(out, tmp_path, _Fitter(), "cached")
 
 
 def test_the_fit_records_its_engine_and_machine() -> None:
