@@ -74,7 +74,9 @@ def test_each_condition_file_holds_its_scheduling(tmp_path: Path) -> None:
     fair = load_config(gateway_file(tmp_path, "fair_share", "http://127.0.0.1:9/v1"))
     plain = load_config(gateway_file(tmp_path, "pass_through", "http://127.0.0.1:9/v1"))
     assert fair.scheduler_config().tenants.policy == "fair_share"
-    assert fair.scheduler_config().max_inflight == 32
+    # nothing told of the mock's slots: the defaults learn its concurrency
+    assert fair.scheduler_config().max_inflight is None
+    assert fair.scheduler_config().routing.concurrency == "learned"
     assert plain.scheduler_config().tenants.policy == "fifo"
     assert plain.scheduler_config().overload.policy == "none"
     assert plain.scheduler_config().max_inflight == 4096
