@@ -44,12 +44,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import ClassVar, Protocol
 
 from semisched.core.config import AllocationConfig, ClassSpec
 from semisched.core.queue import Entry
-from semisched.core.registry import policy_class
+from semisched.core.registry import ALLOCATION, policy_class
 
 __all__ = [
     "ALLOCATION_POLICIES",
@@ -134,6 +133,7 @@ def _oldest(view: AllocationView, names: Sequence[str]) -> str | None:
     return min(names, key=view.oldest_seq) if names else None
 
 
+@ALLOCATION.register
 class FifoAllocation(AllocationPolicy):
     """One global FIFO across classes."""
 
@@ -143,6 +143,7 @@ class FifoAllocation(AllocationPolicy):
         return _oldest(view, view.backlogged())
 
 
+@ALLOCATION.register
 class QuotaTiered(AllocationPolicy):
     """Fixed per-class in-flight quotas, no borrowing."""
 
@@ -168,6 +169,7 @@ class QuotaTiered(AllocationPolicy):
         return _oldest(view, eligible)
 
 
+@ALLOCATION.register
 class AdaptiveDRR(AllocationPolicy):
     """Work-conserving, congestion-aware Deficit Round Robin in tokens."""
 
@@ -237,6 +239,7 @@ class AdaptiveDRR(AllocationPolicy):
         return dict(self.deficit)
 
 
+@ALLOCATION.register
 class FairQueuing(AllocationPolicy):
     """Round robin over backlogged classes, one request per turn."""
 
@@ -257,6 +260,7 @@ class FairQueuing(AllocationPolicy):
         self.last = self.order[klass]
 
 
+@ALLOCATION.register
 class ShortPriority(AllocationPolicy):
     """Interactive classes strictly before the rest."""
 
@@ -366,14 +370,9 @@ class Tiered(AllocationPolicy):
         return self.inner.state()
 
 
-#: Allocation policies by name (read-only; the names are
-#: :data:`semisched.core.config.ALLOCATION_POLICY_NAMES`, checked when a config is built).
-ALLOCATION_POLICIES: Mapping[str, type[AllocationPolicy]] = MappingProxyType(
-    {
-        cls.name: cls
-        for cls in (FifoAllocation, QuotaTiered, AdaptiveDRR, FairQueuing, ShortPriority)
-    }
-)
+#: The built-in policies by name (read-only: each registers itself under its ``name``,
+#: in the order defined above; a config checks its name here when it is built).
+ALLOCATION_POLICIES: Mapping[str, type[AllocationPolicy]] = ALLOCATION
 
 
 def make_allocation(cfg: AllocationConfig, classes: Sequence[ClassSpec]) -> AllocationPolicy:

@@ -17,7 +17,7 @@ This module holds values only; it decides nothing and does no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -34,6 +34,7 @@ from semisched.core.policy_config import (
     ALLOCATION_POLICY_NAMES,
     DEFAULT_CLASSES,
     ORDERING_POLICY_NAMES,
+    OVERLOAD_LEVELS,
     OVERLOAD_POLICY_NAMES,
     ROUTING_POLICY_NAMES,
     AllocationConfig,
@@ -50,6 +51,7 @@ from semisched.core.tenants.config import TenantConfig
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
     "ORDERING_POLICY_NAMES",
+    "OVERLOAD_LEVELS",
     "OVERLOAD_POLICY_NAMES",
     "PRESETS",
     "ROUTING_POLICY_NAMES",
@@ -214,9 +216,33 @@ def _presets() -> dict[str, SchedulerConfig]:
     }
 
 
+class _Presets(Mapping[str, SchedulerConfig]):
+    """The presets, built on first use: a config checks its policy names in the
+    registries, which the policy modules (above this one) fill as they load."""
+
+    __slots__ = ("_built",)
+
+    def __init__(self) -> None:
+        self._built: Mapping[str, SchedulerConfig] | None = None
+
+    def _all(self) -> Mapping[str, SchedulerConfig]:
+        if self._built is None:
+            self._built = MappingProxyType(_presets())
+        return self._built
+
+    def __getitem__(self, name: str) -> SchedulerConfig:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 #: Named strategies from Scheduling the Unschedulable (read-only: :func:`preset` returns
 #: changed copies).
-PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(_presets())
+PRESETS: Mapping[str, SchedulerConfig] = _Presets()
 
 
 def preset(name: str, **changes: Any) -> SchedulerConfig:

@@ -41,12 +41,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
 from typing import ClassVar, Protocol
 
 from semisched.core.config import OrderingConfig
 from semisched.core.queue import ClassQueue, Entry
-from semisched.core.registry import policy_class
+from semisched.core.registry import ORDERING, policy_class
 
 __all__ = [
     "ORDERING_POLICIES",
@@ -98,6 +97,7 @@ class OrderingPolicy(ABC):
         """Return the entry to send next; ``queue`` is non-empty."""
 
 
+@ORDERING.register
 class FifoOrdering(OrderingPolicy):
     """First enqueued, first sent."""
 
@@ -110,6 +110,7 @@ class FifoOrdering(OrderingPolicy):
         return entry
 
 
+@ORDERING.register
 class FeasibleSetOrdering(OrderingPolicy):
     """Slowdown-aware feasible-set scoring (Scheduling the Unschedulable §3.1)."""
 
@@ -157,6 +158,7 @@ class FeasibleSetOrdering(OrderingPolicy):
         return best
 
 
+@ORDERING.register
 class LongestFirstOrdering(OrderingPolicy):
     """Longest predicted job first (LPT), for makespan: the batch-job ordering.
 
@@ -183,6 +185,7 @@ class LongestFirstOrdering(OrderingPolicy):
         return best
 
 
+@ORDERING.register
 class RatePackingOrdering(OrderingPolicy):
     """Keep every rate window busy, longest work first: a batch job at its makespan floor.
 
@@ -247,14 +250,9 @@ def _first_feasible(
     return next((entry for entry in entries if is_feasible(entry, now, estimate)), None)
 
 
-#: Ordering policies by name (read-only; the names are
-#: :data:`semisched.core.config.ORDERING_POLICY_NAMES`, checked when a config is built).
-ORDERING_POLICIES: Mapping[str, type[OrderingPolicy]] = MappingProxyType(
-    {
-        cls.name: cls
-        for cls in (FifoOrdering, FeasibleSetOrdering, LongestFirstOrdering, RatePackingOrdering)
-    }
-)
+#: The built-in policies by name (read-only: each registers itself under its ``name``,
+#: in the order defined above; a config checks its name here when it is built).
+ORDERING_POLICIES: Mapping[str, type[OrderingPolicy]] = ORDERING
 
 
 def make_ordering(cfg: OrderingConfig) -> OrderingPolicy:

@@ -43,10 +43,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from semisched.core.buckets import Bucket
-from semisched.core.config import OverloadConfig
+from semisched.core.config import OVERLOAD_LEVELS, OverloadConfig
 
 __all__ = ["OVERLOAD_POLICIES", "RULES", "Admission", "OverloadController", "Verdict"]
 
@@ -111,22 +110,10 @@ _REASONS: dict[tuple[Verdict, float, int | None, Bucket | None], str] = {}
 _ADMIT, _REJECT = Verdict.ADMIT, Verdict.REJECT
 
 
-def _read_only(tables: dict[str, dict[Bucket, int]]) -> Mapping[str, Mapping[Bucket, int]]:
-    return MappingProxyType({name: MappingProxyType(levels) for name, levels in tables.items()})
-
-
-#: Ladder level per bucket, by bucket policy name; a missing bucket is never shed.
-#: Read-only, tables included; the names are
-#: :data:`semisched.core.config.OVERLOAD_POLICY_NAMES`, checked when a config is built.
-OVERLOAD_POLICIES: Mapping[str, Mapping[Bucket, int]] = _read_only(
-    {
-        "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
-        "uniform_mild": {Bucket.MEDIUM: 1, Bucket.LONG: 1, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
-        "uniform_harsh": {Bucket.MEDIUM: 2, Bucket.LONG: 2, Bucket.XLONG: 2, Bucket.UNKNOWN: 2},
-        "reverse": {Bucket.MEDIUM: 0, Bucket.LONG: 2, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
-        "none": {},
-    }
-)
+#: Ladder level per bucket, by bucket policy name; a missing bucket is never shed
+#: (read-only, tables included; :data:`semisched.core.config.OVERLOAD_LEVELS`, where a
+#: config checks its name when it is built).
+OVERLOAD_POLICIES: Mapping[str, Mapping[Bucket, int]] = OVERLOAD_LEVELS
 
 #: (threshold field, minimum level, verdict, rule name), checked in order; first match wins.
 RULES: tuple[tuple[str, int, Verdict, str], ...] = (

@@ -9,9 +9,11 @@ decides nothing and does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import MappingProxyType
 
+from semisched.core.buckets import Bucket
 from semisched.core.checks import (
     check_bool,
     check_choice,
@@ -21,17 +23,13 @@ from semisched.core.checks import (
     check_str,
 )
 from semisched.core.fleet.limits import CONCURRENCY_POLICIES, ConcurrencyLimit
-
-if TYPE_CHECKING:  # the policy modules import this one
-    from semisched.core.allocation import AllocationPolicy
-    from semisched.core.fleet.routing import RoutingPolicy
-    from semisched.core.ordering import OrderingPolicy
-
+from semisched.core.registry import ALLOCATION, ORDERING, ROUTING
 
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
     "DEFAULT_CLASSES",
     "ORDERING_POLICY_NAMES",
+    "OVERLOAD_LEVELS",
     "OVERLOAD_POLICY_NAMES",
     "ROUTING_POLICY_NAMES",
     "AllocationConfig",
@@ -44,36 +42,28 @@ __all__ = [
 ]
 
 
-#: Valid ``AllocationConfig.policy`` names, checked when a config is built.
-#: :data:`semisched.core.allocation.ALLOCATION_POLICIES` maps each to its class
-#: (names live here, classes there: the policy modules import this one).
-ALLOCATION_POLICY_NAMES: tuple[str, ...] = (
-    "fifo",
-    "quota_tiered",
-    "adaptive_drr",
-    "fair_queuing",
-    "short_priority",
-)
-#: Valid ``OrderingConfig.policy`` names (classes: ``ORDERING_POLICIES``).
-ORDERING_POLICY_NAMES: tuple[str, ...] = ("fifo", "feasible_set", "longest_first", "rate_packing")
-#: Valid ``OverloadConfig.policy`` names (level tables: ``OVERLOAD_POLICIES``).
-OVERLOAD_POLICY_NAMES: tuple[str, ...] = (
-    "ladder",
-    "uniform_mild",
-    "uniform_harsh",
-    "reverse",
-    "none",
-)
+#: Valid ``AllocationConfig.policy`` names, checked when a config is built: the
+#: allocation registry (:mod:`semisched.core.registry`), which the policies of
+#: :mod:`semisched.core.allocation` fill under their ``name`` as they load.
+ALLOCATION_POLICY_NAMES: Mapping[str, type] = ALLOCATION
+#: Valid ``OrderingConfig.policy`` names (the ordering registry).
+ORDERING_POLICY_NAMES: Mapping[str, type] = ORDERING
+#: Valid ``RoutingConfig.policy`` names (the routing registry).
+ROUTING_POLICY_NAMES: Mapping[str, type] = ROUTING
 
-#: Valid ``RoutingConfig.policy`` names (classes: ``ROUTING_POLICIES``).
-ROUTING_POLICY_NAMES: tuple[str, ...] = (
-    "round_robin",
-    "random",
-    "least_outstanding",
-    "latency_ewma",
-    "anticipated_load",
-    "token_budget",
-)
+#: Ladder level per bucket, by ``OverloadConfig.policy`` name
+#: (:mod:`semisched.core.overload`); a missing bucket is never shed. Read-only.
+OVERLOAD_LEVELS: Mapping[str, Mapping[Bucket, int]] = MappingProxyType({
+    name: MappingProxyType(levels) for name, levels in {
+        "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
+        "uniform_mild": {Bucket.MEDIUM: 1, Bucket.LONG: 1, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+        "uniform_harsh": {Bucket.MEDIUM: 2, Bucket.LONG: 2, Bucket.XLONG: 2, Bucket.UNKNOWN: 2},
+        "reverse": {Bucket.MEDIUM: 0, Bucket.LONG: 2, Bucket.XLONG: 1, Bucket.UNKNOWN: 1},
+        "none": {},
+    }.items()
+})  # fmt: skip
+#: Valid ``OverloadConfig.policy`` names.
+OVERLOAD_POLICY_NAMES: Mapping[str, Mapping[Bucket, int]] = OVERLOAD_LEVELS
 
 
 def _positive(
@@ -83,7 +73,7 @@ def _positive(
     check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
 
 
-def _check_policy(policy: object, names: tuple[str, ...]) -> None:
+def _check_policy(policy: object, names: Mapping[str, object]) -> None:
     """A built-in policy's name, or a policy class (its factory checks the base class)."""
     if isinstance(policy, type):
         if not isinstance(getattr(policy, "name", None), str):
@@ -177,7 +167,7 @@ class AllocationConfig:
             (:class:`~semisched.core.fleet.endpoint.SpeedFit`); 0 turns it off.
     """
 
-    policy: str | type[AllocationPolicy] = "adaptive_drr"
+    policy: str | type = "adaptive_drr"
     quantum_tokens: float = 256.0
     congestion_gain: float = 2.0
     request_tokens: float | None = None
@@ -228,7 +218,7 @@ class OrderingConfig:
             Priors without spread are unaffected.
     """
 
-    policy: str | type[OrderingPolicy] = "feasible_set"
+    policy: str | type = "feasible_set"
     w_wait: float = 1.0
     w_size: float = 1.0
     w_urgency: float = 2.0
@@ -442,7 +432,7 @@ class RoutingConfig:
             total is the sum of its endpoints' limits, ``max_inflight`` a ceiling.
     """
 
-    policy: str | type[RoutingPolicy] = "anticipated_load"
+    policy: str | type = "anticipated_load"
     failover: bool = True
     failure_threshold: int = 5
     cooloff_s: float = 30.0

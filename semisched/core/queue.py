@@ -26,13 +26,9 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from semisched.core.request import Request
-
-if TYPE_CHECKING:
-    from semisched.core.fleet.endpoint import EndpointState
-    from semisched.core.tenants.lanes import TenantLane
 
 __all__ = ["ClassQueue", "Entry", "EntryState"]
 
@@ -98,9 +94,11 @@ class Entry:
     skip_admission: bool = field(default=False)
     charge: float = 0.0
     hopeful: float = 0.0
-    endpoint: EndpointState | None = None
-    avoid: tuple[EndpointState, ...] = ()
-    lane: TenantLane | None = None
+    # An EndpointState and a TenantLane: typed loosely, since the fleet's and the tenant
+    # layer's modules sit above this one (the core's imports run one way only).
+    endpoint: Any = None
+    avoid: tuple[Any, ...] = ()
+    lane: Any = None
 
 
 def _live(item: tuple[int, Entry]) -> bool:

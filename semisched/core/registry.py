@@ -1,22 +1,73 @@
-"""One name-to-class lookup for every policy layer's factory.
+"""One name-to-class lookup for every policy layer: the registries, and resolving a policy.
 
-Each layer (allocation, ordering, routing, tenants) keeps its read-only
-registry of built-in policies by name; a config names one of them or passes a
-policy class of its own. :func:`policy_class` resolves either to the class the
-layer's factory (``make_allocation``, ``make_ordering``, ``make_routing``,
-``make_tenant_policy``) then builds with its own arguments. Pure: no I/O.
+Each layer (allocation, ordering, routing, tenants) has one :class:`Registry` here, at the
+bottom of the core: its built-in policies add themselves as their module loads
+(``@ROUTING.register``), under their class attribute ``name``, which is the only place a
+built-in policy's name is written. The configs (:mod:`semisched.core.policy_config`, below
+the policies) check a name against the registry when they are built, without importing a
+policy; by then :mod:`semisched.core` has loaded every policy module. A config names a
+built-in policy or passes a policy class of its own; :func:`policy_class` resolves either
+to the class the layer's factory (``make_allocation``, ``make_ordering``,
+``make_routing``, ``make_tenant_policy``) then builds with its own arguments. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TypeVar, cast
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar, cast
 
 from semisched.core.checks import check_choice
 
-__all__ = ["policy_class"]
+__all__ = ["ALLOCATION", "ORDERING", "ROUTING", "TENANT", "Registry", "policy_class"]
 
 P = TypeVar("P")
+
+
+class Registry(Mapping[str, type[Any]]):
+    """The built-in policies of one layer, by name, in the order their module defines them
+    (read-only to everyone but :meth:`register`)."""
+
+    __slots__ = ("_classes", "layer")
+
+    def __init__(self, layer: str) -> None:
+        self.layer = layer
+        self._classes: dict[str, type[Any]] = {}
+
+    def register(self, cls: type[P]) -> type[P]:
+        """Add a built-in policy under its ``name`` (a class decorator).
+
+        Raises:
+            ValueError: No ``name``, or one already taken.
+        """
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{cls!r} must have a str class attribute 'name'")
+        if name in self._classes:
+            raise ValueError(f"a {self.layer} policy named {name!r} is already registered")
+        self._classes[name] = cls
+        return cls
+
+    def __getitem__(self, name: str) -> type[Any]:
+        return self._classes[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def __repr__(self) -> str:
+        return f"<Registry {self.layer}: {', '.join(self._classes)}>"
+
+
+#: The allocation policies (:mod:`semisched.core.allocation`).
+ALLOCATION = Registry("allocation")
+#: The ordering policies (:mod:`semisched.core.ordering`).
+ORDERING = Registry("ordering")
+#: The routing policies (:mod:`semisched.core.fleet.routing`).
+ROUTING = Registry("routing")
+#: The tenant policies (:mod:`semisched.core.tenants.policies`).
+TENANT = Registry("tenant")
 
 
 def policy_class(policy: object, base: type, registry: Mapping[str, type[P]]) -> type[P]:

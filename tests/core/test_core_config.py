@@ -139,9 +139,9 @@ def test_unknown_policy_name_is_refused_when_the_config_is_built(
     ids=["allocation", "ordering", "overload"],
 )
 def test_the_names_a_config_accepts_are_the_registry_names(
-    layer: str, names: tuple[str, ...], registry: Mapping[str, Any], config_class: type
+    layer: str, names: Mapping[str, Any], registry: Mapping[str, Any], config_class: type
 ) -> None:
-    assert tuple(registry) == names
+    assert list(registry) == list(names) and len(names) >= 4  # one registry, written once
     for name in names:  # and every accepted name builds an engine
         Engine(SchedulerConfig(**{layer: config_class(policy=name)}))
 

@@ -255,7 +255,7 @@ class Fleet:
 
     def release(self, entry: Entry, now: float) -> EndpointState:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
-        endpoint = entry.endpoint
+        endpoint: EndpointState = entry.endpoint
         assert endpoint is not None and entry.sent_at is not None
         endpoint.left_at = now
         endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next

@@ -49,14 +49,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import ClassVar
 
 from semisched.core.config import RoutingConfig
 from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
 from semisched.core.lifecycle import JitterSource
 from semisched.core.queue import Entry
-from semisched.core.registry import policy_class
+from semisched.core.registry import ROUTING, policy_class
 from semisched.core.request import Request
 
 __all__ = [
@@ -134,6 +133,7 @@ class RoutingPolicy(ABC):
         """Return one of ``candidates`` (at least two, in fleet order) for ``entry``."""
 
 
+@ROUTING.register
 class RoundRobinRouting(RoutingPolicy):
     """The next candidate in fleet order after the last one chosen."""
 
@@ -156,6 +156,7 @@ class RoundRobinRouting(RoutingPolicy):
         return chosen
 
 
+@ROUTING.register
 class RandomRouting(RoutingPolicy):
     """Weighted random choice (LiteLLM's simple-shuffle)."""
 
@@ -175,6 +176,7 @@ class RandomRouting(RoutingPolicy):
         return candidates[-1]
 
 
+@ROUTING.register
 class LeastOutstandingRouting(RoutingPolicy):
     """Fewest in flight per unit of weight (ties: fleet order)."""
 
@@ -192,6 +194,7 @@ class LeastOutstandingRouting(RoutingPolicy):
         return best
 
 
+@ROUTING.register
 class LatencyEwmaRouting(RoutingPolicy):
     """Lowest observed seconds per output token (EWMA), per unit of weight (ties: fleet
     order)."""
@@ -210,6 +213,7 @@ class LatencyEwmaRouting(RoutingPolicy):
         return best
 
 
+@ROUTING.register
 class AnticipatedLoadRouting(RoutingPolicy):
     """Least anticipated drain time, this request included (module docstring)."""
 
@@ -233,6 +237,7 @@ def _least_anticipated(
     return best
 
 
+@ROUTING.register
 class TokenBudgetRouting(RoutingPolicy):
     """Seed 003's short and long pools with spillover (module docstring)."""
 
@@ -278,21 +283,9 @@ class TokenBudgetRouting(RoutingPolicy):
         return True
 
 
-#: Routing policies by name (read-only; the names are
-#: :data:`semisched.core.config.ROUTING_POLICY_NAMES`, checked when a config is built).
-ROUTING_POLICIES: Mapping[str, type[RoutingPolicy]] = MappingProxyType(
-    {
-        cls.name: cls
-        for cls in (
-            RoundRobinRouting,
-            RandomRouting,
-            LeastOutstandingRouting,
-            LatencyEwmaRouting,
-            AnticipatedLoadRouting,
-            TokenBudgetRouting,
-        )
-    }
-)
+#: The built-in policies by name (read-only: each registers itself under its ``name``,
+#: in the order defined above; a config checks its name here when it is built).
+ROUTING_POLICIES: Mapping[str, type[RoutingPolicy]] = ROUTING
 
 
 def make_routing(cfg: RoutingConfig, draw: JitterSource) -> RoutingPolicy:

@@ -37,8 +37,8 @@ default tenant: a typo must not change who pays. Values only; no I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from semisched.core.checks import (
     check_choice,
@@ -49,9 +49,7 @@ from semisched.core.checks import (
     check_number,
     check_str,
 )
-
-if TYPE_CHECKING:
-    from semisched.core.tenants.policies import TenantPolicy
+from semisched.core.registry import TENANT
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -64,9 +62,10 @@ __all__ = [
 #: The one tenant of a scheduler that declares none.
 DEFAULT_TENANT = "default"
 
-#: Valid ``TenantConfig.policy`` names
-#: (classes in :data:`semisched.core.tenants.policies.TENANT_POLICIES`).
-TENANT_POLICY_NAMES: tuple[str, ...] = ("fair_share", "fifo", "static_quota")
+#: Valid ``TenantConfig.policy`` names: the tenant registry
+#: (:mod:`semisched.core.registry`), which the policies of
+#: :mod:`semisched.core.tenants.policies` fill under their ``name`` as they load.
+TENANT_POLICY_NAMES: Mapping[str, type] = TENANT
 
 
 class ServiceClass(enum.Enum):
@@ -149,7 +148,7 @@ class TenantConfig:
 
     tenants: tuple[TenantSpec, ...] = (TenantSpec(name=DEFAULT_TENANT),)
     default: str | None = None
-    policy: str | type[TenantPolicy] = "fair_share"
+    policy: str | type = "fair_share"
     half_life_s: float = 60.0
     headroom: float = 0.125
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import ClassVar
 
-from semisched.core.registry import policy_class
+from semisched.core.registry import TENANT, policy_class
 from semisched.core.tenants.config import ServiceClass, TenantConfig
 from semisched.core.tenants.lanes import TenantLane, TenantLedger, TenantView
 
@@ -116,6 +115,7 @@ def _owners_around(ledger: TenantLedger) -> bool:
     )
 
 
+@TENANT.register
 class FairShare(TenantPolicy):
     """Service-class tiers, then the lowest usage per weight (module docstring)."""
 
@@ -173,6 +173,7 @@ class FairShare(TenantPolicy):
         return severity, 0 if service is _GUARANTEED else 1
 
 
+@TENANT.register
 class FifoTenants(TenantPolicy):
     """Tenant-blind: the tenant whose oldest queued request came first."""
 
@@ -182,6 +183,7 @@ class FifoTenants(TenantPolicy):
         return ready[0] if len(ready) == 1 else _oldest(ready)
 
 
+@TENANT.register
 class StaticQuota(TenantPolicy):
     """Each tenant at most its weight's share of ``max_inflight`` in flight, never lent."""
 
@@ -204,11 +206,9 @@ class StaticQuota(TenantPolicy):
         return _oldest(under)
 
 
-#: Tenant policies by name (read-only; the names are
-#: :data:`semisched.core.tenants.config.TENANT_POLICY_NAMES`).
-TENANT_POLICIES: Mapping[str, type[TenantPolicy]] = MappingProxyType(
-    {cls.name: cls for cls in (FairShare, FifoTenants, StaticQuota)}
-)
+#: The built-in policies by name (read-only: each registers itself under its ``name``,
+#: in the order defined above; a config checks its name here when it is built).
+TENANT_POLICIES: Mapping[str, type[TenantPolicy]] = TENANT
 
 
 def make_tenant_policy(cfg: TenantConfig) -> TenantPolicy:
