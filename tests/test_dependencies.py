@@ -10,14 +10,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def imported(path: Path) -> set[str]:
-    """Top-level and lazy (function-level) imports of one module, as dotted names."""
+def imported(path: Path, members: bool = False) -> set[str]:
+    """Top-level, lazy (function-level) and type-only imports of one module, as dotted names;
+    with ``members``, also each ``from pkg import name`` as ``pkg.name`` (a module or not)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
+            if members:
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -131,17 +134,8 @@ def import_graph(package: str) -> dict[str, set[str]]:
     """Each module of ``package`` and the modules of it that it imports: top-level, lazy and
     type-only (``if TYPE_CHECKING``) alike, ``from pkg import module`` included."""
     names = {module_name(path): path for path in modules(package)}
-    graph: dict[str, set[str]] = {}
-    for name, path in names.items():
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found.add(node.module)
-                found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        graph[name] = {m for m in found if m in names and m != name}
-    return graph
+    return {name: {m for m in imported(path, members=True) if m in names and m != name}
+            for name, path in names.items()}  # fmt: skip
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str]:
