@@ -324,7 +324,7 @@ def _routing_pass(
             picks.append((time.perf_counter_ns() - t0, name))
             return chosen
 
-        fleet.pick = timed_pick
+        fleet.pick = timed_pick  # type: ignore[method-assign]  # timed in place
     # Like timeit, collect garbage before and not during the timed calls.
     gc.collect()
     gc.disable()

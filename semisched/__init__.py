@@ -16,6 +16,7 @@ is imported from its own module.
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +85,6 @@ if TYPE_CHECKING:
     )
     from semisched.runtime.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
     from semisched.runtime.estimate import CategoryStats, EstimatorStats, TokenEstimator
-    from semisched.runtime.headers import RateLimitInfo
     from semisched.runtime.options import RuntimeOptions
     from semisched.runtime.scheduler import (
         ScheduledClient,
@@ -165,7 +165,6 @@ _WHERE = {
     "EngineStats": "semisched.core.stats",
     "TenantPolicy": "semisched.core.tenants.policies",
     "EstimatorStats": "semisched.runtime.estimate",
-    "RateLimitInfo": "semisched.runtime.headers",
     "Finished": "semisched.telemetry.observe",
     "StateBackend": "semisched.state.base",
     "StateStats": "semisched.state.base",
@@ -249,7 +248,6 @@ __all__ = [
     "ProviderLimits",
     "QueueFull",
     "QuotaExceeded",
-    "RateLimitInfo",
     "RateLimited",
     "Request",
     "RequestError",
@@ -284,7 +282,19 @@ __all__ = [
 ]
 
 
+#: Names that were merged into another, still resolved (with a DeprecationWarning).
+_MERGED = {"RateLimitInfo": "ProviderLimits"}
+
+
 def __getattr__(name: str) -> Any:
+    merged = _MERGED.get(name)
+    if merged is not None:
+        warnings.warn(
+            f"semisched.{name} is semisched.{merged} (one class for rate-limit headers)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(merged)
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'semisched' has no attribute {name!r}")

@@ -50,6 +50,13 @@ def test_the_api_reference_renders_every_name_from_its_docstring() -> None:
         assert getattr(semisched, name).__module__ == path.rsplit(".", 1)[0], path
 
 
+def test_a_merged_name_still_resolves_to_the_one_class_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="ProviderLimits"):
+        merged = semisched.RateLimitInfo
+    assert merged is semisched.ProviderLimits
+    assert "RateLimitInfo" not in semisched.__all__
+
+
 def test_all_is_sorted_and_every_name_has_a_home_module() -> None:
     assert semisched.__all__ == sorted(semisched.__all__)
     assert set(semisched._WHERE) == set(semisched.__all__)

@@ -12,8 +12,15 @@ overload controller (:mod:`semisched.core.overload`) and answers with a value:
   outlast its deadline).
 
 Each defer or reject carries its explanation, with the signals the severity was
-computed from. The layer keeps no books: the engine counts and queues what it
-answers. Pure: no clock, no I/O.
+computed from.
+
+It also answers the one question asked at a send opportunity that can refuse a
+request: whether the request's tenant's own rate cap (``rpm``/``tpm``) can pay for
+it (:meth:`AdmissionLayer.pays`): now, later (the lane sits out until then), or
+never (rejected, rule ``tenant.tpm_cap``).
+
+The layer keeps no books: the engine counts and queues what it answers.
+Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from semisched.core.explain import Decision, Explainer
 from semisched.core.overload import OverloadController, Verdict
 from semisched.core.queue import Entry
 from semisched.core.signals import Signals
-from semisched.core.tenants.lanes import TenantView
+from semisched.core.tenants.lanes import TenantLane, TenantView
 from semisched.core.tenants.policies import TenantPolicy
 
 __all__ = ["AdmissionLayer"]
@@ -91,3 +98,17 @@ class AdmissionLayer:
         retry = verdict.retry_after
         why = shed(request, _REJECT_D, verdict.rule, verdict, retry, signals, reason)
         return Reject(request, reason, severity, retry, why)
+
+    def pays(self, lane: TenantLane, entry: Entry, now: float, severity: float) -> float | Reject:
+        """Whether ``lane``'s own rate cap pays for ``entry`` at ``now``: the seconds until
+        it can (``0.0``: now), or a :class:`Reject` when it never can (its charge alone
+        exceeds the cap)."""
+        assert lane.budget is not None
+        wait = lane.budget.wait(now, entry.charge)
+        if wait is not None:
+            return wait
+        reason = (
+            f"tenant {lane.name!r}: {entry.charge:.0f} tokens exceed its tpm={lane.spec.tpm} cap"
+        )
+        why = self._explain(entry.request, _REJECT_D, "tenant.tpm_cap", reason)
+        return Reject(entry.request, reason, severity, None, why)

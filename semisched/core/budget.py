@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from semisched.core.config import BudgetConfig
 from semisched.core.request import Request
@@ -53,7 +53,12 @@ __all__ = ["BudgetConfig", "BudgetSnapshot", "ProviderLimits", "RateBudget", "ra
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderLimits:
-    """What a provider's ``x-ratelimit-*`` headers said (reset times in engine seconds)."""
+    """What a provider's ``x-ratelimit-*`` headers said on one response.
+
+    Parsed from the headers (:func:`semisched.runtime.headers.parse_rate_limits`),
+    reset times are wall seconds; the engine reads them in its own clock's seconds
+    (:meth:`scaled`).
+    """
 
     limit_requests: int | None = None
     remaining_requests: int | None = None
@@ -61,6 +66,31 @@ class ProviderLimits:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
+
+    @property
+    def headroom(self) -> float | None:
+        """Smallest remaining/limit fraction over requests and tokens, if known."""
+        fractions = [
+            rem / lim
+            for rem, lim in (
+                (self.remaining_requests, self.limit_requests),
+                (self.remaining_tokens, self.limit_tokens),
+            )
+            if rem is not None and lim
+        ]
+        return min(fractions) if fractions else None
+
+    def scaled(self, clock_per_wall_s: float) -> ProviderLimits:
+        """The same limits with reset times in a clock running ``clock_per_wall_s``
+        seconds per wall second (a compressed clock runs faster)."""
+        if clock_per_wall_s == 1.0:
+            return self
+        requests, tokens = self.reset_requests_s, self.reset_tokens_s
+        return replace(
+            self,
+            reset_requests_s=None if requests is None else requests * clock_per_wall_s,
+            reset_tokens_s=None if tokens is None else tokens * clock_per_wall_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)

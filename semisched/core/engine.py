@@ -18,6 +18,13 @@ Events (methods)                  Actions (returned, in order)
 The actions are defined in :mod:`semisched.core.actions`, the statistics in
 :mod:`semisched.core.stats`, the retry rules in :mod:`semisched.core.lifecycle`.
 
+The engine is the driver of parts it owns, each with one job: the flight book
+(:mod:`semisched.core.book`: where each request is, the timers), the tenant
+layer's lanes (:mod:`semisched.core.tenants.tenancy`), the fleet
+(:mod:`semisched.core.fleet.fleet`), admission (:mod:`semisched.core.admission`),
+the retry layer (:mod:`semisched.core.retrying`) and the views the policies read
+(:mod:`semisched.core.views`). It hands a policy a view, never itself.
+
 Rules:
 
 1. ``now`` never goes backwards across calls; a call that tries raises ``ValueError``.
@@ -61,25 +68,30 @@ Rules:
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
-from semisched.core.book import DEADLINE
-from semisched.core.budget import rate_tokens
+from semisched.core.admission import AdmissionLayer
+from semisched.core.book import Book
+from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.checks import check_instance, check_number, token_count
 from semisched.core.config import SchedulerConfig
-from semisched.core.control import EngineControl
-from semisched.core.explain import Decision, Explanation
-from semisched.core.fleet.endpoint import EndpointSpec, EndpointState
-from semisched.core.fleet.fleet import NoRoute
-from semisched.core.lifecycle import FailureKind, JitterSource, RetryDecision, decide_retry
-from semisched.core.ordering import is_feasible
+from semisched.core.decide import Decider
+from semisched.core.explain import Decision, Explainer
+from semisched.core.fleet.endpoint import EndpointSpec
+from semisched.core.fleet.fleet import DEFAULT_ENDPOINT, Fleet
+from semisched.core.lifecycle import FailureKind, JitterSource
+from semisched.core.ordering import OrderingPolicy, make_ordering
+from semisched.core.overload import OverloadController
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
+from semisched.core.retrying import Retrying
+from semisched.core.signals import SignalSnapshot
 from semisched.core.states import Event
-from semisched.core.stats import EngineStats
-from semisched.core.tenants.lanes import TenantLane
+from semisched.core.stats import EngineStats, EngineTally
+from semisched.core.tenants.tenancy import Tenancy
+from semisched.core.views import Packing, Pressure
 
 __all__ = [
     "Action",
@@ -96,13 +108,11 @@ __all__ = [
 ]
 
 
-_REJECT_D, _EXPIRE = Decision.REJECT, Decision.EXPIRE
-_QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
-_INFLIGHT = EntryState.INFLIGHT
-_ENQUEUE, _WAKE, _COMPLETE, _EXPIRE_E = Event.ENQUEUE, Event.WAKE, Event.COMPLETE, Event.EXPIRE
+_EXPIRE, _INFLIGHT = Decision.EXPIRE, EntryState.INFLIGHT
+_COMPLETE, _EXPIRE_E = Event.COMPLETE, Event.EXPIRE
 
 
-class Engine(EngineControl):
+class Engine:
     """Three-layer client-side scheduler core (see module rules)."""
 
     def __init__(
@@ -125,7 +135,43 @@ class Engine(EngineControl):
         Raises:
             ValueError: Duplicate endpoint names, or an empty fleet.
         """
-        super().__init__(config, jitter, endpoints)
+        cfg = config if config is not None else SchedulerConfig()
+        self.config = cfg
+        self._counters = EngineTally()
+        self._book = book = Book(cfg.max_inflight, cfg.max_inflight_tokens)
+        specs = endpoints if endpoints is not None else (DEFAULT_ENDPOINT,)
+        self._fleet = fleet = Fleet(cfg, specs, self._counters, jitter)
+        # The fleet's aggregate: latency averages for ordering and queue pressure. The
+        # tail signal comes from the endpoints' own Signals (Fleet.pressure).
+        self._signals = fleet.signals
+        # Bound once: the ordering layer calls it for every candidate it scores.
+        self._estimate = fleet.signals.estimate_latency
+        self._order: OrderingPolicy = make_ordering(cfg.ordering)
+        self._order.attach(Packing(book, fleet))
+        self._pressure = pressure = Pressure(cfg, book, fleet, self._order)
+        self._tenancy = tenancy = Tenancy(cfg, pressure, book)
+        self._ledger = tenancy.ledger
+        # The standard score of the quantile the ordering tests deadlines with.
+        self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
+        self._class_names = tuple(c.name for c in cfg.classes)
+        self._input_weight = cfg.input_token_weight
+        self._explain = Explainer(pressure.snapshot)  # explained decisions, counted by rule
+        self._retrying = retrying = Retrying(cfg, fleet, self._counters, jitter)
+        overload = OverloadController(cfg.overload)
+        self._admission = admission = AdmissionLayer(
+            overload, tenancy.policy, tenancy, pressure.current, self._signals, self._explain
+        )
+        self._decide = Decider(
+            book, tenancy, fleet, pressure, admission, self._explain, retrying, self._counters
+        )
+
+    def __repr__(self) -> str:
+        book = self._book
+        return (
+            f"<Engine alloc={self._tenancy.alloc.name} order={self._order.name} "
+            f"overload={self.config.overload.policy} queued={book.queued} "
+            f"deferred={book.deferred} inflight={book.inflight} now={book.now:.3f}>"
+        )
 
     # -- events ------------------------------------------------------------------
 
@@ -137,34 +183,17 @@ class Engine(EngineControl):
         """
         if request.klass not in self._class_names:
             raise ValueError(f"klass={request.klass!r} must be one of {list(self._class_names)}")
-        if request.id in self._entries:
+        book = self._book
+        if request.id in book.entries:
             raise ValueError(f"id={request.id!r} is already pending")
-        lane = self._lane(request.tenant)
-        self._advance(now)
+        lane = self._tenancy.lane(request.tenant)
+        book.advance(now)
         prior, weighted = request.prior, self._input_weight * request.input_tokens
-        cost = prior.p50 + weighted
-        reserve = prior.p90 + weighted
-        entry = Entry(request, cost, reserve, self._next_seq())
+        entry = Entry(request, prior.p50 + weighted, prior.p90 + weighted, book.next_seq())
         entry.lane = lane
         entry.charge = rate_tokens(request)
-        entry.hopeful = request.prior.quantile(self._feasibility_z)
-        self._counters.submitted += 1
-        actions: list[Action] = []
-        self._run_timers(now, actions)
-        if request.deadline is not None and request.deadline <= now:
-            self._terminal(entry, _EXPIRE_E)
-            self._expired(entry)
-            reason = "deadline had passed when it was submitted"
-            why = self._explain(request, _EXPIRE, "deadline.at_submit", reason)
-            actions.append(Expire(request, reason, why))
-            self._dispatch(now, actions)
-            return self._finish(now, actions)
-        self._entries[request.id] = entry
-        if request.deadline is not None:
-            self._push_timer(request.deadline, DEADLINE, entry)
-        self._admit(entry, now, actions)
-        self._dispatch(now, actions)
-        return self._finish(now, actions)
+        entry.hopeful = prior.quantile(self._feasibility_z)
+        return self._decide.arrived(entry, now)
 
     def completed(
         self,
@@ -190,14 +219,13 @@ class Engine(EngineControl):
         tokens = output_tokens if type(output_tokens) is int else token_count(output_tokens)
         if tokens < 0:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
-        self._advance(now)
-        entry = self._take_inflight(request_id)
-        self._terminal(entry, _COMPLETE)
-        assert entry.sent_at is not None and entry.endpoint is not None
+        self._book.advance(now)
+        entry = self._decide.take(request_id)
+        self._book.terminal(entry, _COMPLETE)
         self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
         self._ledger.completed(entry, tokens, self._input_weight, charged_tokens, now)
         self._counters.completed += 1
-        return self._after_release(now, [])
+        return self._decide.after_release(now, [])
 
     def failed(
         self,
@@ -231,89 +259,8 @@ class Engine(EngineControl):
         """
         check_instance("kind", kind, FailureKind)
         check_number("retry_after", retry_after, minimum=0, optional=True)
-        self._advance(now)
-        entry = self._take_inflight(request_id)
-        endpoint = entry.endpoint
-        assert endpoint is not None
-        actions: list[Action] = []
-        decision, elsewhere = self._settle_failure(entry, endpoint, now, kind, retry_after, actions)
-        why = self._explain.failure(entry.request, decision, kind, endpoint.name, now, retry_after)
-        actions.append(self._after_failure(entry, decision, kind, elsewhere, retry_after, why))
-        return self._after_release(now, actions)
-
-    def _settle_failure(
-        self,
-        entry: Entry,
-        endpoint: EndpointState,
-        now: float,
-        kind: FailureKind,
-        retry_after: float | None,
-        actions: list[Action],
-    ) -> tuple[RetryDecision, bool]:
-        """Count a failed attempt against its endpoint and the signals, decide its retry,
-        and keep the endpoint off as the failure says (:class:`Pause`)."""
-        self._ledger.refund(entry, sent=False)  # nothing was served
-        fleet = self._fleet
-        opened = fleet.on_failed(endpoint, entry, now, kind)
-        self._failures[kind] = self._failures.get(kind, 0) + 1
-        if kind is FailureKind.RATE_LIMITED:
-            self._counters.throttled += 1
-        elsewhere = self.config.routing.failover and fleet.alternative(entry, endpoint, now)
-        decision = decide_retry(
-            self.config.retry,
-            kind,
-            now=now,
-            attempts=entry.attempts,
-            deadline=entry.request.deadline,
-            retry_after=retry_after,
-            draw=self._jitter,
-            elsewhere=elsewhere,
-        )
-        if kind is FailureKind.RATE_LIMITED:  # its window is full: wait for the hint
-            if retry_after is not None:
-                until: float | None = now + retry_after
-            else:  # no hint: the back-off's time, unless the retry goes elsewhere at once
-                until = None if elsewhere else decision.retry_at
-            until = fleet.throttle(endpoint, until, now)  # capped: then a probe
-            if retry_after is not None and until is not None:
-                actions.append(Pause(endpoint.name, until, "rate_limited"))
-        elif opened is not None:
-            actions.append(Pause(endpoint.name, opened, "circuit_open"))
-        return decision, elsewhere
-
-    def _after_failure(
-        self,
-        entry: Entry,
-        decision: RetryDecision,
-        kind: FailureKind,
-        elsewhere: bool,
-        retry_after: float | None,
-        why: Explanation,
-    ) -> Action:
-        """The retry policy's ``decision`` on ``entry``'s failed attempt, carried out:
-        a retry (deferred, deadline re-armed), an expiry or a failure."""
-        request = entry.request
-        endpoint = entry.endpoint
-        assert endpoint is not None
-        if decision.retry_at is not None:
-            self._counters.retries += 1
-            if elsewhere:
-                self._counters.failovers += 1
-                endpoint.failovers += 1
-                entry.avoid = (*entry.avoid, endpoint)
-            entry.skip_admission = True
-            self._defer(entry, decision.retry_at, Event.RETRY)
-            if request.deadline is not None:  # its timer was dropped while in flight: re-arm it
-                self._push_timer(request.deadline, DEADLINE, entry)
-            return Retry(request, decision.retry_at, kind, entry.attempts, endpoint.name,
-                         elsewhere, why)  # fmt: skip
-        if decision.expired:
-            self._terminal(entry, _EXPIRE_E)
-            self._expired(entry)
-            return Expire(request, decision.reason, why)
-        self._terminal(entry, Event.FAIL)
-        self._counters.failed += 1
-        return Fail(request, kind, decision.reason, entry.attempts, retry_after, why)
+        self._book.advance(now)
+        return self._decide.failed(request_id, now, kind, retry_after)
 
     def refused(
         self, request_id: str, now: float, until: float, *, fleet_wide: bool = False
@@ -330,23 +277,8 @@ class Engine(EngineControl):
             ValueError: If ``request_id`` is not in flight or ``until`` is not a number.
         """
         check_number("until", until)
-        self._advance(now)
-        entry = self._entries.get(request_id)
-        if entry is None or entry.state != _INFLIGHT:
-            raise ValueError(f"request_id={request_id!r} is not in flight")
-        fleet = self._fleet
-        fleet.refund(entry)
-        self._ledger.refund(entry, sent=True)  # it never left
-        self._take_inflight(request_id)
-        fleet.pause(None if fleet_wide else entry.endpoint, until)
-        entry.attempts -= 1
-        self._counters.refused += 1
-        self._counters.sent -= 1  # it never left
-        self._enqueue(entry, Event.REFUSED)
-        deadline = entry.request.deadline
-        if deadline is not None:  # its timer was dropped while in flight: re-arm it
-            self._push_timer(deadline, DEADLINE, entry)
-        return self._after_release(now, [])
+        self._book.advance(now)
+        return self._decide.refused(request_id, now, until, fleet_wide)
 
     def expire(self, request_id: str, now: float) -> list[Action]:
         """A sent request's deadline passed in flight and the shell aborted the call.
@@ -354,147 +286,184 @@ class Engine(EngineControl):
         Its terminal outcome is :class:`Expire` (rule ``deadline.in_flight``), not a
         cancellation. A no-op for unknown ids, or ones not in flight.
         """
-        self._advance(now)
-        actions: list[Action] = []
-        self._run_timers(now, actions)
-        entry = self._entries.get(request_id)
-        if entry is not None and entry.state == _INFLIGHT:
-            self._take_inflight(request_id)
-            self._terminal(entry, _EXPIRE_E)
-            self._expired(entry)
-            reason = "deadline passed in flight; the call was aborted"
-            name = "" if entry.endpoint is None else entry.endpoint.name
-            why = self._explain(entry.request, _EXPIRE, "deadline.in_flight", reason, endpoint=name)
-            actions.append(Expire(entry.request, reason, why))
-        return self._after_release(now, actions)
+        self._book.advance(now)
+        return self._decide.expire(request_id, now)
 
     def cancel(self, request_id: str, now: float) -> list[Action]:
         """The caller gave up on a request; a no-op for unknown or finished ids."""
-        self._advance(now)
-        actions: list[Action] = []
-        # Deadlines already passed are reported first: they happened before this call.
-        self._run_timers(now, actions)
-        entry = self._entries.get(request_id)
-        if entry is not None:
-            if entry.state == _INFLIGHT:
-                self._take_inflight(request_id)
-            elif entry.state == _QUEUED:
-                self._dequeue(entry)
-            elif entry.state == _DEFERRED:
-                self._deferred -= 1
-            self._terminal(entry, Event.CANCEL)
-            self._counters.cancelled += 1
-        return self._after_release(now, actions)
+        self._book.advance(now)
+        return self._decide.cancel(request_id, now)
 
     def poll(self, now: float) -> list[Action]:
         """Run due timers (deferral returns, deadlines, rate budget) and dispatch."""
-        self._advance(now)
-        if self._send_wake is not None and self._send_wake <= now:
-            self._send_wake = None
-        actions: list[Action] = []
-        self._run_timers(now, actions)
-        self._dispatch(now, actions)
-        return self._finish(now, actions)
+        book = self._book
+        book.advance(now)
+        if book.send_wake is not None and book.send_wake <= now:
+            book.send_wake = None
+        return self._decide.after_release(now, [])
 
-    def _run_timers(self, now: float, actions: list[Action]) -> None:
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            timer = heapq.heappop(timers)
-            if not self._timer_live(timer):
-                continue
-            _, _, kind, entry = timer
-            deadline = entry.request.deadline
-            if kind == DEADLINE or (deadline is not None and deadline <= now):
-                if entry.state == _QUEUED:
-                    self._dequeue(entry)
-                else:
-                    self._deferred -= 1
-                self._terminal(entry, _EXPIRE_E)
-                self._expired(entry)
-                reason = "deadline passed before it could be sent"
-                why = self._explain(entry.request, _EXPIRE, "deadline.waiting", reason)
-                actions.append(Expire(entry.request, reason, why))
-            else:
-                self._deferred -= 1
-                entry.wake_at = None
-                self._admit(entry, now, actions)
+    # -- control: what may be sent changes, no request decided --------------------------
 
-    def _admit(self, entry: Entry, now: float, actions: list[Action]) -> None:
-        """Overload control for an arrival or a return from deferral (rule 6): the
-        admission layer judges, the books follow."""
-        event = _WAKE if entry.state == _DEFERRED else _ENQUEUE
-        if entry.skip_admission:
-            entry.skip_admission = False
-            self._enqueue(entry, event)
-            return
-        shed = self._admission.judge(entry, now)
-        if shed is None:
-            self._counters.admitted += 1
-            self._enqueue(entry, event)
-            return
-        actions.append(shed)
-        bucket = entry.request.bucket
-        if type(shed) is Defer:
-            entry.defers += 1
-            assert entry.lane is not None
-            entry.lane.deferrals += 1
-            self._counters.deferrals += 1
-            self._defers_by_bucket[bucket] = self._defers_by_bucket.get(bucket, 0) + 1
-            self._defer(entry, shed.until)
-        else:
-            self._reject(entry, bucket)
+    def add_endpoint(self, spec: EndpointSpec, now: float) -> list[Action]:
+        """Add an endpoint to the fleet and dispatch (queued work may go there).
 
-    def _after_release(self, now: float, actions: list[Action]) -> list[Action]:
-        self._run_timers(now, actions)
-        self._dispatch(now, actions)
-        return self._finish(now, actions)
+        Raises:
+            ValueError: An endpoint of that name is already in the fleet.
+        """
+        self._book.advance(now)
+        self._fleet.add(spec)
+        return self._decide.after_release(now, [])
 
-    def _dispatch(self, now: float, actions: list[Action]) -> None:
-        """Fill free send opportunities: the tenant policy picks a tenant, its allocation
-        a class, ordering a request, routing an endpoint."""
-        if not self._queued or self._held or not self._fleet.room or not self._has_capacity(0.0):
-            return  # (no endpoint with room: nothing chosen, no allocation state moved)
-        for ready in self._ready:
-            ready.forget_heads()
-        self._severity = self._current_severity()
+    def drain_endpoint(self, name: str, now: float) -> list[Action]:
+        """Send nothing new to ``name``; its in-flight requests finish. Queued requests
+        no remaining endpoint can serve are rejected as they come up.
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._book.advance(now)
+        self._fleet.drain(name)
+        return self._decide.after_release(now, [])
+
+    def remove_endpoint(self, name: str, now: float) -> list[Action]:
+        """Drain ``name`` and drop it from the fleet (:meth:`drain_endpoint`).
+
+        Raises:
+            ValueError: No endpoint has that name.
+        """
+        self._book.advance(now)
+        self._fleet.remove(name)
+        return self._decide.after_release(now, [])
+
+    def hold(self, now: float) -> list[Action]:
+        """Stop sending: queued requests stay queued (deadlines still expire them)."""
+        self._book.advance(now)
+        self._decide.held = True
+        return self._decide.finish(now, [])
+
+    def release(self, now: float) -> list[Action]:
+        """Undo :meth:`hold` and dispatch."""
+        self._book.advance(now)
+        self._decide.held = False
+        return self._decide.after_release(now, [])
+
+    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> list[Action]:
+        """Every process's decayed usage of ``tenant`` at ``now`` (work tokens, from a
+        shared state): shares, debt and the tenant policy count it from now on, and
+        what the new standing lets go is sent.
+
+        Raises:
+            ValueError: ``tenant`` is not declared, or ``fleet_usage`` is not a number >= 0.
+        """
+        check_number("fleet_usage", fleet_usage, minimum=0)
+        self._book.advance(now)
+        self._ledger.observe_shared(self._tenancy.lane(tenant), fleet_usage, now)
+        return self._decide.after_release(now, [])
+
+    # -- observations (no decision follows) ------------------------------------
+
+    def observe_headroom(self, fraction: float, now: float, request_id: str | None = None) -> None:
+        """The provider reported rate-limit headroom (smallest remaining/limit) on the
+        answer to ``request_id`` (its endpoint's signal; ``None``: every endpoint's)."""
+        self._book.advance(now)
+        entry = None if request_id is None else self._book.entries.get(request_id)
+        self._fleet.observe_headroom(fraction, None if entry is None else entry.endpoint)
+
+    def first_token(self, request_id: str, now: float) -> None:
+        """The first token of ``request_id``'s answer arrived (a learned limit reads it)."""
+        self._book.advance(now)
+        entry = self._book.entries.get(request_id)
+        if entry is not None and entry.state == _INFLIGHT and entry.first_token_s is None:
+            entry.first_token_s = now - entry.sent_at  # type: ignore[operator]
+            if entry.endpoint is not None:
+                self._fleet.limits.first_token(entry.endpoint, entry, now)
+
+    def observe_limits(self, request_id: str, now: float, limits: ProviderLimits) -> None:
+        """The provider's rate-limit headers on the response to ``request_id``.
+
+        With a rate budget (the fleet's, or the endpoint's own), tighter
+        advertised limits are adopted and traffic the provider counts beyond
+        this client's own is reserved until its reset
+        (:meth:`RateBudget.observe`); without one this is a no-op.
+        """
+        self._book.advance(now)
+        entry = self._book.entries.get(request_id)
+        endpoint = None if entry is None else entry.endpoint
+        self._fleet.budgets.observe(endpoint, request_id, now, limits)
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def max_inflight(self) -> int | None:
+        """The concurrency in force: the sum of the endpoints' caps when each has one
+        (learned or set), at most ``config.max_inflight``; ``None``: no limit."""
+        return self._pressure.max_inflight
+
+    def next_wakeup(self) -> float | None:
+        """Earliest pending timer, if any (may be stale; polling then is harmless)."""
+        return self._book.next_wakeup()
+
+    def estimate_latency(self, output_tokens: float) -> float:
+        """Expected send-to-completion seconds for ``output_tokens`` (observed)."""
+        return self._signals.estimate_latency(output_tokens)
+
+    def signals(self) -> SignalSnapshot:
+        """The current overload signals."""
+        return self._pressure.snapshot()
+
+    def shared_limits(
+        self, endpoint: str | None
+    ) -> tuple[int | None, int | None, int | None, float]:
+        """What a shared state must hold across processes for ``endpoint`` (``None``: the
+        fleet; :meth:`~semisched.core.fleet.budgets.Budgets.shared`).
+
+        Raises:
+            ValueError: No endpoint has that name."""
         fleet = self._fleet
-        blocked: list[TenantLane] = []  # lanes whose own budget cannot pay their pick now
-        plain = self._solo and not self._capped  # one uncapped tenant: no lane to choose
-        while True:  # checked above, and again after each send
-            if plain and not blocked:
-                if not self._ready:
-                    break
-                lane = self._ready[0]
-            else:
-                picked = self._pick_lane(blocked)
-                if picked is None:
-                    break
-                lane = picked
-            klass = lane.alloc.select(lane)
-            if klass is None:
-                break
-            entry = lane.head(klass)
-            if lane.budget is not None and not self._lane_pays(lane, entry, now, blocked, actions):
-                continue
-            if not self._has_capacity(entry.reserve):
-                break
-            endpoint = fleet.pick(entry, now)
-            if not isinstance(endpoint, EndpointState):
-                if isinstance(endpoint, NoRoute):  # no endpoint can ever take it
-                    self._dequeue(entry)
-                    refusal = endpoint.reason
-                    why = self._explain(entry.request, _REJECT_D, "routing.no_endpoint", refusal)
-                    actions.append(Reject(entry.request, refusal, self._severity, None, why))
-                    self._reject(entry, entry.request.bucket)
-                    continue
-                wake = endpoint.at  # a WaitUntil
-                if wake is not None and (self._send_wake is None or wake < self._send_wake):
-                    self._send_wake = wake
-                break
-            if not is_feasible(entry, now, self._estimate):
-                self._counters.infeasible_sends += 1
-            self._mark_sent(entry, klass, now)
-            fleet.on_send(endpoint, entry, now)
-            actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
-            if not self._queued or not fleet.room or not self._has_capacity(0.0):
-                break
+        state = None if endpoint is None else fleet.get(endpoint)
+        return fleet.budgets.shared(state, self.config.max_inflight)
+
+    def statistics(self) -> EngineStats:
+        """A frozen snapshot of queues, flight, signals and counters."""
+        book, lanes, names, now = self._book, self._tenancy.lanes, self._class_names, self._book.now
+        return EngineStats(
+            now=now,
+            queued={n: sum(len(lane.queues[n]) for lane in lanes) for n in names},
+            queued_tokens=book.queued_tokens,
+            deferred=book.deferred,
+            inflight=book.inflight,
+            inflight_by_class={n: sum(lane.inflight_by_class[n] for lane in lanes) for n in names},
+            inflight_tokens=book.inflight_tokens,
+            signals=self._pressure.snapshot(),
+            s_per_token=self._signals.s_per_token,
+            counters=self._counters.freeze(),
+            failures=self._retrying.counts(),
+            rejects_by_bucket=self._decide.rejects(),
+            defers_by_bucket=self._decide.defers(),
+            allocation_state=self._tenancy.alloc.state(),
+            request_tokens=self._pressure.request_tokens,
+            budget=self._fleet.budgets.snapshot(now),
+            held=self._decide.held,
+            endpoints=self._fleet.statistics(now),
+            tenants=tuple(self._ledger.stats(lane, now) for lane in lanes),
+            decisions=self._explain.counts(),
+        )
+
+    def tenant_usage(self, tenant: str, now: float | None = None) -> float:
+        """This process's own decayed usage of ``tenant`` at ``now`` (default: the last
+        event's time), in work tokens: what a shared state adds up across processes.
+
+        Raises:
+            ValueError: ``tenant`` is not declared, or ``now`` goes backwards.
+        """
+        if now is not None:
+            self._book.advance(now)
+        return self._ledger.own(self._tenancy.lane(tenant), self._book.now)
+
+    def __len__(self) -> int:
+        """Requests not yet terminal (deferred, queued or in flight)."""
+        return len(self._book.entries)
+
+    def __contains__(self, request_id: object) -> bool:
+        """Whether ``request_id`` is not yet terminal: the engine still awaits news of it."""
+        return request_id in self._book.entries

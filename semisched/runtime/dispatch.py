@@ -59,13 +59,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
+from semisched.core.budget import ProviderLimits
 from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
 from semisched.errors import InternalError, RequestError
 from semisched.runtime.clock import Clock, loop_time
 from semisched.runtime.failures import classify_failure, decided_outcome
-from semisched.runtime.headers import RateLimitInfo
 from semisched.runtime.layers import Answer, Configured, Ended, Stacks
 from semisched.runtime.pending import Pending
 from semisched.runtime.provider import Usage, usage_of
@@ -143,12 +143,12 @@ class Dispatcher:
             tg.start_soon(self.supervisor.guarded(self.stacks.usage.run, "tenant usage sync"))
 
     @property
-    def rate_limits(self) -> RateLimitInfo | None:
+    def rate_limits(self) -> ProviderLimits | None:
         """What the latest rate-limit headers said (any endpoint)."""
         return self.stacks.limits.latest
 
     @property
-    def rate_limits_by_endpoint(self) -> dict[str, RateLimitInfo]:
+    def rate_limits_by_endpoint(self) -> dict[str, ProviderLimits]:
         """What each endpoint's latest rate-limit headers said."""
         return self.stacks.limits.by_endpoint
 

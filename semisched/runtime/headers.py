@@ -3,7 +3,8 @@
 OpenAI answers with ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
 on every response and ``retry-after`` / ``retry-after-ms`` on 429s. Reset values
 are durations like ``1s``, ``6m0s``, ``59ms`` or ``1h2m3.5s``. All durations
-are wall seconds; :meth:`RateLimitInfo.limits` converts them to a clock's.
+are wall seconds; :meth:`~semisched.core.budget.ProviderLimits.scaled` converts
+them to a clock's.
 
 What this module is not: it reads no clock and no exception, and decides nothing.
 """
@@ -13,12 +14,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 from semisched.core.budget import ProviderLimits
 
-__all__ = ["RateLimitInfo", "parse_duration", "parse_rate_limits", "retry_after_seconds"]
+__all__ = ["parse_duration", "parse_rate_limits", "retry_after_seconds"]
 
 _UNIT = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -84,48 +84,6 @@ def retry_after_seconds(
     return max(known) if known else None
 
 
-@dataclass(frozen=True, slots=True)
-class RateLimitInfo:
-    """What the ``x-ratelimit-*`` headers of one response said."""
-
-    limit_requests: int | None = None
-    remaining_requests: int | None = None
-    reset_requests_s: float | None = None
-    limit_tokens: int | None = None
-    remaining_tokens: int | None = None
-    reset_tokens_s: float | None = None
-
-    @property
-    def headroom(self) -> float | None:
-        """Smallest remaining/limit fraction over requests and tokens, if known."""
-        fractions = [
-            rem / lim
-            for rem, lim in (
-                (self.remaining_requests, self.limit_requests),
-                (self.remaining_tokens, self.limit_tokens),
-            )
-            if rem is not None and lim
-        ]
-        return min(fractions) if fractions else None
-
-    def limits(self, clock_per_wall_s: float = 1.0) -> ProviderLimits:
-        """These headers as the core's :class:`~semisched.core.ProviderLimits`.
-
-        Args:
-            clock_per_wall_s: Clock seconds per wall second (a compressed clock
-                runs faster); reset durations are converted with it.
-        """
-        scale = clock_per_wall_s
-        return ProviderLimits(
-            limit_requests=self.limit_requests,
-            remaining_requests=self.remaining_requests,
-            reset_requests_s=None
-            if self.reset_requests_s is None
-            else self.reset_requests_s * scale,
-            limit_tokens=self.limit_tokens,
-            remaining_tokens=self.remaining_tokens,
-            reset_tokens_s=None if self.reset_tokens_s is None else self.reset_tokens_s * scale,
-        )
 
 
 def _int(value: str | None) -> int | None:
@@ -137,7 +95,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def parse_rate_limits(headers: Mapping[str, str]) -> RateLimitInfo | None:
+def parse_rate_limits(headers: Mapping[str, str]) -> ProviderLimits | None:
     """Read the ``x-ratelimit-*`` headers (any case); ``None`` when none is present."""
     # One pass over the headers: most answers carry none of them, and a case-insensitive
     # lookup per name (an httpx ``Headers`` scans its list each time) costs more.
@@ -149,7 +107,7 @@ def parse_rate_limits(headers: Mapping[str, str]) -> RateLimitInfo | None:
         return None
     reset_r = found.get("x-ratelimit-reset-requests")
     reset_t = found.get("x-ratelimit-reset-tokens")
-    info = RateLimitInfo(
+    info = ProviderLimits(
         limit_requests=_int(found.get("x-ratelimit-limit-requests")),
         remaining_requests=_int(found.get("x-ratelimit-remaining-requests")),
         reset_requests_s=parse_duration(reset_r) if reset_r else None,
@@ -157,4 +115,4 @@ def parse_rate_limits(headers: Mapping[str, str]) -> RateLimitInfo | None:
         remaining_tokens=_int(found.get("x-ratelimit-remaining-tokens")),
         reset_tokens_s=parse_duration(reset_t) if reset_t else None,
     )
-    return None if info == RateLimitInfo() else info
+    return None if info == ProviderLimits() else info

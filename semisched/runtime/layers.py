@@ -46,14 +46,14 @@ from typing import Any, Protocol
 
 from semisched.compress.runtime import PromptCompression
 from semisched.core.actions import Action
-from semisched.core.budget import rate_tokens
+from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.engine import Engine
 from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.fleet.endpoints import Deployments
 from semisched.priors.calibration import LengthCalibration
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.failures import classify_failure
-from semisched.runtime.headers import RateLimitInfo, parse_rate_limits
+from semisched.runtime.headers import parse_rate_limits
 from semisched.runtime.pending import Pending
 from semisched.runtime.provider import Provider
 from semisched.state.guard import SharedBudget
@@ -276,8 +276,8 @@ class RateLimits:
         self.engine = engine
         self.now = now
         self.clock_per_wall = clock_per_wall
-        self.latest: RateLimitInfo | None = None
-        self.by_endpoint: dict[str, RateLimitInfo] = {}
+        self.latest: ProviderLimits | None = None
+        self.by_endpoint: dict[str, ProviderLimits] = {}
 
     def __repr__(self) -> str:
         return f"<RateLimits endpoints={sorted(self.by_endpoint)}>"
@@ -292,7 +292,7 @@ class RateLimits:
         now = self.now()
         if info.headroom is not None:
             self.engine.observe_headroom(info.headroom, now, pending.id)
-        self.engine.observe_limits(pending.id, now, info.limits(self.clock_per_wall()))
+        self.engine.observe_limits(pending.id, now, info.scaled(self.clock_per_wall()))
 
 
 class HeaderLayer(Layer):
@@ -365,7 +365,12 @@ class Stacks:
         self.spawn = spawn
         self.limits = RateLimits(engine, now, clock_per_wall)
         shared = configured.shared
-        self.usage = None if shared is None else shared.track_usage(now, execute)
+        self.usage = None
+        if shared is not None:
+            cfg = engine.config
+            self.usage = shared.track_usage(
+                engine, cfg.tenants, cfg.input_token_weight, now, execute
+            )
         self._stacks: dict[str, Seam] = {}
 
     def __repr__(self) -> str:

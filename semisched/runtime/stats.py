@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from semisched.compress.runtime import CompressionStats
+from semisched.core.budget import ProviderLimits
 from semisched.core.stats import EngineStats
 from semisched.priors.calibration import CalibrationStats
 from semisched.priors.sources import PriorsChoice
 from semisched.runtime.estimate import EstimatorStats
-from semisched.runtime.headers import RateLimitInfo
 from semisched.state.base import StateStats
 
 __all__ = ["RuntimeCounters", "RuntimeTally", "SchedulerStats"]
@@ -159,11 +159,11 @@ class SchedulerStats:
     open_streams: int
     counters: RuntimeCounters
     engine: EngineStats
-    rate_limits: RateLimitInfo | None
+    rate_limits: ProviderLimits | None
     estimator: EstimatorStats
     priors: PriorsChoice
     calibration: CalibrationStats | None
-    rate_limits_by_endpoint: dict[str, RateLimitInfo] = field(default_factory=dict)
+    rate_limits_by_endpoint: dict[str, ProviderLimits] = field(default_factory=dict)
     state: StateStats | None = None
     compression: CompressionStats | None = None
 

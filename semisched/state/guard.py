@@ -72,11 +72,12 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import anyio
 
 from semisched.core.actions import Action
-from semisched.core.engine import Engine
+from semisched.core.tenants.config import TenantConfig
 from semisched.extras import needs
 from semisched.runtime.clock import Clock
 from semisched.state.base import (
@@ -89,9 +90,22 @@ from semisched.state.base import (
 )
 from semisched.state.fallback import SHARE, Memory
 from semisched.state.local import LocalState
-from semisched.state.usage import SharedUsage
+from semisched.state.usage import SharedUsage, UsageView
 
 __all__ = ["MIN_REFUSAL_WAIT_S", "SharedBudget", "backend_for"]
+
+
+class LimitsView(Protocol):
+    """What a shared budget reads of the core: the limits each scope carries (the
+    :class:`~semisched.core.engine.Engine` is one)."""
+
+    def shared_limits(
+        self, endpoint: str | None
+    ) -> tuple[int | None, int | None, int | None, float]:
+        """``endpoint``'s (requests, tokens) per window, concurrency cap and window
+        (``None``: the fleet's)."""
+        ...
+
 
 #: A refusal is tried again after at least this many wall seconds: a backend that
 #: answers "refused, wait 0" (a window edge) must not be asked again at the same
@@ -108,7 +122,7 @@ class SharedBudget:
 
     Args:
         backend: The shared state.
-        engine: The core whose limits the scopes carry.
+        limits: What the scopes carry: each endpoint's and the fleet's limits (the core).
         clock: The scheduler's clock (windows and waits are converted to wall time).
         rejoin_s: After a loss, how often (wall seconds) the heartbeat's task tries the
             backend again (> 0).
@@ -119,7 +133,7 @@ class SharedBudget:
     def __init__(
         self,
         backend: StateBackend,
-        engine: Engine,
+        limits: LimitsView,
         clock: Clock,
         *,
         rejoin_s: float = 0.5,
@@ -131,7 +145,7 @@ class SharedBudget:
         self.backend = backend
         self._jitter = random.Random(seed).random
         self.memory = Memory(wall)  # this worker's sends, the workers, the last reports
-        self.engine = engine
+        self._limits = limits
         self.clock = clock
         self.rejoin_s = rejoin_s
         self._local: LocalState | None = None  # the fallback (rule 3), kept on probation (4)
@@ -165,14 +179,20 @@ class SharedBudget:
             await self.backend.close()
 
     def track_usage(
-        self, now: Callable[[], float], execute: Callable[[list[Action]], None]
+        self,
+        usage: UsageView,
+        tenants: TenantConfig,
+        input_token_weight: float,
+        now: Callable[[], float],
+        execute: Callable[[list[Action]], None],
     ) -> SharedUsage | None:
-        """Share tenants' usage through the backend (rule 7), with the engine's time
-        source ``now`` and the shell's ``execute`` for the actions the fleet's usage
-        lets go; ``None`` (nothing to share) when the engine declares one tenant."""
-        if len(self.engine.config.tenants.tenants) < 2:
+        """Share the ``tenants``' usage through the backend (rule 7): the core's own
+        ``usage`` (work tokens at ``input_token_weight``), the engine's time source
+        ``now`` and the shell's ``execute`` for the actions the fleet's usage lets go;
+        ``None`` (nothing to share) when one tenant is declared."""
+        if len(tenants.tenants) < 2:
             return None
-        self.usage = SharedUsage(self, self.engine, now, execute)
+        self.usage = SharedUsage(self, usage, tenants, input_token_weight, now, execute)
         return self.usage
 
     # -- the scopes --------------------------------------------------------------------
@@ -182,7 +202,7 @@ class SharedBudget:
         found: list[Scope] = []
         for key, name in ((FLEET, None), (f"endpoint:{endpoint}", endpoint)):
             try:
-                requests, tokens, concurrency, window = self.engine.shared_limits(name)
+                requests, tokens, concurrency, window = self._limits.shared_limits(name)
             except ValueError:  # the endpoint was removed meanwhile: its key alone, so
                 found.append(Scope(key=key))  # that what it leased there still goes back
                 continue
@@ -247,7 +267,7 @@ class SharedBudget:
         per_wall = 1.0 / self.clock.to_wall(1.0)  # wall -> engine seconds
         wait = max(grant.wait_s, MIN_REFUSAL_WAIT_S) * per_wall  # never "again at once"
         if grant.reason == "never" or not math.isfinite(wait):
-            wait = self.engine.shared_limits(None)[3]
+            wait = self._limits.shared_limits(None)[3]
         return now + wait * (1.0 + 0.2 * self._jitter())
 
     async def settle(self, request_id: str, endpoint: str, tokens: float) -> None:

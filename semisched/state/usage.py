@@ -42,13 +42,13 @@ to wall seconds by the scheduler's clock, as the backend decays in wall time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from semisched.core.actions import Action
-from semisched.core.engine import Engine
 from semisched.core.request import Request
+from semisched.core.tenants.config import TenantConfig
 from semisched.core.tenants.lanes import work_tokens
 from semisched.state.base import USAGE_FLOOR
 from semisched.state.timing import Decaying
@@ -56,7 +56,21 @@ from semisched.state.timing import Decaying
 if TYPE_CHECKING:
     from semisched.state.guard import SharedBudget
 
-__all__ = ["FLUSH_S", "REFRESH_S", "SharedUsage"]
+__all__ = ["FLUSH_S", "REFRESH_S", "SharedUsage", "UsageView"]
+
+
+class UsageView(Protocol):
+    """What shared usage reads of the core and tells it (the
+    :class:`~semisched.core.engine.Engine` is one)."""
+
+    def tenant_usage(self, tenant: str, now: float | None = None) -> float:
+        """This process's own decayed usage of ``tenant`` (work tokens)."""
+        ...
+
+    def observe_tenant_usage(self, tenant: str, fleet_usage: float, now: float) -> list[Action]:
+        """Every process's decayed usage of ``tenant``; the actions it lets go."""
+        ...
+
 
 #: At most one push every this many wall seconds (rule 3).
 FLUSH_S = 0.25
@@ -69,7 +83,9 @@ class SharedUsage:
 
     Args:
         guard: The shared state (its backend, its fallback and its clock).
-        engine: The core told the fleet's usage.
+        usage: The core: its own usage of each tenant, told the fleet's.
+        tenants: The declared tenants.
+        input_token_weight: What a prompt token weighs in work tokens.
         now: The engine's time source (the dispatcher's, which never goes back).
         flush_s: Rule 3's push interval (wall seconds).
         refresh_s: Rule 3's read interval when idle (wall seconds).
@@ -78,21 +94,22 @@ class SharedUsage:
     def __init__(
         self,
         guard: SharedBudget,
-        engine: Engine,
+        usage: UsageView,
+        tenants: TenantConfig,
+        input_token_weight: float,
         now: Callable[[], float],
         execute: Callable[[list[Action]], None],
         *,
         flush_s: float = FLUSH_S,
         refresh_s: float = REFRESH_S,
     ) -> None:
-        tenants = engine.config.tenants
         self._guard = guard
-        self._engine = engine
+        self._core = usage
         self._now = now
         self._execute = execute
         self._names = tenants.names
         self._tenant_for = tenants.tenant_for
-        self._input_weight = engine.config.input_token_weight
+        self._input_weight = input_token_weight
         self.half_life_s = guard.clock.to_wall(tenants.half_life_s)  # wall seconds
         self.flush_s = flush_s
         self.refresh_s = refresh_s
@@ -139,13 +156,13 @@ class SharedUsage:
             self._observe(fleet, at)
 
     def _observe(self, fleet: Mapping[str, float], at: float) -> None:
-        engine, pushed = self._engine, self._pushed
+        core, pushed = self._core, self._pushed
         now = self._now()
         for tenant in self._names:
             total = fleet.get(tenant, 0.0)
             pushed.cap(tenant, total, at)
             others = max(0.0, total - pushed.value(tenant, at))
             self._execute(
-                engine.observe_tenant_usage(tenant, others + engine.tenant_usage(tenant, now), now)
+                core.observe_tenant_usage(tenant, others + core.tenant_usage(tenant, now), now)
             )
         pushed.prune(at, USAGE_FLOOR)

@@ -62,7 +62,7 @@ def test_rate_limit_headroom() -> None:
     assert info.headroom == pytest.approx(0.1)
     assert info.reset_tokens_s == 1.0
     assert parse_rate_limits({"content-type": "application/json"}) is None
-    limits = info.limits(clock_per_wall_s=10.0)  # a clock 10x faster than the wall
+    limits = info.scaled(clock_per_wall_s=10.0)  # a clock 10x faster than the wall
     assert limits.reset_tokens_s == 10.0
     assert limits.reset_requests_s is None
     assert (limits.limit_tokens, limits.remaining_tokens) == (1000, 100)

@@ -262,7 +262,13 @@ async def test_sharing_stops_while_redis_is_down_and_what_was_served_meanwhile_j
     config = preset("adaptive_drr").with_(tenants=TENANTS)
     engine, clock = Engine(config), AnyioClock()
     guard = SharedBudget(RedisState(server.url, namespace=namespace), engine, clock, rejoin_s=0.05)
-    usage = guard.track_usage(clock.now, lambda actions: None)  # no shell: nothing to run
+    usage = guard.track_usage(  # no shell: nothing to run
+        engine,
+        engine.config.tenants,
+        engine.config.input_token_weight,
+        clock.now,
+        lambda actions: None,
+    )
     assert usage is not None
     other = RedisState(server.url, namespace=namespace)
     await other.open()

@@ -7,7 +7,7 @@ per-endpoint state (:mod:`semisched.core.fleet.endpoint`), the fleet-wide rate
 budget (``SchedulerConfig.budget``: one key shared by every endpoint) and
 each endpoint's own budget.
 
-Rules (enforced by :meth:`Fleet.pick`, which is
+Rules (enforced by :meth:`Fleet.pick`, which asks
 :meth:`semisched.core.fleet.picking.Picker.pick`):
 
 1. A request can go to an endpoint that serves its model, whose
@@ -51,8 +51,8 @@ from bisect import insort
 from collections.abc import Sequence
 from operator import attrgetter
 
-from semisched.core.budget import BudgetSnapshot, ProviderLimits, RateBudget
 from semisched.core.config import SchedulerConfig
+from semisched.core.fleet.budgets import Budgets
 from semisched.core.fleet.endpoint import (
     AUTH,
     RATE_LIMITED,
@@ -108,8 +108,11 @@ class Fleet:
         self.policy: RoutingPolicy = make_routing(
             config.routing, draw if draw is not None else _golden_draw()
         )
-        self.budget = RateBudget(config.budget) if config.budget is not None else None
         self._endpoints: list[EndpointState] = []
+        #: The key's rate budget and the endpoints' own (charged on each send).
+        self.budgets = Budgets(config.budget, self._endpoints)
+        #: The fleet-wide budget (one key shared by every endpoint), if any.
+        self.budget = self.budgets.key
         self._by_name: dict[str, EndpointState] = {}
         self._eligible: dict[str, tuple[EndpointState, ...]] = {}
         self._next_index = 0
@@ -122,12 +125,7 @@ class Fleet:
         self.limits = Limits(self.set_cap)
         #: The sum of the active endpoints' caps (``None`` while one has none).
         self.capacity: int | None = None
-        picker = Picker(self, tally)
-        #: Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`).
-        self.pick = picker.pick
-        #: Whether an endpoint other than the one that failed could serve a request
-        #: (failover; :meth:`Picker.alternative`).
-        self.alternative = picker.alternative
+        self._picker = Picker(self, tally)
         # The aggregate of every endpoint's answers: latency averages for ordering and
         # queue pressure. A fleet of one shares it with its endpoint (one update per
         # answer), until a second endpoint joins.
@@ -232,6 +230,17 @@ class Fleet:
             self._eligible[model] = found
         return found
 
+    # -- where a request can go ------------------------------------------------------------
+
+    def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
+        """Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`)."""
+        return self._picker.pick(entry, now)
+
+    def alternative(self, entry: Entry, failed: EndpointState, now: float) -> bool:
+        """Whether an endpoint other than ``failed`` could serve ``entry`` (failover;
+        :meth:`Picker.alternative`)."""
+        return self._picker.alternative(entry, failed, now)
+
     # -- bookkeeping --------------------------------------------------------------------
 
     def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
@@ -247,11 +256,8 @@ class Fleet:
         self.limits.sent(endpoint, entry)
         if endpoint.circuit is Circuit.HALF_OPEN:
             endpoint.probing = True
-        rid = entry.request.id
-        if endpoint.budget is not None:
-            endpoint.budget.charge(now, rid, entry.charge)
-        if self.budget is not None:
-            self.budget.charge(now, rid, entry.charge)
+        if endpoint.budget is not None or self.budget is not None:
+            self.budgets.charge(endpoint, now, entry.request.id, entry.charge)
 
     def release(self, entry: Entry, now: float) -> EndpointState:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
@@ -307,11 +313,7 @@ class Fleet:
         if floors:  # else it was the last answer of a removed endpoint
             self.request_tokens = sum(floors) / len(floors)
         if charged_tokens is not None:
-            rid = entry.request.id
-            if endpoint.budget is not None:
-                endpoint.budget.settle(rid, charged_tokens, now)
-            if self.budget is not None:
-                self.budget.settle(rid, charged_tokens, now)
+            self.budgets.settle(endpoint, entry.request.id, charged_tokens, now)
 
     def observe_headroom(self, fraction: float, endpoint: EndpointState | None) -> None:
         """The provider's rate-limit headroom (smallest remaining/limit), reported on an
@@ -383,7 +385,7 @@ class Fleet:
         if until > cap or probing:  # rule 7: pause for the cap at most, then probe
             until = endpoint.open_circuit(min(until, cap), RATE_LIMITED)
         endpoint.throttled_until = until
-        governing = endpoint.budget if endpoint.budget is not None else self.budget
+        governing = self.budgets.governing(endpoint)
         if governing is not None:
             governing.pause_until(until)
         return until
@@ -400,24 +402,11 @@ class Fleet:
         """``entry``'s send never left: it is not counted sent, its local budget charges are
         taken back."""
         endpoint = entry.endpoint
-        rid = entry.request.id
         if endpoint is not None:
             endpoint.sent -= 1
-        if endpoint is not None and endpoint.budget is not None:
-            endpoint.budget.refund(rid)
-        if self.budget is not None:
-            self.budget.refund(rid)
+        self.budgets.refund(endpoint, entry.request.id)
 
-    def observe_limits(
-        self, endpoint: EndpointState | None, request_id: str, now: float, limits: ProviderLimits
-    ) -> None:
-        """Rate-limit headers from the answer to ``request_id`` (at ``endpoint``, if known)."""
-        if endpoint is not None and endpoint.budget is not None:
-            endpoint.budget.observe(request_id, now, limits)
-        if self.budget is not None:
-            self.budget.observe(request_id, now, limits)
-
-    # -- what overload control and ordering see ----------------------------------------
+    # -- what overload control sees ----------------------------------------
 
     def pressure(self, now: float) -> tuple[float, float]:
         """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
@@ -446,54 +435,6 @@ class Fleet:
                 if share < load:
                     load = share
         return tail, load
-
-    def budget_limits(self) -> tuple[int | None, int | None]:
-        """Effective (requests, tokens) per window: the fleet's budget, else the sum of
-        the endpoints' own when every endpoint has one."""
-        if self.budget is not None:
-            return self.budget.limits()
-        limits = [e.budget.limits() if e.budget is not None else (None, None)
-                  for e in self._endpoints if not e.out_reason]  # fmt: skip
-        requests = [r for r, _ in limits]
-        tokens = [t for _, t in limits]
-        return (
-            None if not requests or None in requests else sum(r for r in requests if r),
-            None if not tokens or None in tokens else sum(t for t in tokens if t),
-        )
-
-    def fits_now(self, tokens: float, now: float) -> bool:
-        """Whether one request charging ``tokens`` could be paid for now."""
-        if self.budget is not None and self.budget.wait(now, tokens) != 0.0:
-            return False
-        return any(
-            e.budget is None or e.budget.wait(now, tokens) == 0.0
-            for e in self._endpoints
-            if not e.out_reason
-        )
-
-    def budget_snapshot(self, now: float) -> BudgetSnapshot | None:
-        """The fleet-wide budget's state, if there is one."""
-        return None if self.budget is None else self.budget.snapshot(now)
-
-    def shared_limits(
-        self, name: str | None, ceiling: int | None
-    ) -> tuple[int | None, int | None, int | None, float]:
-        """What a shared state must hold across processes for endpoint ``name`` (``None``:
-        the fleet): its (requests, tokens) per window, configured or adopted from headers,
-        its concurrency as set (``max_concurrency``; the fleet's ``ceiling``, a learned
-        limit is each process's own), the window a charge counts for (engine seconds,
-        the budget's margin included).
-
-        Raises:
-            ValueError: No endpoint has that name.
-        """
-        endpoint = None if name is None else self.get(name)
-        budget = self.budget if endpoint is None else endpoint.budget
-        cap = ceiling if endpoint is None else endpoint.spec.max_concurrency
-        if budget is None:
-            return None, None, cap, 61.0
-        requests, tokens = budget.limits()
-        return requests, tokens, cap, budget.config.window_s + budget.config.margin_s
 
     def statistics(self, now: float) -> tuple[EndpointStats, ...]:
         """Per-endpoint snapshots, in fleet order."""

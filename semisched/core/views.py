@@ -1,0 +1,117 @@
+"""What the policies read of the engine: one small object per view.
+
+- :class:`Pressure` is the :class:`~semisched.core.tenants.lanes.LaneHost` every
+  lane reads (and through it each allocation policy): the overload severity of
+  the current decision, the concurrency in force, the learned per-request cost
+  and the ordering policy's pick. Overload control reads its severity too.
+- :class:`Packing` is the :class:`~semisched.core.ordering.PackingView` an ordering
+  policy may read of the rate budget and the backlog.
+
+Each holds the parts it reads (the book, the fleet), never the engine.
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from semisched.core.book import Book
+from semisched.core.config import SchedulerConfig
+from semisched.core.fleet.fleet import Fleet
+from semisched.core.ordering import OrderingPolicy
+from semisched.core.queue import ClassQueue, Entry
+from semisched.core.signals import SignalSnapshot
+
+__all__ = ["Packing", "Pressure"]
+
+
+class Pressure:
+    """The load the policies see (module docstring): a
+    :class:`~semisched.core.tenants.lanes.LaneHost`.
+
+    ``severity`` is the value computed at the start of the current decision
+    (:meth:`refresh`); :meth:`current` computes it afresh.
+    """
+
+    __slots__ = ("_book", "_ceiling", "_config", "_estimate", "_fleet", "_order", "_signals",
+                 "severity")  # fmt: skip
+
+    def __init__(
+        self, config: SchedulerConfig, book: Book, fleet: Fleet, order: OrderingPolicy
+    ) -> None:
+        self._config = config
+        self._ceiling = config.max_inflight
+        self._book = book
+        self._fleet = fleet
+        self._signals = fleet.signals
+        self._estimate = fleet.signals.estimate_latency
+        self._order = order
+        self.severity = 0.0
+
+    @property
+    def max_inflight(self) -> int | None:
+        """The concurrency in force: the sum of the endpoints' caps when each has one
+        (learned or set), at most ``config.max_inflight``; ``None``: no limit."""
+        ceiling, total = self._ceiling, self._fleet.capacity
+        if total is None:
+            return ceiling
+        return total if ceiling is None or total < ceiling else ceiling
+
+    @property
+    def request_tokens(self) -> float:
+        """What one request costs in allocation besides its tokens: the configured
+        ``AllocationConfig.request_tokens``, or the fleet's learned one."""
+        fixed = self._config.allocation.request_tokens
+        return self._fleet.request_tokens if fixed is None else fixed
+
+    def choose(self, queue: ClassQueue) -> Entry:
+        """The ordering policy's pick in ``queue`` now."""
+        return self._order.choose(queue, self._book.now, self._estimate)
+
+    def current(self) -> float:
+        """The overload severity now (engine rule 6; the fleet's pressure, rule 5)."""
+        book = self._book
+        tail, load = self._fleet.pressure(book.now)
+        # positional: the hot path of admission and dispatch
+        return self._signals.severity(
+            book.inflight, self.max_inflight, book.queued_tokens, self._config.overload, tail, load
+        )
+
+    def refresh(self) -> float:
+        """Compute the severity the current decision reads, and return it."""
+        self.severity = severity = self.current()
+        return severity
+
+    def snapshot(self) -> SignalSnapshot:
+        """The overload signals now, as a frozen snapshot."""
+        book = self._book
+        tail, load = self._fleet.pressure(book.now)
+        return self._signals.snapshot(
+            inflight=book.inflight,
+            max_inflight=self.max_inflight,
+            queued_tokens=book.queued_tokens,
+            weights=self._config.overload,
+            tail=tail,
+            load_floor=load,
+        )
+
+
+class Packing:
+    """What an ordering policy may see of the rate budget and the backlog: a
+    :class:`~semisched.core.ordering.PackingView`."""
+
+    __slots__ = ("_book", "_fleet")
+
+    def __init__(self, book: Book, fleet: Fleet) -> None:
+        self._book = book
+        self._fleet = fleet
+
+    def budget_limits(self) -> tuple[int | None, int | None]:
+        """The rate budget's effective (requests, tokens) per window, if any."""
+        return self._fleet.budgets.limits()
+
+    def fits_now(self, tokens: float) -> bool:
+        """Whether one request charging ``tokens`` fits the rate budget now."""
+        return self._fleet.budgets.fits_now(tokens, self._book.now)
+
+    def backlog(self) -> tuple[float, float]:
+        """Queued requests (all classes) and the sum of their rate charges."""
+        return self._book.backlog()
