@@ -32,13 +32,15 @@ class Pressure:
     """
 
     __slots__ = ("_book", "_ceiling", "_config", "_estimate", "_fleet", "_order", "_signals",
-                 "severity")  # fmt: skip
+                 "_request_tokens", "_weights", "severity")  # fmt: skip
 
     def __init__(
         self, config: SchedulerConfig, book: Book, fleet: Fleet, order: OrderingPolicy
     ) -> None:
         self._config = config
         self._ceiling = config.max_inflight
+        self._request_tokens = config.allocation.request_tokens
+        self._weights = config.overload
         self._book = book
         self._fleet = fleet
         self._signals = fleet.signals
@@ -59,7 +61,7 @@ class Pressure:
     def request_tokens(self) -> float:
         """What one request costs in allocation besides its tokens: the configured
         ``AllocationConfig.request_tokens``, or the fleet's learned one."""
-        fixed = self._config.allocation.request_tokens
+        fixed = self._request_tokens
         return self._fleet.request_tokens if fixed is None else fixed
 
     def choose(self, queue: ClassQueue) -> Entry:
@@ -72,7 +74,7 @@ class Pressure:
         tail, load = self._fleet.pressure(book.now)
         # positional: the hot path of admission and dispatch
         return self._signals.severity(
-            book.inflight, self.max_inflight, book.queued_tokens, self._config.overload, tail, load
+            book.inflight, self.max_inflight, book.queued_tokens, self._weights, tail, load
         )
 
     def refresh(self) -> float:

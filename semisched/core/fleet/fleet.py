@@ -117,6 +117,7 @@ class Fleet:
         self._eligible: dict[str, tuple[EndpointState, ...]] = {}
         self._next_index = 0
         self.solo: EndpointState | None = None  # pick's fast path (_changed)
+        self._single: EndpointState | None = None  # pressure's: the one endpoint, if so
         #: The endpoints with free room (uncapped, or fewer in flight than their cap), in
         #: fleet order: what pick reads first (kept on every send and answer).
         self.room: list[EndpointState] = []
@@ -221,6 +222,7 @@ class Fleet:
             and only.spec.models is None
         )
         self.solo = only if plain else None
+        self._single = only
 
     def eligible(self, model: str) -> tuple[EndpointState, ...]:
         """Endpoints that serve ``model`` and take new work (cached until the fleet changes)."""
@@ -412,10 +414,14 @@ class Fleet:
         """Rule 5: ``(tail, load)`` of the least stressed and the least loaded usable
         endpoint (tail signal; in flight / ``max_concurrency``, 0 uncapped); ``(1, 1)``
         when none is usable. One pass: overload control asks on every decision."""
-        solo = self.solo
-        if (solo is not None and solo.circuit is _CLOSED
-                and (solo.cap is None or not solo.limiter.settled)):  # fmt: skip
-            return solo.signals.tail_signal(), 0.0
+        single = self._single
+        if single is not None and single.circuit is _CLOSED:  # the loop below, for one
+            tail = single.signals.tail_signal()
+            cap = single.cap
+            if cap is None or not single.limiter.settled:  # no capacity known yet
+                return (tail if tail < 1.0 else 1.0), 0.0
+            load = single.inflight / cap
+            return (tail if tail < 1.0 else 1.0), (load if load < 1.0 else 1.0)
         tail = load = 1.0
         for endpoint in self._endpoints:
             if endpoint.out_reason or (  # a 429's pause (rule 7) is short: still usable
