@@ -176,3 +176,28 @@ def test_the_core_imports_run_one_way() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) == []
+
+
+def self_handed_over(path: Path) -> list[str]:
+    """Calls in ``path`` that pass ``self`` itself as an argument (``f(self)``,
+    ``f(x, view=self)``): an object handing itself over as someone's view."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(v, ast.Name) and v.id == "self" for v in values):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_the_engine_never_hands_itself_over_as_a_view() -> None:
+    # The engine (and its decisions) own their parts and hand each policy a view
+    # object of its own, never the engine.
+    driver = [ROOT / "semisched/core/engine.py", ROOT / "semisched/core/decide.py"]
+    assert [where for path in driver for where in self_handed_over(path)] == []
+
+
+def test_the_self_finder_finds_one(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("class A:\n    def f(self):\n        g(1, view=self)\n", encoding="utf-8")
+    assert self_handed_over(source) == ["m.py:3"]

@@ -49,15 +49,10 @@ from semisched.core.config import (
 )
 from semisched.core.engine import Engine
 from semisched.core.errors import SemischedError
+from semisched.core.fleet.concurrency import CONCURRENCY_POLICIES
 from semisched.core.fleet.endpoint import Circuit, EndpointSpec, EndpointState
-from semisched.core.fleet.limits import (
-    CONCURRENCY_POLICIES,
-    Answered,
-    ConcurrencyLimit,
-    FixedLimit,
-    LimitChange,
-    QueueDelayLimit,
-)
+from semisched.core.fleet.limits import Answered, ConcurrencyLimit, FixedLimit, LimitChange
+from semisched.core.fleet.queue_delay import QueueDelayLimit
 from semisched.core.fleet.routing import ROUTING_POLICIES, RoutingPolicy
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.lifecycle import DEFAULT_RETRY_ON, FailureKind, RetryPolicy

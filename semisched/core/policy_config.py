@@ -22,7 +22,8 @@ from semisched.core.checks import (
     check_number,
     check_str,
 )
-from semisched.core.fleet.limits import CONCURRENCY_POLICIES, ConcurrencyLimit
+from semisched.core.fleet.concurrency import CONCURRENCY_POLICIES
+from semisched.core.fleet.limits import ConcurrencyLimit
 from semisched.core.registry import ALLOCATION, ORDERING, ROUTING
 
 __all__ = [

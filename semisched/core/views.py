@@ -31,8 +31,18 @@ class Pressure:
     (:meth:`refresh`); :meth:`current` computes it afresh.
     """
 
-    __slots__ = ("_book", "_ceiling", "_config", "_estimate", "_fleet", "_order", "_signals",
-                 "_request_tokens", "_weights", "severity")  # fmt: skip
+    __slots__ = (
+        "_book",
+        "_ceiling",
+        "_config",
+        "_estimate",
+        "_fleet",
+        "_order",
+        "_request_tokens",
+        "_signals",
+        "_weights",
+        "severity",
+    )  # fmt: skip
 
     def __init__(
         self, config: SchedulerConfig, book: Book, fleet: Fleet, order: OrderingPolicy

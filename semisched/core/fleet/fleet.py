@@ -53,6 +53,7 @@ from operator import attrgetter
 
 from semisched.core.config import SchedulerConfig
 from semisched.core.fleet.budgets import Budgets
+from semisched.core.fleet.concurrency import make_limit
 from semisched.core.fleet.endpoint import (
     AUTH,
     RATE_LIMITED,
@@ -61,7 +62,6 @@ from semisched.core.fleet.endpoint import (
     EndpointState,
 )
 from semisched.core.fleet.limiting import Limits, capacity
-from semisched.core.fleet.limits import make_limit
 from semisched.core.fleet.picking import BUSY, NoRoute, Picker, WaitUntil
 from semisched.core.fleet.routing import RoutingPolicy, make_routing
 from semisched.core.lifecycle import FailureKind, JitterSource

@@ -1,7 +1,7 @@
 """The fleet's concurrency limits: each endpoint's policy fed, its cap kept, its changes told.
 
 Each endpoint holds a :class:`~semisched.core.fleet.limits.ConcurrencyLimit` (built
-by :func:`~semisched.core.fleet.limits.make_limit`: its explicit ``max_concurrency``
+by :func:`~semisched.core.fleet.concurrency.make_limit`: its explicit ``max_concurrency``
 wins over ``RoutingConfig.concurrency``). :class:`Limits` hears the fleet's events
 (an answer, its first token's time kept on its entry; a 429; a failure), passes them
 to the endpoint's policy,

@@ -1,0 +1,330 @@
+"""A concurrency limit learned online from the wait for a slot (``learned``).
+
+The interface it implements is :mod:`semisched.core.fleet.limits`.
+
+Why queueing delay. The classic adaptive limits, TCP Vegas, Netflix's
+concurrency-limits (``VegasLimit``, ``Gradient2Limit``) and Envoy's adaptive
+concurrency filter, compare each round trip with the smallest seen: a latency that
+grows means a queue. An LLM server breaks that reading twice. Its answers vary a
+thousandfold in length, so a round trip alone says little; and it batches, so every
+request's decode step grows smoothly with the number running (a step of
+``W + H * n``) long before anything waits. A gradient on latency stops far below the
+server's slots. What does jump at the knee is the wait for a slot: a server with
+``S`` slots starts a request's prefill at once while fewer than ``S`` run, and queues
+it otherwise, so its first token waits for another request to finish. Measured in
+decode steps (the request's own, so that batching cancels out), the time before the
+first token is a small constant (prefill, the round trip) below the knee and jumps
+by a sizeable part of a whole answer above it.
+
+:class:`QueueDelayLimit`'s rules:
+
+1. *Its evidence.* What an answer spent before decoding, against its *floor*: a
+   streamed answer's time to first token; one that was not streamed, its latency
+   less its tokens at the endpoint's fitted step
+   (:class:`~semisched.core.fleet.endpoint.SpeedFit`), once the fit has seen
+   ``mature`` answers (never below zero). The floor is a slowly rising minimum of
+   that time, kept apart for streamed and unstreamed answers and for each size class
+   of prompt (an eighth of an octave: prefill takes time, on a CPU engine a lot).
+   The first answer of a size class only sets its floor. The excess over the floor,
+   in decode steps (streamed: the slowest of the recent answers' own steps, a full
+   batch's, so that a prefill beside a small batch does not read as many steps; not
+   streamed: the fitted one), is the answer's *wait*. A streamed answer is read
+   twice: at its first token (a queue is seen a whole answer sooner; only a queue is
+   acted on then), and when it ends.
+2. *Queued.* A wait above a threshold means the endpoint held more than it serves at
+   once when that request was sent. The threshold is ``tolerance`` steps, plus
+   ``spread`` times the mean wait of the streamed answers read as unqueued (how
+   much prefill and batching scatter at this endpoint; it starts from a prior of
+   ``tolerance`` worth four readings), plus ``token_slack`` steps a token for an
+   unstreamed answer (its step is the fit's average). A request sent alone (one in
+   flight) waited for nothing of this client's; nor did a streamed one whose first
+   token came before any request of this client left the endpoint (``left``: a slot
+   frees only when one leaves). Its wait was scatter (another request's prefill,
+   another client's load), however long. One that ``left`` requests preceded
+   waited for at most that many, so the endpoint serves at least ``held - left``.
+   Without that count (not streamed), a wait within ``strong`` times the threshold
+   is a *suspect*: one reading a little above is what another request's prefill
+   can cost on a CPU engine, so it acts only when a request sent after the
+   suspect's wait ended also waits (within ``confirm_rounds`` rounds): a queue makes
+   every request sent into it wait, a burst of prefill only those beside it. The
+   limit goes to what the endpoint serves at once, as that wait tells it: a request
+   sent with ``held`` in flight to ``S`` slots waits for ``held - S`` answers,
+   finished ``S`` per mean answer ``T`` (its mean output tokens, in steps), so
+   ``S ~ held * T / (wait + T)`` (the wait less the scatter allowance); at most one
+   below what it held (Vegas's decrease), at most halved at once (one reading may be
+   wrong), never below ``held - left``, once per round: an answer sent before the
+   last decrease says nothing of the limit after it. Probes do not pass one below
+   what it held again for
+   ``ceiling_rounds`` rounds (a request queued in the server is one the client can
+   no longer order). Any queued reading ends slow start.
+3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
+   in flight as the limit allows), adds to it: one (slow start: the limit doubles
+   each round) until the first queue or throttle, then ``1 / limit`` (one a round),
+   up to the ceiling, so that capacity the server gains is found. In slow start a
+   streamed answer's first token that no departure preceded adds one at once (it
+   had a slot: the endpoint serves at least what it held), so slow start runs at
+   the pace of first tokens, not of whole answers. In slow start an
+   answer with nothing to read (one not streamed, before the fit has matured; the
+   first of its size) counts as not queued, unless a request left before its first
+   token.
+4. *Throttled.* A 429 takes one off the limit and makes that the *ceiling* for
+   ``throttle_s`` seconds (a provider whose latency is flat up to a concurrency cap
+   it enforces with 429s is not probed into them again). The other 429s of that
+   time change nothing: a rate limit's window is the rate budget's to pace
+   (``BudgetConfig``, the ``retry-after``), and cutting concurrency for it only
+   costs throughput.
+5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
+6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (8: a
+   small server is sent few to queue, and slow start reaches 64 in three rounds, at
+   the pace of first tokens when streamed).
+"""
+
+from __future__ import annotations
+
+import math
+
+from semisched.core.fleet.limits import Answered, ConcurrencyLimit, LimitVerdict
+
+__all__ = ["QueueDelayLimit"]
+
+
+class QueueDelayLimit(ConcurrencyLimit):
+    """A limit learned from the wait for a slot (module rules)."""
+
+    name = "learned"
+    __slots__ = (
+        "_ceiling",
+        "_ceiling_at",
+        "_decreased_at",
+        "_dev",
+        "_floors",
+        "_readings",
+        "_rounds",
+        "_slow_until",
+        "_step",
+        "_suspect_end",
+        "_suspect_round",
+        "_throttled_until",
+        "_tokens",
+        "ceiling_rounds",
+        "confirm_rounds",
+        "limit",
+        "mature",
+        "maximum",
+        "minimum",
+        "spread",
+        "strong",
+        "throttle_s",
+        "token_slack",
+        "tolerance",
+    )
+
+    def __init__(
+        self,
+        *,
+        initial: float = 8.0,
+        minimum: float = 1.0,
+        maximum: float = 1024.0,
+        tolerance: float = 4.0,
+        token_slack: float = 1.0,
+        ceiling_rounds: float = 100.0,
+        mature: int = 32,
+        spread: float = 5.0,
+        throttle_s: float = 60.0,
+        confirm_rounds: float = 2.0,
+        strong: float = 3.0,
+    ) -> None:
+        if not 1.0 <= minimum <= initial <= maximum:
+            raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
+                             f"{minimum}, {initial}, {maximum}")  # fmt: skip
+        self.limit = initial
+        self.minimum = minimum
+        self.maximum = maximum
+        self.tolerance = tolerance
+        self.token_slack = token_slack
+        self.mature = mature
+        self.spread = spread
+        self.throttle_s = throttle_s
+        self.confirm_rounds = confirm_rounds
+        self.strong = strong
+        self._suspect_end = math.inf  # when the unconfirmed queued reading's wait ended
+        self._suspect_round = -math.inf
+        self._dev = tolerance  # mean wait of the answers read as unqueued (rule 1): a prior
+        self._readings = 4  # the prior counts as four readings
+        self._tokens = 0.0  # mean output tokens of its answers (rule 2)
+        self._step = 0.0  # recent streamed answers' own step, seconds (rule 1)
+        self._throttled_until = -math.inf  # a 429's ceiling holds until (rule 4)
+        self.ceiling_rounds = ceiling_rounds
+        #: (streamed?, prompt size class) -> floor seconds (rule 1)
+        self._floors: dict[tuple[bool, int], float] = {}
+        self._slow_until = maximum  # slow start while the limit is below it (rule 3)
+        self._decreased_at = -math.inf
+        self._ceiling = math.inf  # rule 4
+        self._ceiling_at = 0.0  # rounds counted when it was set
+        self._rounds = 0.0  # answers, each 1 / limit of a round
+
+    def __repr__(self) -> str:
+        slow = " slow start" if self.limit < self._slow_until else ""
+        return f"<QueueDelayLimit {self.limit:.1f}{slow}>"
+
+    @property
+    def cap(self) -> int:
+        return int(self.limit)
+
+    def answered(self, answer: Answered) -> LimitVerdict:
+        self._rounds += 1.0 / self.limit
+        self._tokens += max(0.05, 1.0 / (self._rounds * self.limit + 1.0)) * (
+            answer.tokens - self._tokens)
+        reading = self._wait_steps(answer)
+        if reading is None:  # nothing to read yet: slow start grows (it ends at a queue)
+            if self.limit < self._slow_until and not answer.left:
+                return self._probe(answer, 0.0)
+            return None
+        waited, scatter, threshold, wait_end = reading
+        streamed = answer.first_token_s is not None
+        if streamed:  # what its unqueued first tokens scatter by (prompts of every length)
+            threshold += self.spread * self._dev
+        if (waited <= threshold or answer.held <= 1  # alone, it waited for nothing of ours
+                or answer.left == 0):  # fmt: skip
+            # nothing of ours left before its first token: no slot of ours freed for it
+            if streamed:  # a plain mean of the first twenty, then a moving one
+                self._readings += 1
+                self._dev += max(0.05, 1.0 / self._readings) * (scatter - self._dev)
+            return self._probe(answer, waited)
+        return self._queued(answer.sent_at, answer.now, answer.held, waited, threshold,
+                            wait_end, answer.left)  # fmt: skip
+
+    def first_token(
+        self, sent_at: float, now: float, held: int, prompt_tokens: float, left: int,
+        left_by_s: float,
+    ) -> LimitVerdict:
+        """A streamed answer's first token: its wait read at once, against the recent
+        answers' step (a queue is seen a whole answer sooner; rule 1)."""
+        key = (True, self._size_class(prompt_tokens))
+        floor = self._floors.get(key)
+        if left == 0:  # it had a slot: its time is a floor; S >= held
+            if floor is None or now - sent_at < floor:
+                self._floors[key] = now - sent_at
+            if self.limit < self._slow_until:  # slow start at the pace of first tokens
+                return self._grow(held, now, 0.0)
+            return None
+        if floor is None or self._step <= 0.0 or held <= 1:
+            return None
+        waited = min(now - sent_at - floor, left_by_s) / self._step
+        threshold = self.tolerance + self.spread * self._dev
+        if waited <= threshold:
+            return None  # read again, with its own step, when it is answered
+        return self._queued(sent_at, now, held, waited, threshold, now, left)
+
+    def _queued(self, sent_at: float, now: float, held: int, waited: float, threshold: float,
+                wait_end: float, left: int | None) -> LimitVerdict:  # fmt: skip
+        """Rule 2: a wait above the threshold (its wait for a slot ended at ``wait_end``)."""
+        self._slow_until = min(self._slow_until, self.limit)
+        if sent_at <= self._decreased_at:
+            return None
+        fresh = self._rounds - self._suspect_round <= self.confirm_rounds
+        if (waited <= self.strong * threshold and left is None
+                and not (fresh and self._suspect_end < sent_at)):  # fmt: skip
+            if not fresh or wait_end < self._suspect_end:  # the earliest unconfirmed one
+                self._suspect_end, self._suspect_round = wait_end, self._rounds
+            return None  # a little above, once: a request sent after its wait confirms it
+        self._suspect_end = math.inf
+        # What it serves at once: a request sent with ``held`` in flight on S slots waits
+        # for held - S answers, at S per mean answer (its tokens, in steps): so
+        # S ~ held * T / (wait + T). At most halved at once (one reading may be wrong).
+        queued = waited - threshold + self.tolerance  # the part no scatter explains
+        serves = held * self._tokens / (queued + self._tokens)
+        if left is not None:  # it waited for at most ``left`` to leave: S >= held - left
+            serves = max(serves, held - left)
+        knee = min(self.limit, held) - 1.0  # it queued at what it held: stay below
+        self._set(max(min(knee, serves), self.limit * 0.5), now)
+        self._slow_until = self.limit
+        self._ceiling, self._ceiling_at = max(self.limit, knee), self._rounds
+        return "limit.queued", (f"waited {waited:.1f} decode steps for a slot (more than "
+                                f"{threshold:.1f}), sent with {held} in flight")  # fmt: skip
+
+    def _probe(self, answer: Answered, waited: float) -> LimitVerdict:
+        """Rule 3: an answer that did not queue."""
+        return self._grow(answer.held, answer.now, waited)
+
+    def _grow(self, held: int, now: float, waited: float) -> LimitVerdict:
+        if held < self.cap:  # it was not binding
+            return None
+        if (self._rounds - self._ceiling_at > self.ceiling_rounds
+                and now >= self._throttled_until):  # fmt: skip
+            self._ceiling = math.inf
+        top = min(self.maximum, self._ceiling)
+        if self.limit >= top:
+            return None
+        slow = self.limit < self._slow_until
+        self.limit = min(top, self.limit + (1.0 if slow else 1.0 / self.limit))
+        return "limit.probe", (f"{held} in flight, no wait for a slot "
+                               f"({waited:.1f} decode steps)")  # fmt: skip
+
+    def throttled(self, sent_at: float, now: float) -> LimitVerdict:
+        if sent_at <= self._decreased_at or now < self._throttled_until:
+            return None  # the rest of a window's 429s: pacing them is the rate budget's
+        old = self.limit
+        self._throttled_until = now + self.throttle_s
+        self._ceiling = max(self.minimum, old - 1.0)
+        self._ceiling_at = self._rounds - self.ceiling_rounds  # it lifts by time alone
+        self._slow_until = min(self._slow_until, self._ceiling)
+        self._set(self._ceiling, now)
+        return "limit.throttled", (f"a 429 at a limit of {old:.1f}: "
+                                   f"{self._ceiling:.0f} at most")  # fmt: skip
+
+    def failed(self, sent_at: float, now: float) -> LimitVerdict:
+        if sent_at <= self._decreased_at:
+            return None
+        self._set(self.limit * 0.9, now)
+        self._slow_until = min(self._slow_until, self.limit)
+        return "limit.failed", "a failed attempt: a tenth off"
+
+    def _wait_steps(self, answer: Answered) -> tuple[float, float, float, float] | None:
+        """Rule 1: the answer's wait for a slot in decode steps, its time before decoding
+        over its floor (the same, unbounded by a departure), the threshold above which
+        the wait is a queue, and when it ended; ``None``: nothing to read."""
+        latency = answer.now - answer.sent_at
+        ttft = answer.first_token_s
+        if ttft is not None:
+            if answer.tokens >= 2 and latency > ttft:  # its own step, at its batch
+                step = (latency - ttft) / (answer.tokens - 1)
+                self._step = max(step, self._step * 0.98)  # the recent slowest: a full batch's
+            elif self._step <= 0.0:
+                return None
+            step = self._step
+            before, slack = ttft, 0.0
+        else:
+            if answer.answers < self.mature or answer.step_s <= 0.0:
+                return None  # a young fit's step says too little of one answer's wait
+            step = answer.step_s
+            # < 0: its batch ran faster than the fit's average step (no reading below 0)
+            before = max(0.0, latency - answer.tokens * step)
+            slack = answer.tokens * self.token_slack
+        key = (ttft is not None, self._size_class(answer.prompt_tokens))
+        floor = self._floors.get(key)
+        if floor is None and ttft is not None:  # the first of its size: its floor, no reading
+            self._floors[key] = before
+            return None
+        if floor is None or before < floor:
+            self._floors[key] = floor = before
+        else:
+            self._floors[key] = floor + 0.01 * (before - floor)
+        over = (before - floor) / step if before > floor else 0.0
+        if answer.left is None:
+            return over, over, self.tolerance + slack, answer.sent_at + before
+        # it waited for a slot until a departure at most: what came after was not a queue
+        waited = min(over, answer.left_by_s / step)
+        return waited, over, self.tolerance + slack, answer.sent_at + before
+
+    @staticmethod
+    def _size_class(prompt_tokens: float) -> int:
+        """A prompt's size class: an eighth of an octave (its prefill takes time)."""
+        return int(8.0 * math.log2(prompt_tokens + 128.0))
+
+    def _set(self, limit: float, now: float) -> None:
+        self.limit = min(self.maximum, max(self.minimum, limit))
+        self._decreased_at = now
+
+
+#: ``RoutingConfig.concurrency`` names and their policies.
