@@ -311,9 +311,12 @@ class Fleet:
         endpoint.fit.observe(tokens, latency)
         if self.limits.learning:
             self.limits.answered(endpoint, entry, now, tokens)
-        floors = [e.fit.intercept_s / e.fit.slope_s for e in self._endpoints if e.completed]
-        if floors:  # else it was the last answer of a removed endpoint
-            self.request_tokens = sum(floors) / len(floors)
+        if endpoint is self._single:  # the one endpoint: its own floor is the mean
+            self.request_tokens = endpoint.fit.intercept_s / endpoint.fit.slope_s
+        else:
+            floors = [e.fit.intercept_s / e.fit.slope_s for e in self._endpoints if e.completed]
+            if floors:  # else it was the last answer of a removed endpoint
+                self.request_tokens = sum(floors) / len(floors)
         if charged_tokens is not None:
             self.budgets.settle(endpoint, entry.request.id, charged_tokens, now)
 

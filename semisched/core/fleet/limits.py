@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 __all__ = ["Answered", "ConcurrencyLimit", "FixedLimit", "LimitChange", "LimitVerdict"]
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """One answer as a concurrency limit hears it.
+class Answered(NamedTuple):
+    """One answer as a concurrency limit hears it (immutable; a named tuple, built
+    once per answer on the hot path).
 
     Attributes:
         sent_at: When it was sent (engine seconds).

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from semisched.core.allocation import AllocationPolicy
@@ -50,6 +51,7 @@ from semisched.core.tenants.config import ServiceClass, TenantSpec
 
 __all__ = [
     "LaneHost",
+    "SoloLedger",
     "TenantLane",
     "TenantLedger",
     "TenantView",
@@ -386,6 +388,28 @@ class TenantLedger:
     def own(self, lane: TenantLane, now: float) -> float:
         """This process's own decayed usage of ``lane``'s tenant at ``now`` (work tokens)."""
         return lane.usage / self._scale(now)
+
+
+class SoloLedger(TenantLedger):
+    """The ledger of a scheduler with one tenant: its lane's counts and caps, no usage.
+
+    With nobody to share with, usage decides nothing (no tenant policy is asked,
+    overload control judges the one tenant as the scheduler), so none is kept: a
+    send and an answer cost no decay arithmetic. Its ``usage`` and ``debt`` read 0,
+    its ``share`` 1 (it is everyone).
+    """
+
+    __slots__ = ()
+
+    def stats(self, lane: TenantLane, now: float) -> TenantStats:
+        """The one tenant at ``now``: its counts, the whole share."""
+        return replace(super().stats(lane, now), share=1.0)
+
+    def charge(self, lane: TenantLane, tokens: float, at: float) -> None:
+        """Nothing: one tenant's usage is not kept."""
+
+    def observe_shared(self, lane: TenantLane, fleet_usage: float, now: float) -> None:
+        """Nothing: one tenant's usage is not kept."""
 
 
 def work_tokens(request: Request, output_tokens: int, input_token_weight: float) -> float:

@@ -15,7 +15,13 @@ import math
 from semisched.core.allocation import AllocationPolicy, make_allocation
 from semisched.core.book import Book
 from semisched.core.config import SchedulerConfig
-from semisched.core.tenants.lanes import LaneHost, TenantLane, TenantLedger, entitlements
+from semisched.core.tenants.lanes import (
+    LaneHost,
+    SoloLedger,
+    TenantLane,
+    TenantLedger,
+    entitlements,
+)
 from semisched.core.tenants.policies import TenantPolicy, make_tenant_policy
 
 __all__ = ["Tenancy"]
@@ -51,7 +57,8 @@ class Tenancy:
             )
             for spec in config.tenants.tenants
         ]
-        self.ledger = TenantLedger(lanes, config.tenants.half_life_s)
+        ledger = SoloLedger if len(lanes) == 1 else TenantLedger  # one tenant: no usage
+        self.ledger = ledger(lanes, config.tenants.half_life_s)
         self.lanes = self.ledger.lanes
         self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
         #: The first tenant's allocation policy (what ``statistics()`` shows).
