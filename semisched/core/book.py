@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 from semisched.core.actions import Wake
 from semisched.core.queue import Entry, EntryState
@@ -33,12 +34,19 @@ _SEND, _DEFER = Event.SEND, Event.DEFER
 Timer = tuple[float, int, int, Entry]
 
 
+def _nothing() -> None:
+    """No lane to tell (the engine wires :attr:`Book.on_ready`)."""
+
+
 class Book:
     """Every unfinished request, where it is, and the timers (module docstring).
 
     Args:
         max_inflight: The fleet-wide ceiling on requests in flight (``None``: none).
         max_inflight_tokens: The ceiling on reserved tokens in flight (``None``: none).
+
+    ``on_ready`` is called when a lane's queue becomes empty or non-empty (the
+    tenant layer's list of ready lanes follows it; the engine wires it).
     """
 
     __slots__ = (
@@ -51,6 +59,7 @@ class Book:
         "inflight",
         "inflight_tokens",
         "now",
+        "on_ready",
         "queued",
         "queued_charge",
         "queued_tokens",
@@ -59,6 +68,7 @@ class Book:
     )
 
     def __init__(self, max_inflight: int | None, max_inflight_tokens: float | None) -> None:
+        self.on_ready: Callable[[], None] = _nothing
         self._inflight_cap = math.inf if max_inflight is None else max_inflight
         self._token_cap = max_inflight_tokens
         #: Every request not yet terminal, by id.
@@ -147,9 +157,8 @@ class Book:
 
     # -- moves ----------------------------------------------------------------------------
 
-    def enqueue(self, entry: Entry, event: int) -> bool:
-        """``entry`` joins its lane's class queue by ``event`` (ENQUEUE, WAKE, REFUSED,
-        RETRY's return); ``True`` when its lane had nothing queued before."""
+    def enqueue(self, entry: Entry, event: int) -> None:
+        """``entry`` joins its lane's class queue by ``event`` (ENQUEUE, WAKE, REFUSED)."""
         lane = entry.lane
         advance(entry, event)
         self._seq += 1
@@ -158,10 +167,11 @@ class Book:
         self.queued += 1
         self.queued_tokens += entry.cost
         self.queued_charge += entry.charge
-        return bool(lane.queued == 1)
+        if lane.queued == 1:  # the lane is ready now
+            self.on_ready()
 
-    def dequeue(self, entry: Entry) -> bool:
-        """``entry`` leaves its class queue; ``True`` when its lane has nothing queued now."""
+    def dequeue(self, entry: Entry) -> None:
+        """``entry`` leaves its class queue."""
         lane = entry.lane
         lane.remove(entry)
         self.queued -= 1
@@ -169,7 +179,8 @@ class Book:
         self.queued_tokens = tokens if tokens > 0.0 else 0.0  # max(0.0, ...), clamping drift
         charge = self.queued_charge - entry.charge
         self.queued_charge = charge if charge > 0.0 else 0.0
-        return not lane.queued
+        if not lane.queued:  # the lane is not ready any more
+            self.on_ready()
 
     def defer(self, entry: Entry, until: float, event: int = _DEFER) -> None:
         """``entry`` waits until ``until`` by ``event`` (DEFER or RETRY)."""

@@ -78,7 +78,7 @@ class Decider:
             deadline = entry.request.deadline
             if kind == DEADLINE or (deadline is not None and deadline <= now):
                 if entry.state == _QUEUED:
-                    self.dequeue(entry)
+                    self._book.dequeue(entry)
                 else:
                     book.deferred -= 1
                 book.terminal(entry, _EXPIRE_E)
@@ -97,12 +97,12 @@ class Decider:
         event = _WAKE if entry.state == _DEFERRED else _ENQUEUE
         if entry.skip_admission:
             entry.skip_admission = False
-            self.enqueue(entry, event)
+            self._book.enqueue(entry, event)
             return
         shed = self._admission.judge(entry, now)
         if shed is None:
             self._counters.admitted += 1
-            self.enqueue(entry, event)
+            self._book.enqueue(entry, event)
             return
         actions.append(shed)
         bucket = entry.request.bucket
@@ -119,7 +119,10 @@ class Decider:
         """Run due timers, dispatch and report the wake."""
         self.run_timers(now, actions)
         self.dispatch(now, actions)
-        return self.finish(now, actions)
+        wake = self._book.wake(now)  # finish(), inlined: every event ends here
+        if wake is not None:
+            actions.append(wake)
+        return actions
 
     def dispatch(self, now: float, actions: list[Action]) -> None:
         """Fill free send opportunities: the tenant policy picks a tenant, its allocation
@@ -150,7 +153,7 @@ class Decider:
             if lane.budget is not None:  # the tenant's own rate cap
                 paid = self._admission.pays(lane, entry, now, severity)
                 if isinstance(paid, Reject):  # it never can
-                    self.dequeue(entry)
+                    self._book.dequeue(entry)
                     actions.append(paid)
                     self.reject(entry, entry.request.bucket)
                     continue
@@ -163,7 +166,7 @@ class Decider:
             endpoint = fleet.pick(entry, now)
             if not isinstance(endpoint, EndpointState):
                 if isinstance(endpoint, NoRoute):  # no endpoint can ever take it
-                    self.dequeue(entry)
+                    self._book.dequeue(entry)
                     refusal = endpoint.reason
                     why = self._explain(entry.request, _REJECT_D, "routing.no_endpoint", refusal)
                     actions.append(Reject(entry.request, refusal, severity, None, why))
@@ -188,20 +191,12 @@ class Decider:
 
     # -- moves in the books ---------------------------------------------------------
 
-    def enqueue(self, entry: Entry, event: int) -> None:
-        if self._book.enqueue(entry, event):
-            self._tenancy.renew()
-
-    def dequeue(self, entry: Entry) -> None:
-        if self._book.dequeue(entry):
-            self._tenancy.renew()
-
     def _mark_sent(self, entry: Entry, klass: str, now: float) -> None:
         """``entry``, the head of its lane's ``klass``, goes in flight at ``now``."""
         # Charge before dequeuing: a class emptied by this send then forfeits
         # its remaining deficit (on_idle) instead of carrying the charge.
         entry.lane.alloc.on_send(klass, entry.cost)
-        self.dequeue(entry)
+        self._book.dequeue(entry)
         self._book.sent(entry, now)
         self._ledger.sent(entry, klass, now)
         self._counters.sent += 1
@@ -284,7 +279,7 @@ class Decider:
         entry.attempts -= 1
         self._counters.refused += 1
         self._counters.sent -= 1  # it never left
-        self.enqueue(entry, Event.REFUSED)
+        self._book.enqueue(entry, Event.REFUSED)
         deadline = entry.request.deadline
         if deadline is not None:  # its timer was dropped while in flight: re-arm it
             book.push_timer(deadline, DEADLINE, entry)
@@ -317,7 +312,7 @@ class Decider:
             if entry.state == _INFLIGHT:
                 self.take(request_id)
             elif entry.state == _QUEUED:
-                self.dequeue(entry)
+                self._book.dequeue(entry)
             elif entry.state == _DEFERRED:
                 book.deferred -= 1
             book.terminal(entry, Event.CANCEL)

@@ -150,6 +150,7 @@ class Engine:
         self._order.attach(Packing(book, fleet))
         self._pressure = pressure = Pressure(cfg, book, fleet, self._order)
         self._tenancy = tenancy = Tenancy(cfg, pressure, book)
+        book.on_ready = tenancy.renew  # a lane's queue emptied or filled: the ready lanes
         self._ledger = tenancy.ledger
         # The standard score of the quantile the ordering tests deadlines with.
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)

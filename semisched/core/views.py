@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from semisched.core.book import Book
 from semisched.core.config import SchedulerConfig
+from semisched.core.fleet.endpoint import Circuit
 from semisched.core.fleet.fleet import Fleet
 from semisched.core.ordering import OrderingPolicy
 from semisched.core.queue import ClassQueue, Entry
 from semisched.core.signals import SignalSnapshot
 
 __all__ = ["Packing", "Pressure"]
+
+_CLOSED = Circuit.CLOSED
 
 
 class Pressure:
@@ -79,8 +82,19 @@ class Pressure:
         return self._order.choose(queue, self._book.now, self._estimate)
 
     def current(self) -> float:
-        """The overload severity now (engine rule 6; the fleet's pressure, rule 5)."""
+        """The overload severity now (engine rule 6; the fleet's pressure, rule 5).
+
+        An endpoint alone in the fleet whose circuit is closed is read through the
+        fleet's own signals (they are its signals) and no fleet pressure: its load
+        over its cap is never above the load the severity reads, and its tail is
+        the signals' own.
+        """
         book = self._book
+        alone = self._fleet.alone
+        if alone is not None and alone.circuit is _CLOSED:
+            return self._signals.severity(
+                book.inflight, self.max_inflight, book.queued_tokens, self._weights
+            )
         tail, load = self._fleet.pressure(book.now)
         # positional: the hot path of admission and dispatch
         return self._signals.severity(
@@ -88,8 +102,17 @@ class Pressure:
         )
 
     def refresh(self) -> float:
-        """Compute the severity the current decision reads, and return it."""
-        self.severity = severity = self.current()
+        """Compute the severity the current decision reads (:meth:`current`), and
+        return it."""
+        book = self._book
+        alone = self._fleet.alone
+        if alone is not None and alone.circuit is _CLOSED:  # current(), its common case
+            severity = self._signals.severity(
+                book.inflight, self.max_inflight, book.queued_tokens, self._weights
+            )
+        else:
+            severity = self.current()
+        self.severity = severity
         return severity
 
     def snapshot(self) -> SignalSnapshot:

@@ -118,6 +118,10 @@ class Fleet:
         self._next_index = 0
         self.solo: EndpointState | None = None  # pick's fast path (_changed)
         self._single: EndpointState | None = None  # pressure's: the one endpoint, if so
+        #: The one endpoint, when its signals are the fleet's own (it was alone from the
+        #: start): overload control then reads the fleet's signals alone, and no
+        #: fleet pressure (:meth:`pressure`) while its circuit is closed.
+        self.alone: EndpointState | None = None
         #: The endpoints with free room (uncapped, or fewer in flight than their cap), in
         #: fleet order: what pick reads first (kept on every send and answer).
         self.room: list[EndpointState] = []
@@ -223,6 +227,7 @@ class Fleet:
         )
         self.solo = only if plain else None
         self._single = only
+        self.alone = only if only is not None and only is self._sharer else None
 
     def eligible(self, model: str) -> tuple[EndpointState, ...]:
         """Endpoints that serve ``model`` and take new work (cached until the fleet changes)."""
@@ -236,6 +241,16 @@ class Fleet:
 
     def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
         """Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`)."""
+        solo = self.solo
+        if (  # one plain endpoint (no budget, no context limit, any model) with room
+            solo is not None
+            and not entry.avoid
+            and solo.circuit is _CLOSED
+            and solo.paused_until <= now
+            and self.paused_until <= now
+            and (solo.cap is None or solo.inflight < solo.cap)
+        ):
+            return solo
         return self._picker.pick(entry, now)
 
     def alternative(self, entry: Entry, failed: EndpointState, now: float) -> bool:

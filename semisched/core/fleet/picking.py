@@ -79,18 +79,9 @@ class Picker:
     def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
         """Where ``entry`` can be sent now (rules 1-4): the endpoint; else
         :class:`WaitUntil` (a time to try again, or :data:`BUSY` when none is known)
-        or :class:`NoRoute` (no endpoint ever can; rule 3)."""
+        or :class:`NoRoute` (no endpoint ever can; rule 3). (One plain endpoint with
+        room is answered by :meth:`~semisched.core.fleet.fleet.Fleet.pick` itself.)"""
         fleet = self._fleet
-        solo = fleet.solo
-        if (  # one plain endpoint (no budget, no context limit, any model): just its state
-            solo is not None
-            and not entry.avoid
-            and solo.circuit is _CLOSED
-            and solo.paused_until <= now
-            and fleet.paused_until <= now
-            and (solo.cap is None or solo.inflight < solo.cap)
-        ):
-            return solo
         if fleet.paused_until > now:
             return WaitUntil(fleet.paused_until)
         charge = entry.charge
