@@ -1,11 +1,14 @@
 """The OpenAI-compatible HTTP face of the congestion-aware mock provider (an ASGI app).
 
 ``create_app(MockConfig(...))`` returns a Starlette app serving ``POST /v1/chat/completions``
-(JSON or SSE), ``POST /v1/completions``, ``GET /v1/models``, ``GET /v1/models/{model}``,
-``GET /v1/mock/stats`` and ``GET /metrics`` (Prometheus). It is a thin shell: every decision
-is made elsewhere.
+(JSON or SSE), ``POST /v1/completions`` (JSON or SSE), ``POST /v1/responses`` (the Responses
+API: JSON or its typed SSE events), ``POST /v1/embeddings`` (JSON; prefill only),
+``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /v1/mock/stats`` and ``GET /metrics``
+(Prometheus). The four ``POST`` routes share the gate, the physics, the faults and the
+counters; only their bodies differ. It is a thin shell: every decision is made elsewhere.
 
 * ``mockprovider.wire``: request parsing, hints, output-length rules, bodies and SSE.
+* ``mockprovider.apis``: each API's request and answer (Responses and Embeddings there).
 * ``mockprovider.errors``: what a refusal says (OpenAI's bodies, vLLM's context-window 400).
 * ``mockprovider.gate``: outage windows, quota, rate windows and the seeded fault draw.
 * ``mockprovider.driver``: the physics (continuous batching, hidden FIFO) run against the
@@ -51,6 +54,7 @@ from __future__ import annotations
 import hmac
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
@@ -62,6 +66,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mockprovider.apis import parse_request
 from mockprovider.driver import ClockOrigin, PhysicsDriver
 from mockprovider.errors import (
     error_body,
@@ -80,13 +85,24 @@ from mockprovider.metrics import (
     metrics_registry,
 )
 from mockprovider.physics import PROFILES, PhysicsParams
-from mockprovider.responses import ConnectionDropped, HangResponse, ServedResponse
+from mockprovider.responses import Answer, ConnectionDropped, HangResponse, ServedResponse
 from mockprovider.stats import CounterName, MockStats, Tally
-from mockprovider.wire import DEFAULT_CONTEXT_TOKENS, BadRequest, Job, parse_job
+from mockprovider.wire import DEFAULT_CONTEXT_TOKENS, Api, BadRequest, Job
 
 __all__ = ["ConnectionDropped", "MockConfig", "create_app"]
 
 _MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+_ROUTES: Final[dict[str, Api]] = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+_ID_PREFIXES: Final[dict[str, str]] = {
+    "chat.completions": "chatcmpl",
+    "completions": "cmpl",
+    "embeddings": "embd",
+}
 
 
 def _is_int(value: object) -> bool:
@@ -101,8 +117,9 @@ class MockConfig:
         physics: Provider constants (slots, iteration cost, overhead, timeout).
         time_scale: Virtual seconds per wall second (100: a hundred times faster than real).
         rpm: Requests per (virtual) minute, or ``None``.
-        tpm: Tokens per (virtual) minute, or ``None``; charge = prompt + max_tokens (or the
-            output length when ``max_tokens`` is absent).
+        tpm: Tokens per (virtual) minute, or ``None``; charge = prompt + max_tokens
+            (``max_output_tokens`` on ``/v1/responses``; the output length when no cap is
+            given); an embeddings request is charged its input tokens.
         rate_window: ``"sliding"`` or ``"fixed"`` 60 s windows.
         quota_tokens: Billed tokens (prompt + completion of completed requests) after which
             every request gets 429 ``insufficient_quota``; ``None`` for no quota.
@@ -227,9 +244,11 @@ class _Provider:
         self.tally.add(name)
 
     def new_id(self, job: Job) -> str:
-        """A fresh completion id."""
+        """A fresh answer id (``chatcmpl-...``, ``cmpl-...``, ``resp_<hex>``, ``embd-...``)."""
         self._ids += 1
-        return f"{'chatcmpl' if job.chat else 'cmpl'}-mock{self._ids:08d}"
+        if job.api == "responses":
+            return f"resp_{uuid.uuid4().hex}"
+        return f"{_ID_PREFIXES[job.api]}-mock{self._ids:08d}"
 
     def completed(self, job: Job) -> None:
         """Count a completed request and bill its tokens to the quota."""
@@ -267,22 +286,24 @@ class _Provider:
             requests, tokens, time_scale=self.config.time_scale, retry_after_s=retry_after_s
         )
 
-    async def chat(self, request: Request) -> Response:
-        return await self._completion(request, chat=True)
+    def endpoint(self, api: Api) -> Callable[[Request], Awaitable[Response]]:
+        """The handler of ``POST`` requests to ``api``."""
 
-    async def completions(self, request: Request) -> Response:
-        return await self._completion(request, chat=False)
+        async def serve(request: Request) -> Response:
+            return await self._serve(request, api)
 
-    async def _completion(self, request: Request, *, chat: bool) -> Response:
-        self.count("requests")
+        return serve
+
+    async def _serve(self, request: Request, api: Api) -> Response:
+        self.tally.received(api)
         denied = self._authorized(request.headers)
         if denied is not None:
             return denied
         try:
-            job = parse_job(
+            job, answer = parse_request(
+                api,
                 request.headers,
                 await request.body(),
-                chat=chat,
                 default_output=self.config.default_output_tokens,
                 context_tokens=self.config.context_tokens,
             )
@@ -292,7 +313,7 @@ class _Provider:
         now = self.driver.tick()
         decision = self.gate.admit(now, job.charge, forced=job.forced_fault)
         if decision.verdict is GateVerdict.ADMITTED:
-            return self._admitted(decision, job)
+            return self._admitted(decision, job, answer)
         return self._refused(decision, job, now)
 
     def _refused(self, decision: GateDecision, job: Job, now: float) -> Response:
@@ -320,7 +341,7 @@ class _Provider:
             )
         return _error(429, message, kind, None, "rate_limit_exceeded", headers=headers)
 
-    def _admitted(self, decision: GateDecision, job: Job) -> Response:
+    def _admitted(self, decision: GateDecision, job: Job, answer: Answer) -> Response:
         rate = decision.rate
         headers = {} if rate is None else self._rate_headers(rate.requests, rate.tokens)
         self._request_ids += 1
@@ -336,7 +357,7 @@ class _Provider:
         if decision.fault is Fault.HANG:
             self.count("faults_hang")
             return HangResponse()
-        return ServedResponse(self, job, headers, drop=decision.fault is Fault.DROP)
+        return ServedResponse(self, job, answer, headers, drop=decision.fault is Fault.DROP)
 
     async def models(self, request: Request) -> Response:
         denied = self._authorized(request.headers)
@@ -382,6 +403,7 @@ class _Provider:
             quota_limit=self.gate.quota.limit,
             quota_used=self.gate.quota.used,
             capacity_loss_applied_at=self.driver.capacity_applied_at,
+            requests_by_api=self.tally.apis(),
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:
@@ -440,8 +462,10 @@ def create_app(
     counted = [Middleware(StatusCounter, provider.traffic)]
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", provider.chat, methods=["POST"], middleware=counted),
-            Route("/v1/completions", provider.completions, methods=["POST"], middleware=counted),
+            *(
+                Route(path, provider.endpoint(api), methods=["POST"], middleware=counted)
+                for path, api in _ROUTES.items()
+            ),
             Route("/v1/models", provider.models, methods=["GET"]),
             Route("/v1/models/{model:path}", provider.model, methods=["GET"]),
             Route("/v1/mock/stats", provider.stats_endpoint, methods=["GET"]),

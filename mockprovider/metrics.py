@@ -12,7 +12,8 @@ The metrics (Prometheus text format; counters since the app was built):
 ===================================  =========  ==================================================
 metric                               type       what
 ===================================  =========  ==================================================
-``mock_requests_total{status}``      counter    completion requests by the answer's HTTP status
+``mock_requests_total{status}``      counter    requests to the POST routes (chat, completions,
+                                                responses, embeddings) by the answer's HTTP status
                                                 (``200``, ``400``, ``401``, ``429``, ``500``,
                                                 ``503``, ``504``), ``dropped`` (the injected
                                                 dropped connection) or ``none`` (no status line
@@ -21,7 +22,8 @@ metric                               type       what
                                                 (:class:`~mockprovider.stats.MockCounters`:
                                                 ``completed``, ``rate_limited_requests``,
                                                 ``insufficient_quota``, ``faults_error``, ...)
-``mock_prompt_tokens_total``         counter    prompt tokens of completed requests
+``mock_prompt_tokens_total``         counter    prompt tokens of completed requests (embeddings
+                                                included)
 ``mock_generated_tokens_total``      counter    output tokens of completed requests
 ``mock_active_requests``             gauge      the physics' running batch (slots in use)
 ``mock_waiting_requests``            gauge      the provider's hidden FIFO behind the slots
@@ -99,7 +101,7 @@ class MetricsSnapshot:
     """One app at one scrape (what :class:`MockCollector` exposes).
 
     Attributes:
-        statuses: Completion requests by status label (see the module docstring).
+        statuses: Requests to the POST routes by status label (see the module docstring).
         counters: The ``/v1/mock/stats`` counters.
         prompt_tokens: Prompt tokens of completed requests.
         output_tokens: Output tokens of completed requests.
@@ -184,7 +186,7 @@ class MockCollector(Collector):
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=base)
 
-        requests = counter("mock_requests", "Completion requests by answer status.", ["status"])
+        requests = counter("mock_requests", "API requests by answer status.", ["status"])
         outcomes = counter("mock_outcomes", "The /v1/mock/stats counters.", ["outcome"])
         prompt = counter("mock_prompt_tokens", "Prompt tokens of completed requests.")
         output = counter("mock_generated_tokens", "Output tokens of completed requests.")

@@ -41,10 +41,12 @@ lockstep, each membership change takes effect mid-iteration instead of at the ne
 boundary, which moves times by less than one iteration per change.
 
 Prompt tokens: ``input_tokens = 0`` means zero prefill iterations; every request needs at least
-one iteration in total. With ``prefill_ms_per_token`` (``P``) above 0, each prefilling request
-adds ``P * input_tokens / prefill_iters`` ms to every iteration until its prompt is done (one
-more transition per request, where the rate changes), so a prompt slows the whole batch the
-way a CPU engine's prompt processing does; with ``P = 0`` nothing changes.
+one iteration in total. ``output_tokens = 0`` is a prefill-only request (an embedding): it
+holds its slot for its prefill iterations only, shows no first token and completes when its
+prompt is done (no decode step). With ``prefill_ms_per_token`` (``P``) above 0, each
+prefilling request adds ``P * input_tokens / prefill_iters`` ms to every iteration until its
+prompt is done (one more transition per request, where the rate changes), so a prompt slows
+the whole batch the way a CPU engine's prompt processing does; with ``P = 0`` nothing changes.
 
 Context: with ``context_ms_per_token`` (``K``) above 0, every iteration also costs ``K`` per
 token of context the batch holds: each active request's prompt plus the iterations it has
@@ -107,8 +109,6 @@ TIMED_OUT: Final = 2
 _FIRST_TOKEN_EVENT = EventKind.FIRST_TOKEN
 _COMPLETED_EVENT = EventKind.COMPLETED
 _TIMED_OUT_EVENT = EventKind.TIMED_OUT
-
-
 
 
 class ProviderPhysics:

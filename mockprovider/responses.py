@@ -2,9 +2,11 @@
 
 What it is: the two response classes ``mockprovider.app`` returns for a request that passed
 the gate. :class:`ServedResponse` submits the request to the ``PhysicsDriver``, waits for its
-events and answers (JSON at completion; SSE: the first chunk at the first token, the rest at
+events and answers (JSON at completion; SSE: the first events at the first token, the rest at
 completion), or drops the connection. :class:`HangResponse` never answers. Bodies come from
-``mockprovider.wire``; admission and fault draws happen before, in ``mockprovider.gate``.
+the request's :class:`Answer` (``mockprovider.apis``: one per API, over ``mockprovider.wire``);
+admission and fault draws happen before, in ``mockprovider.gate``. A request with no output
+token (an embedding) completes when its prefill does.
 
 Faults and timeouts as a client sees them:
 
@@ -21,8 +23,9 @@ Faults and timeouts as a client sees them:
   maps it to the same ``APIConnectionError`` (openai only wraps httpx2 request errors, not
   arbitrary exceptions).
 * physics timeout (``PhysicsParams.timeout_s``): 504 ``server_error``/``timeout`` before the
-  first byte; mid-stream, an SSE ``data: {"error": ...}`` event, which openai raises as
-  ``APIError``.
+  first byte; mid-stream, the API's failure event (chat and completions: an SSE
+  ``data: {"error": ...}`` event, which openai raises as ``APIError``; Responses:
+  ``response.failed``).
 
 A request that is cancelled or whose client disconnects is released from the physics in a
 ``finally``, so no slot ever leaks (counted as ``client_cancelled``).
@@ -32,7 +35,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 import anyio
 import httpx2
@@ -43,9 +47,9 @@ from mockprovider.driver import Flight, PhysicsDriver
 from mockprovider.errors import timeout_body
 from mockprovider.physics import EventKind
 from mockprovider.stats import CounterName
-from mockprovider.wire import Job, completion_body, raw_headers, sse, stream_head, stream_tail
+from mockprovider.wire import Job, raw_headers
 
-__all__ = ["ConnectionDropped", "HangResponse", "ServedResponse", "ServingHost"]
+__all__ = ["Answer", "ConnectionDropped", "HangResponse", "ServedResponse", "ServingHost"]
 
 
 class ConnectionDropped(httpx2.RemoteProtocolError):
@@ -67,7 +71,27 @@ class ServingHost(Protocol):
         """Count a completed request and bill its tokens to the quota."""
 
     def new_id(self, job: Job) -> str:
-        """A fresh completion id (``chatcmpl-...`` or ``cmpl-...``)."""
+        """A fresh answer id (``chatcmpl-...``, ``cmpl-...``, ``resp_...``, ...)."""
+        ...
+
+
+class Answer(Protocol):
+    """What one admitted request answers, in its API's shapes (``mockprovider.apis``)."""
+
+    def body(self, rid: str, created: int) -> Mapping[str, Any]:
+        """The JSON answer with id ``rid``, created at ``created`` (Unix seconds)."""
+        ...
+
+    def head(self, rid: str, created: int) -> bytes:
+        """The SSE events sent at the first token (or at completion without one)."""
+        ...
+
+    def tail(self, rid: str, created: int) -> list[bytes]:
+        """The SSE events sent at completion, after :meth:`head`."""
+        ...
+
+    def failed(self, error: Mapping[str, Any]) -> bytes:
+        """The SSE event that ends a stream cut by ``error`` (an OpenAI error body)."""
         ...
 
 
@@ -87,14 +111,18 @@ class ServedResponse(Response):
     Args:
         host: The app that admitted the request.
         job: The parsed request.
+        answer: What it answers (its API's bodies).
         headers: Extra response headers (rate-limit state, ``x-request-id``).
         drop: Drop the connection mid-response (the injected ``drop`` fault).
     """
 
-    def __init__(self, host: ServingHost, job: Job, headers: dict[str, str], *, drop: bool) -> None:
+    def __init__(
+        self, host: ServingHost, job: Job, answer: Answer, headers: dict[str, str], *, drop: bool
+    ) -> None:
         super().__init__(status_code=200)
         self._host = host
         self._job = job
+        self._answer = answer
         self._extra = headers
         self._drop = drop
         self._outcome: _Outcome = "pending"
@@ -149,7 +177,7 @@ class ServedResponse(Response):
             return
         job = self._job
         self._host.completed(job)
-        data = json.dumps(completion_body(job, self._host.new_id(job), int(time.time()))).encode()
+        data = json.dumps(self._answer.body(self._host.new_id(job), int(time.time()))).encode()
         self._outcome = "dropped" if self._drop else "done"
         await self._start(send, 200, "application/json", len(data))
         await self._body(send, data[: len(data) // 2] if self._drop else data, more=self._drop)
@@ -162,7 +190,7 @@ class ServedResponse(Response):
             return
         rid, created = self._host.new_id(job), int(time.time())
         await self._start(send, 200, "text/event-stream; charset=utf-8")
-        await self._body(send, stream_head(job, rid, created), more=True)
+        await self._body(send, self._answer.head(rid, created), more=True)
         if self._drop:
             self._outcome = "dropped"
             return
@@ -171,11 +199,11 @@ class ServedResponse(Response):
         if event.kind is EventKind.TIMED_OUT:
             self._host.count("timeouts")
             self._outcome = "done"
-            await self._body(send, sse(timeout_body()), more=False)
+            await self._body(send, self._answer.failed(timeout_body()), more=False)
             return
         self._host.completed(job)
         self._outcome = "done"
-        *pieces, last = stream_tail(job, rid, created)
+        *pieces, last = self._answer.tail(rid, created)
         for piece in pieces:
             await self._body(send, piece, more=True)
         await self._body(send, last, more=False)

@@ -10,14 +10,14 @@ free beyond ``mockprovider.physics`` and ``mockprovider.faults``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
 
 from mockprovider.faults import WindowState
 from mockprovider.physics import PhysicsStats
 
-__all__ = ["CounterName", "MockCounters", "MockStats", "Tally"]
+__all__ = ["ApiRequests", "CounterName", "MockCounters", "MockStats", "Tally"]
 
 CounterName = Literal[
     "requests",
@@ -42,8 +42,9 @@ class MockCounters:
     """What the app has answered so far (each a count of requests).
 
     Attributes:
-        requests: Completion requests received (``/v1/chat/completions`` and
-            ``/v1/completions``), whatever became of them.
+        requests: Requests received on the served APIs (``/v1/chat/completions``,
+            ``/v1/completions``, ``/v1/responses`` and ``/v1/embeddings``), whatever became
+            of them (:class:`ApiRequests` splits them by API).
         completed: Requests answered in full (JSON body sent or stream completed).
         bad_requests: 400 ``invalid_request_error`` (body, parameters or hint headers).
         unauthorized: 401 (missing or wrong API key), on any route.
@@ -80,13 +81,33 @@ class MockCounters:
         return self.rate_limited_requests + self.rate_limited_tokens
 
 
-class Tally:
-    """The app's mutable counters; :meth:`snapshot` freezes them into :class:`MockCounters`."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiRequests:
+    """Requests received per API, whatever became of them (they add up to
+    ``MockCounters.requests``).
 
-    __slots__ = ("_counts",)
+    Attributes:
+        chat_completions: ``POST /v1/chat/completions``.
+        completions: ``POST /v1/completions``.
+        responses: ``POST /v1/responses``.
+        embeddings: ``POST /v1/embeddings``.
+    """
+
+    chat_completions: int = 0
+    completions: int = 0
+    responses: int = 0
+    embeddings: int = 0
+
+
+class Tally:
+    """The app's mutable counters; :meth:`snapshot` freezes them into :class:`MockCounters`,
+    :meth:`apis` the requests per API into :class:`ApiRequests`."""
+
+    __slots__ = ("_apis", "_counts")
 
     def __init__(self) -> None:
         self._counts: dict[CounterName, int] = dict.fromkeys(get_args(CounterName), 0)
+        self._apis: dict[str, int] = {f.name: 0 for f in fields(ApiRequests)}
 
     def __repr__(self) -> str:
         live = ", ".join(f"{k}={v}" for k, v in self._counts.items() if v)
@@ -96,9 +117,19 @@ class Tally:
         """Count one more ``name``."""
         self._counts[name] += 1
 
+    def received(self, api: str) -> None:
+        """Count one more request on ``api`` (``"chat.completions"``, ``"responses"``, ...)
+        and one more ``requests``."""
+        self._apis[api.replace(".", "_")] += 1
+        self._counts["requests"] += 1
+
     def snapshot(self) -> MockCounters:
         """The counts now, frozen."""
         return MockCounters(**self._counts)
+
+    def apis(self) -> ApiRequests:
+        """The requests per API now, frozen."""
+        return ApiRequests(**self._apis)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +147,8 @@ class MockStats:
         quota_used: Tokens billed so far (prompt + completion of completed requests).
         capacity_loss_applied_at: Virtual time the configured capacity loss took effect, or
             ``None`` (not configured, or not reached yet).
+        requests_by_api: ``counters.requests`` split by API (all 0 when read from the JSON
+            of an older mock, which lacks it).
     """
 
     virtual_time: float
@@ -127,16 +160,21 @@ class MockStats:
     quota_limit: int | None
     quota_used: int
     capacity_loss_applied_at: float | None
+    requests_by_api: ApiRequests = ApiRequests()
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> MockStats:
         """Rebuild the stats from their JSON form (``dataclasses.asdict`` of one).
 
         Raises:
-            ValueError: ``obj`` lacks a field or has one this version does not know.
+            ValueError: ``obj`` lacks a field (other than ``requests_by_api``, which an
+                older mock did not send) or has one this version does not know.
         """
-        flat = _fields_of(cls, obj, "stats")
+        flat = _fields_of(cls, obj, "stats", optional={"requests_by_api"})
+        apis = flat.get("requests_by_api")
+        by_api = ApiRequests() if apis is None else _build(ApiRequests, apis, "requests_by_api")
         nested = {
+            "requests_by_api": by_api,
             "physics": _build(PhysicsStats, flat["physics"], "physics"),
             "counters": _build(MockCounters, flat["counters"], "counters"),
             "requests_window": _window(flat["requests_window"], "requests_window"),
@@ -148,11 +186,13 @@ class MockStats:
 _T = TypeVar("_T")
 
 
-def _fields_of(cls: type[Any], obj: object, where: str) -> dict[str, Any]:
+def _fields_of(
+    cls: type[Any], obj: object, where: str, optional: Collection[str] = ()
+) -> dict[str, Any]:
     if not isinstance(obj, Mapping):
         raise ValueError(f"{where}={obj!r} must be a JSON object")
     names = {f.name for f in fields(cls)}
-    missing, unknown = names - obj.keys(), obj.keys() - names
+    missing, unknown = names - obj.keys() - set(optional), obj.keys() - names
     if missing or unknown:
         raise ValueError(
             f"{where} does not match {cls.__name__}: "

@@ -2,7 +2,8 @@
 
 What it is: everything the mock says or reads on the wire, as plain functions over bytes,
 header mappings and dictionaries: request validation into a :class:`Job`, completion and
-chunk bodies, SSE encoding (what a refusal says is in ``mockprovider.errors``). Nothing here
+chunk bodies, SSE encoding (the bodies live in ``mockprovider.bodies`` and are re-exported
+here; what a refusal says is in ``mockprovider.errors``). Nothing here
 touches Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
 ``mockprovider.responses`` send what these functions build.
 
@@ -27,6 +28,9 @@ output length without one).
 
 A streamed answer is the first word with the role, then up to four content chunks, the finish
 chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
+
+The Responses and Embeddings APIs (``mockprovider.apis``) read their requests with the same
+helpers: :func:`request_body`, and :func:`shape_job` for the length rules above.
 """
 
 from __future__ import annotations
@@ -35,28 +39,44 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
+from mockprovider.bodies import (
+    answer_text,
+    completion_body,
+    raw_headers,
+    sse,
+    stream_head,
+    stream_tail,
+    text_pieces,
+)
 from mockprovider.errors import cap_too_large_message, prompt_too_long_message
 from mockprovider.faults import Fault
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
+    "Api",
     "BadRequest",
     "Job",
+    "answer_text",
     "completion_body",
+    "estimate_tokens",
+    "forced_fault",
+    "header_int",
+    "opt_int",
     "parse_job",
     "raw_headers",
+    "request_body",
+    "shape_job",
     "sse",
     "stream_head",
     "stream_tail",
+    "text_pieces",
 ]
 
-_WORDS: Final = (
-    *("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed"),
-    *("do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua"),
-)
-_STREAM_CONTENT_CHUNKS: Final = 4  # content chunks after the first one
+Api = Literal["chat.completions", "completions", "responses", "embeddings"]
+"""The OpenAI API a request came to (``/v1/chat/completions``, ``/v1/completions``, ...)."""
+
 #: The context window (prompt plus output tokens) of a mock model unless configured:
 #: 128Ki, the window of the Llama 3.1 family (GPT-4o's is 128,000).
 DEFAULT_CONTEXT_TOKENS: Final = 131_072
@@ -101,6 +121,7 @@ class Job:
         finish_reason: ``"stop"`` or ``"length"``.
         charge: Token charge for the TPM window.
         forced_fault: The ``x-mock-fault`` header, or ``None``.
+        api: The API the request came to (``chat`` is true for ``"chat.completions"`` only).
     """
 
     chat: bool
@@ -112,12 +133,14 @@ class Job:
     finish_reason: str
     charge: int
     forced_fault: Fault | None
+    api: Api = "chat.completions"
 
 
 # -- request parsing -----------------------------------------------------------------------
 
 
-def _header_int(headers: Mapping[str, str], name: str) -> int | None:
+def header_int(headers: Mapping[str, str], name: str) -> int | None:
+    """A hint header's integer (>= 0), or ``None`` when absent."""
     raw = headers.get(name)
     if raw is None:
         return None
@@ -148,7 +171,8 @@ def _metadata_int(body: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
-def _opt_int(body: Mapping[str, Any], name: str) -> int | None:
+def opt_int(body: Mapping[str, Any], name: str) -> int | None:
+    """``body[name]`` as an integer >= 1, or ``None`` when absent or null."""
     value = body.get(name)
     if value is None:
         return None
@@ -157,7 +181,8 @@ def _opt_int(body: Mapping[str, Any], name: str) -> int | None:
     return int(value)
 
 
-def _estimate_tokens(text: str) -> int:
+def estimate_tokens(text: str) -> int:
+    """A text's token estimate: UTF-8 bytes / 4, rounded up, at least 1."""
     return max(1, math.ceil(len(text.encode("utf-8")) / 4))
 
 
@@ -263,7 +288,8 @@ def _include_usage(body: Mapping[str, Any]) -> bool:
     return bool(usage)
 
 
-def _forced_fault(headers: Mapping[str, str]) -> Fault | None:
+def forced_fault(headers: Mapping[str, str]) -> Fault | None:
+    """The ``x-mock-fault`` header's fault, or ``None`` when absent."""
     raw = headers.get("x-mock-fault")
     if raw is None:
         return None
@@ -278,24 +304,21 @@ def _forced_fault(headers: Mapping[str, str]) -> Fault | None:
 def _cap(body: Mapping[str, Any], chat: bool) -> tuple[str, int | None]:
     """The output cap's name and value: ``max_completion_tokens``, else ``max_tokens``."""
     if chat:
-        newer = _opt_int(body, "max_completion_tokens")
-        legacy = _opt_int(body, "max_tokens")
+        newer = opt_int(body, "max_completion_tokens")
+        legacy = opt_int(body, "max_tokens")
         if newer is not None or legacy is None:
             return "max_completion_tokens", newer
         return "max_tokens", legacy
-    return "max_tokens", _opt_int(body, "max_tokens")
+    return "max_tokens", opt_int(body, "max_tokens")
 
 
 def _check_context(
-    input_tokens: int, cap_name: str, cap: int | None, *, context: int, chat: bool
+    input_tokens: int, cap_name: str, cap: int | None, *, context: int, param: str
 ) -> int:
     """The room for output in a context window of ``context`` tokens (vLLM's 400s otherwise)."""
     if input_tokens >= context:
         raise BadRequest(
-            prompt_too_long_message(context, input_tokens),
-            "messages" if chat else "prompt",
-            400,
-            "BadRequestError",
+            prompt_too_long_message(context, input_tokens), param, 400, "BadRequestError"
         )
     room = context - input_tokens
     if cap is not None and cap > room:
@@ -303,6 +326,86 @@ def _check_context(
             cap_too_large_message(cap, context, input_tokens), cap_name, 400, "BadRequestError"
         )
     return room
+
+
+def request_body(raw: bytes) -> tuple[dict[str, Any], str]:
+    """A request's JSON object and the model it names.
+
+    Raises:
+        BadRequest: The body is not a JSON object, or its ``model`` is missing or not a string.
+    """
+    body = _json_object(raw)
+    model = body.get("model")
+    if model is None:
+        raise BadRequest("Missing required parameter: 'model'.", "model", "missing")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("Invalid 'model': expected a non-empty string.", "model", "invalid_type")
+    return body, model
+
+
+_PROMPT_PARAM: Final[dict[str, str]] = {
+    "chat.completions": "messages",
+    "completions": "prompt",
+    "responses": "input",
+    "embeddings": "input",
+}
+
+
+def shape_job(
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    *,
+    api: Api,
+    model: str,
+    prompt: tuple[str, int],
+    cap: tuple[str, int | None],
+    default_output: int,
+    context_tokens: int,
+    include_usage: bool = False,
+) -> Job:
+    """The :class:`Job` of a request under the length rules of the module docstring.
+
+    Args:
+        headers: The request headers (the hints and ``x-mock-fault``).
+        body: The request's JSON object (``stream``, ``metadata.mock_output_tokens``).
+        api: The API the request came to.
+        model: The model it named.
+        prompt: Its prompt text and the tokens it gave as token ids.
+        cap: The output cap's parameter name and value (``None``: no cap).
+        default_output: Output length when neither a hint nor a cap is given.
+        context_tokens: The model's context window: prompt plus output tokens.
+        include_usage: Send the usage chunk at the end of a chat stream.
+
+    Raises:
+        BadRequest: A bad hint or ``stream``, or a request beyond the context window.
+    """
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("Invalid 'stream': expected a boolean.", "stream", "invalid_type")
+    (text, extra), (cap_name, max_tokens) = prompt, cap
+    input_tokens = header_int(headers, "x-mock-input-tokens")
+    if input_tokens is None:
+        input_tokens = (estimate_tokens(text) if text else 0) + extra or 1
+    param = _PROMPT_PARAM[api]
+    room = _check_context(input_tokens, cap_name, max_tokens, context=context_tokens, param=param)
+    hinted_out = header_int(headers, "x-mock-output-tokens")
+    if hinted_out is None:
+        hinted_out = _metadata_int(body, "mock_output_tokens")
+    wanted = next(w for w in (hinted_out, max_tokens, default_output) if w is not None)
+    limit = room if max_tokens is None else max_tokens
+    output_tokens = min(wanted, limit)
+    return Job(
+        chat=api == "chat.completions",
+        model=model,
+        stream=bool(stream),
+        include_usage=include_usage,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reason="length" if wanted > limit else "stop",
+        charge=input_tokens + (max_tokens if max_tokens is not None else output_tokens),
+        forced_fault=forced_fault(headers),
+        api=api,
+    )
 
 
 def parse_job(
@@ -326,145 +429,19 @@ def parse_job(
     Raises:
         BadRequest: The request is not one the mock (or OpenAI) accepts.
     """
-    body = _json_object(raw)
-    model = body.get("model")
-    if model is None:
-        raise BadRequest("Missing required parameter: 'model'.", "model", "missing")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("Invalid 'model': expected a non-empty string.", "model", "invalid_type")
+    body, model = request_body(raw)
     include_usage = _include_usage(body)
     n = body.get("n")
     if n is not None and (not _is_int(n) or n != 1):
         raise BadRequest("Invalid 'n': the mock provider supports only n=1.", "n")
-    text, extra = (_chat_prompt(body), 0) if chat else _completion_prompt(body)
-    cap_name, max_tokens = _cap(body, chat)
-    hinted_in = _header_int(headers, "x-mock-input-tokens")
-    if hinted_in is not None:
-        input_tokens = hinted_in
-    else:
-        input_tokens = (_estimate_tokens(text) if text else 0) + extra or 1
-    room = _check_context(input_tokens, cap_name, max_tokens, context=context_tokens, chat=chat)
-    hinted_out = _header_int(headers, "x-mock-output-tokens")
-    if hinted_out is None:
-        hinted_out = _metadata_int(body, "mock_output_tokens")
-    wanted = next(w for w in (hinted_out, max_tokens, default_output) if w is not None)
-    limit = room if max_tokens is None else max_tokens
-    output_tokens = min(wanted, limit)
-    return Job(
-        chat=chat,
+    return shape_job(
+        headers,
+        body,
+        api="chat.completions" if chat else "completions",
         model=model,
-        stream=bool(body.get("stream")),
+        prompt=(_chat_prompt(body), 0) if chat else _completion_prompt(body),
+        cap=_cap(body, chat),
+        default_output=default_output,
+        context_tokens=context_tokens,
         include_usage=include_usage,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        finish_reason="length" if wanted > limit else "stop",
-        charge=input_tokens + (max_tokens if max_tokens is not None else output_tokens),
-        forced_fault=_forced_fault(headers),
     )
-
-
-# -- answers -------------------------------------------------------------------------------
-
-
-def _words(n: int) -> list[str]:
-    return [_WORDS[i % len(_WORDS)] for i in range(n)]
-
-
-def _usage(job: Job) -> dict[str, int]:
-    return {
-        "prompt_tokens": job.input_tokens,
-        "completion_tokens": job.output_tokens,
-        "total_tokens": job.input_tokens + job.output_tokens,
-    }
-
-
-def completion_body(job: Job, rid: str, created: int) -> dict[str, Any]:
-    """The JSON answer (``chat.completion`` or ``text_completion``) with id ``rid``."""
-    content = " ".join(_words(job.output_tokens))
-    if job.chat:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": content, "refusal": None},
-            "logprobs": None,
-            "finish_reason": job.finish_reason,
-        }
-        obj = "chat.completion"
-    else:
-        choice = {"text": content, "index": 0, "logprobs": None, "finish_reason": job.finish_reason}
-        obj = "text_completion"
-    return {
-        "id": rid,
-        "object": obj,
-        "created": created,
-        "model": job.model,
-        "system_fingerprint": "mock",
-        "choices": [choice],
-        "usage": _usage(job),
-    }
-
-
-def _chunk(
-    job: Job, rid: str, created: int, text: str | None, finish: str | None, *, role: bool = False
-) -> dict[str, Any]:
-    if job.chat:
-        delta: dict[str, Any] = {}
-        if role:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        choice: dict[str, Any] = {
-            "index": 0,
-            "delta": delta,
-            "logprobs": None,
-            "finish_reason": finish,
-        }
-    else:
-        choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}
-    chunk: dict[str, Any] = {
-        "id": rid,
-        "object": "chat.completion.chunk" if job.chat else "text_completion",
-        "created": created,
-        "model": job.model,
-        "system_fingerprint": "mock",
-        "choices": [choice],
-    }
-    if job.include_usage:
-        chunk["usage"] = None
-    return chunk
-
-
-def sse(data: Mapping[str, Any] | str) -> bytes:
-    """One SSE event: ``data: <compact JSON or text>`` and a blank line."""
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
-
-
-def stream_head(job: Job, rid: str, created: int) -> bytes:
-    """The first SSE event of a stream (sent at the first token): role and first word."""
-    words = _words(min(job.output_tokens, 1))
-    return sse(_chunk(job, rid, created, words[0] if words else "", None, role=True))
-
-
-def stream_tail(job: Job, rid: str, created: int) -> list[bytes]:
-    """The SSE events after the first (sent at completion), ending with ``data: [DONE]``."""
-    rest = _words(job.output_tokens)[1:]
-    pieces = min(_STREAM_CONTENT_CHUNKS, len(rest))
-    out: list[bytes] = []
-    for i in range(pieces):
-        group = rest[i * len(rest) // pieces : (i + 1) * len(rest) // pieces]
-        out.append(sse(_chunk(job, rid, created, "".join(" " + w for w in group), None)))
-    out.append(sse(_chunk(job, rid, created, None, job.finish_reason)))
-    if job.include_usage:
-        usage_chunk = _chunk(job, rid, created, None, None)
-        usage_chunk["choices"] = []
-        usage_chunk["usage"] = _usage(job)
-        out.append(sse(usage_chunk))
-    out.append(sse("[DONE]"))
-    return out
-
-
-def raw_headers(headers: Mapping[str, str], content_type: str) -> list[tuple[bytes, bytes]]:
-    """ASGI response headers: ``content-type`` first, then ``headers`` (latin-1)."""
-    out = [(b"content-type", content_type.encode("latin-1"))]
-    out.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
-    return out

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         PriorsChoice,
         PriorSource,
     )
+    from semisched.runtime.apis import ApiSpec, ApiUsage
     from semisched.runtime.clock import AnyioClock, Clock, MonotonicClock, ScaledClock
     from semisched.runtime.estimate import CategoryStats, EstimatorStats, TokenEstimator
     from semisched.runtime.options import RuntimeOptions
@@ -105,6 +106,8 @@ _WHERE = {
     # the SDK
     "ScheduledClient": "semisched.runtime.scheduler",
     "ScheduledStream": "semisched.runtime.scheduler",
+    "ApiSpec": "semisched.runtime.apis",
+    "ApiUsage": "semisched.runtime.apis",
     "Scheduler": "semisched.runtime.scheduler",
     "Endpoint": "semisched.fleet.endpoints",
     "SchedulerStats": "semisched.runtime.scheduler",
@@ -198,6 +201,8 @@ __all__ = [
     "AllocationConfig",
     "AllocationPolicy",
     "AnyioClock",
+    "ApiSpec",
+    "ApiUsage",
     "BatchError",
     "BatchPriorSource",
     "Bucket",

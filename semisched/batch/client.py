@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from semisched.batch.input import BatchError
 from semisched.fleet.fleetfile import FleetFileError, build_endpoints
+from semisched.runtime.apis import APIS
 from semisched.runtime.clock import Clock
 
 if TYPE_CHECKING:
@@ -155,14 +156,14 @@ class _TimedCompletions:
         self.with_raw_response = _TimedRaw(target.with_raw_response, clock, sink)
 
 
-class _TimedChat:
-    def __init__(self, completions: _TimedCompletions) -> None:
-        self.completions = completions
+class _Namespace:
+    """A step on the way to a resource (``chat`` of ``chat.completions``)."""
 
 
 class TimedClient:
     """An ``AsyncOpenAI`` as the scheduler calls it (``with_raw_response.create``),
-    timing each successful attempt (send -> response, clock seconds) into ``sink``.
+    timing each successful attempt (send -> response, clock seconds) into ``sink``:
+    the resource of every scheduled API the client has (:data:`~semisched.runtime.apis.APIS`).
 
     The wrapped client's own retries are turned off here: the wrapper hides
     ``with_options``, through which the scheduler would do it.
@@ -171,5 +172,13 @@ class TimedClient:
     def __init__(self, client: Any, clock: Clock, sink: list[float]) -> None:
         with_options = getattr(client, "with_options", None)
         client = with_options(max_retries=0) if callable(with_options) else client
-        self.chat = _TimedChat(_TimedCompletions(client.chat.completions, clock, sink))
-        self.completions = _TimedCompletions(client.completions, clock, sink)
+        for spec in APIS.values():
+            target = spec.target(client)
+            if target is None:  # an openai too old for it: the scheduler says so if asked
+                continue
+            parent: Any = self
+            for name in spec.resource[:-1]:
+                if not hasattr(parent, name):
+                    setattr(parent, name, _Namespace())
+                parent = getattr(parent, name)
+            setattr(parent, spec.resource[-1], _TimedCompletions(target, clock, sink))

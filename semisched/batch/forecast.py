@@ -44,7 +44,7 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.request import Prior, Request
 from semisched.priors.sources import BatchPriorSource, PriorQuery, PriorsChoice, PriorSource
-from semisched.runtime.calls import PreparedCall, prepare_call
+from semisched.runtime.calls import CallArgs, PreparedCall, prepare_call
 from semisched.runtime.estimate import TokenEstimator
 
 __all__ = [
@@ -225,14 +225,7 @@ def eta_s(*, to_send: int, done: int, elapsed_s: float, floor_s: float | None) -
 
 def _prepared(body: dict[str, Any]) -> PreparedCall:
     """A validated body as ``submit`` prepares it (validation passed: no names to check)."""
-    params = dict(body)
-    return prepare_call(
-        model=params.pop("model"),
-        messages=params.pop("messages", None),
-        prompt=params.pop("prompt", None),
-        tenant=params.pop("tenant", None),
-        params=params,
-    )
+    return prepare_call(CallArgs.of(body))
 
 
 def _priors(source: PriorSource, queries: list[PriorQuery]) -> list[Prior]:
@@ -270,8 +263,9 @@ def plan_requests(
             call.prior_query(line.custom_id) for line, call in zip(chunk, calls, strict=True)
         ]
         found = _priors(priors, queries)
-        for line, call, prior in zip(chunk, calls, found, strict=True):
-            tokens = estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
+        for line, call, planned_prior in zip(chunk, calls, found, strict=True):
+            prior = call.prior or planned_prior  # an API that generates nothing has its own
+            tokens = call.input_tokens(estimator)
             planned.append(
                 Request(
                     id=line.custom_id,

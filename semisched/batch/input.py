@@ -23,11 +23,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, BinaryIO
 
 from semisched.batch.tenants import line_tenant_problem, take_tenant
 from semisched.core.errors import SemischedError
 from semisched.core.tenants.config import TenantConfig
+from semisched.runtime.apis import APIS
 from semisched.runtime.calls import SCHEDULER_ARGS, accepted_params, prepare_call
 
 __all__ = [
@@ -41,11 +43,11 @@ __all__ = [
     "read_input",
 ]
 
-#: Batch ``url`` -> endpoint of the scheduler.
-SUPPORTED_URLS: Mapping[str, str] = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-}
+#: Batch ``url`` -> the scheduled API it calls (every API of
+#: :data:`~semisched.runtime.apis.APIS`, at its path).
+SUPPORTED_URLS: Mapping[str, str] = MappingProxyType(
+    {spec.path: name for name, spec in APIS.items()}
+)
 
 
 class BatchError(SemischedError):
@@ -121,28 +123,26 @@ def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     if own:
         hint = " (a line's tenant goes in metadata.tenant)" if "tenant" in own else ""
         raise TypeError(f"{own} are scheduler arguments, not API parameters{hint}")
-    call = prepare_call(
-        model=params.pop("model", None),
-        messages=params.pop("messages", None),
-        prompt=params.pop("prompt", None),
-        params=params,
-        allowed_params=_openai_params(),
-    )
-    if call.api != endpoint:
-        need = "messages" if endpoint == "chat" else "prompt"
-        raise ValueError(f"this url needs '{need}' in the body")
+    spec = APIS[endpoint]
+    if spec.prompt_field not in params:
+        raise ValueError(f"this url needs {spec.prompt_field!r} in the body")
+    prompt = {spec.prompt_field: params.pop(spec.prompt_field)}
+    for other in ("messages", "prompt", "input"):  # the other APIs' prompt fields: refused
+        if other in params:
+            raise ValueError(f"this url takes {spec.prompt_field!r}, not {other!r}")
+    prepare_call(model=params.pop("model", None), api=endpoint, params=params,
+                 allowed_params=_openai_params(), **prompt)  # fmt: skip
 
 
 @functools.cache
 def _openai_params() -> Mapping[str, frozenset[str] | None]:
-    """Argument names of ``openai``'s ``create`` per endpoint (read off an unused client)."""
+    """Argument names of ``openai``'s ``create`` per scheduled API (read off an unused
+    client; an API the installed ``openai`` lacks is left out)."""
     import openai
 
     signatures = openai.AsyncOpenAI(api_key="signatures-only", base_url="http://127.0.0.1:9")
-    return {
-        "chat": accepted_params(signatures.chat.completions),
-        "completions": accepted_params(signatures.completions),
-    }
+    targets = {name: spec.target(signatures) for name, spec in APIS.items()}
+    return {name: accepted_params(t) for name, t in targets.items() if t is not None}
 
 
 def _check_envelope(number: int, obj: Any, first_seen: dict[str, int]) -> InvalidLine | None:
@@ -302,7 +302,8 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
 
     Returns:
         The keyword arguments of ``Scheduler.submit``: the body, with its
-        ``metadata.tenant`` moved out of ``metadata`` to ``tenant``.
+        ``metadata.tenant`` moved out of ``metadata`` to ``tenant``, and ``api``
+        the API its ``url`` names.
 
     Raises:
         BatchError: The input changed since it was validated.
@@ -323,4 +324,5 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
         body.setdefault("model", default_model)
     if tenant is not None:
         body["tenant"] = tenant
+    body["api"] = SUPPORTED_URLS[line.url]  # the API its url names
     return body

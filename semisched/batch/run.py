@@ -75,6 +75,7 @@ from semisched.errors import RequestError
 from semisched.fleet.endpoints import Endpoint
 from semisched.priors.default import model_unavailable
 from semisched.priors.sources import Heuristic, PriorSource
+from semisched.runtime.apis import APIS
 from semisched.runtime.calls import scheduler_config
 from semisched.runtime.clock import AnyioClock, Clock
 from semisched.runtime.options import RuntimeOptions
@@ -454,15 +455,13 @@ class BatchRun:
             record = error_record(line.custom_id, code, str(exc), status)
             self._hints.setdefault(getattr(exc, "hint", None) or "")  # the summary's, once
             return None if self._auth.hold(record, code, status) else self._counted(record, code)
-        usage = getattr(response, "usage", None)
+        usage = APIS[body["api"]].usage(response)  # each API reports it its own way
         assert self._progress is not None
         self._progress = replace(
             self._progress,
             succeeded=self._progress.succeeded + 1,
-            prompt_tokens=self._progress.prompt_tokens
-            + int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=self._progress.completion_tokens
-            + int(getattr(usage, "completion_tokens", 0) or 0),
+            prompt_tokens=self._progress.prompt_tokens + usage.prompt_tokens,
+            completion_tokens=self._progress.completion_tokens + usage.output_tokens,
         )
         return success_record(line.custom_id, response, timed.record())
 

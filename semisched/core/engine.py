@@ -392,6 +392,19 @@ class Engine:
         endpoint = None if entry is None else entry.endpoint
         self._fleet.budgets.observe(endpoint, request_id, now, limits)
 
+    def spent(self, tokens: float, now: float, endpoint: str | None = None) -> None:
+        """A call the scheduler did not send spent ``tokens`` of the key (an unscheduled
+        call's usage): the rate budgets (the fleet's, and ``endpoint``'s own) count
+        them, so the budget stays true.
+
+        Raises:
+            ValueError: ``tokens`` is not a number >= 0, or no endpoint has that name.
+        """
+        check_number("tokens", tokens, minimum=0)
+        self._book.advance(now)
+        fleet = self._fleet
+        fleet.budgets.spent(None if endpoint is None else fleet.get(endpoint), now, tokens)
+
     # -- queries ------------------------------------------------------------------
 
     @property

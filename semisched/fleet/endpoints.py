@@ -27,7 +27,7 @@ from typing import Any, Final, get_args, get_type_hints
 from semisched.core.checks import check_bool, check_int, check_str
 from semisched.core.config import BudgetConfig
 from semisched.core.fleet.endpoint import EndpointSpec
-from semisched.runtime.calls import Api
+from semisched.runtime.apis import APIS
 from semisched.runtime.provider import Provider
 
 __all__ = [
@@ -267,8 +267,7 @@ class Deployments:
     def _allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         providers = [self._providers[name] for name in self._endpoints]
         allowed: dict[str, frozenset[str] | None] = {}
-        apis: tuple[Api, ...] = ("chat", "completions")
-        for api in apis:
+        for api in APIS:
             if not all(api in p.allowed_params for p in providers):
                 continue
             names: frozenset[str] | None = None

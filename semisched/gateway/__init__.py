@@ -13,7 +13,9 @@ it came. A shell over the runtime, like the batch runner:
 - :mod:`~semisched.gateway.upstream`: the raw OpenAI-wire client of one upstream;
 - :mod:`~semisched.gateway.tickets`: each request's phase, for disconnects and drains;
 - :mod:`~semisched.gateway.answers`: outcomes as HTTP answers in OpenAI's error shape;
-- :mod:`~semisched.gateway.app`: the routes; :mod:`~semisched.gateway.status`: the status;
+- :mod:`~semisched.gateway.app`: the app; :mod:`~semisched.gateway.routes`: one scheduled
+  route per API (chat, completions, responses, embeddings); :mod:`~semisched.gateway.sse`:
+  streams in each API's framing; :mod:`~semisched.gateway.status`: the status;
 - :mod:`~semisched.gateway.server`: uvicorn, graceful shutdown, the demo's mock;
 - :mod:`~semisched.gateway.cli`: ``semisched serve``.
 

@@ -1,7 +1,7 @@
 """The gateway's ASGI app: OpenAI's routes in front of a :class:`~semisched.Scheduler`.
 
 ``Gateway(config).app()`` is an ASGI app (serve it with uvicorn:
-:mod:`semisched.gateway.server`): the completion routes' POSTs go straight to
+:mod:`semisched.gateway.server`): the scheduled routes' POSTs go straight to
 their handlers, everything else through Starlette. Its routes:
 
 =================================  ==========================================================
@@ -9,6 +9,8 @@ route                              what
 =================================  ==========================================================
 ``POST /v1/chat/completions``      scheduled, then forwarded; JSON, or SSE chunk by chunk
 ``POST /v1/completions``           the same for the completions API
+``POST /v1/responses``             the same for the Responses API (SSE: its typed events)
+``POST /v1/embeddings``            the same for embeddings (JSON only: they never stream)
 ``GET /v1/models``                 what the fleet serves
 ``GET /healthz``                   200 while the process serves
 ``GET /readyz``                    200 when every upstream answers and the state is shared
@@ -16,12 +18,14 @@ route                              what
 ``GET /semisched/status``          queues by tenant and class, endpoints, budgets, circuits
 =================================  ==========================================================
 
-A completion request goes: key → tenant (401 without one), body and hints
+The scheduled routes are built from :data:`~semisched.runtime.apis.APIS`, one
+:class:`~semisched.gateway.routes.ApiRoute` per API at its path, and serve every
+API alike: key → tenant (401 without one), body and hints
 (:mod:`semisched.gateway.hints`: 400/403), its class and deadline
 (:mod:`semisched.gateway.priority`: an integer ``priority``, ``service_tier``,
 the key's class, the class's and tenant's ``deadline_s``), the body's fields,
 model and service tier (:mod:`semisched.gateway.params`: 400/403/404; nothing
-is sent for a refused request), ``Scheduler.submit`` with the tenant, class,
+is sent for a refused request), ``Scheduler.submit`` with the API, tenant, class,
 deadline and prior, then the upstream's answer as it came, or the outcome's
 answer (:mod:`semisched.gateway.answers`; a request shed at a deadline the
 gateway gave it while still queued: 429 ``deadline_shed``). The client's
@@ -30,7 +34,8 @@ is aborted, its upstream connection closed); so does a drain for what is
 still queued (:meth:`Gateway.drain`, on SIGTERM), which answers 503.
 
 What this module is not: it schedules nothing (the runtime and the core do),
-parses no config (:mod:`semisched.gateway.config`) and runs no server.
+parses no config (:mod:`semisched.gateway.config`), runs no server and handles
+no scheduled request itself (:mod:`semisched.gateway.routes`).
 """
 
 from __future__ import annotations
@@ -41,44 +46,26 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import anyio
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from semisched.errors import RequestError
-from semisched.gateway.answers import (
-    EXCEPTION_HANDLERS,
-    error_response,
-    outcome_response,
-    refused,
-    shutting_down,
-    unauthorized,
-)
+from semisched.gateway.answers import EXCEPTION_HANDLERS, unauthorized
 from semisched.gateway.config import GatewayConfig, GatewayConfigError
-from semisched.gateway.hints import (
-    CHAT_FIELDS,
-    COMPLETION_FIELDS,
-    BadRequest,
-    read_hints,
-    request_headers,
-)
 from semisched.gateway.keys import KeyTable, bearer_key
-from semisched.gateway.limits import Refused, read_body
-from semisched.gateway.params import RequestChecks, parse_body
-from semisched.gateway.priority import DeadlinePlan, PriorityRules
-from semisched.gateway.sse import SSEResponse, watching
+from semisched.gateway.params import RequestChecks
+from semisched.gateway.priority import PriorityRules
+from semisched.gateway.routes import ApiRoute
 from semisched.gateway.status import fleet_health, status_document
-from semisched.gateway.tickets import Ticket, Tracker, access_log, current_ticket, log_access
-from semisched.gateway.upstream import RawAnswer, UpstreamClient, proxy_for
-from semisched.runtime.clock import loop_time
+from semisched.gateway.tickets import Tracker
+from semisched.gateway.upstream import UpstreamClient, proxy_for
+from semisched.runtime.apis import APIS
 from semisched.runtime.options import RuntimeOptions
 from semisched.runtime.scheduler import Scheduler
-from semisched.runtime.streams import ScheduledStream
 
 logger = logging.getLogger("semisched.gateway")
 
@@ -106,7 +93,7 @@ class Gateway:
         self.scheduler: Scheduler | None = None
         self.clients: dict[str, UpstreamClient] = {}
         self._environ = environ
-        self._classes: tuple[str, ...] = tuple(c.name for c in config.scheduler_config().classes)
+        self.classes: tuple[str, ...] = tuple(c.name for c in config.scheduler_config().classes)
         self.rules = PriorityRules(config, self.registry)
         self._answers = Counter(
             "semisched_gateway_responses",
@@ -207,13 +194,14 @@ class Gateway:
     def app(self) -> ASGIApp:
         """The ASGI app serving the module's routes.
 
-        The two completion routes are answered before Starlette's middleware and
-        router (they are what a gateway serves at load; the rest is Starlette's).
+        The scheduled routes, one :class:`~semisched.gateway.routes.ApiRoute` per entry
+        of :data:`~semisched.runtime.apis.APIS` at its path, are answered before
+        Starlette's middleware and router (they are what a gateway serves at load; the
+        rest is Starlette's, which also answers their other methods: 405).
         """
-        completion_routes = {"/v1/chat/completions": self.chat,
-                             "/v1/completions": self.completions}  # fmt: skip
+        scheduled = {spec.path: ApiRoute(self, spec) for spec in APIS.values()}
         raw = [Route(path, _Raw(route), methods=["POST"]) for path, route in
-               completion_routes.items()]  # fmt: skip
+               scheduled.items()]  # fmt: skip
         app = Starlette(
             routes=[
                 *raw,
@@ -228,153 +216,38 @@ class Gateway:
         )
         # A trailing slash is a 404, never a redirect to a URL built from the Host header.
         app.router.redirect_slashes = False
-        return _Front(app, completion_routes)
+        return _Front(app, scheduled)
 
-    # -- completions ---------------------------------------------------------------------
+    # -- the scheduled routes' shared parts (:mod:`semisched.gateway.routes`) ------------
 
-    async def chat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST /v1/chat/completions`` (raw ASGI)."""
-        await self._route("chat", CHAT_FIELDS, scope, receive, send)
-
-    async def completions(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST /v1/completions`` (raw ASGI)."""
-        await self._route("completions", COMPLETION_FIELDS, scope, receive, send)
-
-    async def _route(self, route: str, fields: frozenset[str], scope: Scope, receive: Receive,
-                     send: Send) -> None:  # fmt: skip
-        """One completion request, supervised: an unexpected exception answers this request
-        500 in OpenAI's shape (logged once, counted), and the gateway goes on."""
-        started = loop_time()
-        ticket = Ticket("")
-        try:
-            response = await self._complete(scope, receive, fields, ticket)
-        except Exception as exc:
-            logger.error("%s: request failed inside the gateway; answered 500", route,
-                         exc_info=exc)  # fmt: skip
-            response = error_response(500, "the gateway failed on this request (logged); "
-                                      "other requests are unaffected", "server_error",
-                                      "internal_error")  # fmt: skip
-        self._count(route, response)
-        try:
-            await response(scope, receive, send)
-        finally:
-            if access_log.isEnabledFor(logging.INFO):
-                log_access(route, ticket, response.status_code, started, loop_time())
-
-    def _count(self, route: str, response: Response) -> Response:
+    def count(self, route: str, response: Response) -> Response:
+        """Count an answer of ``route`` (``semisched_gateway_responses_total``)."""
         self._answers.labels(route, str(response.status_code)).inc()
         return response
 
-    def _tenant(self, authorization: str | None) -> str | None:
+    def tenant(self, authorization: str | None) -> str | None:
         """The caller's tenant (``""``: the default one), ``None``: no valid key."""
         if not self.config.auth:
             return self.config.default_tenant()
         return self.keys.tenant_for(bearer_key(authorization))
 
-    async def _complete(
-        self, scope: Scope, receive: Receive, allowed: frozenset[str], ticket: Ticket
-    ) -> Response:
-        if self.draining or self.scheduler is None:
-            return shutting_down(self.config.retry_after_s)
-        try:
-            headers = request_headers(scope["headers"])
-        except BadRequest as exc:  # authorization or a hint given twice
-            return refused(exc)
-        tenant = self._tenant(headers.get("authorization"))
-        if tenant is None:
-            return unauthorized()
-        try:
-            raw = await read_body(receive, headers.get("content-length"),
-                                  self.config.max_body_bytes)  # fmt: skip
-            body = parse_body(raw, self.config.max_json_depth)
-        except ClientDisconnect:
-            return Response(status_code=499)
-        except Refused as exc:  # too large (413: the rest is not read) or too deep
-            return error_response(exc.status, str(exc), "invalid_request_error", exc.code,
-                                  headers={"connection": "close"} if exc.status == 413 else None)
-        except BadRequest as exc:  # not a JSON object, NaN, a key twice
-            return refused(exc)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return error_response(400, "the request body must be a JSON object",
-                                  "invalid_request_error", "invalid_request")  # fmt: skip
-        priority = body.get("priority")  # read before the hints strip it
-        tier = body.get("service_tier") if "service_tier" in allowed else None
-        try:
-            hints = read_hints(headers, body, tenant=tenant, allowed=allowed,
-                               classes=self._classes)  # fmt: skip
-            klass = self.rules.klass(hints.klass, priority, tier, headers.get("authorization"))
-            self.checks.check(body, fields=allowed, tenant=tenant)
-        except BadRequest as exc:  # a hint, a field, the model or the service tier
-            return refused(exc)
-        plan = self.rules.deadline(hints.deadline_s, tenant)  # a request's time is bounded
-        call = dict(body, klass=klass, deadline=plan.seconds, prior=hints.prior,
-                    tenant=tenant or None)  # fmt: skip
-        headers = hints.response_headers()  # decided before the call: short, ASCII
-        if self.draining:  # it began while the body was read
-            return shutting_down(self.config.retry_after_s)
-        ticket.tenant = tenant
-        result = await self._submit(ticket, call, receive)
-        return self._answer(ticket, result, headers, plan)
-
-    async def _submit(self, ticket: Ticket, call: dict[str, Any], receive: Receive) -> Any:
-        """``submit`` the call; a disconnect (or a drain) cancels it (``None`` is returned)."""
-        assert self.scheduler is not None
-        token = current_ticket.set(ticket)
-        result: Any = None
-        watcher = watching(receive, ticket)
-        try:
-            with anyio.CancelScope() as scope:
-                ticket.scope = scope
-                try:
-                    result = await self.scheduler.submit(**call)
-                except (RequestError, ValueError, TypeError) as exc:
-                    result = exc
-        finally:
-            watcher.cancel()
-            ticket.scope = None
-            current_ticket.reset(token)
-        if scope.cancelled_caught:
-            phase = "in_flight" if ticket.cancelled_in == "in_flight" else "queued"
-            self.cancelled[phase] += 1
-            return None
-        return result
-
-    def _drain_s(self) -> float:
+    def drain_s(self) -> float:
         """The scheduler's estimate of how long its queue takes to drain (its queue
         pressure, in seconds: ``SignalsConfig.queue_ref_s`` at full pressure)."""
         assert self.scheduler is not None
         pressure = self.scheduler.statistics().engine.signals.queue_pressure
         return pressure * self.scheduler.config.signals.queue_ref_s
 
-    def _stream_cancelled(self) -> None:
+    def stream_cancelled(self) -> None:
+        """A stream the client's disconnect (or a drain) cut."""
         self.cancelled["in_flight"] += 1
-
-    def _answer(
-        self, ticket: Ticket, result: Any, headers: dict[str, str], plan: DeadlinePlan
-    ) -> Response:
-        if result is None:  # cancelled
-            if ticket.reason == "drain":
-                return shutting_down(self.config.retry_after_s)
-            return Response(status_code=499)  # the client is gone: nobody reads it
-        if isinstance(result, RequestError):
-            shed = self.rules.shed_answer(plan, result, self._drain_s)  # a gateway deadline
-            return shed or outcome_response(result, drain_retry_after_s=self.config.retry_after_s)
-        if isinstance(result, ValueError | TypeError):
-            return error_response(400, str(result), "invalid_request_error", "invalid_request")
-        if isinstance(result, ScheduledStream):
-            return SSEResponse(result, ticket, headers, on_cancel=self._stream_cancelled)
-        assert isinstance(result, RawAnswer)
-        return Response(result.content, result.status_code, headers=headers,
-                        media_type="application/json")  # fmt: skip
 
     # -- the other routes ----------------------------------------------------------------
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the configured models, the model maps' names, else the
         upstreams' own lists."""
-        if self.config.auth and self._tenant(request.headers.get("authorization")) is None:
+        if self.config.auth and self.tenant(request.headers.get("authorization")) is None:
             return unauthorized()
         names = list(self.config.models)
         for d in self.config.fleet.endpoints:
@@ -455,7 +328,7 @@ class _Raw:
 
 
 class _Front:
-    """The completion routes' POSTs straight to their endpoint, everything else to Starlette."""
+    """The scheduled routes' POSTs straight to their endpoint, everything else to Starlette."""
 
     def __init__(self, app: Starlette, routes: Mapping[str, ASGIApp]) -> None:
         self.app = app

@@ -20,12 +20,15 @@ Rules:
    body's ``metadata.tenant`` naming another tenant is refused (403): a
    header cannot make someone else pay.
 2. The body's ``priority``, when it is a string naming a class, is the class
-   (the header wins); ``priority`` and ``metadata`` are always removed. An
-   integer ``priority``, ``service_tier`` and the key's or tenant's class are
-   read after these (:mod:`semisched.gateway.priority`).
-3. Only OpenAI's own fields of the route (:data:`CHAT_FIELDS`,
-   :data:`COMPLETION_FIELDS`) are forwarded; every other field is stripped, so
-   the upstream never sees a field it would refuse. The stripped names are
+   (the header wins); ``priority`` is always removed, and so is ``metadata``
+   except on the Responses API, whose own field it is (forwarded as given, its
+   ``tenant`` checked by rule 1 all the same). An integer ``priority``,
+   ``service_tier`` and the key's or tenant's class are read after these
+   (:mod:`semisched.gateway.priority`).
+3. Only OpenAI's own fields of the route's API are forwarded (:data:`API_FIELDS`,
+   one table per scheduled API: :data:`CHAT_FIELDS`, :data:`COMPLETION_FIELDS`,
+   :data:`RESPONSES_FIELDS`, :data:`EMBEDDING_FIELDS`); every other field is
+   stripped, so the upstream never sees a field it would refuse. The stripped names are
    reported to the caller in the ``x-semisched-stripped`` response header,
    decided with the hints (before anything is sent): at most
    :data:`MAX_STRIPPED_NAMES` names of ``[A-Za-z0-9_.-]`` (up to 64 each) in
@@ -46,13 +49,16 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from semisched.core.checks import short_repr
 
 __all__ = [
+    "API_FIELDS",
     "CHAT_FIELDS",
     "COMPLETION_FIELDS",
+    "EMBEDDING_FIELDS",
     "HEADER_CLASS",
     "HEADER_DEADLINE",
     "HEADER_PRIOR",
@@ -60,6 +66,7 @@ __all__ = [
     "HEADER_TENANT",
     "MAX_STRIPPED_BYTES",
     "MAX_STRIPPED_NAMES",
+    "RESPONSES_FIELDS",
     "BadHint",
     "BadRequest",
     "Hints",
@@ -94,6 +101,24 @@ COMPLETION_FIELDS: Final = frozenset({
     "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
     "max_tokens", "n", "presence_penalty", "seed", "stop", "stream", "stream_options",
     "suffix", "temperature", "top_p", "user",
+})  # fmt: skip
+#: The request fields of OpenAI's ``POST /v1/responses`` the gateway forwards. Its
+#: ``prompt`` (a stored prompt template) is not one: ``prompt`` is the scheduler's
+#: completions prompt argument, so a call cannot carry both it and ``input``.
+RESPONSES_FIELDS: Final = frozenset({
+    "model", "input", "background", "context_management", "conversation", "include",
+    "instructions", "max_output_tokens", "max_tool_calls", "metadata", "parallel_tool_calls",
+    "previous_response_id", "prompt_cache_key", "prompt_cache_retention", "reasoning",
+    "safety_identifier", "service_tier", "store", "stream", "stream_options", "temperature",
+    "text", "tool_choice", "tools", "top_logprobs", "top_p", "truncation", "user",
+})  # fmt: skip
+#: The request fields of OpenAI's ``POST /v1/embeddings`` the gateway forwards.
+EMBEDDING_FIELDS: Final = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
+#: Each scheduled API's forwarded fields, by its name in
+#: :data:`~semisched.runtime.apis.APIS` (the route's table, rule 3).
+API_FIELDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "chat": CHAT_FIELDS, "completions": COMPLETION_FIELDS, "responses": RESPONSES_FIELDS,
+    "embeddings": EMBEDDING_FIELDS,
 })  # fmt: skip
 
 
@@ -238,8 +263,7 @@ def read_hints(
         headers: The request's headers (lower-case names, as Starlette gives them).
         body: The parsed JSON body; non-OpenAI fields are removed from it.
         tenant: The tenant of the caller's key.
-        allowed: The route's forwarded fields (:data:`CHAT_FIELDS` or
-            :data:`COMPLETION_FIELDS`).
+        allowed: The route's forwarded fields (its table in :data:`API_FIELDS`).
         classes: The configured class names.
 
     Raises:

@@ -1,4 +1,4 @@
-"""What the gateway checks in a completion request's body before anything is sent upstream.
+"""What the gateway checks in a scheduled request's body before anything is sent upstream.
 
 A body the upstream would refuse, or that would cost what nobody meant to pay,
 is answered here, before ``Scheduler.submit``: nothing is queued, charged or
@@ -13,17 +13,24 @@ Rules:
    object (which value was meant is not ours to guess): 400 ``invalid_json``.
    Its nesting is :func:`semisched.gateway.limits.parse_json`'s rule and answer.
 2. Each forwarded OpenAI field is checked against its row of the route's
-   table (:data:`CHAT_RULES`, :data:`COMPLETION_RULES`): its type and the
-   range OpenAI's API reference documents (``n`` 1-128, ``temperature`` 0-2,
-   ``top_p`` 0-1, penalties -2..2, ``logit_bias`` values -100..100, ``stop``
-   at most 4 strings, ``top_logprobs`` 0-20, ``logprobs`` 0-5 and
-   ``best_of`` 0-20 for completions, ``seed`` a 64-bit integer). An output
-   cap (``max_tokens``, ``max_completion_tokens``) is an integer from 1 to
+   table (:data:`API_RULES`, one per scheduled API: :data:`CHAT_RULES`,
+   :data:`COMPLETION_RULES`, :data:`RESPONSES_RULES`, :data:`EMBEDDING_RULES`):
+   its type and the range OpenAI's API reference documents (``n`` 1-128,
+   ``temperature`` 0-2, ``top_p`` 0-1, penalties -2..2, ``logit_bias`` values
+   -100..100, ``stop`` at most 4 strings, ``top_logprobs`` 0-20, ``logprobs``
+   0-5 and ``best_of`` 0-20 for completions, ``seed`` a 64-bit integer,
+   ``encoding_format`` ``float`` or ``base64`` and ``dimensions`` an integer
+   >= 1 for embeddings). An output cap (``max_tokens``,
+   ``max_completion_tokens``, ``max_output_tokens``) is an integer from 1 to
    :data:`MAX_OUTPUT_TOKENS`. ``null`` is accepted where OpenAI accepts it
-   (every optional field but ``stream``). A bad field: 400 ``invalid_value``;
-   ``model``, and ``messages`` (chat) or ``prompt`` (completions), missing:
-   400 ``missing_required_parameter``. The message quotes at most
-   :data:`QUOTE_CHARS` characters of the value.
+   (every optional field but ``stream``). Fields that refer to earlier calls
+   (``previous_response_id``, ``conversation``, ``store``) are checked for their
+   type only and passed on unchanged. A bad field: 400 ``invalid_value``;
+   ``model``, and the API's prompt field (``messages``, ``prompt`` or ``input``),
+   missing: 400 ``missing_required_parameter``. ``stream`` other than ``false``
+   on an API that never streams (embeddings): 400 ``invalid_value``
+   (:func:`refuse_stream`, before the field is stripped). The message quotes at
+   most :data:`QUOTE_CHARS` characters of the value.
 3. When the configuration declares its models (``[gateway] models``, or a
    ``model_map`` on every endpoint), a model outside them is a 404
    ``model_not_found``. When it declares none (an endpoint serves any model),
@@ -43,27 +50,33 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from semisched.core.checks import QUOTE_CHARS
-from semisched.gateway.hints import CHAT_FIELDS, COMPLETION_FIELDS, BadRequest
+from semisched.gateway.hints import BadRequest
 from semisched.gateway.limits import json_depth_exceeds, parse_json
 
 if TYPE_CHECKING:
     from semisched.gateway.config import GatewayConfig
+    from semisched.runtime.apis import ApiSpec
 
 __all__ = [
+    "API_RULES",
     "CHAT_RULES",
     "COMPLETION_RULES",
+    "EMBEDDING_RULES",
     "FREE_SERVICE_TIERS",
     "MAX_N",
     "MAX_OUTPUT_TOKENS",
     "QUOTE_CHARS",
+    "RESPONSES_RULES",
     "BadRequest",
     "RequestChecks",
     "declared_models",
     "parse_body",
     "quote",
+    "refuse_stream",
 ]
 
 #: The largest ``n`` (OpenAI's documented maximum).
@@ -192,11 +205,13 @@ def _number(lo: float, hi: float) -> Check:
     return check
 
 
-def _integer(lo: int, hi: int, *, optional: bool = True) -> Check:
-    want = f"must be an integer from {lo} to {hi}"
+def _integer(lo: int, hi: int | None = None, *, optional: bool = True) -> Check:
+    """An integer from ``lo`` to ``hi`` (``None``: a 64-bit integer from ``lo``)."""
+    want = f"must be an integer >= {lo}" if hi is None else f"must be an integer from {lo} to {hi}"
+    top = _INT64 - 1 if hi is None else hi
 
     def check(value: Any) -> str | None:
-        if (value is None and optional) or (type(value) is int and lo <= value <= hi):
+        if (value is None and optional) or (type(value) is int and lo <= value <= top):
             return None
         return want
 
@@ -237,6 +252,27 @@ def _messages(value: Any) -> str | None:
 
 def _prompt(value: Any) -> str | None:
     return None if type(value) in (str, list) else "must be a string or an array"
+
+
+def _input(value: Any) -> str | None:
+    if type(value) is str or (type(value) is list and value):
+        return None
+    return "must be a string or a non-empty array"
+
+
+def _embedding_input(value: Any) -> str | None:
+    if type(value) in (str, list) and value:
+        return None
+    return "must be a non-empty string or a non-empty array"
+
+
+def _one_of(*names: str) -> Check:
+    want = "must be one of " + ", ".join(repr(n) for n in names)
+
+    def check(value: Any) -> str | None:
+        return None if value is None or value in names else want
+
+    return check
 
 
 def _logit_bias(value: Any) -> str | None:
@@ -309,8 +345,64 @@ COMPLETION_RULES: Final[Mapping[str, Check]] = {
     "logprobs": _integer(0, 5),
     "suffix": _STR,
 }
-_REQUIRED: Final = {CHAT_FIELDS: ("model", "messages"), COMPLETION_FIELDS: ("model", "prompt")}
-_RULES: Final = {CHAT_FIELDS: CHAT_RULES, COMPLETION_FIELDS: COMPLETION_RULES}
+#: ``POST /v1/responses``: one row per forwarded field (:data:`~hints.RESPONSES_FIELDS`).
+RESPONSES_RULES: Final[Mapping[str, Check]] = {
+    "model": _model,
+    "input": _input,
+    "background": _BOOL,
+    "context_management": _ARRAY,
+    "conversation": _STR_OR_OBJECT,  # state of earlier calls: passed on as given
+    "include": _ARRAY,
+    "instructions": _STR,
+    "max_output_tokens": _CAP,
+    "max_tool_calls": _integer(0),
+    "metadata": _OBJECT,
+    "parallel_tool_calls": _BOOL,
+    "previous_response_id": _STR,  # state of earlier calls: passed on as given
+    "prompt_cache_key": _STR,
+    "prompt_cache_retention": _STR,
+    "reasoning": _OBJECT,
+    "safety_identifier": _STR,
+    "service_tier": _STR,  # which tiers a tenant may use: rule 4
+    "store": _BOOL,
+    "stream": _COMMON["stream"],
+    "stream_options": _OBJECT,
+    "temperature": _COMMON["temperature"],
+    "text": _OBJECT,
+    "tool_choice": _STR_OR_OBJECT,
+    "tools": _ARRAY,
+    "top_logprobs": _integer(0, 20),
+    "top_p": _COMMON["top_p"],
+    "truncation": _STR,
+    "user": _STR,
+}
+#: ``POST /v1/embeddings``: one row per forwarded field (:data:`~hints.EMBEDDING_FIELDS`).
+EMBEDDING_RULES: Final[Mapping[str, Check]] = {
+    "model": _model,
+    "input": _embedding_input,
+    "dimensions": _integer(1),
+    "encoding_format": _one_of("float", "base64"),
+    "user": _STR,
+}
+#: Each scheduled API's table, by its name in :data:`~semisched.runtime.apis.APIS` (rule 2).
+API_RULES: Final[Mapping[str, Mapping[str, Check]]] = MappingProxyType({
+    "chat": CHAT_RULES, "completions": COMPLETION_RULES, "responses": RESPONSES_RULES,
+    "embeddings": EMBEDDING_RULES,
+})  # fmt: skip
+
+
+def refuse_stream(body: Mapping[str, Any], api: ApiSpec) -> None:
+    """Rule 2's ``stream`` on an API that never streams: anything but ``false`` (or
+    ``null``) is refused, before the field is stripped as a foreign one.
+
+    Raises:
+        BadRequest: 400 ``invalid_value`` naming ``stream``.
+    """
+    value = body.get("stream")
+    if not api.streams and value is not None and value is not False:
+        raise BadRequest(f"stream: {quote(value)} is not accepted: POST {api.path} never "
+                         "streams (send false or leave it out)", param="stream",
+                         code="invalid_value")  # fmt: skip
 
 
 # -- rules 3 and 4: the configuration's models and tiers ---------------------------------
@@ -353,24 +445,24 @@ class RequestChecks:
         models = "any" if self.models is None else sorted(self.models)
         return f"<RequestChecks models={models} service_tiers={self.service_tiers}>"
 
-    def check(self, body: Mapping[str, Any], *, fields: frozenset[str], tenant: str) -> None:
-        """Check ``body`` (already stripped to ``fields``) for ``tenant`` (rules 2-4).
+    def check(self, body: Mapping[str, Any], *, api: ApiSpec, tenant: str) -> None:
+        """Check ``body`` (already stripped to ``api``'s fields) for ``tenant`` (rules 2-4).
 
         Args:
             body: The parsed body, holding only the route's forwarded fields.
-            fields: The route's fields (:data:`~hints.CHAT_FIELDS` or
-                :data:`~hints.COMPLETION_FIELDS`): they choose the table.
+            api: The route's scheduled API: its table in :data:`API_RULES`, and its
+                prompt field, required with ``model``.
             tenant: The caller's tenant.
 
         Raises:
             BadRequest: 400 for a missing or bad field, 404 for an undeclared
                 model, 403 for a service tier the tenant may not use.
         """
-        for name in _REQUIRED[fields]:
+        for name in ("model", api.prompt_field):
             if name not in body:
                 raise BadRequest(f"{name} is required", param=name,
                                  code="missing_required_parameter")  # fmt: skip
-        rules = _RULES[fields]
+        rules = API_RULES[api.name]
         for name, value in body.items():
             rule = rules.get(name)
             if rule is not None:

@@ -1,15 +1,19 @@
 """The gateway's client of one upstream: OpenAI's wire format in, the upstream's bytes out.
 
 :class:`UpstreamClient` has the shape the runtime's provider seam calls
-(``chat.completions.create``, ``completions.create`` and their
-``with_raw_response``), but it parses nothing it does not need: a JSON answer
-comes back as its bytes (:class:`RawAnswer`; only ``usage`` is read, for the
-scheduler's budgets and learning), a stream as the upstream's SSE events one
-by one (:class:`SSEStream`), each passed on unchanged. A failure is raised as
-the ``openai`` exception an OpenAI client would raise (``APIStatusError``
-holding the upstream's response and body, ``APIConnectionError``,
-``APITimeoutError``), so :mod:`semisched.runtime.failures` classifies it as
-it classifies any client's.
+(one resource per scheduled API, :data:`~semisched.runtime.apis.APIS`:
+``chat.completions.create``, ``completions.create``, ``responses.create``,
+``embeddings.create`` and their ``with_raw_response``, each posting JSON to its
+API's path), but it parses nothing it does not need: a JSON answer comes back
+as its bytes (:class:`RawAnswer`; only ``usage`` is read, for the scheduler's
+budgets and learning), a stream as the upstream's SSE events one by one
+(:class:`SSEStream`), each passed on unchanged with its ``event:`` name (the
+Responses API's typed events) and readable as the JSON object it carries (what
+:meth:`ApiSpec.read_chunk <semisched.runtime.apis.ApiSpec.read_chunk>` reads).
+A failure is raised as the ``openai`` exception an OpenAI client would raise
+(``APIStatusError`` holding the upstream's response and body,
+``APIConnectionError``, ``APITimeoutError``), so :mod:`semisched.runtime.failures`
+classifies it as it classifies any client's.
 
 The upstream's key sits in the HTTP client's default headers only: it is in no
 ``repr``, message or log line. Its URL is in no message either: messages and the
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
-from types import SimpleNamespace
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +39,7 @@ import openai
 
 from semisched.gateway.proxied import ProxyReply, ProxyWire
 from semisched.gateway.wire import Reply, Wire, WireError
+from semisched.runtime.apis import APIS, ApiSpec
 
 __all__ = ["RawAnswer", "SSEChunk", "SSEStream", "UpstreamClient", "proxy_for"]
 
@@ -62,14 +67,9 @@ def proxy_for(base_url: str, environ: Mapping[str, str] | None = None) -> tuple[
 
 
 def _usage(data: object) -> Any:
-    """``data["usage"]`` as an object with ``prompt_tokens``/``completion_tokens`` (or ``None``)."""
+    """``data["usage"]`` as the upstream sent it (a JSON object), or ``None``."""
     usage = data.get("usage") if isinstance(data, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    return SimpleNamespace(
-        prompt_tokens=usage.get("prompt_tokens") or 0,
-        completion_tokens=usage.get("completion_tokens") or 0,
-    )
+    return usage if isinstance(usage, dict) else None
 
 
 class RawAnswer:
@@ -92,26 +92,42 @@ class RawAnswer:
         return f"<RawAnswer {self.status_code} {len(self.content)} bytes>"
 
 
-class SSEChunk:
-    """One ``data:`` event of a stream: its bytes as sent, and what the runtime reads of it."""
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
-    __slots__ = ("choices", "data", "usage")
 
-    def __init__(self, data: bytes) -> None:
+class SSEChunk(Mapping[str, Any]):
+    """One ``data:`` event of a stream: its bytes as sent, its ``event:`` name (``b""``:
+    none), and the JSON object it carries, read as a mapping (``chunk.get("usage")``,
+    ``chunk.get("type")``: what the runtime reads of it; empty when it is no object)."""
+
+    __slots__ = ("data", "event", "parsed")
+
+    def __init__(self, data: bytes, event: bytes = b"") -> None:
         self.data = data
+        self.event = event
         try:
             parsed = json.loads(data)
         except ValueError:
             parsed = None
-        self.choices = parsed.get("choices") if isinstance(parsed, dict) else None
-        self.usage = _usage(parsed)
+        self.parsed: Mapping[str, Any] = parsed if isinstance(parsed, dict) else _EMPTY
+
+    def __getitem__(self, name: str) -> Any:
+        return self.parsed[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.parsed)
+
+    def __len__(self) -> int:
+        return len(self.parsed)
 
     def __repr__(self) -> str:
-        return f"<SSEChunk {len(self.data)} bytes>"
+        named = f" {self.event.decode('latin-1')}" if self.event else ""
+        return f"<SSEChunk{named} {len(self.data)} bytes>"
 
 
 class SSEStream:
-    """The upstream's stream of events; ends at ``data: [DONE]`` or when the body ends."""
+    """The upstream's stream of events; ends at ``data: [DONE]`` or when the body ends (a
+    Responses stream sends no ``[DONE]``)."""
 
     def __init__(self, reply: Reply | ProxyReply, request: Callable[[], httpx2.Request]) -> None:
         self._reply = reply
@@ -125,14 +141,19 @@ class SSEStream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[SSEChunk]:
+        event = b""  # the pending event's name: an ``event:`` line before its ``data:``
         try:
             async for line in _lines(self._reply.chunks()):
-                if not line.startswith(b"data:"):
-                    continue  # event boundaries, comments, other fields
-                data = line[5:].strip()
-                if data == _DONE:
-                    break
-                yield SSEChunk(data)
+                if line.startswith(b"data:"):
+                    data = line[5:].strip()
+                    if data == _DONE:
+                        break
+                    yield SSEChunk(data, event)
+                elif line.startswith(b"event:"):
+                    event = line[6:].strip()
+                elif not line:
+                    event = b""  # an event's end
+                # comments and other fields: skipped
         except TimeoutError:
             raise openai.APITimeoutError(request=self._request()) from None
         except WireError as exc:
@@ -182,13 +203,27 @@ class _Parsed:
 
 
 class _Route:
-    """One endpoint (``chat.completions`` or ``completions``)."""
+    """One scheduled API's resource: ``create`` posts to its path."""
 
     def __init__(self, client: UpstreamClient, path: str) -> None:
         self.with_raw_response = _Raw(client, path)
 
     async def create(self, **params: Any) -> RawAnswer | SSEStream:
         return (await self.with_raw_response.create(**params)).parse()
+
+
+def _mount(root: object, spec: ApiSpec, route: _Route) -> None:
+    """Put ``route`` at ``spec.resource`` under ``root`` (``chat.completions``: a namespace
+    ``chat`` holding ``completions``), as an ``openai`` client has it."""
+    *parents, name = spec.resource
+    node = root
+    for parent in parents:
+        child = getattr(node, parent, None)
+        if child is None:
+            child = SimpleNamespace()
+            setattr(node, parent, child)
+        node = child
+    setattr(node, name, route)
 
 
 class UpstreamClient:
@@ -230,8 +265,8 @@ class UpstreamClient:
             self._wire = ProxyWire(self.base_url, proxy, headers=headers, timeout_s=timeout_s,
                                    connect_timeout_s=connect_s,
                                    max_connections=max_connections)  # fmt: skip
-        self.chat = SimpleNamespace(completions=_Route(self, "chat/completions"))
-        self.completions = _Route(self, "completions")
+        for spec in APIS.values():  # the base URL ends in /v1: each API's path under it
+            _mount(self, spec, _Route(self, spec.path.removeprefix("/v1/")))
 
     def __repr__(self) -> str:
         through = " (through a proxy)" if isinstance(self._wire, ProxyWire) else ""

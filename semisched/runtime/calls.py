@@ -5,22 +5,26 @@ no client and no event loop, so the async runtime and the batch CLI validate a
 call with the same code. It checks the arguments a caller passes to
 ``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
 ones (``klass``, ``deadline``, ``prior``, ``tenant``) from what goes to the
-provider, and returns a frozen :class:`PreparedCall`. :func:`with_tenants`
-reads the ``tenants=`` argument of a :class:`~semisched.Scheduler` (the
-tenants a call may name) into its config.
+provider, and returns a frozen :class:`PreparedCall`. (:func:`scheduler_config`
+and :func:`with_tenants`, the scheduler's configuration, live in
+:mod:`semisched.runtime.configure` and are importable from here.)
 
 Rules:
 
-1. Exactly one of ``messages`` (chat endpoint) or ``prompt`` (completions
-   endpoint). Scheduler-only arguments never reach the provider.
+1. Exactly one of ``messages`` (chat completions), ``prompt`` (completions) or
+   ``input`` (the Responses API, or embeddings with ``api="embeddings"``): the
+   API is the one whose prompt field it is (:mod:`semisched.runtime.apis`;
+   ``api=`` names it, and must agree). Scheduler-only arguments never reach the
+   provider.
 2. Unknown provider arguments are refused (``TypeError``) when the accepted
    names are known; ``allowed_params=None`` accepts any.
 3. The output cap is one number, used both for the prior query and for the
-   rate budget's charge: ``max_completion_tokens`` (OpenAI's current name;
-   ``max_tokens`` is deprecated for chat), else ``max_tokens``. When both are
-   given they must be equal: different values raise ``ValueError`` naming
-   both, since the provider would apply only one of them and which one is
-   not ours to guess.
+   rate budget's charge: the API's cap field (``max_completion_tokens``, OpenAI's
+   current name for chat, else ``max_tokens``; ``max_output_tokens`` for the
+   Responses API). When both chat names are given they must be equal: different
+   values raise ``ValueError`` naming both, since the provider would apply only
+   one of them and which one is not ours to guess. An API that generates nothing
+   (embeddings) has no cap and no prior: its cost is its input tokens.
 4. A bool is never a number: ``max_tokens=True``, ``deadline=True`` or
    ``prior=(True, 2)`` raise ``TypeError``.
 5. Misuse raises ``ValueError`` or ``TypeError`` naming the argument, before
@@ -48,17 +52,17 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 from semisched.core.checks import check_instance, short_repr
-from semisched.core.config import RoutingConfig, SchedulerConfig, preset
-from semisched.core.lifecycle import RetryPolicy
 from semisched.core.request import Prior
-from semisched.core.tenants.config import TenantConfig, TenantSpec
+from semisched.core.tenants.config import TenantConfig
 from semisched.priors.sources import PriorQuery
-from semisched.runtime.estimate import prompt_bytes
+from semisched.runtime.apis import APIS, ApiSpec, prompt_token_ids
+from semisched.runtime.configure import scheduler_config, with_tenants
+from semisched.runtime.estimate import TokenEstimator
 
 __all__ = [
     "MAX_DEADLINE_S",
@@ -78,10 +82,11 @@ __all__ = [
 
 R = TypeVar("R")
 
-#: Which provider endpoint a call uses.
-Api = Literal["chat", "completions"]
+#: Which scheduled API a call uses: a name in :data:`~semisched.runtime.apis.APIS`.
+Api = str
 
-_CAP_NAMES = ("max_completion_tokens", "max_tokens")  # rule 3: the first one given wins
+#: An API that generates nothing is asked for no prior: one token, its least.
+_NO_OUTPUT = Prior(p50=1.0, p90=1.0)
 
 #: The largest output cap, and prior p90, a call may give (module rule 7): ten
 #: times the largest context window offered when this was written (10M tokens),
@@ -97,7 +102,9 @@ class PreparedCall:
     """A validated call, before it becomes a core request.
 
     Attributes:
-        api: ``"chat"`` (``messages``) or ``"completions"`` (``prompt``).
+        api: The scheduled API's name (:data:`~semisched.runtime.apis.APIS`):
+            ``"chat"`` (``messages``), ``"completions"`` (``prompt``),
+            ``"responses"`` or ``"embeddings"`` (``input``).
         params: Exactly what goes to the provider's ``create``: the caller's
             provider arguments plus ``model`` and ``messages``/``prompt``, and
             ``stream_options.include_usage`` when semisched added it (read-only).
@@ -112,6 +119,8 @@ class PreparedCall:
         tenant: The tenant it is sent for: the declared tenant it names, or
             the default tenant when it names none; when no tenants were
             given to check it against, the name as given (``""``: none).
+        prompt_tokens: The prompt's exact tokens when it is given as token ids
+            (embeddings), else ``None`` (estimated from its bytes).
     """
 
     api: Api
@@ -124,6 +133,19 @@ class PreparedCall:
     prompt_kind: str
     output_cap: int | None
     tenant: str = ""
+    prompt_tokens: int | None = None
+
+    @property
+    def spec(self) -> ApiSpec:
+        """The scheduled API it calls."""
+        return APIS[self.api]
+
+    def input_tokens(self, estimator: TokenEstimator) -> float:
+        """Its prompt's tokens: counted when given as token ids, else ``estimator``'s
+        estimate from its bytes."""
+        if self.prompt_tokens is not None:
+            return float(self.prompt_tokens)
+        return estimator.estimate(self.model, self.prompt_kind, self.prompt_nbytes)
 
     @property
     def model(self) -> str:
@@ -137,13 +159,14 @@ class PreparedCall:
         return bool(self.params.get("stream", False))
 
     def prior_query(self, request_id: str) -> PriorQuery:
-        """What a prior source sees for this call."""
-        messages = self.params.get("messages")
-        prompt = self.params.get("prompt")
+        """What a prior source sees for this call: its messages (chat messages, or a
+        Responses input's items), else its text prompt."""
+        value = self.params.get(self.spec.prompt_field)
+        items = isinstance(value, list | tuple) and all(isinstance(v, Mapping) for v in value)
         return PriorQuery(
             request_id=request_id,
-            messages=tuple(messages) if messages is not None else None,
-            prompt=prompt if isinstance(prompt, str) else None,
+            messages=tuple(value) if items and value else None,
+            prompt=value if isinstance(value, str) else None,
             max_tokens=self.output_cap,
         )
 
@@ -158,8 +181,12 @@ class CallArgs:
 
     Attributes:
         model: Provider model name.
-        messages: Chat messages (chat endpoint).
-        prompt: Prompt (completions endpoint).
+        messages: Chat messages (chat completions).
+        prompt: Prompt (completions).
+        input: Input (the Responses API: a string or a list of input items;
+            embeddings: a string, a list of strings or of token ids).
+        api: The scheduled API (:data:`~semisched.runtime.apis.APIS`); ``None``:
+            the one the prompt argument names (``input``: the Responses API).
         klass: Scheduling class; default ``interactive`` for short priors, else
             the batch class.
         deadline: Seconds from now (on the scheduler's clock) after which the
@@ -178,6 +205,8 @@ class CallArgs:
     model: str
     messages: Sequence[Mapping[str, Any]] | None = None
     prompt: Any = None
+    input: Any = None
+    api: str | None = None
     klass: str | None = None
     deadline: float | None = None
     prior: Prior | tuple[float, float] | None = None
@@ -201,7 +230,7 @@ class CallArgs:
 #: The fields of :class:`CallArgs` a caller names (everything but ``params``).
 _FIELDS: Final = frozenset(f.name for f in fields(CallArgs)) - {"params"}
 #: Keyword arguments that belong to the scheduler and never reach the provider.
-SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt"}
+SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt", "input"}
 _NAMED: Final = _FIELDS
 
 
@@ -252,117 +281,50 @@ def prepare_call(
     params = dict(a.params or {})
     if not isinstance(a.model, str) or not a.model:
         raise ValueError(f"model={short_repr(a.model)} must be a non-empty string")
-    endpoint = _endpoint(a.messages, a.prompt, allowed_params)
-    _check_params(endpoint, params, allowed_params)
+    spec = _api(a, allowed_params)
+    _check_params(spec.name, params, allowed_params)
     if a.messages is not None:
         _check_messages(a.messages)
+    if a.input is not None:
+        _check_input(spec, a.input)
     _check_deadline(a.deadline)
-    own_prior = _check_prior(a.prior)
+    own_prior = _prior_of(spec, a.prior)
     if a.klass is not None and class_names is not None and a.klass not in class_names:
         raise ValueError(f"klass={short_repr(a.klass)} must be one of {list(class_names)}")
     check_instance("tenant", a.tenant, str, optional=True)
     tenant = a.tenant if tenants is None else tenants.tenant_for(a.tenant)  # rule 6
-    stream = params.get("stream", False)
-    if not isinstance(stream, bool):
-        raise TypeError(f"stream={short_repr(stream)} must be a bool")
-    cap = output_cap(params)
-    sent = _sent(a, params)
-    nbytes, kind = prompt_bytes(messages=a.messages, prompt=a.prompt)
+    stream = _check_stream(spec, params)
+    cap = output_cap(params, spec.cap_fields) if spec.generates else 0  # embeddings: none
+    sent = _sent(a, spec, params)
+    nbytes, kind = spec.read_prompt(sent)
     return PreparedCall(
-        api=endpoint,
+        api=spec.name,
         params=MappingProxyType(sent),
         klass=a.klass,
         deadline_s=None if a.deadline is None else float(a.deadline),
         prior=own_prior,
-        added_usage=stream and _ask_for_usage(sent),
+        added_usage=stream and spec.asks_usage and _ask_for_usage(sent),
         prompt_nbytes=nbytes,
         prompt_kind=kind,
         output_cap=cap,
         tenant=tenant or "",
+        prompt_tokens=prompt_token_ids(spec, sent),
     )
 
 
-def _sent(a: CallArgs, params: dict[str, Any]) -> dict[str, Any]:
-    """What goes to the provider: ``params`` with the model and the prompt or messages."""
+def _sent(a: CallArgs, spec: ApiSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """What goes to the provider: ``params`` with the model and the prompt field."""
     sent = dict(params, model=a.model)
-    if a.messages is not None:
-        sent["messages"] = list(a.messages)
-    else:
-        sent["prompt"] = a.prompt
+    value = getattr(a, spec.prompt_field)
+    sent[spec.prompt_field] = list(value) if spec.prompt_field == "messages" else value
     return sent
 
 
-def scheduler_config(
-    config: SchedulerConfig | str,
-    *,
-    retry: RetryPolicy | None = None,
-    routing: str | RoutingConfig | None = None,
-    tenants: TenantConfig | Sequence[TenantSpec] | None = None,
-) -> SchedulerConfig:
-    """A scheduler's config: ``config`` (a preset's name or a config) with ``retry``,
-    ``routing`` (a policy name or a ``RoutingConfig``) and ``tenants``
-    (:func:`with_tenants`) put in; what ``Scheduler(config=...)`` is given when
-    those differ from a preset's::
-
-        Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
-
-    Raises:
-        TypeError: ``config``, ``retry`` or ``routing`` of the wrong kind.
-        ValueError: An unknown preset, or tenants declared twice.
-    """
-    if not isinstance(config, SchedulerConfig | str):
-        raise TypeError(f"config={config!r} must be a SchedulerConfig or a preset's name")
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry={retry!r} must be a semisched.core.RetryPolicy")
-    if isinstance(routing, str):
-        routing = RoutingConfig(policy=routing)
-    elif routing is not None and not isinstance(routing, RoutingConfig):
-        raise TypeError(f"routing={routing!r} must be a policy name, a RoutingConfig or None")
-    if isinstance(config, str):
-        try:
-            config = preset(config)
-        except ValueError as exc:
-            raise ValueError(f"config={config!r}: {exc}") from None
-    if retry is not None:
-        config = replace(config, retry=retry)
-    config = with_tenants(config, tenants)
-    return config if routing is None else replace(config, routing=routing)
-
-
-def with_tenants(
-    config: SchedulerConfig, tenants: TenantConfig | Sequence[TenantSpec] | None
-) -> SchedulerConfig:
-    """``config`` with the tenants of ``Scheduler(..., tenants=)``.
-
-    Args:
-        config: The scheduler's config.
-        tenants: A :class:`~semisched.core.tenants.config.TenantConfig`, or a
-            sequence of :class:`~semisched.core.tenants.config.TenantSpec` (then
-            ``TenantConfig(tenants=tuple(tenants))``: its default policy).
-            ``None`` keeps ``config.tenants``.
-
-    Raises:
-        ValueError: ``config`` declares tenants of its own as well (which
-            one was meant is not ours to guess), or the specs are not
-            valid together (no tenant, two with one name).
-        TypeError: ``tenants`` is neither of the above.
-    """
-    if tenants is None:
-        return config
-    if isinstance(tenants, TenantSpec | str) or not isinstance(tenants, TenantConfig | Sequence):
-        raise TypeError(f"tenants={tenants!r} must be a TenantConfig or a sequence of TenantSpec")
-    if config.tenants != TenantConfig():
-        raise ValueError(
-            f"tenants={tenants!r} and config.tenants={config.tenants!r} both declare "
-            "tenants: give them in one place"
-        )
-    if not isinstance(tenants, TenantConfig):
-        tenants = TenantConfig(tenants=tuple(tenants))
-    return replace(config, tenants=tenants)
-
-
-def output_cap(params: Mapping[str, Any]) -> int | None:
-    """The call's output cap by module rule 3 (``None``: no cap given).
+def output_cap(
+    params: Mapping[str, Any], names: Sequence[str] = APIS["chat"].cap_fields
+) -> int | None:
+    """The call's output cap by module rule 3 (``None``: no cap given), read from the
+    fields ``names`` (an API's ``cap_fields``; default: chat completions').
 
     Raises:
         TypeError: A cap that is not an int (a bool is not).
@@ -371,7 +333,7 @@ def output_cap(params: Mapping[str, Any]) -> int | None:
             different values.
     """
     caps: dict[str, int] = {}
-    for name in _CAP_NAMES:
+    for name in names:
         value = params.get(name)
         if value is None:
             continue
@@ -412,18 +374,30 @@ def accepted_params(target: Any) -> frozenset[str] | None:
     return frozenset(sig.parameters) - _NAMED
 
 
-def _endpoint(messages: object, prompt: object, allowed_params: Mapping[str, object] | None) -> Api:
-    if (messages is None) == (prompt is None):
-        raise ValueError("pass exactly one of messages= (chat) or prompt= (completions)")
-    endpoint: Api = "chat" if messages is not None else "completions"
-    if allowed_params is not None and endpoint not in allowed_params:
-        need = "chat.completions.create" if endpoint == "chat" else "completions.create"
-        raise TypeError(f"the wrapped client has no {need} for {endpoint} calls")
-    return endpoint
+def _api(a: CallArgs, allowed_params: Mapping[str, object] | None) -> ApiSpec:
+    """The API a call names (module rule 1)."""
+    given = [f for f in ("messages", "prompt", "input") if getattr(a, f) is not None]
+    if len(given) != 1:
+        raise ValueError(
+            "pass exactly one of messages= (chat), prompt= (completions) or "
+            "input= (responses, or embeddings with api='embeddings')"
+        )
+    field_ = given[0]
+    if a.api is not None:
+        if a.api not in APIS:
+            raise ValueError(f"api={short_repr(a.api)} must be one of {list(APIS)}")
+        spec = APIS[a.api]
+        if spec.prompt_field != field_:
+            raise ValueError(f"api={a.api!r} takes {spec.prompt_field}=, not {field_}=")
+    else:
+        spec = next(s for s in APIS.values() if s.prompt_field == field_)
+    if allowed_params is not None and spec.name not in allowed_params:
+        raise TypeError(f"the wrapped client has no {spec.call_name} for {spec.name} calls")
+    return spec
 
 
 def _check_params(
-    endpoint: Api, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
+    endpoint: str, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
 ) -> None:
     overlap = sorted(_NAMED & set(params))
     if overlap:
@@ -443,6 +417,33 @@ def _check_messages(messages: object) -> None:
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise ValueError(f"messages[{i}]={short_repr(message)} must be a dict with a 'role'")
+
+
+def _prior_of(spec: ApiSpec, prior: object) -> Prior | None:
+    """The caller's prior, checked; an API that generates nothing has the least one
+    (a prior given for it, e.g. a batch plan's, is checked and set aside)."""
+    own = _check_prior(prior)
+    return own if spec.generates else _NO_OUTPUT
+
+
+def _check_stream(spec: ApiSpec, params: Mapping[str, Any]) -> bool:
+    stream = params.get("stream", False)
+    if not isinstance(stream, bool):
+        raise TypeError(f"stream={short_repr(stream)} must be a bool")
+    if stream and not spec.streams:
+        raise ValueError(f"stream=True: {spec.call_name} does not stream")
+    return stream
+
+
+def _check_input(spec: ApiSpec, value: object) -> None:
+    if isinstance(value, str):
+        if not value and not spec.generates:
+            raise ValueError(f"input='' must not be empty for {spec.call_name}")
+        return
+    if isinstance(value, bytes) or not isinstance(value, Sequence) or not value:
+        raise TypeError(
+            f"input={short_repr(value)} must be a string or a non-empty list for {spec.call_name}"
+        )
 
 
 def _check_deadline(deadline: object) -> None:

@@ -405,7 +405,7 @@ class Dispatcher:
                     observers.first_token(request, now)
 
             stream = ScheduledStream(
-                response,
+                response, api=call.spec,
                 hide_usage=call.added_usage,
                 on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
                 on_first=first,
@@ -425,7 +425,7 @@ class Dispatcher:
 
     def _settle(self, pending: Pending, response: Any) -> Usage:
         """An answer's usage, told to the endpoint's layers and the engine (``completed``)."""
-        usage = usage_of(response)
+        usage = usage_of(response, pending.call.api)
         charged = None
         if usage.known:  # what the provider's token window charged: prompt + the cap
             cap = pending.call.output_cap
@@ -448,7 +448,8 @@ class Dispatcher:
         # Its tokens are unknown until read; closing it stops the provider generating more.
         self.stacks[pending.endpoint].ended(pending, Ended(False, 0, None))
         self._tell_cancel(pending)
-        stream = ScheduledStream(response, hide_usage=True, on_end=lambda *_: None)
+        stream = ScheduledStream(response, hide_usage=True, on_end=lambda *_: None,
+                                 api=pending.call.spec)  # fmt: skip
         self._spawn(stream.aclose)
 
     def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:

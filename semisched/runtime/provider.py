@@ -13,16 +13,19 @@ What this module is not: it neither classifies failures (that is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from semisched.runtime.apis import APIS
+from semisched.runtime.apis import ApiUsage as Usage
 from semisched.runtime.calls import Api, accepted_params
 
 __all__ = ["Provider", "Usage", "usage_of"]
 
 
 class Provider:
-    """The wrapped client's ``chat.completions`` and ``completions`` endpoints.
+    """The wrapped client's resource of each scheduled API it has
+    (:data:`~semisched.runtime.apis.APIS`: ``chat.completions``, ``completions``,
+    ``responses``, ``embeddings``).
 
     Attributes:
         allowed_params: Per available endpoint, the argument names its
@@ -33,10 +36,7 @@ class Provider:
     def __init__(self, client: Any) -> None:
         with_options = getattr(client, "with_options", None)
         self.client = with_options(max_retries=0) if callable(with_options) else client
-        targets = {
-            "chat": self.client.chat.completions,
-            "completions": getattr(self.client, "completions", None),
-        }
+        targets = {name: spec.target(self.client) for name, spec in APIS.items()}
         self._targets = {name: t for name, t in targets.items() if t is not None}
         self.allowed_params: Mapping[str, frozenset[str] | None] = {
             name: accepted_params(t) for name, t in self._targets.items()
@@ -59,26 +59,7 @@ class Provider:
         return raw.parse(), raw.headers
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """The ``usage`` block of a response, as plain ints.
-
-    Attributes:
-        known: The response carried a ``usage`` block (else the counts are 0).
-        prompt_tokens: ``usage.prompt_tokens``.
-        output_tokens: ``usage.completion_tokens``.
-    """
-
-    known: bool
-    prompt_tokens: int
-    output_tokens: int
-
-
-def usage_of(response: Any) -> Usage:
-    """Read ``response.usage`` (``prompt_tokens``, ``completion_tokens``) if it has one."""
-    usage = getattr(response, "usage", None)
-    return Usage(
-        usage is not None,
-        int(getattr(usage, "prompt_tokens", 0) or 0),
-        int(getattr(usage, "completion_tokens", 0) or 0),
-    )
+def usage_of(response: Any, api: Api = "chat") -> Usage:
+    """The ``usage`` an answer of ``api`` reports (:meth:`ApiSpec.usage
+    <semisched.runtime.apis.ApiSpec.usage>`)."""
+    return APIS[api].usage(response)

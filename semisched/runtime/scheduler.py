@@ -54,11 +54,9 @@ from semisched.core.checks import check_instance
 from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
-from semisched.core.request import Request
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.fleet.endpoints import Deployments, Endpoint
 from semisched.priors.batching import PriorResolver
-from semisched.priors.calibration import Calibrated
 from semisched.priors.default import scheduler_priors
 from semisched.priors.sources import Heuristic, PriorSource
 from semisched.runtime.calls import (
@@ -79,6 +77,7 @@ from semisched.runtime.options import (
     removed_argument,
 )
 from semisched.runtime.pending import Pending
+from semisched.runtime.requests import core_request
 from semisched.runtime.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget, backend_for
@@ -304,18 +303,20 @@ class Scheduler:
 
     @call_signature
     async def submit(self, **call: Any) -> Any:
-        """Schedule one chat (``messages``) or completions (``prompt``) call.
+        """Schedule one call of a scheduled API (:data:`~semisched.runtime.apis.APIS`).
 
         Args:
             **call: The call (:class:`~semisched.runtime.calls.CallArgs`): ``model``,
-                ``messages`` or ``prompt``, the scheduling hints ``klass``,
-                ``deadline``, ``prior``, ``tenant``; everything else is passed
-                to the provider unchanged (``max_completion_tokens``,
-                ``temperature``, ``stream``, ``extra_headers``, ...).
+                ``messages`` (chat), ``prompt`` (completions) or ``input`` (the
+                Responses API; embeddings with ``api="embeddings"``), the scheduling
+                hints ``klass``, ``deadline``, ``prior``, ``tenant``; everything
+                else is passed to the provider unchanged (``max_completion_tokens``,
+                ``max_output_tokens``, ``temperature``, ``stream``, ...).
 
         Returns:
-            The wrapped client's own response (``ChatCompletion``,
-            ``Completion``), or a :class:`ScheduledStream` for ``stream=True``.
+            The wrapped client's own response (``ChatCompletion``, ``Completion``,
+            ``Response``, ``CreateEmbeddingResponse``), or a :class:`ScheduledStream`
+            for ``stream=True``.
 
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
@@ -334,7 +335,10 @@ class Scheduler:
         self._check_room(rid, prepared)
         self._preparing += 1  # counts towards max_pending while its prior is resolved
         try:
-            request, calibrated = await self._request(rid, prepared)
+            request, calibrated = await core_request(
+                rid, prepared, self._priors, self._calibration, self._estimator, self.config,
+                self._tally, self._dispatch.now,
+            )  # fmt: skip
             request, compressed = await self._compression.prepare(request, prepared)
         except BaseException:  # only cancellation: the prior resolver never fails
             self._tally.cancelled += 1
@@ -350,12 +354,17 @@ class Scheduler:
         """Validate a call exactly as :meth:`submit` would, without scheduling it.
 
         Returns:
-            The endpoint it would use: ``"chat"`` or ``"completions"``.
+            The API it would call (``"chat"``, ``"responses"``, ...: ``APIS``).
 
         Raises:
             ValueError, TypeError: What :meth:`submit` would raise for it.
         """
         return self._prepare(call).api
+
+    def spent(self, tokens: int, endpoint: str | None = None) -> None:
+        """A call this scheduler did not send spent ``tokens`` of the key (an
+        unscheduled call's usage; the facade tells it): the rate budgets count them."""
+        self._engine.spent(tokens, self._dispatch.now(), endpoint)
 
     def _check_room(self, rid: str, call: PreparedCall) -> None:
         """Raise :class:`QueueFull` when ``options.max_pending`` requests already wait."""
@@ -451,36 +460,6 @@ class Scheduler:
         )
         self._deployments.check_model(prepared.model)
         return prepared
-
-    async def _request(self, rid: str, call: PreparedCall) -> tuple[Request, Calibrated | None]:
-        prior = call.prior
-        calibrated = None
-        if prior is None:
-            prior, fell_back = await self._priors.resolve(call.prior_query(rid))
-            if fell_back:
-                self._tally.prior_fallbacks += 1
-            if self._calibration is not None:
-                source = self._priors.fallback if fell_back else self._priors.source
-                calibrated = self._calibration.adjust(
-                    prior, source=source.name, model=call.model, cap=call.output_cap
-                )
-                prior = calibrated.prior
-        now = self._dispatch.now()
-        tokens = self._estimator.estimate(call.model, call.prompt_kind, call.prompt_nbytes)
-        klass = call.klass or self.config.class_for(prior.routing_bucket, call.tenant)
-        deadline_s = self.config.deadline_for(klass, call.deadline_s)
-        request = Request(
-            id=rid,
-            klass=klass,
-            prior=prior,
-            input_tokens=float(tokens),
-            arrival=now,
-            deadline=None if deadline_s is None else now + deadline_s,
-            max_output_tokens=call.output_cap,
-            model=call.model,
-            tenant=call.tenant,
-        )
-        return request, calibrated
 
 
 async def _leave(

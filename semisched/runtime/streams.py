@@ -30,6 +30,7 @@ import anyio
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
 from semisched.errors import DeadlineExceeded, ProviderError, RequestError
+from semisched.runtime.apis import APIS, ApiSpec
 from semisched.runtime.clock import loop_time
 
 __all__ = ["IDLE_TIMEOUT_S", "ScheduledStream", "StreamEnd"]
@@ -62,6 +63,8 @@ class ScheduledStream:
         wall_left_s: Wall seconds left until the request's deadline, counted from
             now; ``None``: it has no deadline.
         idle_timeout_s: The longest wait for one chunk, wall seconds.
+        api: The scheduled API it streams from: how a chunk (an event of the
+            Responses API) carries content and usage (default: chat completions).
 
     Attributes:
         usage: The usage the provider reported, once the stream has seen it.
@@ -77,6 +80,7 @@ class ScheduledStream:
         request: Request | None = None,
         wall_left_s: float | None = None,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        api: ApiSpec = APIS["chat"],
     ) -> None:
         if not idle_timeout_s > 0:
             raise ValueError(f"{idle_timeout_s=} must be > 0")
@@ -85,6 +89,7 @@ class ScheduledStream:
         self._deadline = None if wall_left_s is None else loop_time() + wall_left_s
         self._idle_s = idle_timeout_s
         self._hide_usage = hide_usage
+        self._api = api
         self._on_end: StreamEnd | None = on_end
         self._on_first = on_first
         self._usage_tokens: int | None = None
@@ -132,13 +137,13 @@ class ScheduledStream:
     async def _iterate(self) -> AsyncIterator[Any]:
         try:
             chunks = aiter(self._inner)
+            read_chunk, read_usage = self._api.read_chunk, self._api.read_usage
             while (chunk := await self._next(chunks)) is not _END:
-                usage = getattr(chunk, "usage", None)
+                usage, content = read_chunk(chunk)
                 if usage is not None:
                     self.usage = usage
-                    self._usage_tokens = getattr(usage, "completion_tokens", None)
-                choices = getattr(chunk, "choices", None)
-                if choices:
+                    self._usage_tokens = read_usage(usage).output_tokens
+                if content:
                     self._content_chunks += 1
                     if self._on_first is not None:  # the first content: time to first token
                         on_first, self._on_first = self._on_first, None

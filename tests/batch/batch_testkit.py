@@ -37,6 +37,43 @@ def chat_line(i: int, *, out: int = 50, max_tokens: int = 200, words: int = 20) 
     }
 
 
+def responses_line(
+    i: int, *, out: int = 50, max_tokens: int = 200, words: int = 20
+) -> dict[str, Any]:
+    """A Batch API Responses line ``req-<i>`` whose answer has ``out`` tokens."""
+    return {
+        "custom_id": f"req-{i}",
+        "method": "POST",
+        "url": "/v1/responses",
+        "body": {
+            "model": "mock-1",
+            "input": " ".join(["word"] * words),
+            "max_output_tokens": max_tokens,
+            "metadata": {"mock_output_tokens": str(out)},
+        },
+    }
+
+
+def embeddings_line(i: int, *, inputs: int = 3, words: int = 20) -> dict[str, Any]:
+    """A Batch API embeddings line ``req-<i>`` embedding ``inputs`` texts."""
+    return {
+        "custom_id": f"req-{i}",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": "mock-1", "input": [" ".join(["word"] * words)] * inputs},
+    }
+
+
+def mixed_lines(n: int, *, out: int = 30) -> list[dict[str, Any]]:
+    """``n`` lines cycling through chat, Responses and embeddings."""
+    makers = (
+        lambda i: chat_line(i, out=out + i),
+        lambda i: responses_line(i, out=out + i),
+        lambda i: embeddings_line(i),
+    )
+    return [makers[i % 3](i) for i in range(n)]
+
+
 def cli_args(tmp_path: Path, *extra: str, priors: str = "heuristic") -> list[str]:
     """``semisched batch`` arguments: ``in.jsonl`` to ``out.jsonl`` in ``tmp_path``, the
     in-process mock's URL, ``--priors``, then ``extra``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batch_testkit import batch_options, chat_line, provider, write_lines
+from batch_testkit import batch_options, chat_line, mixed_lines, provider, records, write_lines
 
 from semisched.batch import BatchRun
 
@@ -28,6 +28,25 @@ async def test_with_the_budget_at_the_providers_limits_the_run_sees_no_429(tmp_p
     assert summary.succeeded == 60 and summary.rate_limited == 0
     # 60 x ~226 tokens at 3000 per minute: paced, not burst.
     assert summary.elapsed_s > 4 * 60
+
+
+async def test_a_file_of_chat_responses_and_embeddings_runs_at_the_floor_without_429(
+    tmp_path: Path,
+) -> None:
+    # One key spent by three APIs: each line is charged what its API costs (prompt plus
+    # cap; an embedding its input alone), so the budget at the limits meets no 429.
+    write_lines(tmp_path / "in.jsonl", mixed_lines(60))
+    opts = batch_options(tmp_path, rpm=20, tpm=3000)
+    async with provider(rpm=20, tpm=3000) as (client, stats):
+        summary = await BatchRun(opts, client=client).run()
+        mock = stats()
+    assert mock.counters.rate_limited_requests == 0 and mock.counters.rate_limited_tokens == 0
+    assert summary.succeeded == 60 and summary.rate_limited == 0
+    by_api = mock.requests_by_api
+    assert (by_api.chat_completions, by_api.responses, by_api.embeddings) == (20, 20, 20)
+    assert summary.floor_ratio is not None and summary.floor_ratio <= 1.10
+    kinds = {r["response"]["body"]["object"] for r in records(tmp_path / "out.jsonl")}
+    assert kinds == {"chat.completion", "response", "list"}  # each API's own answer
 
 
 async def test_a_budget_above_the_providers_limit_adapts_to_its_headers(tmp_path: Path) -> None:

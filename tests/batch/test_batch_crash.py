@@ -29,16 +29,24 @@ N = 40
 SECRET = "sk-test-never-written-0123456789"
 
 
+def _body(i: int) -> tuple[str, dict[str, Any]]:
+    """Line ``i``'s url and body: chat, Responses and embeddings in turn (one key)."""
+    text = f"question {i} " * 10
+    hint = {"mock_output_tokens": str(40 + 7 * i)}
+    if i % 3 == 0:
+        return "/v1/chat/completions", {"model": "mock-1", "max_tokens": 300, "metadata": hint,
+                                        "messages": [{"role": "user", "content": text}]}
+    if i % 3 == 1:
+        return "/v1/responses", {"model": "mock-1", "input": text, "max_output_tokens": 300,
+                                 "metadata": hint}
+    return "/v1/embeddings", {"model": "mock-1", "input": [text, text]}
+
+
 def _write_input(path: Path) -> None:
     with path.open("w") as handle:
         for i in range(N):
-            body = {
-                "model": "mock-1",
-                "messages": [{"role": "user", "content": f"question {i} " * 10}],
-                "max_tokens": 300,
-                "metadata": {"mock_output_tokens": str(40 + 7 * i)},
-            }
-            line = {"custom_id": f"job-{i}", "method": "POST", "url": "/v1/chat/completions"}
+            url, body = _body(i)
+            line = {"custom_id": f"job-{i}", "method": "POST", "url": url}
             handle.write(json.dumps({**line, "body": body}) + "\n")
 
 

@@ -257,3 +257,12 @@ def test_learned_limits_find_each_endpoints_slots_with_nothing_told() -> None:
     assert 3 <= int(rows["small"]) <= 6
     assert 8 <= int(rows["large"]) <= 15
     assert "limit.queued" in out  # each cut is explained
+
+
+def test_every_api_spends_one_key_and_the_budget_meets_no_429() -> None:
+    out = run("every_api.py")
+    lines = dict(re.findall(r"^(no budget|budget = limit) +(.*)$", out, flags=re.M))
+    answered = "answered {'chat': 15, 'embeddings': 15, 'responses': 15}"
+    assert answered in lines["no budget"] and answered in lines["budget = limit"]
+    assert int(re.search(r"429s +(\d+)", lines["no budget"]).group(1)) > 0  # type: ignore[union-attr]
+    assert "429s   0," in lines["budget = limit"]  # each API charged what it costs

@@ -3,7 +3,7 @@
 :class:`Servers` runs one asyncio loop in a thread and serves ASGI apps on free
 loopback ports there (the gateway, the mock provider behind it), so a test
 talks to them over real sockets with the Python ``openai`` client from its own
-thread. :class:`Capture` wraps an upstream app: it records every completion
+thread. :class:`Capture` wraps an upstream app: it records every scheduled API's
 body the upstream receives and can hold requests until released, so a test
 controls what is in flight without any timing assumption.
 """
@@ -26,13 +26,19 @@ from semisched.gateway.app import Gateway
 from semisched.gateway.config import GatewayConfig, config_from_dict
 from semisched.gateway.keys import key_hash
 from semisched.gateway.server import GatewayServer, uvicorn_config
+from semisched.runtime.apis import APIS
 
 KEYS = {"sk-test-web": "web", "sk-test-batch": "batch"}
 UPSTREAM_SECRET = "sk-upstream-secret-7d1e0c9a"
 
 
+#: The scheduled APIs' paths: the requests :class:`Capture` records.
+SCHEDULED_PATHS = frozenset(spec.path for spec in APIS.values())
+
+
 class Capture:
-    """An upstream app that records completion bodies and may hold them (module docstring)."""
+    """An upstream app that records the scheduled APIs' bodies (chat, completions, responses,
+    embeddings) and may hold them (module docstring)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -41,11 +47,11 @@ class Capture:
         self.open = threading.Event()
         self.open.set()
         self.disconnected = 0
-        #: ``(status, body)``: answer every completion with it instead of the app's answer.
+        #: ``(status, body)``: answer every request with it instead of the app's answer.
         self.answer: tuple[int, dict[str, Any]] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("completions"):
+        if scope["type"] != "http" or scope["path"] not in SCHEDULED_PATHS:
             await self.app(scope, receive, send)
             return
         chunks = []

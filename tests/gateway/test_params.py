@@ -10,6 +10,7 @@ import pytest
 
 from semisched.gateway.config import GatewayConfigError, config_from_dict
 from semisched.gateway.hints import (
+    API_FIELDS,
     CHAT_FIELDS,
     COMPLETION_FIELDS,
     MAX_STRIPPED_BYTES,
@@ -21,6 +22,7 @@ from semisched.gateway.hints import (
 )
 from semisched.gateway.limits import Refused
 from semisched.gateway.params import (
+    API_RULES,
     CHAT_RULES,
     COMPLETION_RULES,
     MAX_OUTPUT_TOKENS,
@@ -29,11 +31,16 @@ from semisched.gateway.params import (
     declared_models,
     parse_body,
     quote,
+    refuse_stream,
 )
+from semisched.runtime.apis import APIS, ApiSpec
 
 HI = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": HI}
 COMPLETION = {"model": "m", "prompt": "once upon"}
+RESPONSE = {"model": "m", "input": "once upon"}
+EMBEDDING = {"model": "m", "input": ["a", "b"], "_api": "embeddings"}  # _api: not a field
+CHAT_API = APIS["chat"]
 
 
 def refusal(call: Any) -> BadRequest:
@@ -99,29 +106,57 @@ BAD_FIELDS: list[tuple[dict[str, Any], str, Any]] = [
     (COMPLETION, "logprobs", 6), (COMPLETION, "logprobs", True), (COMPLETION, "best_of", 21),
     (COMPLETION, "echo", "yes"), (COMPLETION, "prompt", 5), (COMPLETION, "prompt", None),
     (COMPLETION, "n", 129), (COMPLETION, "suffix", []),
+    (RESPONSE, "input", None), (RESPONSE, "input", []), (RESPONSE, "input", 3),
+    (RESPONSE, "max_output_tokens", 0), (RESPONSE, "max_output_tokens", "5"),
+    (RESPONSE, "max_output_tokens", MAX_OUTPUT_TOKENS + 1), (RESPONSE, "temperature", 3),
+    (RESPONSE, "top_p", -1), (RESPONSE, "instructions", ["x"]), (RESPONSE, "store", "no"),
+    (RESPONSE, "previous_response_id", 7), (RESPONSE, "metadata", "x"),
+    (RESPONSE, "reasoning", "high"), (RESPONSE, "tools", {}), (RESPONSE, "stream", None),
+    (RESPONSE, "top_logprobs", 21), (RESPONSE, "max_tool_calls", -1),
+    (RESPONSE, "background", 1), (RESPONSE, "include", "x"), (RESPONSE, "text", []),
+    (EMBEDDING, "input", ""), (EMBEDDING, "input", []), (EMBEDDING, "input", {}),
+    (EMBEDDING, "dimensions", 0), (EMBEDDING, "dimensions", 1.5),
+    (EMBEDDING, "encoding_format", "int8"), (EMBEDDING, "user", 1),
 ]  # fmt: skip
 
 
-def fields_of(base: dict[str, Any]) -> frozenset[str]:
-    return CHAT_FIELDS if "messages" in base else COMPLETION_FIELDS
+def api_of(base: dict[str, Any]) -> ApiSpec:
+    if "_api" in base:
+        return APIS[base["_api"]]
+    return next(s for s in APIS.values() if s.prompt_field in base)
+
+
+def body_of(base: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in {**base, **fields}.items() if k != "_api"}
 
 
 @pytest.mark.parametrize(("base", "field", "value"), BAD_FIELDS)
 def test_each_bad_field_is_a_400_naming_it(base: dict[str, Any], field: str, value: Any) -> None:
-    body = {**base, field: value}
-    error = refusal(lambda: RequestChecks().check(body, fields=fields_of(base), tenant="t"))
+    body = body_of(base, **{field: value})
+    error = refusal(lambda: RequestChecks().check(body, api=api_of(base), tenant="t"))
     assert (error.status, error.param, error.code) == (400, field, "invalid_value")
     assert str(error).startswith(f"{field}: ")
 
 
-@pytest.mark.parametrize(
-    ("base", "field"),
-    [(CHAT, "model"), (CHAT, "messages"), (COMPLETION, "model"), (COMPLETION, "prompt")],
-)
+@pytest.mark.parametrize(("base", "field"), [
+    (CHAT, "model"), (CHAT, "messages"), (COMPLETION, "model"), (COMPLETION, "prompt"),
+    (RESPONSE, "model"), (RESPONSE, "input"), (EMBEDDING, "model"), (EMBEDDING, "input"),
+])  # fmt: skip
 def test_a_missing_required_field_is_a_400(base: dict[str, Any], field: str) -> None:
-    body = {k: v for k, v in base.items() if k != field}
-    error = refusal(lambda: RequestChecks().check(body, fields=fields_of(base), tenant="t"))
+    body = {k: v for k, v in body_of(base).items() if k != field}
+    error = refusal(lambda: RequestChecks().check(body, api=api_of(base), tenant="t"))
     assert (error.status, error.param, error.code) == (400, field, "missing_required_parameter")
+
+
+@pytest.mark.parametrize("value", [True, "yes", 1, {}])
+def test_stream_on_an_api_that_never_streams_is_a_400(value: Any) -> None:
+    error = refusal(lambda: refuse_stream({**EMBEDDING, "stream": value}, APIS["embeddings"]))
+    assert (error.status, error.param, error.code) == (400, "stream", "invalid_value")
+    assert "/v1/embeddings" in str(error)
+    for quiet in (False, None):  # stripped later as a foreign field, never refused
+        refuse_stream({**EMBEDDING, "stream": quiet}, APIS["embeddings"])
+    for spec in (APIS["chat"], APIS["responses"]):
+        refuse_stream({"stream": True}, spec)
 
 
 def test_good_bodies_pass_with_nulls_where_openai_takes_them() -> None:
@@ -131,22 +166,40 @@ def test_good_bodies_pass_with_nulls_where_openai_takes_them() -> None:
             "top_logprobs": 20, "logprobs": True, "tools": [], "tool_choice": "auto",
             "response_format": {"type": "json_object"}, "user": "u", "service_tier": "auto",
             "max_completion_tokens": None, "store": None}  # fmt: skip
-    RequestChecks().check(chat, fields=CHAT_FIELDS, tenant="t")
+    RequestChecks().check(chat, api=APIS["chat"], tenant="t")
     completion = {**COMPLETION, "prompt": [[1, 2]], "logprobs": 5, "best_of": 20,
                   "echo": False, "suffix": None, "stop": "\n"}  # fmt: skip
-    RequestChecks().check(completion, fields=COMPLETION_FIELDS, tenant="t")
+    RequestChecks().check(completion, api=APIS["completions"], tenant="t")
+    response = {**RESPONSE, "input": [{"role": "user", "content": "hi"}], "store": False,
+                "previous_response_id": "resp_1", "max_output_tokens": 1, "stream": False,
+                "metadata": {"k": "v"}, "reasoning": {"effort": "low"}, "text": None,
+                "conversation": "conv_1", "max_tool_calls": None, "top_logprobs": 0,
+                "tool_choice": {"type": "function", "name": "f"}}  # fmt: skip
+    RequestChecks().check(response, api=APIS["responses"], tenant="t")
+    RequestChecks().check({**RESPONSE, "input": ""}, api=APIS["responses"], tenant="t")
+    embedding = {**body_of(EMBEDDING), "input": [[1, 2], [3]], "dimensions": 8,
+                 "encoding_format": "base64", "user": None}  # fmt: skip
+    RequestChecks().check(embedding, api=APIS["embeddings"], tenant="t")
 
 
 def test_every_forwarded_field_has_a_row_and_no_row_is_for_a_stripped_field() -> None:
     assert set(CHAT_RULES) == CHAT_FIELDS
     assert set(COMPLETION_RULES) == COMPLETION_FIELDS
+    assert set(API_FIELDS) == set(API_RULES) == set(APIS)  # every scheduled API has a route
+    for name, spec in APIS.items():
+        assert set(API_RULES[name]) == API_FIELDS[name]
+        assert {"model", spec.prompt_field} <= API_FIELDS[name]
+        assert ("stream" in API_FIELDS[name]) == spec.streams
+        assert set(spec.cap_fields) <= API_FIELDS[name]
+    # the SDK's own argument names never ride in a body (the Responses API's prompt template)
+    assert "prompt" not in API_FIELDS["responses"]
 
 
 @pytest.mark.parametrize("value", ["x" * 100_000, 10**4000, 1e308, list(range(10**5)),
                                    {str(i): i for i in range(10**4)}])  # fmt: skip
 def test_a_refused_value_is_quoted_by_a_short_prefix(value: Any) -> None:
     body = {**CHAT, "temperature": value}
-    error = refusal(lambda: RequestChecks().check(body, fields=CHAT_FIELDS, tenant="t"))
+    error = refusal(lambda: RequestChecks().check(body, api=CHAT_API, tenant="t"))
     assert len(str(error)) < QUOTE_CHARS + 100
     assert len(quote(value)) <= QUOTE_CHARS + 5
 
@@ -156,10 +209,10 @@ def test_a_refused_value_is_quoted_by_a_short_prefix(value: Any) -> None:
 
 def test_an_undeclared_model_is_a_404_and_any_model_goes_when_none_is_declared() -> None:
     checks = RequestChecks(models=frozenset({"mock-1"}))
-    checks.check({**CHAT, "model": "mock-1"}, fields=CHAT_FIELDS, tenant="t")
-    error = refusal(lambda: checks.check(CHAT, fields=CHAT_FIELDS, tenant="t"))
+    checks.check({**CHAT, "model": "mock-1"}, api=CHAT_API, tenant="t")
+    error = refusal(lambda: checks.check(CHAT, api=CHAT_API, tenant="t"))
     assert (error.status, error.param, error.code) == (404, "model", "model_not_found")
-    RequestChecks(models=None).check(CHAT, fields=CHAT_FIELDS, tenant="t")
+    RequestChecks(models=None).check(CHAT, api=CHAT_API, tenant="t")
 
 
 def endpoint(name: str, model_map: dict[str, str] | None = None) -> dict[str, Any]:
@@ -190,11 +243,11 @@ def test_a_service_tier_beyond_auto_and_default_needs_the_tenants_permission() -
     assert dict(config.service_tiers) == {"web": ("priority",)}
     checks = RequestChecks.of(config)
     for tier in ("auto", "default", None):
-        checks.check({**CHAT, "service_tier": tier}, fields=CHAT_FIELDS, tenant="batch")
-    checks.check({**CHAT, "service_tier": "priority"}, fields=CHAT_FIELDS, tenant="web")
+        checks.check({**CHAT, "service_tier": tier}, api=CHAT_API, tenant="batch")
+    checks.check({**CHAT, "service_tier": "priority"}, api=CHAT_API, tenant="web")
     for tenant, tier in (("batch", "priority"), ("web", "flex"), ("batch", "scale")):
         body = {**CHAT, "service_tier": tier}
-        error = refusal(lambda b=body, t=tenant: checks.check(b, fields=CHAT_FIELDS, tenant=t))
+        error = refusal(lambda b=body, t=tenant: checks.check(b, api=CHAT_API, tenant=t))
         assert (error.status, error.param, error.code) == (
             403,
             "service_tier",

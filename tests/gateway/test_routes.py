@@ -15,9 +15,10 @@ from gateway_kit import KEYS, UPSTREAM_SECRET, Capture, Servers, mock_app, serve
 from semisched.gateway.app import Gateway
 from semisched.gateway.cli import build_config, parser
 from semisched.gateway.config import config_from_dict
-from semisched.gateway.hints import CHAT_FIELDS, BadRequest
+from semisched.gateway.hints import BadRequest
 from semisched.gateway.keys import key_hash
 from semisched.gateway.params import RequestChecks
+from semisched.runtime.apis import APIS
 
 pytestmark = pytest.mark.wallclock
 
@@ -175,5 +176,5 @@ def test_the_demo_declares_its_model_so_another_is_refused() -> None:
     assert checks.models == frozenset({"mock-1"})
     body = {"model": "gpt-4o", "messages": HI}
     with pytest.raises(BadRequest) as caught:
-        checks.check(body, fields=CHAT_FIELDS, tenant="alice")
+        checks.check(body, api=APIS["chat"], tenant="alice")
     assert (caught.value.status, caught.value.code) == (404, "model_not_found")

@@ -10,7 +10,7 @@ import pytest
 
 from mockprovider.faults import WindowState
 from mockprovider.physics import PhysicsStats
-from mockprovider.stats import CounterName, MockCounters, MockStats, Tally
+from mockprovider.stats import ApiRequests, CounterName, MockCounters, MockStats, Tally
 
 
 def sample(**changes: Any) -> MockStats:
@@ -39,7 +39,11 @@ def sample(**changes: Any) -> MockStats:
 
 @pytest.mark.parametrize(
     "stats",
-    [sample(), sample(requests_window=None, tokens_window=WindowState(1000, 0, 0.25))],
+    [
+        sample(),
+        sample(requests_window=None, tokens_window=WindowState(1000, 0, 0.25)),
+        sample(requests_by_api=ApiRequests(chat_completions=3, responses=5, embeddings=3)),
+    ],
 )
 def test_json_round_trip_gives_the_same_dataclass(stats: MockStats) -> None:
     wire = json.loads(json.dumps(asdict(stats)))
@@ -54,6 +58,8 @@ def test_json_round_trip_gives_the_same_dataclass(stats: MockStats) -> None:
         (lambda d: d["counters"].pop("timeouts"), "counters"),
         (lambda d: d["physics"].update(new_field=0), "physics"),
         (lambda d: d.update(tokens_window=[1, 2, 3]), "tokens_window"),
+        (lambda d: d["requests_by_api"].update(batches=1), "requests_by_api"),
+        (lambda d: d["requests_by_api"].pop("responses"), "requests_by_api"),
     ],
 )
 def test_from_json_refuses_a_shape_it_does_not_know(edit: Any, where: str) -> None:
@@ -73,3 +79,18 @@ def test_the_tally_counts_exactly_the_named_counters() -> None:
     counters = tally.snapshot()
     assert (counters.requests, counters.rate_limited) == (2, 2)
     assert "requests=2" in repr(tally)
+
+
+def test_from_json_reads_the_stats_of_a_mock_without_requests_by_api() -> None:
+    wire = json.loads(json.dumps(asdict(sample())))
+    del wire["requests_by_api"]  # what a mock before the per-API counts served
+    assert MockStats.from_json(wire) == sample()
+    assert MockStats.from_json(wire).requests_by_api == ApiRequests()
+
+
+def test_the_tally_counts_requests_per_api_into_the_requests_counter() -> None:
+    tally = Tally()
+    for api in ("chat.completions", "responses", "responses", "embeddings"):
+        tally.received(api)
+    assert tally.apis() == ApiRequests(chat_completions=1, responses=2, embeddings=1)
+    assert tally.snapshot().requests == 4

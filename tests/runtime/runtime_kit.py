@@ -62,13 +62,15 @@ class Scripted:
 
 
 class Recorder(httpx2.AsyncBaseTransport):
-    """Records every completion request; answers the first ones from ``script``."""
+    """Records every request of a scheduled API (its body too); answers the first ones
+    from ``script``."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, script: Sequence[Scripted]) -> None:
         self.inner = inner
         self.script = list(script)
         self._answered: dict[int, Exchange] = {}
         self._sent = 0
+        self.bodies: list[dict[str, Any]] = []
 
     @property
     def log(self) -> list[Exchange]:
@@ -80,8 +82,9 @@ class Recorder(httpx2.AsyncBaseTransport):
         return [e.at for e in self.log]
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if not request.url.path.endswith("completions"):
+        if not request.url.path.endswith(("completions", "responses", "embeddings")):
             return await self.inner.handle_async_request(request)
+        self.bodies.append(json.loads(await request.aread() or b"{}"))
         at, seq = anyio.current_time(), self._sent
         self._sent += 1
         if self.script:

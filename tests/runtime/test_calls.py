@@ -183,4 +183,4 @@ def test_the_per_call_signature_is_written_once() -> None:
         params = inspect.signature(func).parameters
         assert [p for p in params if p not in ("self", "params")] == names
         assert params["params"].kind is inspect.Parameter.VAR_KEYWORD
-    assert {"klass", "deadline", "prior", "tenant"} == SCHEDULER_ARGS
+    assert {"api", "klass", "deadline", "prior", "tenant"} == SCHEDULER_ARGS

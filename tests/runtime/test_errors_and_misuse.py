@@ -240,15 +240,19 @@ async def test_the_openai_exception_of_the_last_attempt_is_the_errors_cause(
 # -- the rest of the client passes through, unscheduled --------------------------------------
 
 
-async def test_the_drop_in_client_passes_models_and_embeddings_through_unscheduled() -> None:
+async def test_the_drop_in_client_passes_models_through_and_schedules_every_api() -> None:
     async with mock_client() as mock:
         async with Scheduler(mock.client) as s:
             models = await s.client.models.list()
             assert [m.id async for m in models][:1] == ["mock-1"]
-            assert s.client.embeddings is mock.client.embeddings
-            assert s.client.responses is mock.client.responses
-            assert s.statistics().counters.submitted == 0  # none of it was scheduled
-        assert mock.stats().counters.requests == 0  # and no completion reached the mock
+            assert s.statistics().counters.submitted == 0  # listing models is not scheduled
+            answer = await s.client.responses.create(model="mock-1", input="hi",
+                                                     max_output_tokens=5)  # fmt: skip
+            vectors = await s.client.embeddings.create(model="mock-1", input=["a b", "c"])
+            assert answer.usage.output_tokens <= 5 and len(vectors.data) == 2
+            assert s.statistics().counters.submitted == 2  # both went through the scheduler
+        assert mock.stats().requests_by_api.responses == 1
+        assert mock.stats().requests_by_api.embeddings == 1
 
 
 def test_a_fleets_drop_in_client_says_which_client_to_call() -> None:

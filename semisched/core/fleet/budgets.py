@@ -26,12 +26,13 @@ class Budgets:
         endpoints: The fleet's endpoints (the fleet's own list: it adds and removes).
     """
 
-    __slots__ = ("_endpoints", "key")
+    __slots__ = ("_endpoints", "_outside", "key")
 
     def __init__(self, config: BudgetConfig | None, endpoints: list[EndpointState]) -> None:
         #: The fleet-wide budget: one key shared by every endpoint.
         self.key = RateBudget(config) if config is not None else None
         self._endpoints = endpoints
+        self._outside = 0  # calls spent outside the scheduler, counted so far
 
     def charge(self, endpoint: EndpointState, now: float, request_id: str, tokens: float) -> None:
         """A send to ``endpoint`` charging ``tokens``."""
@@ -62,6 +63,17 @@ class Budgets:
             endpoint.budget.observe(request_id, now, limits)
         if self.key is not None:
             self.key.observe(request_id, now, limits)
+
+    def spent(self, endpoint: EndpointState | None, now: float, tokens: float) -> None:
+        """A call the scheduler did not send spent ``tokens`` (and one request) of the key
+        (and of ``endpoint``'s own budget, if given): charged and settled at once."""
+        self._outside += 1
+        rid = f"~outside-{self._outside}"  # never a request's id: those are the shell's
+        own = None if endpoint is None else endpoint.budget
+        for budget in (own, self.key):
+            if budget is not None:
+                budget.charge(now, rid, tokens)
+                budget.settle(rid, tokens, now)
 
     def governing(self, endpoint: EndpointState) -> RateBudget | None:
         """The budget a 429 from ``endpoint`` pauses: its own, else the key's."""
