@@ -23,6 +23,8 @@ Subcommands:
                   static split vs uncoordinated (real processes, real Redis)
   tenants         tenants: noisy neighbour, entitlements, service classes,
                   simulated; --live-check adds the noisy neighbour through the SDK
+  apis            the quick comparison's strategies over one key spent by chat, the
+                  Responses API and embeddings (SDK and mock, virtual time)
   concurrency     learned per-endpoint concurrency limits vs the true slots told,
                   simulated, and how fast the limit follows a halving
   plan            the capacity planner: plans for the paper's mixes and ShareGPT,
@@ -156,6 +158,10 @@ def _parser() -> argparse.ArgumentParser:
     from bench.concurrency_cli import add_parser as add_concurrency
 
     add_concurrency(sub)
+    ap = sub.add_parser("apis", help="the quick comparison's strategies over one key spent by "
+                        "chat, the Responses API and embeddings, in virtual time")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=Path("docs/results/apis"), help="output folder")
+    ap.add_argument("--calls", type=int, default=240, help="calls per run (default 240)")
     pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
@@ -340,6 +346,14 @@ def _tenants(args: argparse.Namespace) -> Path:
     return written
 
 
+def _apis(args: argparse.Namespace) -> Path:
+    from bench.apis import apis
+
+    written = apis(args.out, calls=args.calls)
+    print((written / "tables.md").read_text())
+    return written
+
+
 def _concurrency(args: argparse.Namespace) -> Path:
     from bench.concurrency_cli import run
 
@@ -470,6 +484,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "shared-budget": _shared_budget,
     "tenants": _tenants,
     "concurrency": _concurrency,
+    "apis": _apis,
     "plan": _plan,
     "dashboard": _dashboard,
     "gateway": _gateway,
