@@ -12,8 +12,12 @@ the core's actions say:
 - :class:`~semisched.core.Reject`, :class:`~semisched.core.Expire`,
   :class:`~semisched.core.Fail`: resolve the caller with the outcome;
 - :class:`~semisched.core.Defer`: nothing (the engine brings it back);
-- :class:`~semisched.core.Pause`: with a shared state, keep the endpoint off
-  in every process sharing it for as long as the engine keeps it off.
+- :class:`~semisched.core.Pause`: hand it to the reservation layer, which keeps the
+  endpoint off in every process sharing its state for as long as the engine does.
+
+Every telemetry event of a request (submitted, sent, deferred or retried, decided,
+first token, finished) goes to one sink (:class:`~semisched.telemetry.events.EventSink`):
+the dispatcher never asks who listens.
 
 Each attempt goes to its endpoint's stack of layers around the provider seam
 (:mod:`semisched.runtime.layers`: compression, shared-state reservation, observers,
@@ -73,14 +77,8 @@ from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
 from semisched.runtime.supervise import Supervisor
 from semisched.runtime.timer import Timer
-from semisched.telemetry.observe import (
-    DECISION_LOGGER,
-    Finished,
-    Observers,
-    Outcome,
-    log_decision,
-)
-from semisched.telemetry.retries import RetryLog
+from semisched.telemetry.events import EventSink
+from semisched.telemetry.observe import Outcome
 
 __all__ = ["Dispatcher"]
 
@@ -111,15 +109,12 @@ class Dispatcher:
         cancel_late: bool,
     ) -> None:
         self.engine = engine
-        self.observers = configured.observers or Observers(())
-        self._observed = bool(self.observers)  # read on every event: once, not a call each
-        self.shared = configured.shared
+        self.events = EventSink(configured.observers)  # every telemetry event goes there
         self.clock = clock
         self.tally = tally
         self.supervisor = Supervisor(tally)
         self.cancel_late = cancel_late
         self.pending: dict[str, Pending] = {}
-        self.retry_log = RetryLog()
         self.open_streams = 0
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
@@ -139,8 +134,7 @@ class Dispatcher:
         """Run attempts and the timer in ``tg`` (the scheduler's task group)."""
         self._tg = tg
         tg.start_soon(self.timer.run)
-        if self.stacks.usage is not None:
-            tg.start_soon(self.supervisor.guarded(self.stacks.usage.run, "tenant usage sync"))
+        self.stacks.start(lambda task, name: tg.start_soon(self.supervisor.guarded(task, name)))
 
     @property
     def rate_limits(self) -> ProviderLimits | None:
@@ -171,8 +165,7 @@ class Dispatcher:
         """
         self.pending[pending.id] = pending
         try:
-            if self._observed:
-                self.observers.submitted(pending.request, pending.request.arrival)
+            self.events.submitted(pending.request)
             try:
                 actions = self.engine.submit(pending.request, pending.request.arrival)
             except Exception as exc:  # rule 5
@@ -249,10 +242,7 @@ class Dispatcher:
                 raise RuntimeError(f"core sent unknown request {action.request.id!r}")
             pending.attempts = action.attempt
             pending.endpoint = action.endpoint
-            if self._observed:
-                # The engine's now, just given: no second clock read per event.
-                now = self._last_now
-                self.observers.sent(action.request, action.attempt, action.endpoint, now)
+            self.events.sent(action, self._last_now)  # the engine's now, just given
             assert self._tg is not None, "Dispatcher.start() was not called"
             pending.attempt = token = object()  # it owns the request now (rule 4)
             try:
@@ -265,19 +255,9 @@ class Dispatcher:
         elif isinstance(action, Retry | Defer):
             if isinstance(action, Retry):
                 self.tally.retries += 1
-                self.retry_log.retry(action, self._last_now)  # INFO, rate-limited
-            # Built only for a reader: observers, or the decision log at DEBUG.
-            if self._observed or DECISION_LOGGER.isEnabledFor(logging.DEBUG):
-                why = action.explanation
-                if why is not None:
-                    log_decision(action.request, why)
-                    if self._observed:
-                        self.observers.decided(action.request, why, self._last_now)
-        elif isinstance(action, Pause):
-            # What the engine keeps off, every process sharing the state keeps off.
-            if self.shared is not None and self._tg is not None:
-                wait = action.until - self._last_now  # the engine's now, just given
-                self._tg.start_soon(self.shared.pause, action.endpoint, wait)
+            self.events.deferred(action, self._last_now)
+        elif isinstance(action, Pause):  # the reservation layer's to share (its state's)
+            self.stacks.pause(action.endpoint, action.until - self._last_now)
         elif isinstance(action, Reject | Expire | Fail):
             self._decided(action)
         else:  # pragma: no cover
@@ -293,8 +273,7 @@ class Dispatcher:
                                          attempts=pending.attempts, failure=pending.failure)
         setattr(self.tally, counter, getattr(self.tally, counter) + 1)
         why = error.explanation
-        if why is not None:
-            log_decision(pending.request, why)
+        self.events.decided(pending.request, why)
         self._resolve(pending, error=error)
         self._finished(pending, _OUTCOMES[type(action)], explanation=why)
 
@@ -307,10 +286,9 @@ class Dispatcher:
         output_tokens: int | None = None,
         explanation: Explanation | None = None,
     ) -> None:
-        if self._observed:
-            done = Finished(outcome, pending.attempts, pending.endpoint, prompt_tokens,
-                            output_tokens, explanation)  # fmt: skip
-            self.observers.finished(pending.request, done, self._last_now)
+        self.events.finished(pending.request, self._last_now, outcome, pending.attempts,
+                             pending.endpoint, prompt_tokens=prompt_tokens,
+                             output_tokens=output_tokens, explanation=explanation)  # fmt: skip
 
     def _resolve(
         self,
@@ -396,13 +374,12 @@ class Dispatcher:
         self.tally.succeeded += 1
         if call.stream:
             self.open_streams += 1
-            request, observers, observed = pending.request, self.observers, self._observed
+            request, events = pending.request, self.events
 
             def first() -> None:  # a learned concurrency limit reads its wait; observers see it
                 now = self.now()
                 self.engine.first_token(request.id, now)
-                if observed:
-                    observers.first_token(request, now)
+                events.first_token(request, now)
 
             stream = ScheduledStream(
                 response, api=call.spec,

@@ -386,6 +386,19 @@ class Stacks:
         """Forget ``name``'s stack (an endpoint added again under that name gets a new one)."""
         self._stacks.pop(name, None)
 
+    def start(self, run: Callable[[Callable[..., Any], str], object]) -> None:
+        """Start the shared state's background work, if any, with ``run(task, name)``
+        (the tenants' usage sync of the reservation layer's state)."""
+        if self.usage is not None:
+            run(self.usage.run, "tenant usage sync")
+
+    def pause(self, endpoint: str, wait: float) -> None:
+        """What the engine keeps off for ``wait`` engine seconds, every process sharing the
+        state keeps off (a no-op without one)."""
+        shared = self.configured.shared
+        if shared is not None:
+            self.spawn(shared.pause, endpoint, wait)
+
     def _build(self, name: str) -> Seam:
         """Endpoint ``name``'s stack, innermost first; unused layers left out."""
         c = self.configured

@@ -93,7 +93,7 @@ def values(samples: list[Sample], name: str, label: str) -> dict[str, float]:
 
 def s_registry(s: Scheduler) -> CollectorRegistry:
     """The registry ``s``'s metrics live in."""
-    (metrics,) = [o for o in s._dispatch.observers.items if isinstance(o, PrometheusMetrics)]
+    (metrics,) = [o for o in s._dispatch.events.observers.items if isinstance(o, PrometheusMetrics)]
     return metrics.registry
 
 
