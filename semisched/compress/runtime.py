@@ -157,7 +157,7 @@ class PromptCompression:
         """``request`` with ``compressed_tokens`` set and its compressed prompt, when it is
         in the band and its prompt fits (rules 2-5); else ``request`` and ``None``."""
         cfg = self.routing
-        if self._compressor is None or call.api != "chat":
+        if self._compressor is None or call.spec.prompt_field != "messages":  # rewrites messages
             return request, None
         total = request_total(request)
         if not cfg.short_pool_tokens < total <= cfg.compress_band * cfg.short_pool_tokens:

@@ -7,7 +7,9 @@ stack is built once, from what the scheduler is configured with
 (:class:`Stacks`), outermost first:
 
 1. :class:`CompressionLayer` (compress-and-route on): which prompt this
-   attempt sends, by the endpoint it was routed to.
+   attempt sends, by the endpoint it was routed to. (Its step before a request
+   reaches the engine, compressing the prompt it may send, is
+   :meth:`Stacks.prepare`.)
 2. :class:`ReservationLayer` (a shared state): reserve the attempt there
    first; a refusal comes back as :class:`Refused` and nothing is sent. When
    the attempt ends its leases go back, a completion's charge is settled and
@@ -44,13 +46,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from semisched.compress.runtime import PromptCompression
+from semisched.compress.runtime import CompressedPrompt, PromptCompression
 from semisched.core.actions import Action
 from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.engine import Engine
 from semisched.core.fleet.endpoint import EndpointSpec
+from semisched.core.request import Request
 from semisched.fleet.endpoints import Deployments
 from semisched.priors.calibration import LengthCalibration
+from semisched.runtime.calls import PreparedCall
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.failures import classify_failure
 from semisched.runtime.headers import parse_rate_limits
@@ -385,6 +389,16 @@ class Stacks:
     def drop(self, name: str) -> None:
         """Forget ``name``'s stack (an endpoint added again under that name gets a new one)."""
         self._stacks.pop(name, None)
+
+    async def prepare(
+        self, request: Request, call: PreparedCall
+    ) -> tuple[Request, CompressedPrompt | None]:
+        """The compression layer's step before ``request`` reaches the engine: its
+        compressed prompt, when compress-and-route applies (else ``request``, ``None``)."""
+        compression = self.configured.compression
+        if compression is None:
+            return request, None
+        return await compression.prepare(request, call)
 
     def start(self, run: Callable[[Callable[..., Any], str], object]) -> None:
         """Start the shared state's background work, if any, with ``run(task, name)``

@@ -339,7 +339,7 @@ class Scheduler:
                 rid, prepared, self._priors, self._calibration, self._estimator, self.config,
                 self._tally, self._dispatch.now,
             )  # fmt: skip
-            request, compressed = await self._compression.prepare(request, prepared)
+            request, compressed = await self._dispatch.stacks.prepare(request, prepared)
         except BaseException:  # only cancellation: the prior resolver never fails
             self._tally.cancelled += 1
             raise
