@@ -158,10 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     from bench.concurrency_cli import add_parser as add_concurrency
 
     add_concurrency(sub)
-    ap = sub.add_parser("apis", help="the quick comparison's strategies over one key spent by "
-                        "chat, the Responses API and embeddings, in virtual time")  # fmt: skip
-    ap.add_argument("--out", type=Path, default=Path("docs/results/apis"), help="output folder")
-    ap.add_argument("--calls", type=int, default=240, help="calls per run (default 240)")
+    from bench.apis import add_parser as add_apis
+
+    add_apis(sub)
     pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
@@ -347,11 +346,9 @@ def _tenants(args: argparse.Namespace) -> Path:
 
 
 def _apis(args: argparse.Namespace) -> Path:
-    from bench.apis import apis
+    from bench.apis import run
 
-    written = apis(args.out, calls=args.calls)
-    print((written / "tables.md").read_text())
-    return written
+    return run(args)
 
 
 def _concurrency(args: argparse.Namespace) -> Path:

@@ -16,6 +16,7 @@ Writes ``apis.csv`` and ``tables.md`` under ``--out`` (``docs/results/apis``).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import random
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from bench.experiments import QUICK_STRATEGIES
 from mockprovider.app import MockConfig, create_app
 from semisched import BudgetConfig, RetryPolicy, RuntimeOptions, Scheduler, SemischedError, preset
 
-__all__ = ["MIXES", "ApiRow", "apis", "run_cell"]
+__all__ = ["MIXES", "ApiRow", "add_parser", "apis", "run", "run_cell"]
 
 #: The mixes: every call a chat completion, or the three APIs in turn.
 MIXES: dict[str, tuple[str, ...]] = {
@@ -170,3 +171,18 @@ def apis(out: Path, *, calls: int = 240, strategies: Sequence[str] = QUICK_STRAT
     lines += ["", f"The strategies keep their order across the mixes: {'yes' if same else 'no'}."]
     (out / "tables.md").write_text("\n".join(lines) + "\n")
     return out
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``apis`` subcommand and its flags."""
+    ap = sub.add_parser("apis", help="the quick comparison's strategies over one key spent by "
+                        "chat, the Responses API and embeddings, in virtual time")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=Path("docs/results/apis"), help="output folder")
+    ap.add_argument("--calls", type=int, default=240, help="calls per run (default 240)")
+
+
+def run(args: argparse.Namespace) -> Path:
+    """Run the benchmark the flags ask for; print its table; the folder written."""
+    written = apis(args.out, calls=args.calls)
+    print((written / "tables.md").read_text())
+    return written
