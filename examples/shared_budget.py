@@ -36,10 +36,14 @@ from semisched import BudgetConfig, RuntimeOptions, ScaledClock, Scheduler, Semi
 SCALE = 50.0  # virtual seconds per wall second, for the mock and every worker
 LIMIT_RPM = 60
 SHARES = (45, 30, 15)
+START_S = 4.0  # wall seconds for the workers to start up before they send together
 
 
-async def worker(base_url: str, calls: int, state: str | None, namespace: str) -> None:
-    """One process's job: ``calls`` short calls as fast as its budget allows; print a summary."""
+async def worker(
+    base_url: str, calls: int, state: str | None, namespace: str, start_at: float
+) -> None:
+    """One process's job: from ``start_at`` (wall time, ``time.time()``), ``calls`` short calls
+    as fast as its budget allows; print a summary."""
     # A charge counts a little longer than the provider's minute: 30 virtual seconds, 0.6 s
     # of wall time at 50x, covers the network and a busy machine's scheduling between a
     # reservation and the mock's count (0.1 s, then 0.3 s, were not always enough on two
@@ -56,6 +60,10 @@ async def worker(base_url: str, calls: int, state: str | None, namespace: str) -
     )
     done = 0
     async with client, scheduler:
+        # The three processes start together, whenever each finished starting up: else on a
+        # busy machine one could send its share before the next one had started, in a minute
+        # of the provider's of its own, and "alone" would meet no 429 by luck of timing.
+        await anyio.sleep(max(0.0, start_at - time.time()))
 
         async def ask(i: int) -> None:
             nonlocal done
@@ -108,17 +116,18 @@ def redis_url() -> Iterator[str]:
 def round_of(base_url: str, state: str | None) -> None:
     """Run the three workers at once; print what they saw together."""
     namespace = f"example-{uuid.uuid4().hex[:8]}"
-    start = time.monotonic()
+    start_at = time.time() + START_S  # when every worker sends its first call
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", base_url, str(calls), state or "", namespace],
+            [sys.executable, __file__, "--worker", base_url, str(calls), state or "", namespace,
+             str(start_at)],
             stdout=subprocess.PIPE,
             text=True,
         )
         for calls in SHARES
     ]
     results = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
-    minutes = (time.monotonic() - start) * SCALE / 60.0
+    minutes = (time.time() - start_at) * SCALE / 60.0
     label = "shared through Redis" if state else "each alone"
     completed = sum(r["completed"] for r in results)
     throttled = sum(r["throttled"] for r in results)
@@ -142,7 +151,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, base, n, state_url, ns = sys.argv
-        anyio.run(worker, base, int(n), state_url or None, ns)
+        _, _, base, n, state_url, ns, start = sys.argv
+        anyio.run(worker, base, int(n), state_url or None, ns, float(start))
     else:
         main()
