@@ -104,15 +104,7 @@ class Pressure:
     def refresh(self) -> float:
         """Compute the severity the current decision reads (:meth:`current`), and
         return it."""
-        book = self._book
-        alone = self._fleet.alone
-        if alone is not None and alone.circuit is _CLOSED:  # current(), its common case
-            severity = self._signals.severity(
-                book.inflight, self.max_inflight, book.queued_tokens, self._weights
-            )
-        else:
-            severity = self.current()
-        self.severity = severity
+        self.severity = severity = self.current()
         return severity
 
     def snapshot(self) -> SignalSnapshot:
