@@ -42,7 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.gateway import serve
-from bench.gateway_faults_upstream import Exchange, FaultyUpstream, exchange, request_bytes
+from bench.gateway_faults_upstream import (
+    Exchange,
+    FaultyUpstream,
+    close_writer,
+    exchange,
+    request_bytes,
+)
 from semisched.gateway.keys import key_hash
 
 __all__ = ["KEY", "SCENARIOS", "Campaign", "Gateway", "answer", "chat", "fault_campaign",
@@ -217,7 +223,7 @@ async def _storm_client(port: int, stream: bool, leave: float | None, mid: bool)
     except (TimeoutError, ConnectionError) as exc:
         return type(exc).__name__
     finally:
-        writer.close()
+        await close_writer(writer)
     if not data.startswith(b"HTTP/1.1 200"):
         return data[:12].decode("latin-1") or "nothing"
     complete = b"data: [DONE]" in data if stream else b'"choices"' in data

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,8 +273,18 @@ async def exchange(port: int, data: bytes, *, timeout_s: float = 30.0, wait_clos
     except TimeoutError:
         got.error = got.error or "timeout"
     finally:
-        writer.close()
+        await close_writer(writer)
     return got
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close a client connection and wait until its transport is gone.
+
+    ``close`` alone only schedules it: a loop that ends first leaves the socket open,
+    and the garbage collector then warns about it."""
+    writer.close()
+    with suppress(OSError):  # a peer's reset: closed all the same
+        await writer.wait_closed()
 
 
 async def _send_all(writer: asyncio.StreamWriter, data: bytes, trickle_s: float | None) -> None:
