@@ -78,7 +78,9 @@ POLICIES: tuple[str, ...] = (
     "anticipated_load",
     "token_budget",
 )
-assert set(POLICIES) == set(ROUTING_POLICY_NAMES)
+#: Left out: ``cost`` routes by price among the endpoints that meet a deadline (a fleet of
+#: unpriced endpoints routes as ``anticipated_load``); ``python -m bench cost`` measures it.
+assert set(POLICIES) == set(ROUTING_POLICY_NAMES) - {"cost"}
 
 REGIMES: tuple[str, ...] = ("balanced/medium", "balanced/high", "heavy/medium", "heavy/high")
 FAST = PhysicsParams()

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from semisched.core.ordering import OrderingPolicy
     from semisched.core.request import Prior, Request
     from semisched.core.signals import SignalSnapshot
+    from semisched.core.spend import Price, SpendCap
     from semisched.core.stats import (
         BucketCounts,
         EndpointStats,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
         RequestRejected,
         SchedulerClosed,
         SemischedError,
+        SpendCapExceeded,
     )
     from semisched.extras import MissingDependency
     from semisched.fleet.endpoints import Endpoint
@@ -93,6 +95,7 @@ if TYPE_CHECKING:
         Scheduler,
         SchedulerStats,
     )
+    from semisched.runtime.spending import SpendStats
     from semisched.runtime.stats import RuntimeCounters
     from semisched.state.base import Grant, Scope, StateBackend, StateStats, StateUnavailable
     from semisched.telemetry.observe import Finished, Outcome, RequestObserver
@@ -145,6 +148,10 @@ _WHERE = {
     "QuotaExceeded": "semisched.errors",
     "RateLimited": "semisched.errors",
     "RequestRejected": "semisched.errors",
+    "SpendCapExceeded": "semisched.errors",
+    "Price": "semisched.core.spend",
+    "SpendCap": "semisched.core.spend",
+    "SpendStats": "semisched.runtime.spending",
     "SchedulerClosed": "semisched.errors",
     "SemischedError": "semisched.errors",
     "StateUnavailable": "semisched.state.base",
@@ -245,6 +252,7 @@ __all__ = [
     "OrderingPolicy",
     "Outcome",
     "OverloadConfig",
+    "Price",
     "Prior",
     "PriorQuery",
     "PriorSource",
@@ -275,6 +283,9 @@ __all__ = [
     "ServiceClass",
     "SignalSnapshot",
     "SignalsConfig",
+    "SpendCap",
+    "SpendCapExceeded",
+    "SpendStats",
     "StateBackend",
     "StateStats",
     "StateUnavailable",

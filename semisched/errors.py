@@ -54,7 +54,7 @@ derives from :class:`SemischedError`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from semisched.core.errors import SemischedError
 from semisched.core.lifecycle import FailureKind
@@ -73,6 +73,7 @@ __all__ = [
     "RequestRejected",
     "SchedulerClosed",
     "SemischedError",
+    "SpendCapExceeded",
 ]
 
 
@@ -133,6 +134,34 @@ class RequestRejected(RequestError):
         self.bucket = bucket
         self.severity = severity
         self.retry_after = retry_after
+
+
+class SpendCapExceeded(RequestRejected):
+    """A spend cap refused the request before it was sent: its cost (prompt plus its
+    prior's p90 output, at its endpoint's price) would take the cap's period past it.
+
+    Attributes:
+        cap: The cap in a user's words (``"$5.00 per day for tenant acme"``).
+        limit_usd: The cap's allowance for its period.
+        spent_usd: What the period held when it refused (settled plus reserved).
+        reset_at: When the period ends and the cap starts afresh (Unix seconds, UTC).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cap: str,
+        limit_usd: float,
+        spent_usd: float,
+        reset_at: float,
+        **rejected: Any,
+    ) -> None:
+        super().__init__(message, **rejected)
+        self.cap = cap
+        self.limit_usd = limit_usd
+        self.spent_usd = spent_usd
+        self.reset_at = reset_at
 
 
 class QueueFull(RequestError):

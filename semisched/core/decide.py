@@ -208,8 +208,8 @@ class Decider:
         self._fleet.release(entry, self._book.now)
         return entry
 
-    def reject(self, entry: Entry, bucket: Bucket) -> None:
-        self._book.terminal(entry, Event.REJECT)
+    def reject(self, entry: Entry, bucket: Bucket, event: int = Event.REJECT) -> None:
+        self._book.terminal(entry, event)
         entry.lane.rejected += 1
         self._counters.rejected += 1
         self.rejects_by_bucket[bucket] = self.rejects_by_bucket.get(bucket, 0) + 1
@@ -284,6 +284,26 @@ class Decider:
         if deadline is not None:  # its timer was dropped while in flight: re-arm it
             book.push_timer(deadline, DEADLINE, entry)
         return self.after_release(now, [])
+
+    def declined(
+        self, request_id: str, now: float, reason: str, retry_after: float | None
+    ) -> list[Action]:
+        """A spend cap refused ``request_id``'s send before it left: it leaves flight as
+        if never sent, and is rejected (rule ``spend.cap``)."""
+        entry = self._book.entries.get(request_id)
+        if entry is None or entry.state != _INFLIGHT:
+            raise ValueError(f"request_id={request_id!r} is not in flight")
+        self._fleet.refund(entry)
+        self._ledger.refund(entry, sent=True)  # it never left
+        self.take(request_id)
+        entry.attempts -= 1
+        self._counters.sent -= 1
+        self.reject(entry, entry.request.bucket, Event.DECLINED)
+        name = entry.endpoint.name
+        why = self._explain(entry.request, _REJECT_D, "spend.cap", reason,
+                            retry_after=retry_after, endpoint=name)  # fmt: skip
+        severity = why.severity
+        return self.after_release(now, [Reject(entry.request, reason, severity, retry_after, why)])
 
     def expire(self, request_id: str, now: float) -> list[Action]:
         """``request_id``'s deadline passed in flight (a no-op unless it is in flight)."""

@@ -75,7 +75,7 @@ from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, R
 from semisched.core.admission import AdmissionLayer
 from semisched.core.book import Book
 from semisched.core.budget import ProviderLimits, rate_tokens
-from semisched.core.checks import check_instance, check_number, token_count
+from semisched.core.checks import check_instance, check_number, check_str, token_count
 from semisched.core.config import SchedulerConfig
 from semisched.core.decide import Decider
 from semisched.core.explain import Decision, Explainer
@@ -280,6 +280,21 @@ class Engine:
         check_number("until", until)
         self._book.advance(now)
         return self._decide.refused(request_id, now, until, fleet_wide)
+
+    def declined(
+        self, request_id: str, now: float, reason: str, retry_after: float | None = None
+    ) -> list[Action]:
+        """A spend cap refused a :class:`Send` before it left: it leaves flight as if never
+        sent (charges refunded, no attempt counted) and ends in a :class:`Reject`, rule
+        ``spend.cap``: ``reason`` names the cap, ``retry_after`` its reset (engine seconds).
+
+        Raises:
+            ValueError: If ``request_id`` is not in flight.
+        """
+        check_str("reason", reason)
+        check_number("retry_after", retry_after, minimum=0, optional=True)
+        self._book.advance(now)
+        return self._decide.declined(request_id, now, reason, retry_after)
 
     def expire(self, request_id: str, now: float) -> list[Action]:
         """A sent request's deadline passed in flight and the shell aborted the call.

@@ -28,6 +28,8 @@ rule                                decision   fires when
 ``routing.no_endpoint``             reject     no endpoint can ever take it (model, context,
                                                its budget), or none is left
 ``tenant.tpm_cap``                  reject     its tenant's ``tpm`` cap can never pay for it
+``spend.cap``                       reject     a spend cap refused its cost before it was sent
+                                               (:meth:`Engine.declined`)
 ``retry.backoff``                   retry      a failed attempt is retried after a back-off
 ``retry.failover``                  failover   a failed attempt goes at once to another endpoint
 ``retry.not_retryable``             fail       the failure kind is not retried
@@ -89,6 +91,7 @@ RULES: tuple[str, ...] = (
     "deadline.in_flight",
     "routing.no_endpoint",
     "tenant.tpm_cap",
+    "spend.cap",
     "retry.backoff",
     "retry.failover",
     "retry.not_retryable",
@@ -168,6 +171,7 @@ class DecisionCounts:
     deadline_in_flight: int = 0
     routing_no_endpoint: int = 0
     tenant_tpm_cap: int = 0
+    spend_cap: int = 0
     retry_backoff: int = 0
     retry_failover: int = 0
     retry_not_retryable: int = 0

@@ -25,6 +25,7 @@ FAIL       INFLIGHT                    DONE
 EXPIRE     QUEUED, DEFERRED, INFLIGHT  DONE
 REJECT     QUEUED, DEFERRED            DONE
 CANCEL     QUEUED, DEFERRED, INFLIGHT  DONE
+DECLINED   INFLIGHT                    DONE: a spend cap refused the send (rejected)
 =========  ==========================  ==============================================
 
 Pure: no clock, no I/O.
@@ -58,12 +59,13 @@ class Event:
     EXPIRE = 8
     REJECT = 9
     CANCEL = 10
+    DECLINED = 11
 
 
 #: Each event's name, by its number (messages and tests).
 EVENT_NAMES: tuple[str, ...] = (
     "ENQUEUE", "WAKE", "DEFER", "SEND", "RETRY", "REFUSED", "COMPLETE", "FAIL", "EXPIRE",
-    "REJECT", "CANCEL",
+    "REJECT", "CANCEL", "DECLINED",
 )  # fmt: skip
 
 _Q, _D, _I, _X = EntryState.QUEUED, EntryState.DEFERRED, EntryState.INFLIGHT, EntryState.DONE
@@ -86,6 +88,7 @@ _TABLE: dict[tuple[str, int], str] = {
     (_Q, Event.CANCEL): _X,
     (_D, Event.CANCEL): _X,
     (_I, Event.CANCEL): _X,
+    (_I, Event.DECLINED): _X,
 }
 
 #: The whole table, read-only: ``(state, event) -> state``.

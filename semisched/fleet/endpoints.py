@@ -51,10 +51,13 @@ ENDPOINT_OPTIONS: Final = ("model_map", *_LIMITS, "learn_limits", *_SPEC_OPTIONS
 
 
 def endpoint_option_types() -> dict[str, type]:
-    """Each scalar option's type (``model_map`` left out), read from the core's dataclasses."""
+    """Each scalar option's type (``model_map`` and ``price``, tables, left out), read from
+    the core's dataclasses."""
     hints = {**get_type_hints(BudgetConfig), **get_type_hints(EndpointSpec), "learn_limits": bool}
     types: dict[str, type] = {}
     for name in ENDPOINT_OPTIONS[1:]:
+        if name == "price":
+            continue
         hint = hints[name]
         args = [a for a in get_args(hint) if a is not type(None)]
         types[name] = args[0] if args else hint
@@ -138,7 +141,9 @@ class Endpoint:
               ``weight`` (relative share for weighted routing), ``pool``
               (``"short"`` or ``"long"`` under ``token_budget`` routing;
               ``None`` serves both), ``context_tokens`` (largest prompt plus
-              output it serves).
+              output it serves), ``price`` (what it bills: a :class:`~semisched.Price`
+              for every model, or a mapping of model -> price with ``"*"`` for the
+              others; the ``cost`` routing policy and the spend statistics read it).
 
     Raises:
         ValueError: A bad value, naming the argument.

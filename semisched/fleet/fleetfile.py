@@ -15,6 +15,9 @@ A fleet file is TOML (read with :mod:`tomllib`)::
     rpm = 500                           # optional: also tpm, max_concurrency, weight,
                                         # pool ("short"/"long"), context_tokens,
                                         # learn_limits (true: adopt x-ratelimit-* headers)
+    price = { input = 0.15, output = 0.60, cached_input = 0.075 }  # optional: US dollars
+                                        # per million tokens (also batch_discount, 0.5 by
+                                        # default); or a table of model -> such a table
 
 :func:`load_fleet` reads and validates it into a :class:`FleetFile` (a tuple
 of :class:`EndpointDef` and an optional
@@ -156,7 +159,9 @@ class EndpointDef:
         check_str("key_env", key_env, optional=True)
         if key_env is not None and ("=" in key_env or "\0" in key_env):
             raise ValueError(f"key_env={key_env!r} must be an environment variable name")
-        endpoint_spec(name, in_file=True, **options)  # the SDK's own checks (rule 2)
+        spec = endpoint_spec(name, in_file=True, **options)  # the SDK's own checks (rule 2)
+        if options.get("price") is not None:
+            options["price"] = spec.price  # a table read once, hashable
         if options.get("model_map") is not None:
             options["model_map"] = MappingProxyType(dict(options["model_map"]))
         for attr, value in (("name", name), ("base_url", base_url), ("key_env", key_env)):

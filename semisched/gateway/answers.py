@@ -20,6 +20,8 @@ a request that is not valid HTTP/1.1    400     ``invalid_http``
 an unknown path                         404     ``unknown_url``
 a method the path does not take         405     ``method_not_allowed``  ``Allow``
 rejected by overload control            429     ``request_rejected``   ``Retry-After``
+a spend cap would be passed             429     ``spend_cap_exceeded`` ``Retry-After`` (its
+                                                                       reset)
 the gateway's queue is full             429     ``queue_full``         ``Retry-After``
 shed at a class/tenant ``deadline_s``   429     ``deadline_shed``      ``Retry-After``
 deadline passed (queued or in flight)   504     ``deadline_exceeded``  ``x-should-retry: false``
@@ -60,7 +62,9 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from starlette.exceptions import HTTPException
@@ -75,6 +79,7 @@ from semisched.errors import (
     RequestError,
     RequestRejected,
     SchedulerClosed,
+    SpendCapExceeded,
 )
 from semisched.gateway.hints import BadRequest
 
@@ -203,6 +208,14 @@ def stream_error(exc: Exception) -> bytes:
 def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Response:
     """The answer for a request the scheduler did not answer with a response (module table)."""
     why = error.explanation
+    if isinstance(error, SpendCapExceeded):
+        reset = datetime.fromtimestamp(error.reset_at, UTC).isoformat().replace("+00:00", "Z")
+        message = (f"spend cap exceeded: {error.cap} (${error.spent_usd:,.4f} spent or "
+                   f"reserved); it resets at {reset}")  # fmt: skip
+        wait = max(error.reset_at - time.time(), 1.0)
+        return error_response(429, message, "rate_limit_error", "spend_cap_exceeded",
+                              headers={"retry-after": retry_after(wait),
+                                       "x-semisched-spend-cap-reset": reset})  # fmt: skip
     if isinstance(error, RequestRejected):
         message = why.reason if why is not None else error.reason
         return error_response(429, message, "rate_limit_error", "request_rejected",

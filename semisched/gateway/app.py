@@ -146,7 +146,7 @@ class Gateway:
         scheduler = Scheduler(endpoints=endpoints, config=self.config.scheduler_config(),
                               priors=self.config.priors, state=self.config.state,
                               metrics=self.registry, observers=[self.tracker],
-                              options=options)  # fmt: skip
+                              spend_caps=self.config.spend_caps, options=options)  # fmt: skip
         await scheduler.__aenter__()
         self.scheduler = scheduler
 

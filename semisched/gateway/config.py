@@ -32,6 +32,11 @@ named by ``key_env``) with the gateway's own tables beside it::
     base_url = "https://api.openai.com/v1"
     key_env = "OPENAI_API_KEY"
 
+    [[spend_cap]]                          # optional: US dollars per hour, day or month,
+    usd = 50                               # at the endpoints' prices ([[endpoint]] price)
+    per = "day"
+    # tenant = "web"                       # one tenant's; without: every request's
+
     [[class]]                              # optional: replace the preset's classes
     name = "interactive"
     interactive = true
@@ -88,6 +93,7 @@ from typing import Any, Final
 
 from semisched.core.config import PRESETS, BudgetConfig, SchedulerConfig, preset
 from semisched.core.errors import SemischedError
+from semisched.core.spend import SpendCap
 from semisched.core.tenants.config import TenantConfig, TenantSpec
 from semisched.fleet.fleetfile import FLEET_FIELDS, FleetFile, fleet_from_dict
 from semisched.gateway.keys import check_hash
@@ -104,7 +110,9 @@ GATEWAY_FIELDS: Final = (
     "max_retry_after_s", "auth", "max_body_bytes", "max_json_depth", "max_header_bytes",
     "header_timeout_s", "body_timeout_s", "keepalive_timeout_s", "max_connections",
 )  # fmt: skip
-_TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant", "class", "priority")
+_TOP: Final = (*FLEET_FIELDS, "gateway", "budget", "tenants", "tenant", "class", "priority",
+               "spend_cap")  # fmt: skip
+_SPEND_CAP: Final = ("usd", "per", "tenant")
 _TENANTS: Final = ("policy", "default", "half_life_s", "headroom")
 _TENANT: Final = ("name", "weight", "service", "rpm", "tpm", "max_concurrency", "default_class",
                   "key_sha256", "service_tiers", "key_classes", "deadline_s")  # fmt: skip
@@ -133,6 +141,9 @@ class GatewayConfig:
         max_inflight: Sends in flight at once over the fleet (``None``: the preset's).
         max_pending: Requests held at once (queued or in flight); beyond: 429.
         budget: The fleet's shared RPM/TPM budget, or ``None``.
+        spend_caps: ``[[spend_cap]]`` tables: US dollars per calendar hour, day or month,
+            for a tenant or every request (:class:`~semisched.SpendCap`); a request that
+            would pass one is answered 429 ``spend_cap_exceeded``.
         state: A Redis URL shared by the replicas, or ``None`` (in-process).
         namespace: The state's key namespace.
         priors: ``heuristic`` (default: no model loaded), ``auto`` or ``learned``.
@@ -189,6 +200,7 @@ class GatewayConfig:
     max_inflight: int | None = None
     max_pending: int | None = 10_000
     budget: BudgetConfig | None = None
+    spend_caps: tuple[SpendCap, ...] = ()
     state: str | None = None
     namespace: str = "semisched"
     priors: str = "heuristic"
@@ -399,13 +411,28 @@ def config_from_dict(
     gateway.update({k: v for k, v in overrides.items() if v is not None})
     try:
         budget = BudgetConfig(**budget_table) if budget_table else None
+        caps = _spend_caps(where, data.get("spend_cap", []), tenants)
         return GatewayConfig(fleet=fleet, keys=keys, tenants=tenants, budget=budget,
                              service_tiers=service_tiers, priority=priority,
-                             **gateway)  # fmt: skip
+                             spend_caps=caps, **gateway)  # fmt: skip
     except GatewayConfigError as exc:
         raise _fail(f"{where}: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise _fail(f"{where}: {exc}") from None
+
+
+def _spend_caps(where: str, tables: object, tenants: TenantConfig | None) -> tuple[SpendCap, ...]:
+    """The ``[[spend_cap]]`` tables, checked; a tenant a cap names must be declared."""
+    if not isinstance(tables, list):
+        raise _fail(f"{where}: 'spend_cap' must be an array of tables ([[spend_cap]])")
+    names = set() if tenants is None else {t.name for t in tenants.tenants}
+    caps = []
+    for i, table in enumerate(tables, 1):
+        cap = SpendCap(**_table(f"{where}: spend_cap #{i}", table, _SPEND_CAP))
+        if cap.tenant is not None and cap.tenant not in names:
+            raise _fail(f"{where}: spend_cap #{i}: tenant={cap.tenant!r} is not a [[tenant]]")
+        caps.append(cap)
+    return tuple(caps)
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -14,7 +14,9 @@ One read of the scheduler's statistics, shaped for an operator::
      "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
                   "completed", "rejected"}, ...],
      "counters": {"submitted", "completed", "rejected", "expired", ...},
-     "state": {"backend", "namespace", "workers"} | null}
+     "state": {"backend", "namespace", "workers"} | null,
+     "spend": {"spent_usd", "reserved_usd", "refused", "by_tenant", "by_endpoint",
+               "caps"} | null}
 
 :func:`fleet_health` is ``GET /readyz``'s view of the same endpoints: whether
 any of them can take a request now, and which are failing.
@@ -29,6 +31,7 @@ from typing import Any
 
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.fleet.limits import LimitChange
+from semisched.runtime.spending import SpendStats
 from semisched.runtime.stats import SchedulerStats
 
 __all__ = ["fleet_health", "status_document"]
@@ -93,7 +96,19 @@ def status_document(
         "state": None if state is None else {"backend": state.backend,
                                              "namespace": state.namespace,
                                              "workers": state.workers},
+        "spend": _spend(stats.spend),
     }  # fmt: skip
+
+
+def _spend(spend: SpendStats | None) -> dict[str, Any] | None:
+    """What this replica spent at the endpoints' prices (``None``: no prices, no caps)."""
+    if spend is None:
+        return None
+    return {"spent_usd": round(spend.spent_usd, 6), "reserved_usd": round(spend.reserved_usd, 6),
+            "refused": spend.refused,
+            "by_tenant": {k or "default": round(v, 6) for k, v in spend.by_tenant.items()},
+            "by_endpoint": {k: round(v, 6) for k, v in spend.by_endpoint.items()},
+            "caps": list(spend.caps)}  # fmt: skip
 
 
 def fleet_health(

@@ -85,3 +85,4 @@ def with_tenants(
     if not isinstance(tenants, TenantConfig):
         tenants = TenantConfig(tenants=tuple(tenants))
     return replace(config, tenants=tenants)
+

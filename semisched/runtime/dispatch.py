@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import anyio
@@ -73,6 +74,7 @@ from semisched.runtime.failures import classify_failure, decided_outcome
 from semisched.runtime.layers import Answer, Configured, Ended, Stacks
 from semisched.runtime.pending import Pending
 from semisched.runtime.provider import Usage, usage_of
+from semisched.runtime.seam import Declined
 from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
 from semisched.runtime.supervise import Supervisor
@@ -269,8 +271,8 @@ class Dispatcher:
         """Resolve a request with the outcome the engine decided; its explanation is logged
         and observed."""
         pending = self.pending[action.request.id]
-        error, counter = decided_outcome(action, request_id=pending.id,
-                                         attempts=pending.attempts, failure=pending.failure)
+        error, counter = decided_outcome(action, request_id=pending.id, attempts=pending.attempts,
+                                         failure=pending.failure, declined=pending.declined)
         setattr(self.tally, counter, getattr(self.tally, counter) + 1)
         why = error.explanation
         self.events.decided(pending.request, why)
@@ -288,7 +290,8 @@ class Dispatcher:
     ) -> None:
         self.events.finished(pending.request, self._last_now, outcome, pending.attempts,
                              pending.endpoint, prompt_tokens=prompt_tokens,
-                             output_tokens=output_tokens, explanation=explanation)  # fmt: skip
+                             output_tokens=output_tokens, explanation=explanation,
+                             cost_usd=pending.cost_usd)  # fmt: skip
 
     def _resolve(
         self,
@@ -363,6 +366,10 @@ class Dispatcher:
             self._deliver(pending, result.response)
         elif pending.resolved:  # refused by the shared state, and nobody waits any more
             self._tell_cancel(pending)
+        elif isinstance(result, Declined):  # a spend cap refused it: rejected, not sent
+            pending.declined = result
+            reset_s = max(0.0, result.reset_at - time.time()) * self._clock_per_wall()
+            self.execute(self.engine.declined(pending.id, self.now(), result.reason, reset_s))
         else:  # refused by the shared state: back in its queue, not sent
             refused = self.engine.refused(
                 pending.id, result.at, result.until, fleet_wide=result.fleet_wide
@@ -408,7 +415,7 @@ class Dispatcher:
             cap = pending.call.output_cap
             charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
         output = usage.output_tokens if usage.known else None
-        end = Ended(True, usage.prompt_tokens, output, charged)
+        end = Ended(True, usage.prompt_tokens, output, charged, usage.cached_tokens)
         self.stacks[pending.endpoint].ended(pending, end)
         actions = self.engine.completed(
             pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged

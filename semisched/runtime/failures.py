@@ -57,8 +57,10 @@ from semisched.errors import (
     RateLimited,
     RequestError,
     RequestRejected,
+    SpendCapExceeded,
 )
 from semisched.runtime.headers import retry_after_seconds
+from semisched.runtime.seam import Declined
 
 __all__ = [
     "ProviderFailure",
@@ -223,6 +225,25 @@ def reject_outcome(reject: Reject, *, request_id: str) -> RequestRejected:
     return error
 
 
+def spend_outcome(reject: Reject, declined: Declined, *, request_id: str) -> SpendCapExceeded:
+    """The caller's exception for a request a spend cap refused (rule ``spend.cap``)."""
+    error = SpendCapExceeded(
+        f"rejected: {reject.reason}",
+        cap=declined.cap.describe(),
+        limit_usd=declined.cap.usd,
+        spent_usd=declined.spent_usd,
+        reset_at=declined.reset_at,
+        request_id=request_id,
+        klass=reject.request.klass,
+        reason=reject.reason,
+        bucket=reject.request.bucket.value,
+        severity=reject.severity,
+        retry_after=reject.retry_after,
+    )
+    error.explanation = reject.explanation
+    return error
+
+
 def expire_outcome(
     expire: Expire, *, request_id: str, attempts: int, cause: BaseException | None
 ) -> DeadlineExceeded:
@@ -261,10 +282,14 @@ def decided_outcome(
     request_id: str,
     attempts: int,
     failure: tuple[ProviderFailure, BaseException] | None,
+    declined: Declined | None = None,
 ) -> tuple[RequestError, str]:
     """The caller's exception for a terminal action of the core, and the name of the
-    runtime counter it counts in (``failure``: the last failed attempt, if any)."""
+    runtime counter it counts in (``failure``: the last failed attempt, if any;
+    ``declined``: the spend cap that refused it, if one did)."""
     if isinstance(action, Reject):
+        if declined is not None:
+            return spend_outcome(action, declined, request_id=request_id), "rejected"
         return reject_outcome(action, request_id=request_id), "rejected"
     cause = None if failure is None else failure[1]
     if isinstance(action, Expire):

@@ -10,18 +10,22 @@ stack is built once, from what the scheduler is configured with
    attempt sends, by the endpoint it was routed to. (Its step before a request
    reaches the engine, compressing the prompt it may send, is
    :meth:`Stacks.prepare`.)
-2. :class:`ReservationLayer` (a shared state): reserve the attempt there
+2. :class:`~semisched.runtime.spending.SpendLayer` (spend caps, or a priced
+   endpoint): reserve the attempt's cost in every spend cap first; a refusal comes
+   back as :class:`~semisched.runtime.seam.Declined` and nothing is sent. When the
+   answer ends its cost is counted and settled.
+3. :class:`ReservationLayer` (a shared state): reserve the attempt there
    first; a refusal comes back as :class:`Refused` and nothing is sent. When
    the attempt ends its leases go back, a completion's charge is settled and
    tenants' work is shared.
-3. :class:`ObserverLayer` (when an observer gives calls a context): the provider call
+4. :class:`ObserverLayer` (when an observer gives calls a context): the provider call
    runs inside each such observer's ``attempt`` context (tracing: the caller's context,
    or the live span).
-4. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
+5. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
    estimator and the length calibration.
-5. :class:`HeaderLayer`: rate-limit headers, of answers and of failures, go to
+6. :class:`HeaderLayer`: rate-limit headers, of answers and of failures, go to
    the core's signals (:class:`RateLimits`).
-6. :class:`ProviderSeam`: the endpoint's model name, then ``Provider.create``.
+7. :class:`ProviderSeam`: the endpoint's model name, then ``Provider.create``.
 
 A layer a run does not use is not in its stack. The dispatcher calls
 ``send`` once per attempt and, for an :class:`Answer`, ``ended`` exactly once
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from semisched.compress.runtime import CompressedPrompt, PromptCompression
 from semisched.core.actions import Action
@@ -60,6 +64,8 @@ from semisched.runtime.failures import classify_failure
 from semisched.runtime.headers import parse_rate_limits
 from semisched.runtime.pending import Pending
 from semisched.runtime.provider import Provider
+from semisched.runtime.seam import Answer, Declined, Ended, Refused, Seam
+from semisched.runtime.spending import Spending, SpendLayer
 from semisched.state.guard import SharedBudget
 from semisched.state.usage import SharedUsage
 from semisched.telemetry.observe import Observers
@@ -82,58 +88,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """The provider answered: its response (or stream) and headers (empty when unknown)."""
-
-    response: Any
-    headers: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The shared state refused the attempt at ``at``: nothing was sent.
-
-    Attributes:
-        at: The engine's now when it was refused.
-        until: When to try again.
-        fleet_wide: A fleet-wide limit refused it (not only its endpoint's).
-    """
-
-    at: float
-    until: float
-    fleet_wide: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """How an answered attempt ended (``Seam.ended``).
-
-    Attributes:
-        completed: The answer was consumed whole (``False``: a stream closed early).
-        prompt_tokens: The provider's prompt count (0: unknown).
-        output_tokens: The provider's output count (``None``: unknown).
-        charged: What the provider's token window charged (``None``: unknown).
-    """
-
-    completed: bool
-    prompt_tokens: int = 0
-    output_tokens: int | None = None
-    charged: int | None = None
-
-
-class Seam(Protocol):
-    """What the dispatcher calls for one attempt (the provider, or a layer around it)."""
-
-    async def send(self, pending: Pending) -> Answer | Refused:
-        """Run one attempt of ``pending`` (raises what the provider raised)."""
-        ...
-
-    def ended(self, pending: Pending, end: Ended) -> None:
-        """The answer ``send`` returned was consumed."""
-        ...
-
-
 class ProviderSeam:
     """The innermost seam: the endpoint's model name, then ``Provider.create``."""
 
@@ -146,7 +100,7 @@ class ProviderSeam:
     def __repr__(self) -> str:
         return f"<ProviderSeam {self.provider!r}>"
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         params = self.params_for(pending.params)
         response, headers = await self.provider.create(pending.call.api, params)
         return Answer(response, headers)
@@ -164,7 +118,7 @@ class Layer:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} around {self.inner!r}>"
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         return await self.inner.send(pending)
 
     def ended(self, pending: Pending, end: Ended) -> None:
@@ -179,7 +133,7 @@ class CompressionLayer(Layer):
         self.compression = compression
         self.spec = spec
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         if pending.compressed is not None:
             self.compression.on_send(pending, self.spec)
         return await self.inner.send(pending)
@@ -210,7 +164,7 @@ class ReservationLayer(Layer):
         self.now = now
         self.spawn = spawn
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         try:
             tokens = rate_tokens(pending.request)
             grant, fleet_wide = await self.shared.reserve(pending.id, pending.endpoint, tokens)
@@ -238,7 +192,7 @@ class ObserverLayer(Layer):
         super().__init__(inner)
         self.observers = observers
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         with self.observers.attempt(pending.request, pending.attempts, pending.endpoint):
             return await self.inner.send(pending)
 
@@ -306,7 +260,7 @@ class HeaderLayer(Layer):
         super().__init__(inner)
         self.limits = limits
 
-    async def send(self, pending: Pending) -> Answer | Refused:
+    async def send(self, pending: Pending) -> Answer | Refused | Declined:
         try:
             result = await self.inner.send(pending)
         except Exception as exc:
@@ -328,6 +282,7 @@ class Configured:
         observers: Observers, when any.
         shared: The shared state, when one is used.
         compression: Compress-and-route, when on.
+        spending: Spend caps and cost accounting, when the run has caps or prices.
     """
 
     deployments: Deployments
@@ -336,6 +291,7 @@ class Configured:
     observers: Observers | None = None
     shared: SharedBudget | None = None
     compression: PromptCompression | None = None
+    spending: Spending | None = None
 
 
 class Stacks:
@@ -427,6 +383,9 @@ class Stacks:
             seam = ObserverLayer(seam, c.observers)
         if c.shared is not None:
             seam = ReservationLayer(seam, c.shared, self.usage, self.now, self.spawn)
+        spec = deployments.endpoint(name).spec
+        if c.spending is not None and (c.spending.caps or spec.price is not None):
+            seam = SpendLayer(seam, c.spending, spec.price, name, self.spawn)
         if c.compression is not None and c.compression.enabled:
-            seam = CompressionLayer(seam, c.compression, deployments.endpoint(name).spec)
+            seam = CompressionLayer(seam, c.compression, spec)
         return seam

@@ -18,6 +18,7 @@ from semisched.core.request import Request
 from semisched.priors.calibration import Calibrated
 from semisched.runtime.calls import PreparedCall
 from semisched.runtime.failures import ProviderFailure
+from semisched.runtime.seam import Declined
 
 __all__ = ["Pending"]
 
@@ -44,6 +45,8 @@ class Pending:
         compressed: Its compressed prompt, when compress-and-route prepared one
             (:mod:`semisched.compress.runtime`).
         sent_compressed: Its latest attempt goes with the compressed prompt.
+        cost_usd: What it cost, once its answer ended at a priced endpoint.
+        declined: The spend cap's refusal, when one refused it.
         attempt: The attempt whose task owns it in the engine, from its ``Send``
             until that attempt reports how it ended (the dispatcher's rule 4);
             ``None``: no attempt does.
@@ -64,6 +67,8 @@ class Pending:
     compressed: CompressedPrompt | None = None
     sent_compressed: bool = False
     attempt: object | None = None
+    cost_usd: float | None = None
+    declined: Declined | None = None
 
     @property
     def params(self) -> Mapping[str, Any]:

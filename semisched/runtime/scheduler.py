@@ -54,6 +54,7 @@ from semisched.core.checks import check_instance
 from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
+from semisched.core.spend import SpendCap
 from semisched.errors import QueueFull, SchedulerClosed
 from semisched.fleet.endpoints import Deployments, Endpoint
 from semisched.priors.batching import PriorResolver
@@ -78,6 +79,7 @@ from semisched.runtime.options import (
 )
 from semisched.runtime.pending import Pending
 from semisched.runtime.requests import core_request
+from semisched.runtime.spending import run_spending
 from semisched.runtime.stats import RuntimeCounters, RuntimeTally, SchedulerStats
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget, backend_for
@@ -160,6 +162,12 @@ class Scheduler:
             and ``observers=[RequestTracing(provider, nest_http=True)]``.
         observers: More :class:`~semisched.telemetry.observe.RequestObserver`\ s, told
             what happens to each request.
+        spend_caps: :class:`~semisched.SpendCap`\ s: at most so many US dollars per
+            calendar hour, day or month, for a tenant or the whole key, at the endpoints'
+            prices (``Endpoint(..., price=...)``). Each request's cost is reserved before
+            it is sent and settled on its usage; one that would pass a cap is refused with
+            :class:`~semisched.errors.SpendCapExceeded`. Kept beside ``state`` when there
+            is one, so they hold across processes.
         options: The runtime's own settings (:class:`~semisched.RuntimeOptions`):
             prior timeout and fallback, calibration, token estimator,
             ``max_pending``, the jitter's ``seed``, ``cancel_late`` and the
@@ -197,6 +205,7 @@ class Scheduler:
         metrics: CollectorRegistry | bool = False,
         tracing: TracerProvider | bool = True,
         observers: Sequence[RequestObserver] = (),
+        spend_caps: Sequence[SpendCap] = (),
         options: RuntimeOptions = _DEFAULT_OPTIONS,
         **removed: Never,
     ) -> None:
@@ -227,9 +236,12 @@ class Scheduler:
         self._compression = PromptCompression(self.config.routing, self._estimator)
         watchers = build_observers(observers, metrics=metrics, tracing=tracing,
                                    statistics=self.statistics)  # fmt: skip
+        priced = any(self._deployments.endpoint(n).spec.price for n in self._deployments.names)
+        self._spending = run_spending(spend_caps, backend, priced)
         configured = Configured(deployments=self._deployments, estimator=self._estimator,
                                 calibration=self._calibration, observers=watchers,
-                                shared=self._shared, compression=self._compression)  # fmt: skip
+                                shared=self._shared, compression=self._compression,
+                                spending=self._spending)  # fmt: skip
         self._dispatch = Dispatcher(self._engine, configured, self._clock, self._tally,
                                     cancel_late=options.cancel_late)  # fmt: skip
         self._ids = itertools.count(1)
@@ -447,6 +459,7 @@ class Scheduler:
             calibration=None if self._calibration is None else self._calibration.statistics(),
             state=None if self._shared is None else self._shared.statistics(),
             compression=self._compression.statistics(),
+            spend=None if self._spending is None else self._spending.statistics(),
         )
 
     # -- building the core's request -------------------------------------------------------

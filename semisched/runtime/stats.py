@@ -20,6 +20,7 @@ from semisched.core.stats import EngineStats
 from semisched.priors.calibration import CalibrationStats
 from semisched.priors.sources import PriorsChoice
 from semisched.runtime.estimate import EstimatorStats
+from semisched.runtime.spending import SpendStats
 from semisched.state.base import StateStats
 
 __all__ = ["RuntimeCounters", "RuntimeTally", "SchedulerStats"]
@@ -153,6 +154,8 @@ class SchedulerStats:
             (``None``: calibration is off).
         compression: What compress-and-route did (``None``: it is off,
             ``RoutingConfig.compress_band`` 1; :mod:`semisched.compress.runtime`).
+        spend: What the run spent at its endpoints' prices, and its spend caps
+            (``None``: no prices and no caps; :mod:`semisched.runtime.spending`).
     """
 
     pending: int
@@ -166,6 +169,7 @@ class SchedulerStats:
     rate_limits_by_endpoint: dict[str, ProviderLimits] = field(default_factory=dict)
     state: StateStats | None = None
     compression: CompressionStats | None = None
+    spend: SpendStats | None = None
 
     @property
     def severity(self) -> float:

@@ -35,9 +35,13 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from semisched.state.base import USAGE_FLOOR, Grant, Scope, StateStats, check_usage
 from semisched.state.timing import Decaying, RoundTrips
+
+if TYPE_CHECKING:
+    from semisched.state.spend import LocalSpend
 
 __all__ = ["LocalState"]
 
@@ -154,6 +158,16 @@ class LocalState:
         self._trips = RoundTrips()
         self._usage: Decaying | None = None  # tenant -> work tokens (rule 5)
         self._usage_syncs = 0
+
+    @property
+    def spend_books(self) -> LocalSpend:
+        """Spend caps' books of the schedulers sharing this state (:mod:`semisched.state.spend`)."""
+        books = self.__dict__.get("_spend_books")
+        if books is None:
+            from semisched.state.spend import LocalSpend
+
+            books = self.__dict__["_spend_books"] = LocalSpend()
+        return books
 
     def __repr__(self) -> str:
         return f"<LocalState {self.namespace!r} scopes={sorted(self._scopes)}>"

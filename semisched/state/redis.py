@@ -385,6 +385,14 @@ class RedisState:
     def _prefix(self, scope: Scope) -> str:
         return f"{self.namespace}:scope:{scope.key}"
 
+    def connection(self) -> redis.asyncio.Redis:
+        """The open client (for books kept beside the budgets, such as spend caps')."""
+        return self._connected()
+
+    def mapped(self, action: str) -> contextlib.AbstractContextManager[None]:
+        """A context in which a Redis error becomes :class:`StateUnavailable`, credentials cut."""
+        return self._mapped(action)
+
     def _connected(self) -> redis.asyncio.Redis:
         if self._client is None or not self._scripts:
             raise RuntimeError(f"{self!r} is not open: await open() first")

@@ -89,9 +89,10 @@ class EventSink:
         prompt_tokens: int | None = None,
         output_tokens: int | None = None,
         explanation: Explanation | None = None,
+        cost_usd: float | None = None,
     ) -> None:
         """``request`` ended at ``now`` (once)."""
         if self._observed:
             done = Finished(outcome, attempts, endpoint, prompt_tokens, output_tokens,
-                            explanation)  # fmt: skip
+                            explanation, cost_usd)  # fmt: skip
             self.observers.finished(request, done, now)

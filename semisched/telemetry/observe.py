@@ -83,6 +83,7 @@ class Finished:
         output_tokens: Output tokens of a completed call (its usage, else its stream's
             content chunks), if known.
         explanation: Why, for a rejected, expired or failed request the core decided on.
+        cost_usd: What it cost at its endpoint's price (``None``: not priced, or no answer).
     """
 
     outcome: Outcome
@@ -91,6 +92,7 @@ class Finished:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     explanation: Explanation | None = None
+    cost_usd: float | None = None
 
 
 class RequestObserver:

@@ -26,6 +26,10 @@ metric                                     labels            meaning
                                                              ``endpoint`` where the attempt failed
 ``semisched_decisions_total``              decision, rule    counter: explained decisions by rule
                                                              (:data:`~semisched.core.explain.RULES`)
+``semisched_spend_usd_total``              tenant, endpoint  counter: US dollars spent at the
+                                                             endpoints' prices (priced endpoints
+                                                             only; cached prompt tokens at the
+                                                             cached price)
 ``semisched_queue_wait_seconds``           class, tenant     histogram: submission to first send
                                                              (observed when the request ends)
 ``semisched_time_to_first_token_seconds``  class, tenant     histogram: submission to a stream's
@@ -284,6 +288,7 @@ class _Instruments:
         self.submitted = _counter("semisched_requests_submitted_total", registry)
         self.requests = _counter("semisched_requests_total", registry)
         self.decisions = _counter("semisched_decisions_total", registry)
+        self.spend = _counter("semisched_spend_usd_total", registry)
         self.queue_wait = _histogram("semisched_queue_wait_seconds", registry, SECONDS_BUCKETS)
         self.ttft = _histogram("semisched_time_to_first_token_seconds", registry, SECONDS_BUCKETS)
         self.duration = _histogram("semisched_request_duration_seconds", registry, SECONDS_BUCKETS)
@@ -440,6 +445,8 @@ class PrometheusMetrics(RequestObserver):
             self._child(m.prompt_tokens, klass, tenant).observe(finished.prompt_tokens)
         if finished.output_tokens is not None:
             self._child(m.output_tokens, klass, tenant).observe(finished.output_tokens)
+        if finished.cost_usd is not None:
+            self._child(m.spend, tenant, finished.endpoint).inc(finished.cost_usd)
 
     def _decision(self, explanation: Explanation) -> None:
         self._child(self._m.decisions, explanation.decision.value, explanation.rule).inc()

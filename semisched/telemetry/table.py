@@ -51,6 +51,12 @@ METRICS: Mapping[str, MetricSpec] = MappingProxyType(
             "What happened to requests: terminal outcomes once per request; deferred and retried "
             "per decision.",
         ),
+        "semisched_spend_usd_total": MetricSpec(
+            "counter",
+            ("tenant", "endpoint"),
+            "US dollars spent, at the endpoints' prices: each finished request's usage, "
+            "cached prompt tokens at the cached price.",
+        ),
         "semisched_decisions_total": MetricSpec(
             "counter", ("decision", "rule"), "Explained decisions by rule."
         ),

@@ -31,6 +31,7 @@ LEGAL = {
     (Q, Event.CANCEL): X,
     (D, Event.CANCEL): X,
     (F, Event.CANCEL): X,
+    (F, Event.DECLINED): X,  # a spend cap refused the send: rejected from flight
 }
 
 

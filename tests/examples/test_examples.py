@@ -100,6 +100,21 @@ def test_shared_budget_keeps_three_processes_under_one_limit() -> None:
     assert int(alone.group(2)) > 0  # alone, each at the whole limit: the storm it prevents
 
 
+@pytest.mark.slow  # six worker processes and a Redis (30 s); test_sdk_spend.py: one process, fast
+def test_spend_caps_hold_across_three_processes_within_one_requests_slack() -> None:
+    out = run("spend_caps.py")
+    line = r"^{}\s+completed (\d+)/200, refused (\d+), spent \$([\d.]+) of a \$([\d.]+) cap " \
+           r"\(one request's p90: \$([\d.]+)\)"  # fmt: skip
+    alone = re.search(line.format("each alone"), out, flags=re.M)
+    shared = re.search(line.format("shared through Redis"), out, flags=re.M)
+    assert alone is not None and shared is not None, out
+    cap, slack = float(shared.group(4)), float(shared.group(5))
+    assert float(alone.group(3)) > cap * 1.5  # alone, each believes it owns the whole cap
+    assert float(shared.group(3)) <= cap + slack  # together, within the cap and one p90
+    assert int(shared.group(2)) > 0  # the rest were refused, with the typed error
+    assert int(shared.group(1)) + int(shared.group(2)) == 200
+
+
 #: A row of examples/tenants.py's tables: name, completed, rejected, short p50, short p95.
 TENANT_ROW = re.compile(
     r"^  (checkout|search|backfill) .* (\d+) +(\d+) +([\d.]+|-)(?: s)? +([\d.]+|-)(?: s)?$", re.M
@@ -263,6 +278,8 @@ def test_every_api_spends_one_key_and_the_budget_meets_no_429() -> None:
     out = run("every_api.py")
     lines = dict(re.findall(r"^(no budget|budget = limit) +(.*)$", out, flags=re.M))
     answered = "answered {'chat': 15, 'embeddings': 15, 'responses': 15}"
-    assert answered in lines["no budget"] and answered in lines["budget = limit"]
+    # Without a budget a call can spend its eight attempts on 429s in some of trio's task
+    # orders (1 in 8 runs here): only the budgeted run must answer every call.
+    assert answered in lines["budget = limit"]
     assert int(re.search(r"429s +(\d+)", lines["no budget"]).group(1)) > 0  # type: ignore[union-attr]
     assert "429s   0," in lines["budget = limit"]  # each API charged what it costs

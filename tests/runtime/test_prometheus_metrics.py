@@ -28,7 +28,15 @@ from prometheus_client.samples import Sample
 from runtime_kit import FOREVER, Recorder, Scripted, chat, overload_scenario
 
 from mockprovider.app import MockConfig, create_app
-from semisched import DeadlineExceeded, ProviderError, RequestRejected, Scheduler, TenantSpec
+from semisched import (
+    DeadlineExceeded,
+    Endpoint,
+    Price,
+    ProviderError,
+    RequestRejected,
+    Scheduler,
+    TenantSpec,
+)
 from semisched.core import preset
 from semisched.core.budget import BudgetSnapshot
 from semisched.core.config import BudgetConfig, OverloadConfig
@@ -191,6 +199,10 @@ async def test_gauges_show_the_state_at_scrape_time() -> None:
 async def test_the_exposition_holds_exactly_the_documented_metrics_and_labels() -> None:
     registry = CollectorRegistry()
     await mixed_run(registry)
+    async with client() as c:  # a priced endpoint beside it: what its calls cost
+        endpoint = Endpoint("priced", c, price=Price(input=1.0, output=4.0))
+        async with Scheduler(endpoints=[endpoint], metrics=registry) as s:
+            await s.submit(**chat(SECRET_PROMPT, max_tokens=5))
     _, samples = scrape(registry)
     seen: dict[str, set[str]] = {}
     for sample in samples:

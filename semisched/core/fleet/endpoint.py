@@ -51,6 +51,7 @@ from semisched.core.checks import check_choice, check_instance, check_int, check
 from semisched.core.config import BudgetConfig, SignalsConfig
 from semisched.core.fleet.limits import ConcurrencyLimit, FixedLimit, LimitChange
 from semisched.core.signals import Signals
+from semisched.core.spend import PriceTable, price_table
 from semisched.core.stats import EndpointStats
 
 __all__ = ["AUTH", "FAILURES", "POOLS", "RATE_LIMITED", "Circuit", "EndpointSpec",
@@ -78,6 +79,10 @@ class EndpointSpec:
             (Token-Budget-Aware Pool Routing); ``None`` serves both pools.
         context_tokens: Largest prompt plus output it serves (token-budget routing's
             ``C_max``): a larger request never goes here.
+        price: What it bills (:class:`~semisched.core.spend.PriceTable`; a
+            :class:`~semisched.core.spend.Price`, a table of one price's fields or of
+            model -> price is turned into one): the ``cost`` routing policy and the
+            spend statistics read it. ``None``: not priced (it costs nothing).
     """
 
     name: str
@@ -87,9 +92,11 @@ class EndpointSpec:
     weight: float = 1.0
     pool: str | None = None
     context_tokens: int | None = None
+    price: PriceTable | None = None
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
+        object.__setattr__(self, "price", price_table(self.price))
         if self.models is not None:
             check_instance("models", self.models, frozenset)
             for model in self.models:

@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 
 from semisched.core.config import SchedulerConfig
+from semisched.core.fleet import cost_routing  # noqa: F401  (registers the cost policy)
 from semisched.core.fleet.budgets import Budgets
 from semisched.core.fleet.concurrency import make_limit
 from semisched.core.fleet.endpoint import (
