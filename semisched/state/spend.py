@@ -158,6 +158,10 @@ class LocalSpend:
         for cap in caps:
             self._book(cap, now)[1][""] += nano(usd)
 
+    def outstanding(self) -> int:
+        """Reservations not yet settled or released, in every period's book."""
+        return sum(len(book) - 1 for book in self._books.values())
+
     def spent(self, cap: SpendCap) -> float:
         """What ``cap``'s current period holds, settled and reserved (US dollars)."""
         return self._book(cap, self._wall())[1][""] / NANO

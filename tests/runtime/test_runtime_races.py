@@ -16,7 +16,12 @@ what a user would state:
 3. the scheduler keeps serving: its task group is alive until the test closes it,
    and at the end a fresh request is answered;
 4. the books return to zero: with nothing pending and no stream open, the core
-   holds nothing queued, deferred or in flight, and the shared state no lease.
+   holds nothing queued, deferred or in flight, the shared state no lease, and the
+   spend books no reservation: what a spend cap's period holds is what was spent.
+
+The endpoints are priced and one tenant of two has a spend cap, so reservations of
+cost race with everything else too (refused before sending, released on a failure or
+a cancel, settled on an answer).
 
 The default run tries a few hundred examples; the slow run many more.
 """
@@ -42,8 +47,17 @@ from hypothesis.stateful import (
 )
 from virtual_loop import VirtualLoop
 
-from semisched import Endpoint, RuntimeOptions, Scheduler
+from semisched import (
+    Endpoint,
+    Price,
+    RuntimeOptions,
+    Scheduler,
+    SpendCap,
+    TenantConfig,
+    TenantSpec,
+)
 from semisched.errors import RequestError
+from semisched.runtime.calls import scheduler_config
 from semisched.state.base import Grant
 from semisched.state.local import LocalState
 
@@ -185,13 +199,19 @@ class RuntimeRaces(RuleBasedStateMachine):
         self.streams: dict[int, _Stream] = {}
         self.closed = False
         self.removed = False
+        self.cap = SpendCap(usd=4.0, per="day", tenant="capped")
 
     @initialize()
     def start(self) -> None:
-        endpoints = [Endpoint(name, self.provider.client(name), max_concurrency=2)
+        price = Price(input=100.0, output=1000.0)  # 2,000 output tokens: $2
+        endpoints = [Endpoint(name, self.provider.client(name), max_concurrency=2, price=price)
                      for name in ("a", "b")]  # fmt: skip
+        tenants = TenantConfig(tenants=(TenantSpec(name="capped"), TenantSpec(name="free")),
+                               default="free")
         self.scheduler = Scheduler(endpoints=endpoints, priors="heuristic", state=self.state,
-                                   tracing=False, options=RuntimeOptions(seed=1))  # fmt: skip
+                                   tracing=False, options=RuntimeOptions(seed=1),
+                                   config=scheduler_config("final_adrr_olc", tenants=tenants),
+                                   spend_caps=[self.cap])
         self.stop = asyncio.Event()
         self.host = self.loop.create_task(self._host())
         self.loop.settle()
@@ -234,13 +254,16 @@ class RuntimeRaces(RuleBasedStateMachine):
     @precondition(lambda self: not self.closed)
     @rule(stream=st.booleans(), tokens=st.integers(1, 2000),
           deadline=st.none() | st.floats(0.5, 60),
-          klass=st.sampled_from(["interactive", "batch"]))  # fmt: skip
-    def submit(self, stream: bool, tokens: int, deadline: float | None, klass: str) -> None:
+          klass=st.sampled_from(["interactive", "batch"]),
+          tenant=st.sampled_from(["capped", "free"]))  # fmt: skip
+    def submit(
+        self, stream: bool, tokens: int, deadline: float | None, klass: str, tenant: str
+    ) -> None:
         caller = Caller(len(self.callers), stream)
         self.callers[caller.index] = caller
         call = {"model": "m", "messages": [{"role": "user", "content": f"caller {caller.index}"}],
                 "max_tokens": tokens, "stream": stream, "deadline": deadline,
-                "klass": klass}  # fmt: skip
+                "klass": klass, "tenant": tenant}  # fmt: skip
         caller.task = self.loop.create_task(self._call(caller, **call))
         self.loop.settle()
 
@@ -391,6 +414,12 @@ class RuntimeRaces(RuleBasedStateMachine):
         engine = stats.engine
         assert (engine.inflight, sum(engine.queued.values()), engine.deferred) == (0, 0, 0)
         assert self.state.leases() == 0
+        spend = stats.spend
+        assert spend is not None and spend.reserved_usd == 0
+        books = self.state.spend_books
+        assert books.outstanding() == 0  # every reservation settled or released
+        capped = spend.by_tenant.get("capped", 0.0)
+        assert books.spent(self.cap) == pytest.approx(capped, abs=1e-6)
 
     def _host_error(self) -> str:
         if self.host.done() and not self.host.cancelled():
