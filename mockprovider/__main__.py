@@ -57,6 +57,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -121,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_server_options(p.add_argument_group("server"))
     _add_endpoint_options(p.add_argument_group("one endpoint (not with --fleet)"))
+    _add_batch_options(p.add_argument_group("the Batch API (one endpoint; not with --fleet)"))
     return p
 
 
@@ -198,6 +209,37 @@ def _add_endpoint_options(one: argparse._ArgumentGroup) -> None:
     )
 
 
+def _add_batch_options(batch: argparse._ArgumentGroup) -> None:
+    batch.add_argument(
+        "--batch-turnaround-s",
+        type=_positive_float,
+        metavar="MEDIAN",
+        help="median virtual seconds from a batch's creation to completed (default 3600)",
+    )
+    batch.add_argument(
+        "--batch-turnaround-sigma",
+        type=_nonnegative_float,
+        metavar="SIGMA",
+        help="lognormal spread of a batch's turnaround; 0: always the median (default 0.5)",
+    )
+    batch.add_argument(
+        "--batch-failure-rate",
+        type=_fraction,
+        help="fraction of batch lines answered 500 in the error file (default 0)",
+    )
+    batch.add_argument(
+        "--batch-expiry-rate",
+        type=_fraction,
+        help="fraction of batches that expire at the end of the completion window (default 0)",
+    )
+    batch.add_argument(
+        "--batch-window-s",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="the completion window ('24h') in virtual seconds (default 86400)",
+    )
+
+
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> MockConfig:
     """Build a ``MockConfig`` from parsed arguments; configuration errors exit via ``parser``.
 
@@ -216,6 +258,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         *("time_scale", "rpm", "tpm", "rate_window", "quota_tokens", "error_rate", "hang_rate"),
         *("drop_rate", "capacity_loss", "seed", "default_output_tokens", "model"),
         "context_tokens",
+        *("batch_turnaround_s", "batch_turnaround_sigma", "batch_failure_rate"),
+        *("batch_expiry_rate", "batch_window_s"),
     )
     settings.update({k: getattr(args, k) for k in plain if getattr(args, k) is not None})
     if args.outage is not None:

@@ -23,6 +23,8 @@ and ``response.completed`` (``response.incomplete`` when cut at the cap), carryi
 response with its ``usage``. No ``data: [DONE]``. A physics timeout mid-stream ends it with
 ``response.failed``. Unknown fields are ignored; ``previous_response_id``, ``store``,
 ``metadata``, ``instructions``, ``temperature`` and ``top_p`` are echoed (no state is kept).
+Its usage reports the cached input tokens (``mockprovider.prefix_cache``), as the chat and
+completion routes do theirs.
 
 Embeddings (``POST /v1/embeddings``): see ``mockprovider.embeddings``; the physics serves one
 as a prompt with no output token (it completes when its prefill does).
@@ -44,6 +46,7 @@ from mockprovider.bodies import (
     text_pieces,
 )
 from mockprovider.embeddings import EmbeddingsAnswer, parse_embeddings
+from mockprovider.prefix_cache import PrefixCache
 from mockprovider.wire import Api, BadRequest, Job, opt_int, parse_job, request_body, shape_job
 
 __all__ = ["CompletionAnswer", "ResponsesAnswer", "parse_request"]
@@ -214,7 +217,7 @@ class ResponsesAnswer:
         n, m = job.input_tokens, job.output_tokens
         usage = {
             "input_tokens": n,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": job.cached_tokens},
             "output_tokens": m,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": n + m,
@@ -264,7 +267,12 @@ class ResponsesAnswer:
 
 
 def _parse_responses(
-    headers: Mapping[str, str], raw: bytes, *, default_output: int, context_tokens: int
+    headers: Mapping[str, str],
+    raw: bytes,
+    *,
+    default_output: int,
+    context_tokens: int,
+    cache: PrefixCache | None,
 ) -> tuple[Job, ResponsesAnswer]:
     body, model = request_body(raw)
     text = _responses_prompt(body)
@@ -279,6 +287,7 @@ def _parse_responses(
         cap=("max_output_tokens", cap),
         default_output=default_output,
         context_tokens=context_tokens,
+        cache=cache,
     )
     return job, ResponsesAnswer(job, echo)
 
@@ -293,6 +302,7 @@ def parse_request(
     *,
     default_output: int,
     context_tokens: int,
+    cache: PrefixCache | None = None,
 ) -> tuple[Job, CompletionAnswer | ResponsesAnswer | EmbeddingsAnswer]:
     """Validate one request to ``api`` into its job and the answer that will say it.
 
@@ -302,13 +312,15 @@ def parse_request(
         raw: The raw request body.
         default_output: Output length when neither a hint nor a cap is given.
         context_tokens: The model's context window: prompt plus output tokens.
+        cache: The prefix cache the prompt's cached tokens are looked up in (read, never
+            written: the caller remembers the prompt when it serves it), or ``None``.
 
     Raises:
         BadRequest: The request is not one the mock (or OpenAI) accepts.
     """
     if api == "responses":
         return _parse_responses(
-            headers, raw, default_output=default_output, context_tokens=context_tokens
+            headers, raw, default_output=default_output, context_tokens=context_tokens, cache=cache
         )
     if api == "embeddings":
         return parse_embeddings(headers, raw, context_tokens=context_tokens)
@@ -318,5 +330,6 @@ def parse_request(
         chat=api == "chat.completions",
         default_output=default_output,
         context_tokens=context_tokens,
+        cache=cache,
     )
     return job, CompletionAnswer(job)

@@ -5,7 +5,10 @@
 API: JSON or its typed SSE events), ``POST /v1/embeddings`` (JSON; prefill only),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /v1/mock/stats`` and ``GET /metrics``
 (Prometheus). The four ``POST`` routes share the gate, the physics, the faults and the
-counters; only their bodies differ. It is a thin shell: every decision is made elsewhere.
+counters; only their bodies differ. The Files API (``/v1/files``: ``mockprovider.files``) and
+the Batch API (``/v1/batches``: ``mockprovider.batches``) answer batches of the same bodies
+on the virtual clock, outside the gate and the physics. It is a thin shell: every decision is
+made elsewhere.
 
 * ``mockprovider.wire``: request parsing, hints, output-length rules, bodies and SSE.
 * ``mockprovider.apis``: each API's request and answer (Responses and Embeddings there).
@@ -16,6 +19,8 @@ counters; only their bodies differ. It is a thin shell: every decision is made e
   under ``httpx2.ASGITransport``).
 * ``mockprovider.responses``: served, hung and dropped answers; physics timeouts.
 * ``mockprovider.stats``: what ``GET /v1/mock/stats`` reports.
+* ``mockprovider.auth``: the API-key check of every route.
+* ``mockprovider.prefix_cache``: the cached prompt tokens the answers' usage reports.
 * ``mockprovider.metrics``: what ``GET /metrics`` reports (Prometheus text format).
 
 Time. ``create_app(config, clock=...)`` takes a clock of wall seconds (``time.monotonic`` by
@@ -51,7 +56,6 @@ dataclass itself.
 
 from __future__ import annotations
 
-import hmac
 import math
 import time
 import uuid
@@ -67,6 +71,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mockprovider.apis import parse_request
+from mockprovider.auth import BearerAuth
+from mockprovider.batch_state import BatchSettings
+from mockprovider.batches import BatchService
 from mockprovider.driver import ClockOrigin, PhysicsDriver
 from mockprovider.errors import (
     error_body,
@@ -85,6 +92,7 @@ from mockprovider.metrics import (
     metrics_registry,
 )
 from mockprovider.physics import PROFILES, PhysicsParams
+from mockprovider.prefix_cache import PrefixCache
 from mockprovider.responses import Answer, ConnectionDropped, HangResponse, ServedResponse
 from mockprovider.stats import CounterName, MockStats, Tally
 from mockprovider.wire import DEFAULT_CONTEXT_TOKENS, Api, BadRequest, Job
@@ -137,6 +145,12 @@ class MockConfig:
         context_tokens: The model's context window, prompt plus output tokens: a prompt
             that fills it, or a max tokens that does not fit beside the prompt, gets
             vLLM's 400 (``mockprovider.errors``). Default 131,072.
+        batch_turnaround_s: Median virtual seconds from a batch's creation to its end.
+        batch_turnaround_sigma: Lognormal spread of a batch's turnaround (0: the median).
+        batch_failure_rate: Fraction of batch lines answered 500 in the error file.
+        batch_expiry_rate: Fraction of batches that expire at the completion window's end.
+        batch_window_s: The batches' completion window (``"24h"``) in virtual seconds.
+            The ``batch_*`` settings are ``mockprovider.batch_state``'s.
     """
 
     physics: PhysicsParams = PROFILES["default"]
@@ -155,6 +169,11 @@ class MockConfig:
     default_output_tokens: int = 128
     model: str = "mock-1"
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    batch_turnaround_s: float = 3600.0
+    batch_turnaround_sigma: float = 0.5
+    batch_failure_rate: float = 0.0
+    batch_expiry_rate: float = 0.0
+    batch_window_s: float = 86_400.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.physics, PhysicsParams):
@@ -183,6 +202,7 @@ class MockConfig:
             raise ValueError(f"model={self.model!r} must be a non-empty string")
         if not _is_int(self.context_tokens) or self.context_tokens < 1:
             raise ValueError(f"context_tokens={self.context_tokens!r} must be an integer >= 1")
+        BatchSettings.of(self)  # validates the batch_* fields
 
     def gate_config(self) -> GateConfig:
         """What the provider enforces at its door (60 s windows), for ``ProviderGate``.
@@ -234,7 +254,11 @@ class _Provider:
         self.traffic = Traffic()
         self._ids = 0
         self._request_ids = 0
-        self._key = None if config.api_key is None else config.api_key.encode()
+        self.auth = BearerAuth(config.api_key, lambda: self.count("unauthorized"))
+        self.cache = PrefixCache()
+        self.batches = BatchService(
+            config, now=self.driver.now, cache=self.cache, new_id=self.new_id
+        )
 
     def __repr__(self) -> str:
         return f"<MockProvider {self.driver!r} {self.gate!r} {self.tally!r}>"
@@ -256,26 +280,6 @@ class _Provider:
         self.traffic.tokens(job.input_tokens, job.output_tokens)
         self.gate.bill(job.input_tokens + job.output_tokens)
 
-    def _authorized(self, headers: Mapping[str, str]) -> JSONResponse | None:
-        if self._key is None:
-            return None
-        header = headers.get("authorization", "").strip()
-        scheme, _, token = header.partition(" ")
-        if not header:
-            self.count("unauthorized")
-            return _error(
-                401,
-                "You didn't provide an API key. Provide it in an Authorization header "
-                "(Authorization: Bearer YOUR_KEY).",
-                "invalid_request_error",
-            )
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
-            self.count("unauthorized")
-            return _error(
-                401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"
-            )
-        return None
-
     def _rate_headers(
         self,
         requests: WindowState | None,
@@ -296,7 +300,7 @@ class _Provider:
 
     async def _serve(self, request: Request, api: Api) -> Response:
         self.tally.received(api)
-        denied = self._authorized(request.headers)
+        denied = self.auth.check(request.headers)
         if denied is not None:
             return denied
         try:
@@ -306,6 +310,7 @@ class _Provider:
                 await request.body(),
                 default_output=self.config.default_output_tokens,
                 context_tokens=self.config.context_tokens,
+                cache=self.cache,
             )
         except BadRequest as exc:
             self.count("bad_requests")
@@ -357,16 +362,17 @@ class _Provider:
         if decision.fault is Fault.HANG:
             self.count("faults_hang")
             return HangResponse()
+        self.cache.remember(job.prompt_text)  # served: its prompt is in the cache from now on
         return ServedResponse(self, job, answer, headers, drop=decision.fault is Fault.DROP)
 
     async def models(self, request: Request) -> Response:
-        denied = self._authorized(request.headers)
+        denied = self.auth.check(request.headers)
         if denied is not None:
             return denied
         return JSONResponse({"object": "list", "data": [self._model_object()]})
 
     async def model(self, request: Request) -> Response:
-        denied = self._authorized(request.headers)
+        denied = self.auth.check(request.headers)
         if denied is not None:
             return denied
         name = request.path_params["model"]
@@ -384,7 +390,7 @@ class _Provider:
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "mock"}
 
     async def stats_endpoint(self, request: Request) -> Response:
-        denied = self._authorized(request.headers)
+        denied = self.auth.check(request.headers)
         if denied is not None:
             return denied
         return JSONResponse(asdict(self.stats()))
@@ -404,6 +410,7 @@ class _Provider:
             quota_used=self.gate.quota.used,
             capacity_loss_applied_at=self.driver.capacity_applied_at,
             requests_by_api=self.tally.apis(),
+            batches=self.batches.stats(),
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:
@@ -470,6 +477,7 @@ def create_app(
             Route("/v1/models/{model:path}", provider.model, methods=["GET"]),
             Route("/v1/mock/stats", provider.stats_endpoint, methods=["GET"]),
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+            *provider.batches.routes(provider.auth),  # the Files and Batch APIs
         ],
         exception_handlers={HTTPException: handler},
         max_body_size=_MAX_BODY_BYTES,

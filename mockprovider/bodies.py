@@ -52,11 +52,12 @@ def text_pieces(n: int) -> list[str]:
     return words[:1] + ["".join(" " + w for w in group) for group in groups]
 
 
-def _usage(job: Job) -> dict[str, int]:
+def _usage(job: Job) -> dict[str, Any]:
     return {
         "prompt_tokens": job.input_tokens,
         "completion_tokens": job.output_tokens,
         "total_tokens": job.input_tokens + job.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": job.cached_tokens},
     }
 
 

@@ -40,7 +40,9 @@ Endpoint keys: ``name``, ``profile``, the :class:`~mockprovider.physics.PhysicsP
 ``timeout_s``), the :class:`~mockprovider.app.MockConfig` fields other than ``physics``,
 ``time_scale`` and ``api_key`` (``rpm``, ``tpm``, ``rate_window``, ``quota_tokens``,
 ``error_rate``, ``hang_rate``, ``drop_rate``, ``capacity_loss``, ``outages``, ``seed``,
-``default_output_tokens``, ``model``, ``context_tokens``), and ``api_key_env``: the name of
+``default_output_tokens``, ``model``, ``context_tokens``, ``batch_turnaround_s``,
+``batch_turnaround_sigma``, ``batch_failure_rate``, ``batch_expiry_rate``,
+``batch_window_s``), and ``api_key_env``: the name of
 an environment variable holding the endpoint's API key (keys never sit in the file). Bad
 input is a ``ValueError`` naming the file, the endpoint and the key.
 """

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar, get_args
 from mockprovider.faults import WindowState
 from mockprovider.physics import PhysicsStats
 
-__all__ = ["ApiRequests", "CounterName", "MockCounters", "MockStats", "Tally"]
+__all__ = ["ApiRequests", "BatchStats", "CounterName", "MockCounters", "MockStats", "Tally"]
 
 CounterName = Literal[
     "requests",
@@ -99,6 +99,35 @@ class ApiRequests:
     embeddings: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchStats:
+    """The Batch API's batches and their lines (``mockprovider.batches``), at one virtual
+    instant: a batch moves on with the clock, so these are counted when read. Batch lines
+    are not requests: they count in no :class:`MockCounters` field, no rate window and no
+    quota.
+
+    Attributes:
+        batches: Batches created (``POST /v1/batches`` answered 200).
+        completed: Batches ``completed`` now.
+        failed: Batches ``failed`` now (their input file did not validate).
+        expired: Batches ``expired`` now (the completion window ended first).
+        cancelled: Batches ``cancelled`` now (``cancelling`` ones are not counted yet).
+        lines: Lines of the batches whose input file validated (their ``total``).
+        lines_completed: Lines answered 200 so far (in an output file, or to be).
+        lines_failed: Lines answered in an error file so far (an error status, or never
+            run because their batch expired or was cancelled).
+    """
+
+    batches: int = 0
+    completed: int = 0
+    failed: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    lines: int = 0
+    lines_completed: int = 0
+    lines_failed: int = 0
+
+
 class Tally:
     """The app's mutable counters; :meth:`snapshot` freezes them into :class:`MockCounters`,
     :meth:`apis` the requests per API into :class:`ApiRequests`."""
@@ -149,6 +178,8 @@ class MockStats:
             ``None`` (not configured, or not reached yet).
         requests_by_api: ``counters.requests`` split by API (all 0 when read from the JSON
             of an older mock, which lacks it).
+        batches: The Batch API's batches and lines (all 0 when read from the JSON of an
+            older mock, which lacks it).
     """
 
     virtual_time: float
@@ -161,20 +192,23 @@ class MockStats:
     quota_used: int
     capacity_loss_applied_at: float | None
     requests_by_api: ApiRequests = ApiRequests()
+    batches: BatchStats = BatchStats()
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> MockStats:
         """Rebuild the stats from their JSON form (``dataclasses.asdict`` of one).
 
         Raises:
-            ValueError: ``obj`` lacks a field (other than ``requests_by_api``, which an
-                older mock did not send) or has one this version does not know.
+            ValueError: ``obj`` lacks a field (other than ``requests_by_api`` and
+                ``batches``, which an older mock did not send) or has one this version does
+                not know.
         """
-        flat = _fields_of(cls, obj, "stats", optional={"requests_by_api"})
-        apis = flat.get("requests_by_api")
+        flat = _fields_of(cls, obj, "stats", optional={"requests_by_api", "batches"})
+        apis, batches = flat.get("requests_by_api"), flat.get("batches")
         by_api = ApiRequests() if apis is None else _build(ApiRequests, apis, "requests_by_api")
         nested = {
             "requests_by_api": by_api,
+            "batches": BatchStats() if batches is None else _build(BatchStats, batches, "batches"),
             "physics": _build(PhysicsStats, flat["physics"], "physics"),
             "counters": _build(MockCounters, flat["counters"], "counters"),
             "requests_window": _window(flat["requests_window"], "requests_window"),

@@ -21,10 +21,11 @@ cut the wanted length, else ``"stop"``. The context window (``context_tokens``, 
 :data:`DEFAULT_CONTEXT_TOKENS`) holds prompt plus output, as on vLLM: a prompt that fills it,
 or a max tokens that does not fit beside the prompt, is refused with vLLM's 400
 (``mockprovider.errors``), whatever the hints say. Prompt tokens: the hint,
-else UTF-8 bytes of the prompt text / 4 (rounded up, at least 1). The content is filler words,
-one word per token. ``n`` other than 1 is refused; a list ``prompt`` counts as one prompt. A
-request's token charge (for the TPM window) is its prompt tokens plus its max tokens (or its
-output length without one).
+else UTF-8 bytes of the prompt text / 4 (rounded up, at least 1); the part of them a prefix
+cache already held is the usage's cached tokens (``mockprovider.prefix_cache``). The content is
+filler words, one word per token. ``n`` other than 1 is refused; a list ``prompt`` counts as
+one prompt. A request's token charge (for the TPM window) is its prompt tokens plus its max
+tokens (or its output length without one).
 
 A streamed answer is the first word with the role, then up to four content chunks, the finish
 chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
@@ -38,8 +39,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from mockprovider.bodies import (
     answer_text,
@@ -52,6 +53,9 @@ from mockprovider.bodies import (
 )
 from mockprovider.errors import cap_too_large_message, prompt_too_long_message
 from mockprovider.faults import Fault
+
+if TYPE_CHECKING:
+    from mockprovider.prefix_cache import PrefixCache
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -122,6 +126,9 @@ class Job:
         charge: Token charge for the TPM window.
         forced_fault: The ``x-mock-fault`` header, or ``None``.
         api: The API the request came to (``chat`` is true for ``"chat.completions"`` only).
+        cached_tokens: Prompt tokens the prefix cache already held
+            (``mockprovider.prefix_cache``), reported in the answer's usage.
+        prompt_text: The text the prompt tokens were counted from (what the cache keeps).
     """
 
     chat: bool
@@ -134,6 +141,8 @@ class Job:
     charge: int
     forced_fault: Fault | None
     api: Api = "chat.completions"
+    cached_tokens: int = 0
+    prompt_text: str = field(default="", repr=False)
 
 
 # -- request parsing -----------------------------------------------------------------------
@@ -362,6 +371,7 @@ def shape_job(
     default_output: int,
     context_tokens: int,
     include_usage: bool = False,
+    cache: PrefixCache | None = None,
 ) -> Job:
     """The :class:`Job` of a request under the length rules of the module docstring.
 
@@ -375,6 +385,7 @@ def shape_job(
         default_output: Output length when neither a hint nor a cap is given.
         context_tokens: The model's context window: prompt plus output tokens.
         include_usage: Send the usage chunk at the end of a chat stream.
+        cache: The prefix cache its cached tokens are looked up in (read only), or ``None``.
 
     Raises:
         BadRequest: A bad hint or ``stream``, or a request beyond the context window.
@@ -394,6 +405,7 @@ def shape_job(
     wanted = next(w for w in (hinted_out, max_tokens, default_output) if w is not None)
     limit = room if max_tokens is None else max_tokens
     output_tokens = min(wanted, limit)
+    cached = cache.cached_tokens(text, input_tokens) if cache is not None and text else 0
     return Job(
         chat=api == "chat.completions",
         model=model,
@@ -405,6 +417,8 @@ def shape_job(
         charge=input_tokens + (max_tokens if max_tokens is not None else output_tokens),
         forced_fault=forced_fault(headers),
         api=api,
+        cached_tokens=cached,
+        prompt_text=text,
     )
 
 
@@ -415,6 +429,7 @@ def parse_job(
     chat: bool,
     default_output: int,
     context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    cache: PrefixCache | None = None,
 ) -> Job:
     """Validate one completion request (see the module docstring for the length rules).
 
@@ -425,6 +440,7 @@ def parse_job(
         chat: ``/v1/chat/completions`` (else ``/v1/completions``).
         default_output: Output length when neither a hint nor max tokens is given.
         context_tokens: The model's context window: prompt plus output tokens.
+        cache: The prefix cache its cached tokens are looked up in, or ``None``.
 
     Raises:
         BadRequest: The request is not one the mock (or OpenAI) accepts.
@@ -444,4 +460,5 @@ def parse_job(
         default_output=default_output,
         context_tokens=context_tokens,
         include_usage=include_usage,
+        cache=cache,
     )
