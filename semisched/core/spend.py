@@ -30,12 +30,18 @@ from typing import Final
 
 from semisched.core.checks import check_choice, check_fraction, check_number, check_str
 
-__all__ = ["PERIODS", "Price", "PriceTable", "SpendCap", "price_table"]
+__all__ = ["PERIODS", "Price", "PriceTable", "SpendCap", "price_table", "usd"]
 
 #: The periods a cap can count over: calendar hours, days and months in UTC.
 PERIODS: Final = ("hour", "day", "month")
 
 _MILLION: Final = 1_000_000.0
+
+
+def usd(amount: float) -> str:
+    """``amount`` US dollars for a reader: cents from a dollar up (``$1,234.50``), else
+    four significant digits (``$0.0005``, ``$0.01234``)."""
+    return f"${amount:,.2f}" if abs(amount) >= 1 or amount == 0 else f"${amount:.4g}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,7 +194,7 @@ class SpendCap:
     def describe(self) -> str:
         """``"$5.00 per day for tenant acme"``: the cap in a user's words."""
         who = "this key" if self.tenant is None else f"tenant {self.tenant}"
-        return f"${self.usd:,.2f} per {self.per} for {who}"
+        return f"{usd(self.usd)} per {self.per} for {who}"
 
     def period(self, wall_s: float) -> tuple[float, float]:
         """The UTC calendar period holding ``wall_s`` (Unix seconds): ``(start, end)``."""

@@ -72,6 +72,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from semisched.core.lifecycle import FailureKind
+from semisched.core.spend import usd
 from semisched.errors import (
     DeadlineExceeded,
     ProviderError,
@@ -210,7 +211,7 @@ def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Resp
     why = error.explanation
     if isinstance(error, SpendCapExceeded):
         reset = datetime.fromtimestamp(error.reset_at, UTC).isoformat().replace("+00:00", "Z")
-        message = (f"spend cap exceeded: {error.cap} (${error.spent_usd:,.4f} spent or "
+        message = (f"spend cap exceeded: {error.cap} ({usd(error.spent_usd)} spent or "
                    f"reserved); it resets at {reset}")  # fmt: skip
         wait = max(error.reset_at - time.time(), 1.0)
         return error_response(429, message, "rate_limit_error", "spend_cap_exceeded",

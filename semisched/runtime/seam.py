@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from semisched.core.spend import SpendCap
+from semisched.core.spend import SpendCap, usd
 
 if TYPE_CHECKING:
     from semisched.runtime.pending import Pending
@@ -60,7 +60,7 @@ class Declined:
         """The refusal in a user's words."""
         when = datetime.fromtimestamp(self.reset_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return (
-            f"spend cap {self.cap.describe()} would be passed (${self.spent_usd:,.4f} spent or "
+            f"spend cap {self.cap.describe()} would be passed ({usd(self.spent_usd)} spent or "
             f"reserved this {self.cap.per}); it resets at {when}"
         )
 

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from semisched.core.request import Request
-from semisched.core.spend import Price, PriceTable, SpendCap
+from semisched.core.spend import Price, PriceTable, SpendCap, usd
 from semisched.runtime.seam import Answer, Declined, Ended, Refused, Seam
 from semisched.state.spend import LocalSpend, SpendBackend, spend_books_for
 
@@ -63,7 +63,7 @@ class SpendStats:
     def __str__(self) -> str:
         caps = "; ".join(self.caps) or "none"
         return (
-            f"spent ${self.spent_usd:,.4f} (reserved ${self.reserved_usd:,.4f}), "
+            f"spent {usd(self.spent_usd)} (reserved {usd(self.reserved_usd)}), "
             f"{self.refused} refused by a spend cap; caps: {caps}"
         )
 
