@@ -135,3 +135,26 @@ async def test_a_lost_store_leaves_each_worker_its_share_of_what_was_left() -> N
     assert (await guard.reserve_spend("c", 0.1, [KEY_DAY])).ok
     assert not guard.lost and shared.recorded == pytest.approx(0.3)
     assert shared.inner.spent(KEY_DAY) == pytest.approx(0.8)
+
+
+async def test_a_real_redis_lost_and_back(redis_servers, namespace: str) -> None:  # type: ignore[no-untyped-def]
+    """The fallback on a real server: stopped mid-run, each worker spends its share of
+    what was left; started again (empty: no persistence), what it spent alone is
+    recorded in the shared books, and only that: what the store held before is gone."""
+    server = redis_servers()
+    state = RedisState(server.url, namespace=namespace)
+    await state.open()
+    wall = [0.0]
+    guard = SpendGuard(RedisSpend(state), workers=lambda: 1, wall=lambda: wall[0] + 1e9)
+    try:
+        assert (await guard.reserve_spend("a", 0.6, [KEY_DAY])).ok  # 0.4 left
+        server.stop()
+        alone = [(await guard.reserve_spend(f"b{i}", 0.1, [KEY_DAY])).ok for i in range(6)]
+        assert guard.lost and alone == [True] * 4 + [False] * 2  # its share: all of 0.4
+        server.start()
+        wall[0] += 10
+        again = await guard.reserve_spend("c", 0.1, [KEY_DAY])
+        assert again.ok and not guard.lost
+        assert dict(again.remaining_usd)["key:day"] == pytest.approx(0.5)  # 1 - 0.4 - 0.1
+    finally:
+        await state.close()
