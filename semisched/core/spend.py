@@ -39,9 +39,11 @@ _MILLION: Final = 1_000_000.0
 
 
 def usd(amount: float) -> str:
-    """``amount`` US dollars for a reader: cents from a dollar up (``$1,234.50``), else
-    four significant digits (``$0.0005``, ``$0.01234``)."""
-    return f"${amount:,.2f}" if abs(amount) >= 1 or amount == 0 else f"${amount:.4g}"
+    """``amount`` US dollars for a reader: in cents when that is exact or from a dollar up
+    (``$1,234.50``, ``$0.10``), else four significant digits (``$0.0005``, ``$0.01234``)."""
+    if abs(amount) >= 1 or round(amount, 2) == amount:
+        return f"${amount:,.2f}"
+    return f"${amount:.4g}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
