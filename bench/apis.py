@@ -1,7 +1,7 @@
 """``python -m bench apis``: the quick comparison's strategies when one key is spent by
 chat completions, the Responses API and embeddings together.
 
-Each strategy of the quick comparison (:data:`bench.experiments.QUICK_STRATEGIES`)
+Each strategy of the quick comparison (`bench.experiments.QUICK_STRATEGIES`)
 runs the same calls twice through the SDK against the in-process mock provider, in
 virtual time (trio's ``MockClock``: what it prints does not depend on the machine):
 once all chat completions, once a third each of chat completions, Responses API

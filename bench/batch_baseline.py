@@ -3,7 +3,7 @@
 A faithful re-implementation of the OpenAI cookbook recipe
 ``examples/api_request_parallel_processor.py`` (openai/openai-cookbook, read at commits
 ``d2bb606c`` and ``04a30903``), driven through the ``openai.AsyncOpenAI`` client and a
-:class:`semisched.runtime.clock.Clock` so that it runs in compressed time against the mock provider.
+`semisched.runtime.clock.Clock` so that it runs in compressed time against the mock provider.
 It is a benchmark subject, not a scheduler to use: it knows nothing of output lengths, classes
 or the provider's ``x-ratelimit-*`` headers.
 
@@ -14,7 +14,7 @@ What the recipe does, and this module with it:
 2. One request waits at the head (``next_request``); it is taken from the retry queue first,
    then from the input, in input order. It is sent when ``requests >= 1`` and
    ``tokens >= its consumption``; both buckets are then debited and one attempt is spent.
-3. Token consumption (:func:`token_consumption`) is the recipe's
+3. Token consumption (`token_consumption`) is the recipe's
    ``num_tokens_consumed_from_request``: chat, per message 4 plus the tokens of every value
    (minus 1 when a ``name`` is given), plus 2 per request; completions, the prompt's tokens.
    Either way plus ``n * max_tokens``, with 15 when ``max_tokens`` is absent (a list prompt
@@ -382,7 +382,7 @@ async def run_fixed_rate(
         client: The client to call through; give it ``max_retries=0`` so that the recipe's
             retries are the only ones.
         rpm: Request budget per (virtual) minute; the request bucket's size and refill.
-        tpm: Token budget per (virtual) minute, in :func:`token_consumption` units.
+        tpm: Token budget per (virtual) minute, in `token_consumption` units.
         clock: Every wait goes through it; budgets and the pause are in its seconds.
         count_tokens: Tokens of one string (the caller's tokenizer).
         max_attempts: Attempts per request in total, the first included (recipe: 5).

@@ -9,7 +9,7 @@ inherits another's window. Two workloads (``--workload``, one per invocation):
   prompts (the test split, never trained on); each asks for ``max_tokens=1024`` (what
   batch files commonly set) and the mock answers with the real response's length
   (``metadata.mock_output_tokens``). The token limit binds; the request limit barely.
-- ``mixed`` (issue 11; 400 requests, 100 RPM / 40k TPM, 25x): :func:`mixed_workload`,
+- ``mixed`` (issue 11; 400 requests, 100 RPM / 40k TPM, 25x): `mixed_workload`,
   synthetic chat requests of mixed length, where *both* limits bind: the short half is
   paced by RPM, the long tail by TPM (TPM / RPM = 400 tokens, the mean charge ~580).
 
@@ -17,15 +17,15 @@ Two scenarios: ``budget = provider limit`` (the user knows the limits), and
 ``provider at 2/3 of the budget`` (the key is shared, or the tier is lower than
 the user configured: the budget overstates what the provider grants).
 
-Contenders, each given the same budget (:func:`contenders`):
+Contenders, each given the same budget (`contenders`):
 
-- ``fixed-rate (recipe)``: :mod:`bench.batch_baseline`, the cookbook's
+- ``fixed-rate (recipe)``: `bench.batch_baseline`, the cookbook's
   parallel processor (token buckets that start full, ``o200k_base`` prompt
   counts, a 15 s pause after any 429, OpenAI's ``rate_limit_exceeded`` included,
   5 attempts), no concurrency cap; ``sharegpt`` also runs it with cap 32
   (``fixed-rate, cap 32``), the concurrency cap ours uses;
-- ``semisched batch``: :class:`semisched.batch.BatchRun` with its defaults (the
-  preset :class:`~semisched.batch.BatchOptions` defaults to), heuristic priors
+- ``semisched batch``: `semisched.batch.BatchRun` with its defaults (the
+  preset `BatchOptions` defaults to), heuristic priors
   (``max_tokens``), concurrency 32, and one more row per extra preset named
   (``--policies``, e.g. ``batch_makespan``: one class, longest predicted work first);
 - ``sharegpt`` only, when the ml extra is installed: ``semisched batch, learned``
@@ -36,8 +36,8 @@ Contenders, each given the same budget (:func:`contenders`):
   length, so its rows use the heuristic priors, which read its informative ``max_tokens``.
 
 Reported per run: makespan (virtual seconds from the first send to the last
-result), makespan over the steady-rate floor (:func:`floor_for`; a run can end up to
-one window's burst under it, :func:`semisched.core.makespan_floor`),
+result), makespan over the steady-rate floor (`floor_for`; a run can end up to
+one window's burst under it, `semisched.core.makespan_floor`),
 429s seen by the provider, retries, successes, and p50/p95 call latency (send ->
 response of successful calls). Each row is the mean over ``repeats`` runs (real
 time: the numbers move a little between runs).
@@ -98,10 +98,10 @@ DEFAULT_POLICY: Final = str(
 
 
 def core_requests(lines: Iterable[Mapping[str, Any]]) -> list[Request]:
-    """The core :class:`Request` each chat line becomes in ``semisched batch``, before any
-    response: the prompt estimate of an uncalibrated :class:`TokenEstimator` (UTF-8 bytes
+    """The core `Request` each chat line becomes in ``semisched batch``, before any
+    response: the prompt estimate of an uncalibrated `TokenEstimator` (UTF-8 bytes
     / 4, what the mock charges too), ``max_output_tokens`` = the body's cap, and the
-    heuristic prior from it (:class:`semisched.priors.sources.Heuristic`)."""
+    heuristic prior from it (`semisched.priors.sources.Heuristic`)."""
     estimator = TokenEstimator()
     heuristic = Heuristic()
     requests = []
@@ -126,7 +126,7 @@ def floor_for(
     lines: Iterable[Mapping[str, Any]], *, rpm: int, tpm: int, max_inflight: int = CONCURRENCY
 ) -> MakespanFloor:
     """The steady-rate makespan floor of ``lines`` at the provider's limits, computed from
-    :func:`core_requests` with ``max_inflight`` (ours; the uncapped recipe's serving bound
+    `core_requests` with ``max_inflight`` (ours; the uncapped recipe's serving bound
     would be lower, but it binds in no scenario here)."""
     return makespan_floor(core_requests(lines), rpm=rpm, tpm=tpm, max_inflight=max_inflight)
 
@@ -206,9 +206,9 @@ class Contender:
 
     Attributes:
         name: The row's label.
-        recipe: The fixed-rate recipe (:mod:`bench.batch_baseline`) rather than ours.
+        recipe: The fixed-rate recipe (`bench.batch_baseline`) rather than ours.
         cap: The recipe's concurrency cap (``None``: uncapped, as the cookbook).
-        policy: Our preset (``None``: BatchOptions' default, :data:`DEFAULT_POLICY`).
+        policy: Our preset (``None``: BatchOptions' default, `DEFAULT_POLICY`).
         priors: Our ``--priors``.
     """
 
@@ -345,7 +345,7 @@ def batch_benchmark(
 ) -> str:
     """Run every scenario x contender ``repeats`` times; write ``runs.csv`` and ``table.md``.
 
-    ``None`` takes the workload's default (:data:`WORKLOADS`).
+    ``None`` takes the workload's default (`WORKLOADS`).
 
     Raises:
         ValueError: An unknown workload or policy.

@@ -1,6 +1,6 @@
 """The batch benchmark's report: its scenarios, the makespan floors and ``table.md``.
 
-Split from :mod:`bench.batch_bench` (which runs the contenders) along the seam between
+Split from `bench.batch_bench` (which runs the contenders) along the seam between
 running and reporting.
 """
 

@@ -1,12 +1,12 @@
 """The batch benchmark's workloads: Batch API input lines, deterministic per seed.
 
-- :func:`workload`: held-out ShareGPT prompts (the test split, never trained
+- `workload`: held-out ShareGPT prompts (the test split, never trained
   on), each with ``max_tokens`` 1024 and the real response's length hinted to
   the mock (``metadata.mock_output_tokens``).
-- :func:`mixed_workload`: issue 11's mixed-length batch, where both the
-  request and the token budget bind (see :data:`MIXED_BUCKETS`).
+- `mixed_workload`: issue 11's mixed-length batch, where both the
+  request and the token budget bind (see `MIXED_BUCKETS`).
 
-What this module is not: it runs nothing; :mod:`bench.batch_bench` does.
+What this module is not: it runs nothing; `bench.batch_bench` does.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def workload(requests: int, *, seed: int = 0) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class MixBucket:
-    """One size class of :func:`mixed_workload`.
+    """One size class of `mixed_workload`.
 
     Attributes:
-        name: The seed 004 bucket (:mod:`semisched.core.buckets`).
+        name: The Scheduling the Unschedulable bucket (`semisched.core.buckets`).
         share: Fraction of the requests (exact up to rounding, largest remainder).
         low: Smallest true output length, tokens.
         high: Largest true output length, tokens; also every body's ``max_tokens``.
@@ -63,9 +63,10 @@ class MixBucket:
     high: int
 
 
-#: Issue 11's mix on seed 004's buckets; xlong capped at 2,000 tokens. The true length is
-#: uniform in [low, high]; ``max_tokens`` is the bucket's upper bound (a user who knows the
-#: kind of task caps it at that kind's longest answer), so the charge overstates the answer.
+#: The batch benchmark's mix on Scheduling the Unschedulable's buckets; xlong capped at
+#: 2,000 tokens. The true length is uniform in [low, high]; ``max_tokens`` is the bucket's
+#: upper bound (a user who knows the kind of task caps it at that kind's longest answer), so
+#: the charge overstates the answer.
 MIXED_BUCKETS: Final = (
     MixBucket("short", 0.50, 8, 64),
     MixBucket("medium", 0.25, 65, 256),
@@ -110,7 +111,7 @@ def mixed_workload(requests: int, *, seed: int = 0) -> list[dict[str, Any]]:
     Deterministic in ``(requests, seed)``. The buckets' counts are their shares of
     ``requests`` exactly (largest remainder), in shuffled order; each body sets
     ``max_tokens`` to its bucket's upper bound and hints a true length drawn uniformly in
-    the bucket (``metadata.mock_output_tokens``); prompts are :data:`PROMPT_WORDS` words
+    the bucket (``metadata.mock_output_tokens``); prompts are `PROMPT_WORDS` words
     of prose (see the constants above).
     """
     if requests < 1:

@@ -2,20 +2,20 @@
 
 Each endpoint's concurrency limit is either told (``EndpointSpec(max_concurrency=N)``,
 a fixed cap) or learned from queueing delay (``RoutingConfig.concurrency="learned"``,
-the default: :mod:`semisched.core.fleet.limits`). This benchmark asks what learning
+the default: `semisched.core.fleet.limits`). This benchmark asks what learning
 it costs against being told the truth, and how fast it follows a server that loses
 half its slots. The real core runs against the mock provider's physics
-(:class:`semisched.sim.simulator.Simulator`, one physics per endpoint).
+(`semisched.sim.simulator.Simulator`, one physics per endpoint).
 
 **The matrix.** Fleets of 1, 4 and 16 endpoints; each endpoint's slots are drawn
-from {8, 16, 32, 64} by ``random.Random(seed)`` (:func:`fleet_slots`), so a seed fixes
+from {8, 16, 32, 64} by ``random.Random(seed)`` (`fleet_slots`), so a seed fixes
 the fleet and the jobs together. The workload is the paper's balanced mix
 (``bench.workloads``, ``regime("balanced/high")``: coarse priors, bucket deadlines)
 with the load relative to the *fleet's* full-batch capacity (the sum of its
 endpoints' ``capacity_tokens_per_s``): congestion ``high`` is an offered load of 1.1
 (``bench.workloads.CONGESTION``), so the arrivals ask for 1.1x what the fleet can
 decode. Every run uses ``final_adrr_olc`` (the full stack) under one of
-:data:`CONDITIONS`:
+`CONDITIONS`:
 
 ``caps``
     each endpoint's true slots told (``max_concurrency``): the reference;
@@ -25,13 +25,13 @@ decode. Every run uses ``final_adrr_olc`` (the full stack) under one of
     the same, but the engine never hears a first token, as for answers that are not
     streamed: the limit reads its wait from the endpoint's fitted intercept instead.
     The simulator has no option for it; the run's engine is wrapped in a thin proxy
-    (:class:`Unstreamed`) whose ``first_token`` does nothing, everything else passed
+    (`Unstreamed`) whose ``first_token`` does nothing, everything else passed
     through;
 ``old32``
     the previous default: no per-endpoint cap, 32 in flight for the whole client
     (``max_inflight=32``, ``RoutingConfig(concurrency="fixed")``).
 
-Per run: short P95 and goodput (:func:`semisched.sim.metrics.summarize`), each against
+Per run: short P95 and goodput (`semisched.sim.metrics.summarize`), each against
 the ``caps`` run of the same fleet and jobs (same size, same seed), and each endpoint's
 limit at the end (``EndpointStats.limit``) against its slots: the mean absolute error
 and the mean signed error (bias), in slots. The summary takes the median over seeds

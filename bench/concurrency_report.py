@@ -67,7 +67,7 @@ def _matrix(summary: Sequence[Row]) -> list[str]:
 
 
 def flagged(summary: Sequence[Row]) -> list[str]:
-    """The learned cells more than :data:`WORSE` worse than ``caps`` (median ratios)."""
+    """The learned cells more than `WORSE` worse than ``caps`` (median ratios)."""
     out: list[str] = []
     for r in summary:
         if r["condition"] not in _LEARNED:

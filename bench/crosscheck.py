@@ -2,7 +2,7 @@
 
 ``python -m bench live-check EXPERIMENT --condition C --strategy S --regime R``
 takes the runs of one cell of an experiment, simulates them (virtual time) and
-replays them live (:mod:`bench.live`: ``Scheduler`` + openai client +
+replays them live (`bench.live`: ``Scheduler`` + openai client +
 ``python -m mockprovider`` on loopback, compressed time), then compares the
 means over seeds metric by metric. It writes ``live_check.csv`` (one row per
 metric: simulated mean, live mean, live/sim ratio, within tolerance) and

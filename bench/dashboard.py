@@ -1,10 +1,10 @@
 """An operator's dashboard of an overload, drawn from the SDK's own Prometheus metrics.
 
-``python -m bench dashboard --out DIR`` runs the real SDK (:class:`semisched.Scheduler`
+``python -m bench dashboard --out DIR`` runs the real SDK (`semisched.Scheduler`
 with ``metrics=CollectorRegistry()``) against the in-process HTTP mock
-(:func:`mockprovider.app.create_app` through ``httpx2.ASGITransport``) in virtual time on
-trio's autojumping ``MockClock``, as :mod:`bench.tenants_live` does: a workload that
-overloads the provider (:mod:`bench.workloads`' ``balanced/high`` by default: 1.1 times its
+(`mockprovider.app.create_app` through ``httpx2.ASGITransport``) in virtual time on
+trio's autojumping ``MockClock``, as `bench.tenants_live` does: a workload that
+overloads the provider (`bench.workloads`' ``balanced/high`` by default: 1.1 times its
 decode capacity), shared by two tenants, under the full stack (``final_adrr_olc``) with a
 client rate budget. Every ``scrape_s`` virtual seconds it scrapes both registries, the
 SDK's (``generate_latest``) and the mock's (``GET /metrics``), parses them with
@@ -85,7 +85,7 @@ class DashboardRun:
     """One dashboard run.
 
     Attributes:
-        regime: A :mod:`bench.workloads` regime (``mix/congestion``).
+        regime: A `bench.workloads` regime (``mix/congestion``).
         requests: Requests in the workload.
         seed: Workload and scheduler seed.
         tenants: Tenant names (equal weights); request ``i`` goes to ``tenants[0]`` with

@@ -12,7 +12,7 @@ condition                       prior
 ==============================  ==================================================
 ``clipped neutral (old)``       neutral p50/p90 clipped to the cap, no calibration
                                 (the default issue 12 reported)
-``heuristic``                   :class:`~semisched.priors.sources.Heuristic` + calibration
+``heuristic``                   `Heuristic` + calibration
                                 (the default without the ``ml`` extra)
 ``heuristic, no calibration``   the same, ``calibration=False``
 ``learned``                     the shipped model + calibration (the default with

@@ -2,11 +2,11 @@
 
 ``python -m bench docs`` runs the benchmarks whose numbers the README and the
 docs site quote, writes their outputs under ``docs/results/`` (committed with the
-code), and rewrites the generated blocks of every file in :data:`RENDERED` (the
+code), and rewrites the generated blocks of every file in `RENDERED` (the
 README and the guides) from those files. A block sits between
 ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``; nothing between the
 markers is typed by hand, and a test checks that each of those files matches
-what :func:`render_readme` makes of the committed CSVs.
+what `render_readme` makes of the committed CSVs.
 
 ============  ====================================================  =========
 block         from                                                  command
@@ -364,7 +364,7 @@ def render_readme(text: str, root: Path) -> str:
 
 
 def render_files(root: Path) -> None:
-    """Re-render the generated blocks of every file in :data:`RENDERED` under ``root``."""
+    """Re-render the generated blocks of every file in `RENDERED` under ``root``."""
     for name in RENDERED:
         path = root / name
         path.write_text(render_readme(path.read_text(encoding="utf-8"), root), encoding="utf-8")
@@ -374,7 +374,7 @@ def build_docs(
     root: Path, *, seeds: int = 5, live: bool = True, time_scale: float = 25.0, run: bool = True
 ) -> None:
     """Run the benchmarks the docs quote into ``root/docs/results`` and re-render the
-    files of :data:`RENDERED` (``run=False``: only re-render them from the committed results)."""
+    files of `RENDERED` (``run=False``: only re-render them from the committed results)."""
     if not run:
         render_files(root)
         return

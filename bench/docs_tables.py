@@ -1,4 +1,4 @@
-"""What the generated blocks of :mod:`bench.docs` are made of: where the committed results
+"""What the generated blocks of `bench.docs` are made of: where the committed results
 live, their CSV rows, and a Markdown table."""
 
 from __future__ import annotations

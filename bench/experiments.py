@@ -45,11 +45,11 @@ class RunSpec:
     """Everything that identifies one simulated run.
 
     ``overrides`` replace fields of the strategy's preset; ``provider`` sets
-    the provider's :class:`~mockprovider.gate.GateConfig` fields (RPM/TPM
+    the provider's `GateConfig` fields (RPM/TPM
     limits, fault rates; the fault seed is the run's seed) and
     ``other_traffic`` the share of those limits other clients use.
     ``short_probability`` routes a prior short at that probability of a short
-    answer instead of the core's :data:`~semisched.core.request.SHORT_PROBABILITY`
+    answer instead of the core's `SHORT_PROBABILITY`
     (the ablation of ``prior-levers``; 0.5 is the paper's p50 rule).
     """
 
@@ -205,7 +205,7 @@ class ProgressReporter:
             self._next_line = done / total + 0.1
 
 
-#: The four strategies of ``quick`` (seed 004 §4.5, naive for orientation).
+#: The four strategies of ``quick`` (Scheduling the Unschedulable §4.5, naive for orientation).
 QUICK_STRATEGIES: tuple[str, ...] = (
     "direct_naive",
     "quota_tiered",
@@ -225,7 +225,7 @@ def quick(
     """balanced/high, four strategies, ``seeds`` seeds: print and write ``summary.csv``.
 
     With ``live``, the same runs also go through the real SDK and the HTTP mock
-    (see :mod:`bench.live`); ``summary.csv`` then holds the live results and
+    (see `bench.live`); ``summary.csv`` then holds the live results and
     ``live_vs_sim.csv`` / ``live_vs_sim.md`` compare them with the simulator.
     """
     specs = [
@@ -290,7 +290,7 @@ def compare_live(
 
 
 def format_comparison(rows: list[dict[str, object]]) -> str:
-    """Markdown table of :func:`compare_live` plus the two checks of the cross-check."""
+    """Markdown table of `compare_live` plus the two checks of the cross-check."""
     head = "| strategy | " + " | ".join(f"{m} sim / live (ratio)" for m in COMPARED) + " |"
     lines = [head, "|" + "---|" * (len(COMPARED) + 1)]
     for row in rows:

@@ -2,7 +2,7 @@
 
 Every figure is drawn from summary rows (mean ± std over seeds) or run rows;
 error bars are the sample std. One function per experiment, picked by
-:func:`draw`.
+`draw`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Three parts (``--parts``, all by default), each writing its CSV to ``--out``, an
 ``summary.md`` over them:
 
 ``overhead`` (``overhead.csv``)
-    An upstream that answers at once (:mod:`bench.gateway_upstream`) in its own process,
+    An upstream that answers at once (`bench.gateway_upstream`) in its own process,
     a gateway process in front of it (``semisched serve --upstream URL --no-auth``), and a
     load generator calling either straight or through the gateway, alternated over
     ``--rounds`` rounds (medians reported): open loop at each ``--rates`` (a request every
@@ -15,14 +15,14 @@ Three parts (``--parts``, all by default), each writing its CSV to ``--out``, an
     process would sustain with a core to itself. The added p50/p99 are the gateway's
     minus the straight ones of the same round.
 
-    The load generator is Node's http client with keep-alive (:file:`gateway_load.mjs`;
+    The load generator is Node's http client with keep-alive (`gateway_load.mjs`;
     Node is what the polyglot test already needs; its own CPU per request is a column),
     not an asyncio/httpx2 one, which capped at ~390 requests/s straight to the instant
     upstream on this machine. Without ``node`` on the PATH the Python generator runs
     instead, and the summary says so.
 
-``tenants`` (``tenants.csv``): :mod:`bench.gateway_tenants`, a noisy neighbour through the
-gateway against a congested mock. ``replicas`` (``replicas.csv``): :mod:`bench.gateway_replicas`,
+``tenants`` (``tenants.csv``): `bench.gateway_tenants`, a noisy neighbour through the
+gateway against a congested mock. ``replicas`` (``replicas.csv``): `bench.gateway_replicas`,
 two replicas on one key, with and without shared state.
 
 All processes share the machine's cores with the load generator: on two cores, the
@@ -66,7 +66,7 @@ def serve(args: Sequence[str], *, env: dict[str, str] | None = None) -> Iterator
 
 @contextmanager
 def instant_upstream() -> Iterator[tuple[str, int]]:
-    """:mod:`bench.gateway_upstream` on a free port: ``(its /v1 URL, its pid)``."""
+    """`bench.gateway_upstream` on a free port: ``(its /v1 URL, its pid)``."""
     port = free_port()
     with running_process(["-m", "bench.gateway_upstream", "--port", str(port)], port) as proc:
         yield f"http://127.0.0.1:{port}/v1", proc.pid

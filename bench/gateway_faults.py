@@ -1,9 +1,9 @@
 """``python -m bench gateway-faults``: a fault campaign against a real ``semisched serve``.
 
 Each scenario starts its own gateway process (``python -m semisched serve --config FILE``
-on a free loopback port, :func:`bench.gateway.serve`) in front of one
-:class:`~bench.gateway_faults_upstream.FaultyUpstream` served in this process, drives it
-with raw HTTP/1.1 clients (:func:`~bench.gateway_faults_upstream.exchange`), and records
+on a free loopback port, `bench.gateway.serve`) in front of one
+`FaultyUpstream` served in this process, drives it
+with raw HTTP/1.1 clients (`exchange`), and records
 what it measured, never what it expected:
 
 1. ``storm``: runs of requests, half streaming, 30% of clients leaving at a random moment
@@ -20,7 +20,7 @@ what it measured, never what it expected:
 6. ``sigterm``: SIGTERM while requests are in flight and queued.
 
 Every client waits a bounded time; all traffic stays on 127.0.0.1. The tables are
-:mod:`bench.gateway_faults_report`'s.
+`bench.gateway_faults_report`'s.
 
 What this module is not: it asserts nothing about the gateway (a misbehaviour is a row).
 """
@@ -114,7 +114,7 @@ def _toml(value: Any) -> str:
 
 def gateway_file(folder: Path, upstream: str, *, gateway: dict[str, Any] | None = None,
                  endpoints: list[dict[str, str]] | None = None) -> Path:  # fmt: skip
-    """The gateway TOML: one tenant (:data:`KEY`), ``mock-1`` declared, ``gateway``'s
+    """The gateway TOML: one tenant (`KEY`), ``mock-1`` declared, ``gateway``'s
     ``[gateway]`` keys, and ``endpoints`` (default: one, ``fake``, at ``upstream``)."""
     lines = ['routing = "round_robin"', "[gateway]", 'models = ["mock-1"]', "grace_s = 5"]
     lines += [f"{k} = {_toml(v)}" for k, v in (gateway or {}).items()]
@@ -129,7 +129,7 @@ def gateway_file(folder: Path, upstream: str, *, gateway: dict[str, Any] | None 
 @contextmanager
 def gateway_process(folder: Path, upstream: str, *, env: dict[str, str] | None = None,
                     **kwargs: Any) -> Iterator[Gateway]:  # fmt: skip
-    """``semisched serve --config`` (:func:`gateway_file` with ``kwargs``) until the block ends."""
+    """``semisched serve --config`` (`gateway_file` with ``kwargs``) until the block ends."""
     path = gateway_file(folder, upstream, **kwargs)
     with serve(["--config", str(path)], env=None if env is None else {**os.environ, **env}) \
             as (url, pid):  # fmt: skip

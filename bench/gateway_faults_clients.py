@@ -1,4 +1,4 @@
-"""The fault campaign's misbehaving clients: scenarios 2-4 of :mod:`bench.gateway_faults`.
+"""The fault campaign's misbehaving clients: scenarios 2-4 of `bench.gateway_faults`.
 
 ``slow``: slow clients against 2 s header, body and keep-alive timeouts (when the gateway
 closed each, and what it answered). ``hostile``: requests no upstream should see (each
@@ -7,7 +7,7 @@ once each sending a body of exactly ``max_body_bytes`` (the gateway process's pe
 before and after).
 
 What this module is not: it starts nothing of its own (the gateway and the upstream are
-:mod:`bench.gateway_faults`'s) and asserts nothing about the answers.
+`bench.gateway_faults`'s) and asserts nothing about the answers.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 own columns after); ``faults.md`` one table per scenario, under the command that made it.
 Nothing here is typed by hand: every cell is a measured value.
 
-What this module is not: it runs nothing (:mod:`bench.gateway_faults`).
+What this module is not: it runs nothing (`bench.gateway_faults`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The fault campaign's two ends on loopback: a fake upstream it switches between faults,
 and a raw HTTP/1.1 client that can misbehave the way real clients do.
 
-:class:`FaultyUpstream` is an ASGI app served by uvicorn in a thread of the benchmark's
-process (:meth:`FaultyUpstream.running`), so the campaign sets its :attr:`~FaultyUpstream.mode`
+`FaultyUpstream` is an ASGI app served by uvicorn in a thread of the benchmark's
+process (`FaultyUpstream.running`), so the campaign sets its `mode`
 and reads its counters directly. It answers ``POST .../chat/completions`` (JSON, or SSE
-when the body says ``"stream": true``) after a random delay in :attr:`~FaultyUpstream.delay_s`,
+when the body says ``"stream": true``) after a random delay in `delay_s`,
 and counts every request it receives, answers and sees abandoned. Its modes:
 
 ``ok``          answer (after the delay)
@@ -13,13 +13,13 @@ and counts every request it receives, answers and sees abandoned. Its modes:
 ``hang``        send nothing until the caller leaves
 ``502``         502 with a proxy's HTML page naming the URL it was called at
 
-With :attr:`~FaultyUpstream.key` set, a request without ``Authorization: Bearer KEY`` is a 401.
-Every wait is bounded by :data:`HOLD_S`.
+With `key` set, a request without ``Authorization: Bearer KEY`` is a 401.
+Every wait is bounded by `HOLD_S`.
 
-:func:`exchange` sends bytes on a fresh connection and reads one answer (and, if asked,
+`exchange` sends bytes on a fresh connection and reads one answer (and, if asked,
 waits for the server to close): the slow, hostile and vanishing clients are built on it.
 
-What this module is not: no scenario lives here (:mod:`bench.gateway_faults`).
+What this module is not: no scenario lives here (`bench.gateway_faults`).
 """
 
 from __future__ import annotations

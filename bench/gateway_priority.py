@@ -1,18 +1,18 @@
 """``python -m bench gateway-priority``: does priority work out of the box, through the gateway?
 
-Everything on 127.0.0.1. An upstream with :attr:`PriorityRun.slots` slots
-(:mod:`bench.gateway_priority_upstream`, its own process: at most 4 requests in service,
+Everything on 127.0.0.1. An upstream with `PriorityRun.slots` slots
+(`bench.gateway_priority_upstream`, its own process: at most 4 requests in service,
 each held ``service_ms``, the rest waiting in order) behind a real gateway process
-(``python -m semisched serve --config FILE``, :func:`bench.gateway.serve`, a fresh process
-per cell, ready once ``/healthz`` answers) whose file (:func:`gateway_toml`) caps the
+(``python -m semisched serve --config FILE``, `bench.gateway.serve`, a fresh process
+per cell, ready once ``/healthz`` answers) whose file (`gateway_toml`) caps the
 sends in flight at the slots (``[gateway] max_inflight = 4``), needs no key, and names the
 upstream as its one ``[[endpoint]]``, on the default preset.
 
 The load, from this process (raw HTTP/1.1 on a fresh connection per request,
-:func:`bench.gateway_faults_upstream.exchange`; latency from the request's send to its
+`bench.gateway_faults_upstream.exchange`; latency from the request's send to its
 whole answer): a low-priority *flood* (600 requests at 30/s, 1.5x the 20/s that four slots
 of 200 ms serve) and a high-priority *trickle* (40 at 2/s), starting together, all with one
-``max_tokens``. The cells: :data:`VARIANTS` x ``max_tokens`` {1, 256} x process {fresh,
+``max_tokens``. The cells: `VARIANTS` x ``max_tokens`` {1, 256} x process {fresh,
 warm} x upstream {200 ms, instant}:
 
 ``no marks``              no header: what a user gets without marking anything
@@ -27,7 +27,7 @@ once the first has drained. The trickle alone on a warmed process, per upstream 
 ``max_tokens``, is the *unloaded* latency the targets compare against. A variant whose
 file the gateway refuses is skipped, with the gateway's reason in the results.
 
-The summaries, targets and tables are :mod:`bench.gateway_priority_report`'s.
+The summaries, targets and tables are `bench.gateway_priority_report`'s.
 
 What this module is not: it asserts nothing about the gateway and tunes nothing in it (a
 miss is a row).
@@ -85,7 +85,7 @@ VARIANTS: tuple[Variant, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class PriorityRun:
-    """The experiment's sizes (module docstring); :data:`QUICK` is the test's."""
+    """The experiment's sizes (module docstring); `QUICK` is the test's."""
 
     flood: int = 600
     flood_rate: float = 30.0
@@ -196,7 +196,7 @@ async def _drive(port: int, plan: Sequence[Send]) -> list[Record]:
 
 
 def drive(port: int, plan: Sequence[Send]) -> list[Record]:
-    """:func:`_drive` to the end, then wait (bounded) until the gateway holds nothing."""
+    """`_drive` to the end, then wait (bounded) until the gateway holds nothing."""
     records = asyncio.run(_drive(port, plan))
     settle(port)
     return records
@@ -209,7 +209,7 @@ def _get(port: int, path: str) -> tuple[int | None, bytes]:
 
 @contextmanager
 def slot_upstream(service_ms: float, slots: int, cap: int) -> Iterator[tuple[str, int]]:
-    """:mod:`bench.gateway_priority_upstream` on a free port: ``(its /v1 URL, its port)``."""
+    """`bench.gateway_priority_upstream` on a free port: ``(its /v1 URL, its port)``."""
     port = free_port()
     argv = ["-m", "bench.gateway_priority_upstream", "--port", str(port),
             "--service-ms", str(service_ms), "--slots", str(slots), "--cap", str(cap)]  # fmt: skip
@@ -242,7 +242,7 @@ def gateway(folder: Path, upstream: str, variant: Variant, slots: int) -> Iterat
 
 @dataclass
 class Results:
-    """What one :func:`priority_bench` measured, before any summary."""
+    """What one `priority_bench` measured, before any summary."""
 
     cells: list[dict[str, Any]] = field(default_factory=list)  # key fields + records
     unloaded: list[dict[str, Any]] = field(default_factory=list)

@@ -5,21 +5,21 @@ Per cell: the high (trickle) requests' p50/p95/max and how many took over 1 s, t
 by status. With ``--runs N`` above 1 each figure is the median over the runs, and the
 errors are summed. The targets, each a ratio in the table:
 
-1. high p95 at most :data:`HIGH_VS_UNLOADED` x the trickle's p95 alone (same upstream and
+1. high p95 at most `HIGH_VS_UNLOADED` x the trickle's p95 alone (same upstream and
    ``max_tokens``);
-2. low p50 at most :data:`LOW_VS_NO_MARKS` x the ``no marks`` cell's (same
+2. low p50 at most `LOW_VS_NO_MARKS` x the ``no marks`` cell's (same
    ``max_tokens``, process and upstream): marking costs the flood little;
 3. a marked cell's high p95 never above the ``no marks`` cell's.
 
-A figure within :data:`NOISE_MS` of its bound meets it: on loopback a request's latency
+A figure within `NOISE_MS` of its bound meets it: on loopback a request's latency
 varies by about that much from one to the next (the instant upstream's unloaded p50 to
 max), so a 4 ms p95 against a 3.9 ms one says nothing either way.
 
 ``results.json`` holds the summaries, the config, the command and the machine;
-``results.md`` the tables; :func:`priority_block` the docs' generated block, from the
+``results.md`` the tables; `priority_block` the docs' generated block, from the
 committed ``results.json``.
 
-What this module is not: it runs nothing (:mod:`bench.gateway_priority`).
+What this module is not: it runs nothing (`bench.gateway_priority`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _meets(value: float, base: float, ratio: float | None, bound: float) -> bool | None:
-    """``value <= bound * base``, or within :data:`NOISE_MS` of it (``None``: no ratio)."""
+    """``value <= bound * base``, or within `NOISE_MS` of it (``None``: no ratio)."""
     return None if ratio is None else ratio <= bound or value - bound * base <= NOISE_MS
 
 

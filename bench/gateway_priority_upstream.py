@@ -2,9 +2,9 @@
 
 ``python -m bench.gateway_priority_upstream --port P --service-ms 200 --slots 4`` serves
 ``POST /v1/chat/completions`` (and ``/v1/completions``) in a raw ASGI app on uvicorn, as
-:mod:`bench.gateway_upstream` does, with what that one lacks for a priority test: at most
+`bench.gateway_upstream` does, with what that one lacks for a priority test: at most
 ``--slots`` requests in service at once, the rest waiting first come first served (an
-:class:`asyncio.Semaphore`, whose waiters queue in order), each held ``--service-ms`` (0:
+`asyncio.Semaphore`, whose waiters queue in order), each held ``--service-ms`` (0:
 answered at once), so a request's cost has the fixed part a real provider's has (a slot,
 the round trip) whatever its length. The answer has ``min(max_tokens, --cap)`` completion
 tokens, ``finish_reason`` ``length`` when ``max_tokens`` cut it and ``stop`` otherwise, and
@@ -12,7 +12,7 @@ real ``usage`` (prompt tokens: the messages' words). ``GET /v1/models`` lists ``
 ``GET /stats`` gives what it received and the most requests it held in service at once.
 
 What this module is not: no physics (the service time does not grow with the tokens or the
-batch; that is :mod:`mockprovider`'s), no faults (:mod:`bench.gateway_faults_upstream`).
+batch; that is `mockprovider`'s), no faults (`bench.gateway_faults_upstream`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Two gateway replicas on one upstream key: ``python -m bench gateway``'s ``replicas`` part.
 
-The mock (``python -m mockprovider``, :data:`TIME_SCALE` times real time) enforces
-:data:`RPM` requests per minute of its time, answering 429 beyond it. Two ``semisched
+The mock (``python -m mockprovider``, `TIME_SCALE` times real time) enforces
+`RPM` requests per minute of its time, answering 429 beyond it. Two ``semisched
 serve`` processes front it, each configured with that whole budget (``[budget] rpm``, the
 window in wall seconds, not adapted from the mock's headers); a client sends
-:data:`WINDOWS` windows' worth of requests at twice the limit, alternating between the
+`WINDOWS` windows' worth of requests at twice the limit, alternating between the
 two replicas (a round-robin load balancer). Conditions:
 
 ``shared``

@@ -1,8 +1,8 @@
 """The tables of ``python -m bench gateway``: its ``summary.md`` and the README's blocks.
 
 Each ``*_table`` takes a part's CSV rows (as read back: strings) and returns a header
-and rows of cells; :func:`summary` writes them, with the headlines, as markdown.
-:mod:`bench.docs` renders the same tables into the README, so the two never differ.
+and rows of cells; `summary` writes them, with the headlines, as markdown.
+`bench.docs` renders the same tables into the README, so the two never differ.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def tenants_table(rows: Sequence[Row]) -> Table:
 
 def replicas_table(rows: Sequence[Row]) -> Table:
     """Per condition: requests, answers, the upstream's 429s (the makespan is in the CSV:
-    :mod:`bench.gateway_replicas` says why it is not the shared window's)."""
+    `bench.gateway_replicas` says why it is not the shared window's)."""
     header = ("state", "replicas", "limit (rpm / window s)", "requests", "answers",
               "upstream 429s")  # fmt: skip
     body = [(r["condition"], r["replicas"], f"{r['rpm']} / {_f(r, 'window_s', 0)}",

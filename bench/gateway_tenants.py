@@ -1,10 +1,10 @@
 """A noisy neighbour through ``semisched serve``: ``python -m bench gateway``'s ``tenants`` part.
 
 Two tenants, Q (quiet) and F, each with its own gateway key, weights 1/1, send the
-paper's balanced mix (coarse priors, bucket deadlines; :func:`bench.tenants.load_jobs`)
+paper's balanced mix (coarse priors, bucket deadlines; `bench.tenants.load_jobs`)
 as Poisson streams through one gateway process to the congestion-aware mock
 (``python -m mockprovider``, default physics: 32 slots, its own FIFO beyond them) run
-:data:`TIME_SCALE` times faster than real time. Q sends :data:`QUIET` of the provider's
+`TIME_SCALE` times faster than real time. Q sends `QUIET` of the provider's
 capacity; F the same in ``base`` and five times that in ``flood`` (2.4x capacity in all).
 
 Each request carries its hints as headers (``x-semisched-prior``, ``-class``,
@@ -25,7 +25,7 @@ request's scheduled start; a short request not answered 200 counts as infinitely
 deadline misses (not answered 200 within its deadline) and the statuses.
 The headline is Q's short P95 in ``flood`` over its own in ``base``, per condition. Beside
 it, the same ratio when the simulator runs the same jobs through the core with the same
-scheduler config (:func:`simulated_p95`): what the policy itself does with this traffic.
+scheduler config (`simulated_p95`): what the policy itself does with this traffic.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _body(job: SimJob) -> dict[str, Any]:
 
 
 def replay_node(base: str, jobs: Sequence[SimJob], node: str) -> list[Outcome]:
-    """:func:`replay` by the Node generator (``replay`` mode): thousands of requests
+    """`replay` by the Node generator (``replay`` mode): thousands of requests
     waiting at once cost it little, where an asyncio/httpx2 client's pool slows down."""
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "jobs.json"

@@ -1,7 +1,7 @@
 """Live runs: the real async SDK against the real HTTP mock on loopback, in compressed time.
 
 A live run replays exactly the workload a simulated run uses (same regime,
-seed and priors) through :class:`semisched.Scheduler` and the openai client
+seed and priors) through `semisched.Scheduler` and the openai client
 into ``python -m mockprovider`` started as a child process, both running
 ``time_scale`` times faster than the wall. Each request tells the mock its
 true output and prompt length through the ``x-mock-output-tokens`` /
@@ -61,7 +61,7 @@ __all__ = [
 
 @dataclass(slots=True)
 class LiveRecord:
-    """One request of a live run, in the shape :func:`semisched.sim.metrics.summarize` reads."""
+    """One request of a live run, in the shape `semisched.sim.metrics.summarize` reads."""
 
     bucket: str
     arrival: float
@@ -123,8 +123,8 @@ ID_HEADER = "x-bench-request"
 async def replay_jobs(
     scheduler: Scheduler, jobs: Sequence[SimJob]
 ) -> tuple[dict[str, LiveRecord], float]:
-    """Submit each job at its arrival (seconds after the call) with :func:`submit_job`
-    and its id in :data:`ID_HEADER`; return when all have an outcome. Each job's record
+    """Submit each job at its arrival (seconds after the call) with `submit_job`
+    and its id in `ID_HEADER`; return when all have an outcome. Each job's record
     (by request id; arrival, deadline and end relative to the start) and the start time."""
     records: dict[str, LiveRecord] = {}
     start = anyio.current_time()

@@ -11,7 +11,7 @@
     (one submit per completion). Target (issue 2): dispatch p99 <= 50 µs at
     10k and at most 2x growth from 1k to 100k.
 
-    The same subcommand also times routing (:func:`routing_cost`): for each
+    The same subcommand also times routing (`routing_cost`): for each
     routing policy, on a heterogeneous fleet (16 endpoints, 10k queued by
     default), the routing decision alone (``Fleet.pick`` on the request the
     engine sends next) and the whole dispatch decision with routing
@@ -147,7 +147,8 @@ def _with_overload(engine: Engine, cfg: OverloadConfig) -> Engine:
 
 # -- routing cost (issue 13) -----------------------------------------------------------
 
-#: Per-token decode seconds of a fast endpoint (seed 004 Table 1: 18.7 ms/token alone).
+#: Per-token decode seconds of a fast endpoint (Scheduling the Unschedulable Table 1:
+#: 18.7 ms/token alone).
 _FAST_S_PER_TOKEN = 0.0187
 
 
@@ -155,7 +156,7 @@ def _fleet_specs(n: int) -> tuple[list[EndpointSpec], list[tuple[float, float]]]
     """``n`` varied endpoints and their (intercept s, s per token) physics.
 
     Cycles of different lengths mix the traits: concurrency caps 4..32, every
-    sixth endpoint behind its own RPM budget, seed 003's short and long pools
+    sixth endpoint behind its own RPM budget, Token-Budget-Aware Pool Routing's short and long pools
     on half of them, a heavier weight on every seventh, and every third
     endpoint decoding at half speed (so the learned speeds differ).
     """
@@ -264,8 +265,8 @@ def routing_cost(
 ) -> list[dict[str, float | str]]:
     """Measure the routing decision and the dispatch decision with routing, per policy.
 
-    For each policy of :data:`~semisched.core.config.ROUTING_POLICY_NAMES`, an
-    engine routes over ``endpoints`` varied endpoints (:func:`_fleet_specs`)
+    For each policy of `ROUTING_POLICY_NAMES`, an
+    engine routes over ``endpoints`` varied endpoints (`_fleet_specs`)
     with ``queued`` requests waiting and the fleet full but for a few slots.
     After a warm-up (every endpoint has answered and learned its speed), two
     runs from the same seed (so the same decisions) time ``samples`` steps:
@@ -363,7 +364,7 @@ def sim_speed(requests: int = 20_000, inflight: int = 100, seed: int = 0) -> dic
 def sim_workload(
     requests: int = 20_000, inflight: int = 100, seed: int = 0
 ) -> tuple[list[SimJob], SchedulerConfig, PhysicsParams]:
-    """:func:`sim_speed`'s jobs, config and physics: the full stack at about ``inflight``
+    """`sim_speed`'s jobs, config and physics: the full stack at about ``inflight``
     in flight, offered load 1.0."""
     phys: PhysicsParams = replace(profile("default"), slots=inflight)
     config = preset("final_adrr_olc", max_inflight=inflight)

@@ -18,7 +18,7 @@ Measures (each the median over the rounds, per side):
 
 A ratio is current over baseline; ``better`` says which way is good. After the
 rounds, ``sim_profile.md`` says where this tree's simulator spends its time
-(:mod:`bench.perf_profile`).
+(`bench.perf_profile`).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def perf_compare(
     """Measure ``current`` (default: this tree) against ``baseline`` in ``rounds`` rounds,
     the sides taking turns (which one goes first alternates too); write
     ``out/perf.csv`` and ``out/perf.json`` (commits, machine, rounds) and, with
-    ``profile``, ``out/sim_profile.md`` (:mod:`bench.perf_profile`); return the rows.
+    ``profile``, ``out/sim_profile.md`` (`bench.perf_profile`); return the rows.
 
     Raises:
         ValueError: ``rounds`` < 1, or a baseline that is neither folder nor commit.

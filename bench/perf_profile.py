@@ -47,7 +47,7 @@ def profile_rows(requests: int = 20_000, top: int = TOP) -> list[dict[str, objec
 
 
 def write_sim_profile(out: Path, requests: int = 20_000) -> Path:
-    """Profile the simulator (:func:`profile_rows`) and write ``out/sim_profile.md``."""
+    """Profile the simulator (`profile_rows`) and write ``out/sim_profile.md``."""
     rows = profile_rows(requests)
     lines = [
         "# Where the simulator's time goes",

@@ -1,6 +1,6 @@
 """``python -m bench plan``: the capacity planner's answers checked against the simulator.
 
-Issue 17's evidence. For each workload the planner (:mod:`semisched.plan`)
+Issue 17's evidence. For each workload the planner (`semisched.plan`)
 sizes a one-pool fleet and the best two-pool split; the simulator then runs
 the *same requests* (the planned sample, Poisson arrivals at the planned
 rate) through the real core against the mock's physics:
@@ -16,15 +16,15 @@ rate) through the real core against the mock's physics:
   and simulated (the P99-against-units figure).
 
 A simulated tail is measured over the requests that arrived between 20% and
-90% of the arrival span (:data:`STEADY`): the simulated fleet starts empty and
+90% of the arrival span (`STEADY`): the simulated fleet starts empty and
 drains after the last arrival, while the model is a steady state. Near its
 load-dependent fixed point a pool of large batches takes minutes of arrivals
 to settle (a 2% change in offered work moves its per-token time by ~8%), so
 whole-run tails read ~5% faster than the steady state the plan is for.
 
-Workloads: seed 004's ``balanced`` and ``heavy`` mixes (:mod:`semisched.plan.mixes`)
+Workloads: Scheduling the Unschedulable's ``balanced`` and ``heavy`` mixes (`semisched.plan.mixes`)
 and ShareGPT conversations (each request the whole conversation so far,
-:mod:`predictors.conversations`). Two planner settings: the paper's
+`predictors.conversations`). Two planner settings: the paper's
 utilisation cap (``ϱ_max = 0.85``) and ``0.99``, where the SLO alone sizes
 the fleet (the setting in which "one unit fewer misses the SLO" can be tested:
 under the paper's cap, one unit fewer often still meets it, by design).
@@ -94,7 +94,7 @@ CASES: tuple[Case, ...] = (
 
 
 def sharegpt_picks(case: Case, seed: int = 0) -> np.ndarray:
-    """Which ShareGPT requests (:func:`predictors.conversations.conversation_requests`
+    """Which ShareGPT requests (`predictors.conversations.conversation_requests`
     indices) a ShareGPT case draws, with replacement, among those that fit the context."""
     from predictors.conversations import conversation_requests
 
@@ -141,7 +141,7 @@ def plan_case(case: Case, cap: float) -> Plan:
 
 
 #: The compress-and-route setting: ShareGPT's plan at the paper's cap, redone at its
-#: B_short with every borderline prompt's compression floor (:mod:`semisched.compress.compressor`).
+#: B_short with every borderline prompt's compression floor (`semisched.compress.compressor`).
 CR_SETTING = "C&R at B_short*"
 CR_GAMMA_MAX = 2.0
 
@@ -290,7 +290,7 @@ def simulate_pool(
 
 def measured(workload: Workload, idx: np.ndarray, times: dict[str, np.ndarray], slo: Slo) -> float:
     """The simulated quantile of ``slo`` over ``idx``'s requests (its class only) that
-    arrived inside :data:`STEADY` (module docstring: the model is a steady state)."""
+    arrived inside `STEADY` (module docstring: the model is a steady state)."""
     assert workload.arrivals is not None
     arrivals = workload.arrivals[idx]
     first, last = workload.arrivals[0], workload.arrivals[-1]

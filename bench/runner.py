@@ -1,4 +1,4 @@
-"""Running experiments of :mod:`bench.suite` and writing their outputs.
+"""Running experiments of `bench.suite` and writing their outputs.
 
 Every run any selected experiment needs is collected first, identical runs
 (``layerwise`` is a subset of ``main-comparison``) are run once, and the whole
@@ -8,10 +8,10 @@ writes under ``OUT/<name>/``:
 - ``runs.csv`` (one row per run) and ``summary.csv`` (mean and std per
   regime × condition, same column names as ``quick``),
 - ``tables.md`` (paper-shaped tables, plus a vLLM-style latency table),
-- PNG figures (:mod:`bench.figures`),
+- PNG figures (`bench.figures`),
 - with ``--traces``, per-request traces under ``traces/``.
 
-``all`` also writes ``OUT/REPRODUCTION.md`` (:mod:`bench.claims`).
+``all`` also writes ``OUT/REPRODUCTION.md`` (`bench.claims`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Every condition is measured in the same run against an *instant* in-process provider
 (``httpx2.MockTransport`` answering a fixed ChatCompletion), so only client side work is
-timed. The conditions (:data:`CONDITIONS`):
+timed. The conditions (`CONDITIONS`):
 
 ``bare``
     The openai client alone (``AsyncOpenAI.chat.completions.create``).
@@ -45,7 +45,7 @@ What is measured:
 Priors: ``"heuristic"`` by default, so that the scheduler, not a length model, is timed
 (the SDK's default ``"auto"`` loads the learned model when the ``ml`` extra is installed,
 and each prior then waits for its inference in a worker thread: tens of milliseconds on a
-small CPU). ``priors=`` takes any name :class:`~semisched.Scheduler` does.
+small CPU). ``priors=`` takes any name `Scheduler` does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 14's benchmark: one provider budget, N worker processes: ``python -m bench shared-budget``.
 
 For N in ``--workers`` (1, 2, 4, 8) and each mode, N processes
-(:mod:`bench.shared_worker`, each a :class:`~semisched.Scheduler` over the openai
+(`bench.shared_worker`, each a `Scheduler` over the openai
 client) send to one ``python -m mockprovider`` with RPM/TPM limits, in compressed time:
 
 - ``shared``: every worker reserves in the same Redis namespace (``state=``), each with
@@ -13,16 +13,16 @@ client) send to one ``python -m mockprovider`` with RPM/TPM limits, in compresse
 - ``uncoordinated``: no shared state; each worker's budget is the full limit (the
   library's defaults, headers followed).
 
-Load: the same calls for every N and mode, :data:`REQUESTS` in all (seeded per worker,
-:func:`bench.shared_worker.request_mix`: three calls in four with ``max_tokens`` 128, the
+Load: the same calls for every N and mode, `REQUESTS` in all (seeded per worker,
+`bench.shared_worker.request_mix`: three calls in four with ``max_tokens`` 128, the
 rest 1024, so both limits bind), split unevenly: worker i gets a share proportional to
-2^-i (N=2: 2/3, 1/3; N=4: 8/15, 4/15, 2/15, 1/15; :func:`skewed_counts`), and arrives at
+2^-i (N=2: 2/3, 1/3; N=4: 8/15, 4/15, 2/15, 1/15; `skewed_counts`), and arrives at
 a Poisson rate proportional to its share, all together at ``load`` times the limit's
 request rate, so a queue forms at once and the limit, not the arrivals, sets the pace.
 Policy ``batch_makespan`` (one class, longest first, nothing shed).
 
 Per run, a fresh mock (fresh windows) and, for ``shared``, a fresh namespace on one
-throwaway Redis (:mod:`bench.redis_server`). Reported (virtual seconds unless named):
+throwaway Redis (`bench.redis_server`). Reported (virtual seconds unless named):
 
 - makespan: from the common start to the last call resolved;
 - 429s: the mock's own ``rate_limited`` counter (the truth), and what the workers saw;
@@ -101,8 +101,8 @@ class SharedBudgetConfig:
 
     Attributes:
         workers: Worker counts to run.
-        modes: Modes to run (:data:`MODES`).
-        requests: Calls per run, split by :func:`skewed_counts`.
+        modes: Modes to run (`MODES`).
+        requests: Calls per run, split by `skewed_counts`.
         rpm: The mock's request limit per virtual minute.
         tpm: The mock's token limit per virtual minute.
         time_scale: Virtual seconds per wall second (mock and workers).
@@ -113,7 +113,7 @@ class SharedBudgetConfig:
         seed: The first repeat's seed.
         probe: After each ``shared`` run, N probe processes make this many reservations
             each, one at a time, with nothing else running (0: no probe).
-        faults: Store faults to run after the matrix (:data:`FAULTS`), once per repeat.
+        faults: Store faults to run after the matrix (`FAULTS`), once per repeat.
         fault_workers: Workers of a fault run.
         fault_calls: Calls of each worker in a fault run.
     """
@@ -307,7 +307,7 @@ def fault_logs(logs: Sequence[str]) -> dict[str, Any]:
 
 def probe(redis_url: str, n: int, count: int, logdir: Path) -> tuple[float, float]:
     """N probe processes at once, ``count`` reservations each, one at a time
-    (:func:`bench.shared_worker.run_probe`); the pooled (p50, p99) round trip, wall ms."""
+    (`bench.shared_worker.run_probe`); the pooled (p50, p99) round trip, wall ms."""
     namespace = f"probe{uuid.uuid4().hex[:10]}"
     with worker_fleet([probe_command(redis_url, namespace, count)] * n, logdir) as fleet:
         fleet.ready()

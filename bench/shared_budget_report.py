@@ -1,6 +1,6 @@
 """``bench shared-budget``'s report: the summaries over repeats, the tables and the figure.
 
-Split from :mod:`bench.shared_budget` (which runs the workers, the store faults and
+Split from `bench.shared_budget` (which runs the workers, the store faults and
 the probe): what the rows mean is there; this module only aggregates and draws them.
 """
 
@@ -60,7 +60,7 @@ def _find(summary: Sequence[Mapping[str, Any]], mode: str, n: int) -> Mapping[st
 def tables(
     summary: Sequence[Mapping[str, Any]], config: SharedBudgetConfig, *, elapsed_s: float
 ) -> str:
-    """``tables.md``: the settings, one row per configuration, and the issue's targets."""
+    """``tables.md``: the settings, one row per configuration, and the benchmark's targets."""
     c = config
     lines = [
         "# Shared budget: N worker processes, one provider limit",
@@ -103,7 +103,7 @@ def tables(
                 f"{_pm(row, 'probe_p99_ms', 3)} | {_pm(row, 'completed', 0)} | "
                 f"{_pm(row, 'failed', 0)} | {_pm(row, 'wall_s', 1)} |"
             )  # fmt: skip
-    lines += ["", "## The issue's targets, as measured", ""]
+    lines += ["", "## The benchmark's targets, as measured", ""]
     for n in c.workers:
         shared, static = _find(summary, "shared", n), _find(summary, "static", n)
         loose = _find(summary, "uncoordinated", n)

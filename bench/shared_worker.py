@@ -1,14 +1,14 @@
 """One worker process of the shared-budget benchmark: ``python -m bench.shared_worker``.
 
-A worker is what a user runs N of: one :class:`~semisched.Scheduler` over
+A worker is what a user runs N of: one `Scheduler` over
 ``openai.AsyncOpenAI`` (its own retries off, as the scheduler always does) against
-the HTTP mock, in compressed time (:class:`~semisched.runtime.clock.ScaledClock`), with the
+the HTTP mock, in compressed time (`ScaledClock`), with the
 budget it is given (``--rpm``/``--tpm``, ``--max-concurrency``) and, with
 ``--state``, a Redis shared with the other workers of ``--namespace``. It submits
 ``--requests`` calls at Poisson rate ``--rate`` (requests per virtual second) and,
-when all are resolved, prints ONE JSON line (:func:`run_worker`'s result) on stdout.
+when all are resolved, prints ONE JSON line (`run_worker`'s result) on stdout.
 
-The calls (:func:`request_mix`, seeded by ``--seed``): a prompt of 16–64 tokens
+The calls (`request_mix`, seeded by ``--seed``): a prompt of 16–64 tokens
 (filler of exactly 4 bytes per token, so the scheduler's byte estimate and the mock's
 count agree), ``max_tokens`` 128 (three calls in four) or 1024, and a true answer of
 8–96 tokens told to the mock by ``x-mock-output-tokens``. The provider's token charge
@@ -22,13 +22,13 @@ start together. ``--lease-ttl`` (wall seconds) shortens the shared leases' TTL (
 ``kill -9`` test). ``--no-adapt`` stops the budget from following the provider's
 rate-limit headers (a static split must not: the headers count every worker's traffic).
 
-The launching side lives here too, for the driver and the tests: :func:`command` (one
-worker's command line), :func:`worker_fleet` (start N, wait for every ``ready``, release
+The launching side lives here too, for the driver and the tests: `command` (one
+worker's command line), `worker_fleet` (start N, wait for every ``ready``, release
 them at once, read each JSON line, kill leftovers), and ``--probe K``
-(:func:`run_probe`: K reservations one at a time, no scheduler: the Redis round trip
+(`run_probe`: K reservations one at a time, no scheduler: the Redis round trip
 alone).
 
-What this module is not: the driver (:mod:`bench.shared_budget`: configurations,
+What this module is not: the driver (`bench.shared_budget`: configurations,
 measures, tables), and not a load generator of its own: it only uses the public SDK.
 """
 
@@ -146,7 +146,7 @@ class _Recorder(httpx2.AsyncBaseTransport):
 
 
 def _timed_state(url: str, namespace: str, worker: str, lease_ttl_s: float) -> Any:
-    """A :class:`~semisched.state.redis.RedisState` that keeps every reservation's round trip."""
+    """A `RedisState` that keeps every reservation's round trip."""
     from semisched.state.redis import RedisState
 
     class TimedState(RedisState):
@@ -171,7 +171,7 @@ async def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         first arrival's origin, the last resolution), ``time_scale``, ``completed``,
         ``outcomes`` (error type -> count, for the calls that did not complete),
         ``throttled`` (429s this scheduler saw), ``refused`` (sends the shared budget
-        refused), ``retries``, ``state`` (the :class:`StateStats` fields, or ``None``),
+        refused), ``retries``, ``state`` (the `StateStats` fields, or ``None``),
         ``round_trips_ms`` (every reservation's wall time), ``calls`` (per call:
         arrival wall time, token charge, end wall time, outcome) and ``sends`` (per HTTP
         exchange: wall time, status, call index).
@@ -288,7 +288,7 @@ _REQUIRED = ("base_url", "requests", "rate", "rpm", "tpm", "time_scale")
 
 
 def probe_command(state: str, namespace: str, count: int) -> list[str]:
-    """The command line of one probe that waits for the go (:func:`run_probe`)."""
+    """The command line of one probe that waits for the go (`run_probe`)."""
     return [sys.executable, "-m", "bench.shared_worker", "--probe", str(count),
             "--state", state, "--namespace", namespace, "--wait-go"]  # fmt: skip
 
@@ -333,9 +333,9 @@ def command(
 
 class WorkerFleet:
     """Worker processes started together: each opens its scheduler and says ``ready``;
-    :meth:`go` releases them all at once; :meth:`results` reads each one's JSON line.
+    `go` releases them all at once; `results` reads each one's JSON line.
 
-    Use :func:`worker_fleet`, which kills whatever is still running on exit.
+    Use `worker_fleet`, which kills whatever is still running on exit.
     """
 
     def __init__(self, commands: Sequence[list[str]], logdir: Path) -> None:
@@ -413,7 +413,7 @@ class WorkerFleet:
 
 @contextlib.contextmanager
 def worker_fleet(commands: Sequence[list[str]], logdir: Path) -> Iterator[WorkerFleet]:
-    """Start ``commands`` (see :func:`command`), stderr to ``logdir``; kill leftovers on exit."""
+    """Start ``commands`` (see `command`), stderr to ``logdir``; kill leftovers on exit."""
     fleet = WorkerFleet(commands, logdir)
     try:
         yield fleet

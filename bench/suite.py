@@ -1,8 +1,8 @@
-"""The paper's evaluation (seed 004 §4), experiment by experiment.
+"""The paper's evaluation (Scheduling the Unschedulable §4), experiment by experiment.
 
-Each :class:`Experiment` names the runs it needs (:class:`RunSpec` lists), how
+Each `Experiment` names the runs it needs (`RunSpec` lists), how
 its rows are grouped into a summary, and how its table is laid out. Figures
-live in :mod:`bench.figures`, the claims check in :mod:`bench.claims`.
+live in `bench.figures`, the claims check in `bench.claims`.
 Everything printed or written is computed from the runs; nothing is typed in.
 
 =====================  ======  ===========================================
@@ -48,7 +48,7 @@ class Experiment:
     Attributes:
         name: Command-line name.
         title: Table and figure title.
-        section: Seed 004 section it reproduces.
+        section: Scheduling the Unschedulable's section it reproduces.
         specs: Seeds -> the runs.
         keys: Summary grouping columns.
         columns: (title, metric, decimals) of its markdown table.

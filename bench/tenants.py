@@ -1,11 +1,12 @@
-"""``python -m bench tenants``: many tenants over one scheduler (issue 15, seed 002).
+"""``python -m bench tenants``: many tenants over one scheduler (the token pools of
+"Token Management in Multi-Tenant AI Inference Platforms").
 
 Simulated: the real core against the default physics (32 slots, 515 tokens/s
 at a full batch) with a 32-request client budget (the slots: waiting happens
 in the client's queue, where the tenant layer can order it). Each tenant sends
 the paper's balanced mix (coarse priors, bucket deadlines) as its own Poisson
 stream over the same ``SPAN_S`` seconds, at a load given as a fraction of the
-provider's capacity. Scenarios (:data:`SCENARIOS`):
+provider's capacity. Scenarios (`SCENARIOS`):
 
 ``noisy``
     A, B, C, weights 1/1/1, each at 0.3 of capacity (0.9 in all); in the
@@ -20,7 +21,7 @@ provider's capacity. Scenarios (:data:`SCENARIOS`):
     G (guaranteed, weight 3) at 0.6 of capacity beside S (best-effort,
     weight 1) flooding at 1.0: 1.6x overload. G's short P95 against G alone.
 
-Policies (:data:`POLICIES`): ``fifo`` (one FIFO client queue, nothing shed:
+Policies (`POLICIES`): ``fifo`` (one FIFO client queue, nothing shed:
 tenant-blind), ``static_quota`` (FIFO inside fixed per-tenant in-flight caps,
 ``floor(weight share * 32)``, never lent: LiteLLM's per-team limits),
 ``tenant_blind`` (semisched's three layers, ``final_adrr_olc``, with tenants
@@ -31,7 +32,7 @@ kept for the owners, so borrowers may fill the provider's batch).
 Goodput is on-time output tokens per second of the arrival span. The
 reference for every condition is the same jobs as one tenant through
 semisched's default layers (``final_adrr_olc``, no tenant layer): ``goodput vs
-one tenant`` is the ratio (the issue's "same load as one tenant"). ``throughput vs one
+one tenant`` is the ratio (the target "same load as one tenant"). ``throughput vs one
 tenant`` is the same ratio for every output token served between 10% and 100%
 of the span (late or not): capacity used, not wasted. A completed request's
 tokens are spread over its time at the provider (send to end) when counting
@@ -160,7 +161,7 @@ def scenario_jobs(scenario: str, seed: int, span_s: float = SPAN_S) -> list[SimJ
 
 
 def load_jobs(loads: Sequence[Load], seed: int, span_s: float = SPAN_S) -> list[SimJob]:
-    """:func:`scenario_jobs` of any tenants' ``loads``."""
+    """`scenario_jobs` of any tenants' ``loads``."""
     capacity = PHYSICS.capacity_tokens_per_s()
     source = information_source("coarse", seed=seed)
     jobs: list[SimJob] = []

@@ -1,29 +1,29 @@
 """Live cross-check of the noisy neighbour: the simulator against the SDK and the HTTP mock.
 
-For :mod:`bench.tenants`' ``noisy`` scenario (A floods at 5x its share beside B and C) and
+For `bench.tenants`' ``noisy`` scenario (A floods at 5x its share beside B and C) and
 its no-flood reference ``noisy-base``, one seed, per condition (``fair_share``,
-``tenant_blind``, ``fifo``), the same jobs (:func:`bench.tenants.scenario_jobs`) run twice:
+``tenant_blind``, ``fifo``), the same jobs (`bench.tenants.scenario_jobs`) run twice:
 
 - *sim*: the real core in the discrete-event simulator with
-  :func:`bench.tenants.tenants_config`, as :func:`bench.tenants.run_tenants` runs it (at
+  `bench.tenants.tenants_config`, as `bench.tenants.run_tenants` runs it (at
   full size the two must agree, a guard against building different runs);
-- *live*: the real SDK (:class:`semisched.Scheduler` with the same config over one
-  ``openai.AsyncOpenAI``) against the real HTTP mock (:func:`mockprovider.app.create_app`
-  with :data:`bench.tenants.PHYSICS`, no limits, no faults) through ``httpx2.ASGITransport``,
+- *live*: the real SDK (`semisched.Scheduler` with the same config over one
+  ``openai.AsyncOpenAI``) against the real HTTP mock (`mockprovider.app.create_app`
+  with `bench.tenants.PHYSICS`, no limits, no faults) through ``httpx2.ASGITransport``,
   in virtual time on trio's autojumping ``MockClock``: twenty minutes of traffic in seconds.
 
 Each job is submitted at its arrival with ``tenant=`` its tenant, its prior, class and
 deadline, a filler prompt of ~4 bytes per true prompt token and its true lengths as the
-mock's hints, as :mod:`bench.live` does; late answers are kept (``cancel_late=False``) and
+mock's hints, as `bench.live` does; late answers are kept (``cancel_late=False``) and
 priors are not calibrated, as simulated. A recording transport under the openai client
 notes each HTTP attempt: the first is the request's first send, from which (to its end) a
 completed request's output tokens are spread when counting what a window served
-(:func:`bench.tenants.served_in`'s definition).
+(`bench.tenants.served_in`'s definition).
 
-Per scenario, condition, source (sim, live) and tenant: :func:`semisched.sim.metrics.summarize`,
+Per scenario, condition, source (sim, live) and tenant: `semisched.sim.metrics.summarize`,
 goodput (on-time output tokens per second of the arrival span), the share of output tokens
 served between 10% and 100% of the span, the core's own per-tenant counts
-(:class:`semisched.TenantStats`), and on ``noisy`` rows the headline: the tenant's short
+(`semisched.TenantStats`), and on ``noisy`` rows the headline: the tenant's short
 P95 over its own in ``noisy-base`` (same condition, same source).
 
 What it is not: no timing benchmark (wall time only shows the cost), one seed, no real
@@ -130,7 +130,7 @@ def sim_rows(
 
     Raises:
         RuntimeError: At full size (``span_s=None``), the rows disagree with
-            :func:`bench.tenants.run_tenants`' (the two no longer build the same run).
+            `bench.tenants.run_tenants`' (the two no longer build the same run).
     """
     return _simulate(scenario, condition, seed, span_s)[0]
 
@@ -358,10 +358,10 @@ def tenants_live_check(
     Args:
         out_dir: The folder written (created if missing).
         seed: Workload seed.
-        conditions: Conditions (:data:`bench.tenants.POLICIES` names), one cell each.
+        conditions: Conditions (`bench.tenants.POLICIES` names), one cell each.
         span_s: Replay only the arrivals up to this many seconds (a smaller, faster check;
             the simulated side is cut the same way). ``None``: the full span, and the
-            simulated rows are checked against :func:`bench.tenants.run_tenants`'.
+            simulated rows are checked against `bench.tenants.run_tenants`'.
     """
     rows: list[dict[str, object]] = []
     cells = [(scenario, condition) for scenario in PAIR for condition in conditions]

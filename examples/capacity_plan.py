@@ -10,13 +10,15 @@ The same requests then run through the SDK against the planned fleet, and agains
 same fleet with one short unit fewer, in virtual time (trio's ``MockClock``: a
 three-minute workload in seconds of wall time).
 
-The command line does the same planning::
+The command line does the same planning:
 
-    python examples/capacity_plan.py --write-trace /tmp/chat.jsonl
-    semisched plan --trace /tmp/chat.jsonl --slo 'e2e_p95<=30' --slots 16 \\
-        --context-tokens 32768 --fleet-out fleet.toml --mock-fleet-out mock-fleet.toml
+```text
+python examples/capacity_plan.py --write-trace /tmp/chat.jsonl
+semisched plan --trace /tmp/chat.jsonl --slo 'e2e_p95<=30' --slots 16 \\
+    --context-tokens 32768 --fleet-out fleet.toml --mock-fleet-out mock-fleet.toml
 
-    python examples/capacity_plan.py
+python examples/capacity_plan.py
+```
 """
 
 from __future__ import annotations

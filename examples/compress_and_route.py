@@ -6,7 +6,7 @@ A fleet of two pools on in-process mock endpoints (``mockprovider.fleet``), as
 sends a request whose estimated total (prompt estimate plus ``max_tokens``) is at most
 ``short_pool_tokens = 1024`` to the short pool, and the rest to the long one.
 
-With ``compress_band = 1.5`` (seed 000 §5) a *borderline* request, whose total is in
+With ``compress_band = 1.5`` (FleetOpt §5) a *borderline* request, whose total is in
 (1024, 1536], is compressed at submit, extractively (whole sentences of prose dropped;
 the system prompt and code blocks kept verbatim) to 1024 minus its ``max_tokens``, and
 goes to the short pool compressed. One whose prompt is mostly code cannot be cut that

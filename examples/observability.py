@@ -15,7 +15,7 @@ example shows the three ways an operator sees that:
 3. **Traces**: with ``opentelemetry-sdk`` installed, one span per request goes
    to an in-memory exporter (an application would export to its collector).
 
-And it catches one :class:`~semisched.RequestRejected` and prints its
+And it catches one `RequestRejected` and prints its
 explanation: the rule that fired, the severity and the signals behind it.
 
 Runs the SDK against the in-process mock provider in virtual time (trio's

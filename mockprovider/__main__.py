@@ -1,4 +1,4 @@
-"""Serve the mock provider over HTTP: ``python -m mockprovider --port 8000 --time-scale 100``.
+"""Serve the mock provider over HTTP: ``python -m mockprovider --port 8100 --time-scale 100``.
 
 Two modes:
 
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_server_options(server: argparse._ArgumentGroup) -> None:
     server.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    server.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    server.add_argument("--port", type=_port, default=8100, help="TCP port (default 8100)")
     server.add_argument(
         "--fleet",
         metavar="FILE.toml",

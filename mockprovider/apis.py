@@ -1,7 +1,7 @@
-"""The mock's four OpenAI APIs: each request parsed into a :class:`~mockprovider.wire.Job` and
-the :class:`Answer <mockprovider.responses.Answer>` that says it in its API's shapes (pure).
+"""The mock's four OpenAI APIs: each request parsed into a `Job` and
+the `Answer` that says it in its API's shapes (pure).
 
-What it is: :func:`parse_request` for ``/v1/chat/completions`` and ``/v1/completions``
+What it is: `parse_request` for ``/v1/chat/completions`` and ``/v1/completions``
 (``mockprovider.wire``, ``mockprovider.bodies``), ``/v1/responses`` (here) and
 ``/v1/embeddings`` (``mockprovider.embeddings``). Every API goes through the same gate,
 physics and statistics (``mockprovider.app``, ``mockprovider.responses``); only the parsing
@@ -157,7 +157,7 @@ class ResponsesAnswer:
     """The answer of ``/v1/responses``: a ``response`` object, or its typed SSE events.
 
     One per request: the stream's events are numbered in the order they are built
-    (:meth:`head`, then :meth:`tail` or :meth:`failed`).
+    (`head`, then `tail` or `failed`).
 
     Args:
         job: The parsed request.

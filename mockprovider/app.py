@@ -49,7 +49,7 @@ outage charges no rate window and draws no fault (``mockprovider.gate``).
 Several apps make a fleet on one port: ``mockprovider.fleet.create_fleet_app`` mounts one app
 per endpoint under ``/NAME``, all sharing one clock origin (``create_app(origin=...)``).
 
-``GET /v1/mock/stats`` (``dataclasses.asdict`` of :class:`~mockprovider.stats.MockStats`)
+``GET /v1/mock/stats`` (``dataclasses.asdict`` of `MockStats`)
 needs the API key too when one is configured; ``app.state.mock_stats()`` returns the
 dataclass itself.
 """
@@ -453,10 +453,10 @@ def create_app(
             that their virtual times agree (a fleet: ``mockprovider.fleet``). Default: a
             fresh one, fixed at this app's first request.
 
-    ``app.state.mock_stats()`` returns the :class:`~mockprovider.stats.MockStats` that
+    ``app.state.mock_stats()`` returns the `MockStats` that
     ``GET /v1/mock/stats`` serves as JSON (``MockStats.from_json`` reads it back).
     ``GET /metrics`` serves ``app.state.metrics_registry`` (the app's own
-    ``prometheus_client.CollectorRegistry``; :mod:`mockprovider.metrics`), read from
+    ``prometheus_client.CollectorRegistry``; `mockprovider.metrics`), read from
     ``app.state.metrics_snapshot()``.
     """
     provider = _Provider(

@@ -4,8 +4,8 @@ file, in OpenAI's shapes (pure: no clock, no Starlette).
 Input (JSONL, one request a line; whitespace-only lines are skipped):
 ``{"custom_id": "...", "method": "POST", "url": ENDPOINT, "body": {...}}``. The file fails
 validation (the batch is ``failed``, its ``errors.data`` list the first
-:data:`MAX_REPORTED_ERRORS` problems, each ``{code, message, param, line}`` with 1-based
-lines) when it is empty (``empty_file``), holds more than :data:`MAX_LINES` requests
+`MAX_REPORTED_ERRORS` problems, each ``{code, message, param, line}`` with 1-based
+lines) when it is empty (``empty_file``), holds more than `MAX_LINES` requests
 (``too_many_tasks``), or a line is not a JSON object (``invalid_json_line``), lacks a
 non-empty string ``custom_id`` or an object ``body`` (``missing_required_parameter``), repeats
 a ``custom_id`` (``duplicate_custom_id``), has a ``method`` other than ``POST``

@@ -3,7 +3,7 @@
 Routes (each behind the app's API-key check, ``mockprovider.auth``):
 
 * ``POST /v1/batches``: ``{"input_file_id", "endpoint", "completion_window": "24h",
-  "metadata"?}``, ``endpoint`` one of :data:`~mockprovider.batch_lines.ENDPOINTS`; the input
+  "metadata"?}``, ``endpoint`` one of `ENDPOINTS`; the input
   file must exist (else 404) and have purpose ``batch``; ``metadata`` at most 16 string
   pairs. Answers the Batch object, ``validating``.
 * ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel`` (while ``validating`` or

@@ -1,7 +1,7 @@
 """The answers of the chat and legacy completion APIs: JSON bodies and SSE chunks (pure).
 
 What it is: the bodies ``mockprovider.wire`` describes (its module docstring has the stream's
-layout), built from a parsed :class:`~mockprovider.wire.Job`: the filler text of an answer of
+layout), built from a parsed `Job`: the filler text of an answer of
 ``n`` tokens, the ``chat.completion`` / ``text_completion`` body, the stream's chunks and the
 SSE encoding. ``mockprovider.wire`` re-exports every name here; the Responses and Embeddings
 APIs (``mockprovider.apis``) reuse the filler text and the SSE helpers.
@@ -43,7 +43,7 @@ def answer_text(n: int) -> str:
 
 
 def text_pieces(n: int) -> list[str]:
-    """:func:`answer_text` as a stream sends it: the first word (at the first token), then up
+    """`answer_text` as a stream sends it: the first word (at the first token), then up
     to four groups with their leading spaces (at completion); none for ``n = 0``."""
     words = _words(n)
     rest = words[1:]

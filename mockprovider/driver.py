@@ -9,7 +9,7 @@ It is not an HTTP thing either (``mockprovider.app`` is).
 The clock. ``clock()`` returns wall seconds (``time.monotonic`` by default); virtual time is
 ``(clock() - origin) * time_scale`` where ``origin`` is the clock at the driver's first use (so
 the driver can be built outside an event loop), and it never goes backwards. Several drivers
-may share one :class:`ClockOrigin` (the endpoints of a fleet, ``mockprovider.fleet``): then
+may share one `ClockOrigin` (the endpoints of a fleet, ``mockprovider.fleet``): then
 virtual time starts at the first use of *any* of them, and they all read the same virtual time.
 All waiting goes through anyio (``anyio.move_on_after`` and events), never ``time.sleep``: with
 ``clock=anyio.current_time`` under trio's ``MockClock(autojump_threshold=0)`` the whole mock

@@ -1,7 +1,7 @@
 """The mock's Embeddings API (``POST /v1/embeddings``): the request and its answer (pure).
 
 Request: ``model``, ``input`` (a string, a list of strings, a list of token ids or a list of
-token-id lists, at most :data:`MAX_EMBEDDING_INPUTS`; each is one embedding), optional
+token-id lists, at most `MAX_EMBEDDING_INPUTS`; each is one embedding), optional
 ``encoding_format`` and ``dimensions``; other fields are ignored. Tokens: a string is counted
 as the chat route counts text, a token list by its length; the ``x-mock-input-tokens`` hint
 replaces the total. An input longer than the context window gets vLLM's 400. Token charge
@@ -9,7 +9,7 @@ replaces the total. An input longer than the context window gets vLLM's 400. Tok
 
 Answer: ``{"object": "list", "data": [{"object": "embedding", "index": i, "embedding": ...}],
 "model", "usage": {"prompt_tokens", "total_tokens"}}``, never streamed. Vectors are unit
-length, :data:`DEFAULT_DIMENSIONS` wide unless ``dimensions`` says otherwise, and seeded by
+length, `DEFAULT_DIMENSIONS` wide unless ``dimensions`` says otherwise, and seeded by
 the input's hash (the same input gives the same vector). ``encoding_format: "base64"`` sends
 each vector as its little-endian float32 bytes in base64, as OpenAI does: they decode to the
 floats that ``"float"`` sends, exactly.

@@ -3,7 +3,7 @@
 Routes (each behind the app's API-key check, ``mockprovider.auth``):
 
 * ``POST /v1/files``: a ``multipart/form-data`` body with a ``file`` part (its filename kept)
-  and a ``purpose`` field, one of :data:`PURPOSES`; answers the File object
+  and a ``purpose`` field, one of `PURPOSES`; answers the File object
   ``{"id": "file-...", "object": "file", "bytes", "created_at", "filename", "purpose",
   "status": "processed", "status_details": null, "expires_at": null}``. The body is parsed
   with the standard library (no ``python-multipart``); the app's body limit (32 MiB) applies.
@@ -16,7 +16,7 @@ An unknown id gets 404 ``{"error": {"message": "No such File object: ID", "type"
 ``invalid_request_error`` naming the parameter. The Batch API (``mockprovider.batches``)
 reads its input files here and writes its output and error files here (purpose
 ``batch_output``). Timestamps are Unix seconds on the mock's virtual clock
-(:class:`VirtualDates`).
+(`VirtualDates`).
 """
 
 from __future__ import annotations

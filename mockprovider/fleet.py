@@ -11,33 +11,35 @@ OpenAI client takes ``base_url="http://HOST:PORT/NAME/v1"``; its stats are at
 ``endpoint="NAME"`` (``mockprovider.metrics``).
 
 One clock. Every endpoint shares the fleet's ``time_scale`` and one clock origin
-(:class:`~mockprovider.driver.ClockOrigin`): virtual time 0 is the fleet's first request to any
+(`ClockOrigin`): virtual time 0 is the fleet's first request to any
 endpoint, so the outage windows and capacity losses of different endpoints line up.
 
 What it is not: no router. The mock does not pick an endpoint; the client (the SDK's routing
 layer) does. Nothing here changes how one endpoint behaves.
 
-The TOML file (read with :func:`load_fleet`)::
+The TOML file (read with `load_fleet`):
 
-    time_scale = 20.0          # fleet-wide: one clock (top level only)
-    seed = 0                   # fleet seed: an endpoint without its own seed gets seed + index
-    rpm = 600                  # any endpoint key at the top level is a default for every endpoint
+```toml
+time_scale = 20.0          # fleet-wide: one clock (top level only)
+seed = 0                   # fleet seed: an endpoint without its own seed gets seed + index
+rpm = 600                  # any endpoint key at the top level is a default for every endpoint
 
-    [[endpoint]]
-    name = "fast-a"            # required; letters, digits, '.', '_', '~', '-' (URL-path-safe)
-    outages = [[60.0, 120.0]]  # virtual seconds [start, end), from the fleet's first request
+[[endpoint]]
+name = "fast-a"            # required; letters, digits, '.', '_', '~', '-' (URL-path-safe)
+outages = [[60.0, 120.0]]  # virtual seconds [start, end), from the fleet's first request
 
-    [[endpoint]]
-    name = "slow"
-    profile = "default"        # a physics profile (mockprovider.physics.PROFILES) ...
-    base_iter_ms = 34.6        # ... with any PhysicsParams field overridden
-    per_slot_ms = 2.8
-    capacity_loss = [30.0, 0.5]
+[[endpoint]]
+name = "slow"
+profile = "default"        # a physics profile (mockprovider.physics.PROFILES) ...
+base_iter_ms = 34.6        # ... with any PhysicsParams field overridden
+per_slot_ms = 2.8
+capacity_loss = [30.0, 0.5]
+```
 
-Endpoint keys: ``name``, ``profile``, the :class:`~mockprovider.physics.PhysicsParams` fields
+Endpoint keys: ``name``, ``profile``, the `PhysicsParams` fields
 (``slots``, ``base_iter_ms``, ``per_slot_ms``, ``prefill_chunk``, ``prefill_ms_per_token``,
 ``context_ms_per_token``, ``overhead_ms``,
-``timeout_s``), the :class:`~mockprovider.app.MockConfig` fields other than ``physics``,
+``timeout_s``), the `MockConfig` fields other than ``physics``,
 ``time_scale`` and ``api_key`` (``rpm``, ``tpm``, ``rate_window``, ``quota_tokens``,
 ``error_rate``, ``hang_rate``, ``drop_rate``, ``capacity_loss``, ``outages``, ``seed``,
 ``default_output_tokens``, ``model``, ``context_tokens``, ``batch_turnaround_s``,
@@ -209,7 +211,7 @@ def load_fleet(
 def fleet_from_dict(
     data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
 ) -> FleetConfig:
-    """Build a fleet from the parsed TOML document (see :func:`load_fleet`).
+    """Build a fleet from the parsed TOML document (see `load_fleet`).
 
     Raises:
         ValueError: The document breaks the schema (the message names the endpoint and key).
@@ -288,7 +290,7 @@ def create_fleet_app(fleet: FleetConfig, *, clock: Callable[[], float] | None = 
     """Build one ASGI app serving every endpoint of ``fleet`` under ``/NAME``.
 
     Each endpoint is ``create_app(endpoint.config, clock=clock, origin=shared)``, mounted at
-    ``/NAME``; all share one :class:`~mockprovider.driver.ClockOrigin`, so virtual time 0 is the
+    ``/NAME``; all share one `ClockOrigin`, so virtual time 0 is the
     fleet's first request to any endpoint. ``GET /v1/mock/fleet`` lists the endpoints (name,
     ``base_path``, model); unknown paths get an OpenAI-format 404.
 
@@ -298,10 +300,10 @@ def create_fleet_app(fleet: FleetConfig, *, clock: Callable[[], float] | None = 
             under trio's ``MockClock`` runs the whole fleet in virtual time.
 
     ``app.state.endpoint_apps`` maps each name to its endpoint's app (whose
-    ``state.mock_stats()`` gives that endpoint's :class:`~mockprovider.stats.MockStats`), and
+    ``state.mock_stats()`` gives that endpoint's `MockStats`), and
     ``app.state.fleet_stats()`` returns every endpoint's stats by name, at one instant.
     ``GET /metrics`` at the root serves every endpoint's Prometheus metrics with an
-    ``endpoint`` label (``app.state.metrics_registry``; :mod:`mockprovider.metrics`).
+    ``endpoint`` label (``app.state.metrics_registry``; `mockprovider.metrics`).
     """
     wall = time.monotonic if clock is None else clock
     origin = ClockOrigin()

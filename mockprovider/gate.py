@@ -3,7 +3,7 @@
 Every request that reaches a hosted API passes the same checks before any GPU
 sees it: is the endpoint up at all, is the account's quota spent, does it fit
 the RPM/TPM windows, and (in this mock) does the seeded fault injector pick it
-for an error, a hang or a dropped connection. :class:`ProviderGate` makes
+for an error, a hang or a dropped connection. `ProviderGate` makes
 those decisions for both shells of the mock provider: the HTTP app
 (``mockprovider.app``, real time compressed) and the simulator
 (``semisched.sim.simulator``, virtual time). So the 429s, 503s and faults a benchmark
@@ -18,7 +18,7 @@ same as without the outages.
 
 Pure: the caller passes ``now`` (virtual seconds); the only randomness is the
 fault injector's seeded stream. Nothing here formats HTTP; the app turns a
-:class:`GateDecision` into a response (``mockprovider.faults.rate_limit_headers``).
+`GateDecision` into a response (``mockprovider.faults.rate_limit_headers``).
 """
 
 from __future__ import annotations

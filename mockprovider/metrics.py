@@ -1,8 +1,8 @@
 """Prometheus metrics of the mock provider: what ``GET /metrics`` serves.
 
 What it is: the mock's side of an operator's dashboard. Each app (``mockprovider.app``) keeps
-its own :class:`prometheus_client.CollectorRegistry` (never the global one, so several apps in
-one process never collide) with one :class:`MockCollector` that reads the app's state at scrape
+its own `prometheus_client.CollectorRegistry` (never the global one, so several apps in
+one process never collide) with one `MockCollector` that reads the app's state at scrape
 time: nothing is counted twice, and the physics gauges are exact at the scrape's virtual
 instant. A fleet (``mockprovider.fleet``) serves every endpoint's metrics at its root
 ``/metrics`` with an ``endpoint`` label; each endpoint's own ``/NAME/metrics`` has no label.
@@ -19,7 +19,7 @@ metric                               type       what
                                                 dropped connection) or ``none`` (no status line
                                                 sent: a hang, or a client that gave up first)
 ``mock_outcomes_total{outcome}``     counter    the counters of ``/v1/mock/stats``
-                                                (:class:`~mockprovider.stats.MockCounters`:
+                                                (`MockCounters`:
                                                 ``completed``, ``rate_limited_requests``,
                                                 ``insufficient_quota``, ``faults_error``, ...)
 ``mock_prompt_tokens_total``         counter    prompt tokens of completed requests (embeddings
@@ -98,7 +98,7 @@ class Traffic:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsSnapshot:
-    """One app at one scrape (what :class:`MockCollector` exposes).
+    """One app at one scrape (what `MockCollector` exposes).
 
     Attributes:
         statuses: Requests to the POST routes by status label (see the module docstring).
@@ -214,7 +214,7 @@ class MockCollector(Collector):
 def metrics_registry(
     sources: Sequence[tuple[str | None, Callable[[], MetricsSnapshot]]],
 ) -> CollectorRegistry:
-    """A fresh registry holding one :class:`MockCollector` over ``sources``."""
+    """A fresh registry holding one `MockCollector` over ``sources``."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(MockCollector(sources))
     return registry

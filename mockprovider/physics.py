@@ -100,7 +100,7 @@ __all__ = [
     "profile",
 ]
 
-#: :meth:`ProviderPhysics.drain`'s event codes (``EventKind`` as small ints).
+#: `ProviderPhysics.drain`'s event codes (``EventKind`` as small ints).
 FIRST_TOKEN: Final = 0
 COMPLETED: Final = 1
 TIMED_OUT: Final = 2
@@ -262,7 +262,7 @@ class ProviderPhysics:
         return events
 
     def drain(self, now: float) -> list[tuple[int, str, float, int, int]]:
-        """:meth:`advance` as plain tuples, for the simulator's hot path: the same events in
+        """`advance` as plain tuples, for the simulator's hot path: the same events in
         the same order, counted the same, each ``(code, request_id, time, input_tokens,
         output_tokens)`` with ``code`` one of ``FIRST_TOKEN``, ``COMPLETED``, ``TIMED_OUT``."""
         self._enter(now)

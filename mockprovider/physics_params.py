@@ -1,8 +1,8 @@
-"""The mock provider's values: its constants (:class:`PhysicsParams`, the named
-profiles) and what its physics reports (:class:`EventKind`, :class:`ProviderEvent`,
-:class:`PhysicsStats`).
+"""The mock provider's values: its constants (`PhysicsParams`, the named
+profiles) and what its physics reports (`EventKind`, `ProviderEvent`,
+`PhysicsStats`).
 
-Split from :mod:`mockprovider.physics` (the batching model), which re-exports every
+Split from `mockprovider.physics` (the batching model), which re-exports every
 name. Values only: nothing here simulates.
 """
 
@@ -54,7 +54,7 @@ class PhysicsParams:
     Attributes:
         slots: Concurrent sequences in the batch. 32 is a modelling choice: enough for
             batching to matter, small enough that a client can saturate it.
-        base_iter_ms: ``W``, the fixed cost of one batch iteration. Seed 000 gives W = 8 ms and
+        base_iter_ms: ``W``, the fixed cost of one batch iteration. FleetOpt gives W = 8 ms and
             H = 0.65 ms/slot (Llama-3-70B, A100); both are scaled by 18.7 / 8.65 so that
             W + H = 18.7 ms, the lone-request decode slope of the main paper's production fit.
         per_slot_ms: ``H``, the extra iteration cost per active sequence (see above).

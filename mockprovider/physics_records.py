@@ -1,7 +1,7 @@
-"""The records the mock's physics keeps (:mod:`mockprovider.physics`): each request's
+"""The records the mock's physics keeps (`mockprovider.physics`): each request's
 state and the ranks that order internal transitions falling on the same instant.
 
-Split from :mod:`mockprovider.physics` (the batching model) along its seam: these are the
+Split from `mockprovider.physics` (the batching model) along its seam: these are the
 data, that module the rules. Internal to the mock provider.
 """
 

@@ -6,11 +6,11 @@ What it is: a deterministic stand-in for a provider's prefix cache, for the usag
 prefills the whole prompt.
 
 The rule. A prompt's text (the text the mock counts its tokens from: the messages joined,
-``prompt``, or ``instructions`` and ``input``) is cut into blocks of :data:`BLOCK_TOKENS`
+``prompt``, or ``instructions`` and ``input``) is cut into blocks of `BLOCK_TOKENS`
 tokens at the mock's own estimate of 4 UTF-8 bytes a token, so 512 bytes a block; a last
 partial block never counts. The cached tokens of a prompt are ``BLOCK_TOKENS`` times the
 number of its leading blocks that some earlier prompt began with (the longest prefix seen
-before, in whole blocks), reported only from :data:`MIN_CACHED_TOKENS` on (OpenAI caches
+before, in whole blocks), reported only from `MIN_CACHED_TOKENS` on (OpenAI caches
 prompts of 1024 tokens or more, in steps of 128) and never more than the prompt's tokens.
 A prompt given as token ids, and an embeddings input, is never cached; an
 ``x-mock-input-tokens`` hint changes the prompt's tokens, not its blocks.
@@ -18,7 +18,7 @@ A prompt given as token ids, and an embeddings input, is never cached; an
 When a prompt enters the cache: a real-time request when the gate admits it to the physics
 (``mockprovider.app``; a refused request, or one answered by an injected 500 or a hang,
 leaves nothing), a batch line when its batch is created, in file order
-(``mockprovider.batches``). The cache keeps the :data:`MAX_BLOCKS` most recently used blocks.
+(``mockprovider.batches``). The cache keeps the `MAX_BLOCKS` most recently used blocks.
 """
 
 from __future__ import annotations

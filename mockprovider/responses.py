@@ -1,10 +1,10 @@
 """ASGI responses of admitted requests: served by the physics, hung, or dropped on purpose.
 
 What it is: the two response classes ``mockprovider.app`` returns for a request that passed
-the gate. :class:`ServedResponse` submits the request to the ``PhysicsDriver``, waits for its
+the gate. `ServedResponse` submits the request to the ``PhysicsDriver``, waits for its
 events and answers (JSON at completion; SSE: the first events at the first token, the rest at
-completion), or drops the connection. :class:`HangResponse` never answers. Bodies come from
-the request's :class:`Answer` (``mockprovider.apis``: one per API, over ``mockprovider.wire``);
+completion), or drops the connection. `HangResponse` never answers. Bodies come from
+the request's `Answer` (``mockprovider.apis``: one per API, over ``mockprovider.wire``);
 admission and fault draws happen before, in ``mockprovider.gate``. A request with no output
 token (an embedding) completes when its prefill does.
 
@@ -16,7 +16,7 @@ Faults and timeouts as a client sees them:
   cancellation ends it.
 * drop: the request is served by the physics; at completion (JSON) or at the first token
   (SSE) the app sends the status line, headers and part of the body, then raises
-  :class:`ConnectionDropped`. Under uvicorn the server closes the socket: the client reads an
+  `ConnectionDropped`. Under uvicorn the server closes the socket: the client reads an
   incomplete body, httpx2 raises ``RemoteProtocolError`` and openai raises
   ``APIConnectionError``. Under ``ASGITransport`` the exception itself propagates into the
   client call; ``ConnectionDropped`` subclasses ``httpx2.RemoteProtocolError`` so that openai
@@ -87,7 +87,7 @@ class Answer(Protocol):
         ...
 
     def tail(self, rid: str, created: int) -> list[bytes]:
-        """The SSE events sent at completion, after :meth:`head`."""
+        """The SSE events sent at completion, after `head`."""
         ...
 
     def failed(self, error: Mapping[str, Any]) -> bytes:

@@ -1,8 +1,8 @@
 """Named statistics of the mock provider: what ``GET /v1/mock/stats`` reports.
 
 What it is: frozen dataclasses with one documented field per number the HTTP app keeps, and
-the mutable tally the app counts into. ``app.state.mock_stats()`` returns a :class:`MockStats`;
-the endpoint serves ``dataclasses.asdict`` of it as JSON, and :meth:`MockStats.from_json`
+the mutable tally the app counts into. ``app.state.mock_stats()`` returns a `MockStats`;
+the endpoint serves ``dataclasses.asdict`` of it as JSON, and `MockStats.from_json`
 turns that JSON back into the same dataclass for HTTP clients (the benchmarks, tests that run
 the server in a subprocess). Nothing here serves HTTP or reads a clock. Pure and dependency
 free beyond ``mockprovider.physics`` and ``mockprovider.faults``.
@@ -34,7 +34,7 @@ CounterName = Literal[
     "timeouts",
     "client_cancelled",
 ]
-"""The name of one :class:`MockCounters` field (what ``Tally.add`` takes)."""
+"""The name of one `MockCounters` field (what ``Tally.add`` takes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +44,7 @@ class MockCounters:
     Attributes:
         requests: Requests received on the served APIs (``/v1/chat/completions``,
             ``/v1/completions``, ``/v1/responses`` and ``/v1/embeddings``), whatever became
-            of them (:class:`ApiRequests` splits them by API).
+            of them (`ApiRequests` splits them by API).
         completed: Requests answered in full (JSON body sent or stream completed).
         bad_requests: 400 ``invalid_request_error`` (body, parameters or hint headers).
         unauthorized: 401 (missing or wrong API key), on any route.
@@ -103,7 +103,7 @@ class ApiRequests:
 class BatchStats:
     """The Batch API's batches and their lines (``mockprovider.batches``), at one virtual
     instant: a batch moves on with the clock, so these are counted when read. Batch lines
-    are not requests: they count in no :class:`MockCounters` field, no rate window and no
+    are not requests: they count in no `MockCounters` field, no rate window and no
     quota.
 
     Attributes:
@@ -129,8 +129,8 @@ class BatchStats:
 
 
 class Tally:
-    """The app's mutable counters; :meth:`snapshot` freezes them into :class:`MockCounters`,
-    :meth:`apis` the requests per API into :class:`ApiRequests`."""
+    """The app's mutable counters; `snapshot` freezes them into `MockCounters`,
+    `apis` the requests per API into `ApiRequests`."""
 
     __slots__ = ("_apis", "_counts")
 
@@ -169,7 +169,7 @@ class MockStats:
         virtual_time: Virtual seconds since the app's first request.
         time_scale: Virtual seconds per wall second.
         physics: Occupancy and event counters of the physics (slots reflect a capacity loss).
-        counters: What the app has answered (see :class:`MockCounters`).
+        counters: What the app has answered (see `MockCounters`).
         requests_window: The requests-per-minute window now, or ``None`` without an RPM limit.
         tokens_window: The tokens-per-minute window now, or ``None`` without a TPM limit.
         quota_limit: The billing quota in tokens, or ``None`` without one.

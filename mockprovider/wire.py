@@ -1,7 +1,7 @@
 """The mock provider's wire format: OpenAI request parsing and response bodies (pure).
 
 What it is: everything the mock says or reads on the wire, as plain functions over bytes,
-header mappings and dictionaries: request validation into a :class:`Job`, completion and
+header mappings and dictionaries: request validation into a `Job`, completion and
 chunk bodies, SSE encoding (the bodies live in ``mockprovider.bodies`` and are re-exported
 here; what a refusal says is in ``mockprovider.errors``). Nothing here
 touches Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
@@ -18,7 +18,7 @@ Output length: the ``x-mock-output-tokens`` hint, else ``max_completion_tokens``
 else the default output length; always capped by the max tokens when given, else by the room
 the context window leaves beside the prompt. ``finish_reason`` is ``"length"`` when that cap
 cut the wanted length, else ``"stop"``. The context window (``context_tokens``, default
-:data:`DEFAULT_CONTEXT_TOKENS`) holds prompt plus output, as on vLLM: a prompt that fills it,
+`DEFAULT_CONTEXT_TOKENS`) holds prompt plus output, as on vLLM: a prompt that fills it,
 or a max tokens that does not fit beside the prompt, is refused with vLLM's 400
 (``mockprovider.errors``), whatever the hints say. Prompt tokens: the hint,
 else UTF-8 bytes of the prompt text / 4 (rounded up, at least 1); the part of them a prefix
@@ -31,7 +31,7 @@ A streamed answer is the first word with the role, then up to four content chunk
 chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
 
 The Responses and Embeddings APIs (``mockprovider.apis``) read their requests with the same
-helpers: :func:`request_body`, and :func:`shape_job` for the length rules above.
+helpers: `request_body`, and `shape_job` for the length rules above.
 """
 
 from __future__ import annotations
@@ -373,7 +373,7 @@ def shape_job(
     include_usage: bool = False,
     cache: PrefixCache | None = None,
 ) -> Job:
-    """The :class:`Job` of a request under the length rules of the module docstring.
+    """The `Job` of a request under the length rules of the module docstring.
 
     Args:
         headers: The request headers (the hints and ``x-mock-fault``).

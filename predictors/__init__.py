@@ -1,6 +1,6 @@
 """Output-length priors for semisched: the prior interface and the information-ladder sources.
 
-The learned transformer predictor lives in :mod:`predictors.length_model` and
+The learned transformer predictor lives in `predictors.length_model` and
 needs the ``ml`` extra; nothing here imports torch.
 """
 
@@ -17,7 +17,7 @@ from predictors.priors import (
 
 
 def load_default() -> LearnedPrior:
-    """The shipped learned prior source (needs the ``ml`` extra; see :mod:`predictors.learned`)."""
+    """The shipped learned prior source (needs the ``ml`` extra; see `predictors.learned`)."""
     from predictors.learned import load_default as _load
 
     return _load()

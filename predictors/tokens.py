@@ -4,12 +4,12 @@ What this module is for: counting tokens the way OpenAI's ``o200k_base`` and ``c
 encodings do, without network access. tiktoken normally downloads its vocabulary on first
 use; here the vocabulary is decompressed from the ``.tiktoken.gz`` files shipped by the
 ``bpe-openai`` package into tiktoken's own cache layout, so tiktoken finds it, checks its hash
-and never downloads. It also owns the semisched cache folder (:func:`cache_dir`) and the
-atomic file write that both this module and :mod:`predictors.data` use for that folder.
+and never downloads. It also owns the semisched cache folder (`cache_dir`) and the
+atomic file write that both this module and `predictors.data` use for that folder.
 
-What it is not: no dataset, no ShareGPT parsing (:mod:`predictors.sharegpt`), no cache of
-counted lengths (:mod:`predictors.data` keeps that), and nothing the scheduler core imports.
-``tiktoken`` is imported lazily, by :func:`encoding` only, and ``bpe-openai`` is located but
+What it is not: no dataset, no ShareGPT parsing (`predictors.sharegpt`), no cache of
+counted lengths (`predictors.data` keeps that), and nothing the scheduler core imports.
+``tiktoken`` is imported lazily, by `encoding` only, and ``bpe-openai`` is located but
 never imported (its import loads a 74 MB extension).
 
 Optional packages (the ``ml`` extra): ``tiktoken`` and ``bpe-openai``.

@@ -1,6 +1,6 @@
 """Train the response-length predictor on ShareGPT V3: ``python -m predictors.train --out DIR``.
 
-Data: every human→assistant pair of ShareGPT V3 (:mod:`predictors.data`), split
+Data: every human→assistant pair of ShareGPT V3 (`predictors.data`), split
 80/10/10 by conversation; the model sees the human message (first
 ``max_length`` tokens) and the previous assistant answer's length; the label is
 the response length in ``o200k_base`` tokens.

@@ -1,11 +1,11 @@
 """semisched: client-side semi-clairvoyant scheduling for OpenAI-compatible LLM APIs.
 
 What ``Scheduler(...)`` and its arguments need is importable from here: the
-scheduler and its client, the outcome exceptions (:mod:`semisched.errors`),
-the config and its presets (:mod:`semisched.core`), the tenants
-(:mod:`semisched.core.tenants.config`) and their statistics, the retry policy, the
-clocks (:mod:`semisched.runtime.clock`), the prior interface (:mod:`semisched.priors.sources`)
-and the prompt-token estimator (:mod:`semisched.runtime.estimate`).
+scheduler and its client, the outcome exceptions (`semisched.errors`),
+the config and its presets (`semisched.core`), the tenants
+(`semisched.core.tenants.config`) and their statistics, the retry policy, the
+clocks (`semisched.runtime.clock`), the prior interface (`semisched.priors.sources`)
+and the prompt-token estimator (`semisched.runtime.estimate`).
 The API reference (docs/reference/api.md) lists each name; a test keeps the two in step.
 
 Names are loaded lazily on first use, so ``import semisched`` (and

@@ -1,9 +1,9 @@
 """The ``semisched`` command's entry point: hands each subcommand to its module.
 
-``semisched plan ...`` goes to :mod:`semisched.plan.cli` without importing the
+``semisched plan ...`` goes to `semisched.plan.cli` without importing the
 SDK (no anyio, no openai: the planner starts in a fraction of a second);
-``semisched serve ...`` to :mod:`semisched.gateway.cli` (the ``gateway`` extra);
-``--version`` is answered here; everything else goes to :mod:`semisched.batch.cli`.
+``semisched serve ...`` to `semisched.gateway.cli` (the ``gateway`` extra);
+``--version`` is answered here; everything else goes to `semisched.batch.cli`.
 """
 
 from __future__ import annotations

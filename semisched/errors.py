@@ -1,55 +1,57 @@
 """Every exception semisched raises on its own, in one tree with one root.
 
-Exception tree::
+Exception tree:
 
-    SemischedError             the root (semisched.core.errors): ``except SemischedError``
-    │                          catches everything below and nothing else
-    ├── RequestError           a request's outcome other than a response; carries the
-    │   │                      request id, its class and, when the scheduler decided
-    │   │                      it, the explanation
-    │   ├── RequestRejected    overload control refused it (reason, bucket, severity, retry_after)
-    │   ├── QueueFull          the scheduler's own queue limit was reached (retry_after)
-    │   ├── DeadlineExceeded   the deadline passed: queued, deferred, in flight, before a retry
-    │   ├── SchedulerClosed    submitted to, or still pending in, a closed scheduler
-    │   ├── InternalError      a bug in semisched failed this request alone (logged with its
-    │   │                      traceback and counted); the scheduler goes on serving
-    │   └── ProviderError      the provider failed: not retryable, or the retries are spent
-    │       ├── RateLimited    429 rate_limit_exceeded and no retry is left
-    │       └── QuotaExceeded  429 insufficient_quota: never retried
-    ├── StateUnavailable       the shared state cannot be reached (semisched.state); at
-    │                          start the scheduler does not start, later it falls back
-    ├── FleetFileError         a fleet file or --endpoint option is not usable
-    │                          (semisched.fleet.fleetfile); also a ValueError: it is the
-    │                          caller's input, and argument checks catch it as one
-    ├── GatewayConfigError     the gateway's file or flags are not usable
-    │                          (semisched.gateway.config); also a ValueError
-    ├── BatchError             a batch job cannot start: unreadable input, unwritable
-    │   │                      output, no API key (semisched.batch)
-    │   └── InvalidInput       the input file has invalid lines; nothing was sent
-    ├── Infeasible             no number of units meets an SLO; the message says what
-    │                          it would take (semisched.plan)
-    ├── MissingDependency      a feature's optional package is not installed; the message
-    │                          is the pip install line (semisched.extras); also a
-    │                          ModuleNotFoundError
-    └── IllegalTransition      a request moved between lifecycle states in a way the
-                               table forbids (semisched.core): a bug in semisched
+```text
+SemischedError             the root (semisched.core.errors): ``except SemischedError``
+│                          catches everything below and nothing else
+├── RequestError           a request's outcome other than a response; carries the
+│   │                      request id, its class and, when the scheduler decided
+│   │                      it, the explanation
+│   ├── RequestRejected    overload control refused it (reason, bucket, severity, retry_after)
+│   ├── QueueFull          the scheduler's own queue limit was reached (retry_after)
+│   ├── DeadlineExceeded   the deadline passed: queued, deferred, in flight, before a retry
+│   ├── SchedulerClosed    submitted to, or still pending in, a closed scheduler
+│   ├── InternalError      a bug in semisched failed this request alone (logged with its
+│   │                      traceback and counted); the scheduler goes on serving
+│   └── ProviderError      the provider failed: not retryable, or the retries are spent
+│       ├── RateLimited    429 rate_limit_exceeded and no retry is left
+│       └── QuotaExceeded  429 insufficient_quota: never retried
+├── StateUnavailable       the shared state cannot be reached (semisched.state); at
+│                          start the scheduler does not start, later it falls back
+├── FleetFileError         a fleet file or --endpoint option is not usable
+│                          (semisched.fleet.fleetfile); also a ValueError: it is the
+│                          caller's input, and argument checks catch it as one
+├── GatewayConfigError     the gateway's file or flags are not usable
+│                          (semisched.gateway.config); also a ValueError
+├── BatchError             a batch job cannot start: unreadable input, unwritable
+│   │                      output, no API key (semisched.batch)
+│   └── InvalidInput       the input file has invalid lines; nothing was sent
+├── Infeasible             no number of units meets an SLO; the message says what
+│                          it would take (semisched.plan)
+├── MissingDependency      a feature's optional package is not installed; the message
+│                          is the pip install line (semisched.extras); also a
+│                          ModuleNotFoundError
+└── IllegalTransition      a request moved between lifecycle states in a way the
+                           table forbids (semisched.core): a bug in semisched
+```
 
 A retryable failure whose next retry would not start before the deadline ends
-as :class:`DeadlineExceeded` with ``phase="retry"``, not as a provider error.
+as `DeadlineExceeded` with ``phase="retry"``, not as a provider error.
 
 Misuse (a bad argument) raises ``ValueError`` or ``TypeError`` before anything is
 queued; those are not in the tree. Each of these leaves ``async with Scheduler(...)`` as
-itself, never inside an ``ExceptionGroup`` (the rule is :class:`~semisched.Scheduler`'s).
+itself, never inside an ``ExceptionGroup`` (the rule is [`Scheduler`][semisched.Scheduler]'s).
 Provider exceptions (``openai.*``) are mapped to it in exactly one place,
-:mod:`semisched.runtime.failures`, and always chained, so ``err.__cause__`` is the original.
+`semisched.runtime.failures`, and always chained, so ``err.__cause__`` is the original.
 
 What this module is not: it raises nothing itself and reads no exception. The
 classes that belong to one capability live beside it (``StateUnavailable`` in
-:mod:`semisched.state.base`, ``FleetFileError`` in :mod:`semisched.fleet.fleetfile`,
-``GatewayConfigError`` in :mod:`semisched.gateway.config`,
-``BatchError`` in :mod:`semisched.batch.input`, ``Infeasible`` in
-:mod:`semisched.plan.pools`, ``MissingDependency`` in :mod:`semisched.extras`); each
-derives from :class:`SemischedError`.
+`semisched.state.base`, ``FleetFileError`` in `semisched.fleet.fleetfile`,
+``GatewayConfigError`` in `semisched.gateway.config`,
+``BatchError`` in `semisched.batch.input`, ``Infeasible`` in
+`semisched.plan.pools`, ``MissingDependency`` in `semisched.extras`); each
+derives from `SemischedError`.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class RequestError(SemischedError):
         request_id: The scheduler's id for the request.
         klass: The request's scheduling class.
         explanation: Why, when the scheduler decided it
-            (:class:`~semisched.core.explain.Explanation`: the rule, the
+            ([`Explanation`][semisched.core.explain.Explanation]: the rule, the
             severity and signals, the retry hint); ``None`` otherwise (a full
             queue, a closed scheduler).
     """

@@ -2,15 +2,17 @@
 
 A feature that needs a package outside the base install (Prometheus metrics,
 the Redis state, the gateway's server, the learned model, the benchmarks'
-figures) imports it through :func:`require`, or imports what imports it
-inside :func:`needs`. Either raises :class:`MissingDependency`: a
-:class:`~semisched.SemischedError` and a ``ModuleNotFoundError`` (so
+figures) imports it through `require`, or imports what imports it
+inside `needs`. Either raises `MissingDependency`: a
+[`SemischedError`][semisched.SemischedError] and a ``ModuleNotFoundError`` (so
 ``except ImportError`` still catches it), whose message names the feature,
-the package and the ``pip install`` line, e.g.::
+the package and the ``pip install`` line, e.g.:
 
-    Scheduler(metrics=...) needs prometheus-client: pip install 'semisched[metrics]'
+```text
+Scheduler(metrics=...) needs prometheus-client: pip install 'semisched[metrics]'
+```
 
-:data:`PACKAGES` says which distribution and which extra provide each import
+`PACKAGES` says which distribution and which extra provide each import
 name. A ``ModuleNotFoundError`` for any other module (a bug, not a missing
 extra) is raised unchanged.
 
@@ -70,7 +72,7 @@ class MissingDependency(SemischedError, ModuleNotFoundError):
 
 def install_line(name: str, *, extra: str | None = None) -> str:
     """The ``pip install`` line for the top-level module ``name`` (``extra``: the
-    ``semisched`` extra to name instead of :data:`PACKAGES`' own)."""
+    ``semisched`` extra to name instead of `PACKAGES`' own)."""
     dist, default_extra = PACKAGES.get(name, (name, None))
     chosen = extra or default_extra
     return f"pip install 'semisched[{chosen}]'" if chosen else f"pip install {dist}"
@@ -83,9 +85,9 @@ def _top(exc: ModuleNotFoundError) -> str | None:
 def missing(
     exc: ModuleNotFoundError, feature: str, *, extra: str | None = None
 ) -> MissingDependency | None:
-    """The :class:`MissingDependency` to raise ``from exc`` when ``feature`` needed the
+    """The `MissingDependency` to raise ``from exc`` when ``feature`` needed the
     module ``exc`` names: its package and ``pip install`` line. ``None`` when the module
-    is not one of :data:`PACKAGES` (raise ``exc`` itself: a bug, not an extra)."""
+    is not one of `PACKAGES` (raise ``exc`` itself: a bug, not an extra)."""
     name = _top(exc)
     if name is None or name not in PACKAGES or isinstance(exc, MissingDependency):
         return None
@@ -98,10 +100,12 @@ def missing(
 @contextmanager
 def needs(feature: str, *, extra: str | None = None) -> Iterator[None]:
     """Imports inside the block that find an optional package missing raise
-    :class:`MissingDependency` for ``feature`` (see :func:`missing`)::
+    `MissingDependency` for ``feature`` (see `missing`):
 
-        with needs("Scheduler(metrics=...)"):
-            from semisched.telemetry.prometheus import PrometheusMetrics
+    ```python
+    with needs("Scheduler(metrics=...)"):
+        from semisched.telemetry.prometheus import PrometheusMetrics
+    ```
     """
     try:
         yield

@@ -1,6 +1,6 @@
 """Fit the mock provider's physics to llama-server: ``python -m bench real-engine fit``.
 
-The mock's model (:mod:`mockprovider.physics`) is an iteration time ``W + H*n + P*p + K*c``
+The mock's model (`mockprovider.physics`) is an iteration time ``W + H*n + P*p + K*c``
 with ``n`` sequences in the batch, ``p`` prompt tokens in it and ``c`` tokens of context
 (every sequence's prompt and output so far), a prompt that takes
 ``ceil(L_in / C)`` iterations, one iteration per output token, and a fixed ``overhead``
@@ -25,10 +25,10 @@ from llama-server's own per-request ``timings``:
    ``i * (W + H + K*L) + K*i^2/2 + P * L`` with ``i = ceil(L/C) + L_out`` iterations.
 
 As a cross-check, the same requests' send and answer times go through ``semisched plan
-fit`` (:func:`semisched.plan.fit.fit_observations`: W, H and the overhead from client
+fit`` (`semisched.plan.fit.fit_observations`: W, H and the overhead from client
 times alone, with the slots and ``C`` above).
 
-What it is not: no simulation; the comparison of whole workloads is :mod:`.compare`.
+What it is not: no simulation; the comparison of whole workloads is `.compare`.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def write_fit(
 ) -> dict[str, object]:
     """``fit.json``: the measured constants, the profile, the plan-fit cross-check and, as
     ``provenance`` gives them, the engine commit and the machine it was measured on
-    (:func:`bench.real_engine.profiles.provenance`: a run reuses only a fit of its own)."""
+    (`bench.real_engine.profiles.provenance`: a run reuses only a fit of its own)."""
     data: dict[str, object] = {
         "fit": asdict(fit),
         "profile": profile_from_fit(fit),

@@ -1,23 +1,23 @@
 """``python -m bench real-engine STEP``: the real engine's commands, one per step.
 
-* ``setup``: build llama-server and the model into the cache (:mod:`.setup`), write
+* ``setup``: build llama-server and the model into the cache (`.setup`), write
   ``setup.md``.
-* ``fit``: measure the engine and fit the mock's physics to it (:mod:`.calibrate`); writes
+* ``fit``: measure the engine and fit the mock's physics to it (`.calibrate`); writes
   ``calibration.csv`` and ``fit.json`` (the ``llama-cpp`` profile of the mock, with the
   engine commit and the machine it was measured on).
 * ``compare``: the same seeded open-loop workload through the fitted mock and the
-  engine (:mod:`.compare`); writes ``compare.csv`` and ``compare_requests.csv``.
+  engine (`.compare`); writes ``compare.csv`` and ``compare_requests.csv``.
 * ``headline``: the quick comparison's four strategies through the SDK into one engine,
-  beside the simulator's prediction (:mod:`.headline`); writes ``headline.csv``,
+  beside the simulator's prediction (`.headline`); writes ``headline.csv``,
   ``headline.md`` and ``headline_run.json``.
 * ``routing``: one scheduler over a fast and a slow engine, per routing policy
-  (:mod:`.routing_engine`); writes ``routing.csv`` and ``routing.md``.
+  (`.routing_engine`); writes ``routing.csv`` and ``routing.md``.
 * ``steps``: a few batch shapes streamed token by token, the engine's step time beside
-  the fitted mock's (:mod:`.steps`); writes ``steps.csv`` and ``steps.md``.
+  the fitted mock's (`.steps`); writes ``steps.csv`` and ``steps.md``.
 
 All write under ``--out`` (default ``docs/results/real-engine``). ``headline``, ``routing``
 and ``compare`` size their load by a fit of this engine on this machine made first
-(``--profile machine``, :mod:`.profiles`), one made before (``--profile cached``), or by
+(``--profile machine``, `.profiles`), one made before (``--profile cached``), or by
 the committed profile (``--profile committed``).
 """
 
@@ -180,7 +180,7 @@ def interruptible() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> Path:
-    """Run the chosen step (Ctrl-C stops it and its engines: :func:`interruptible`); the
+    """Run the chosen step (Ctrl-C stops it and its engines: `interruptible`); the
     main file it wrote."""
     with interruptible():
         return _run(args)
@@ -259,7 +259,7 @@ def _fit(args: argparse.Namespace, out: Path) -> Path:
 
 
 def measure(parallel: int, repeats: int, seed: int) -> list[Completion]:
-    """The decode, prefill and context sweeps on a fresh server (:mod:`.calibrate`)."""
+    """The decode, prefill and context sweeps on a fresh server (`.calibrate`)."""
     import numpy as np
     from tokenizers import Tokenizer
 

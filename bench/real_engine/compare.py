@@ -1,23 +1,23 @@
 """Mock vs engine, same workload: ``python -m bench real-engine compare``.
 
 One seeded, open-loop workload goes to llama-server and, in virtual time, to the mock's
-physics with the ``llama-cpp`` profile fitted to that server (:mod:`.calibrate`). No
+physics with the ``llama-cpp`` profile fitted to that server (`.calibrate`). No
 scheduler sits in between: every request is sent at its arrival time, so what differs is
 the provider alone.
 
 The workload is the ``balanced`` mix (50/25/15/10 short/medium/long/xlong) scaled to the
-engine's speed: each bucket's output range divided by :data:`SCALE` (short 2-16 tokens,
+engine's speed: each bucket's output range divided by `SCALE` (short 2-16 tokens,
 medium 17-64, long 65-256, xlong 257-1024), prompts uniform in 32-512 tokens, Poisson
 arrivals at ``load`` over the mean seconds of a full batch a request takes in the fitted
-profile (:func:`demand_s`: its decode iterations and its prompt, which on a CPU engine is
+profile (`demand_s`: its decode iterations and its prompt, which on a CPU engine is
 a large share of the work).
 
-Load: ``load`` is the *intended load*, the offered work (each request's :func:`demand_s`)
+Load: ``load`` is the *intended load*, the offered work (each request's `demand_s`)
 per second of arrivals over the fitted capacity; the *achieved load*
-(:func:`~bench.real_engine.headline.achieved_load`) is the same offered work over the time
-each side took, first arrival to last answer (:mod:`.headline`'s definitions). The profile
+(`achieved_load`) is the same offered work over the time
+each side took, first arrival to last answer (`.headline`'s definitions). The profile
 is, unless ``--fit`` names one, a fit of this engine on this machine, made first when there
-is none (:mod:`.profiles`; ``--profile committed``: ``OUT/fit.json`` as it is).
+is none (`.profiles`; ``--profile committed``: ``OUT/fit.json`` as it is).
 
 Written: ``compare.csv`` (per bucket and overall: P50/P95/P99 latency of each side and
 their ratio, engine over mock; the completion time of the whole run, with the intended
@@ -26,7 +26,7 @@ load and each side's achieved load),
 run's rate, wall time and the machine's load average before and after).
 
 What it is not: a scheduler benchmark (``bench quick`` is); the mock side runs the physics
-directly (:class:`mockprovider.physics.ProviderPhysics`), not its HTTP server, so the
+directly (`mockprovider.physics.ProviderPhysics`), not its HTTP server, so the
 client's own jitter is on the engine's side only.
 """
 
@@ -75,7 +75,7 @@ class Workload:
 
 
 def scaled_ranges() -> list[tuple[int, int]]:
-    """Each bucket's output range of the balanced mix, divided by :data:`SCALE`."""
+    """Each bucket's output range of the balanced mix, divided by `SCALE`."""
     return [
         (max(1, math.ceil(lo / SCALE)), max(1, hi // SCALE)) for lo, hi in OUTPUT_RANGES.values()
     ]

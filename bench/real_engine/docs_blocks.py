@@ -1,4 +1,4 @@
-"""The real engine's blocks of the generated docs (:mod:`bench.docs`), from
+"""The real engine's blocks of the generated docs (`bench.docs`), from
 ``docs/results/real-engine/``: the fitted profile and each mock-against-engine comparison
 (``real-engine``), the headline's and routing's reports as their commands wrote them
 (``real-engine-headline``, ``real-engine-routing``) and the README's summaries of their
@@ -112,7 +112,7 @@ def _routing_summary(rows: list[dict[str, str]]) -> str:
     return routing_summary(rows)
 
 
-#: The real-engine blocks, by name (merged into :mod:`bench.docs`' blocks).
+#: The real-engine blocks, by name (merged into `bench.docs`' blocks).
 REAL_ENGINE_BLOCKS: dict[str, Callable[[Path], str]] = {
     "real-engine": _real_engine,
     "real-engine-summary": _summary("headline.csv", "python -m bench real-engine headline",

@@ -2,16 +2,16 @@
 
 The four strategies of ``bench quick`` (``direct_naive``, ``quota_tiered``,
 ``adaptive_drr``, ``final_adrr_olc``) schedule one seeded workload each through the real
-SDK (:class:`semisched.Scheduler` over ``openai.AsyncOpenAI``) into one llama-server
+SDK (`semisched.Scheduler` over ``openai.AsyncOpenAI``) into one llama-server
 (``--parallel 8``), in real time, and the simulator runs the same jobs with the same
 configs against the engine's profile (a fit of this engine on this machine, or with
-``--profile committed`` the committed ``llama-cpp`` profile: :mod:`.profiles`): one engine
+``--profile committed`` the committed ``llama-cpp`` profile: `.profiles`): one engine
 row and one sim row per strategy, load and seed.
 
-The workload is :func:`bench.real_engine.compare.workload`'s (the balanced mix with output
-lengths divided by :data:`~bench.real_engine.compare.SCALE`, prompts of 32-512 tokens,
+The workload is `bench.real_engine.compare.workload`'s (the balanced mix with output
+lengths divided by `SCALE`, prompts of 32-512 tokens,
 Poisson arrivals at a share of the fitted capacity), at the congestion levels of
-:data:`bench.workloads.CONGESTION` (``medium`` 0.9, ``high`` 1.1). Everything else is the
+`bench.workloads.CONGESTION` (``medium`` 0.9, ``high`` 1.1). Everything else is the
 quick comparison's, read at the paper's scale:
 
 - priors come from its information source (``coarse``), asked about the paper-scale length
@@ -19,13 +19,13 @@ quick comparison's, read at the paper's scale:
   divided by ``SCALE``: the scheduler's token estimates are the engine's tokens, its routing
   bucket (the class and the overload ladder's rung) the paper's;
 - deadlines are the regime's, by that bucket (short 15 s ... xlong 360 s), relative to arrival;
-- metrics (:func:`semisched.sim.metrics.summarize`) group by that bucket, on both sides.
+- metrics (`semisched.sim.metrics.summarize`) group by that bucket, on both sides.
 
 Load. A request's *work* is the seconds of a full batch it takes in the profile
-(:func:`~bench.real_engine.compare.demand_s`); the *capacity* is the profile's (one engine:
-1; a fleet: :func:`fleet_capacity`, in the profile's units). The *intended load* is the
+(`demand_s`); the *capacity* is the profile's (one engine:
+1; a fleet: `fleet_capacity`, in the profile's units). The *intended load* is the
 congestion level, the offered work per second of arrivals over the capacity (arrivals at
-``load * capacity / mean work``). The *achieved load* (:func:`achieved_load`) is the same
+``load * capacity / mean work``). The *achieved load* (`achieved_load`) is the same
 offered work over the time the engine actually took, its first arrival to its last answer
 (the run's makespan), over the capacity. Below 1 an engine that keeps up achieves a little
 less than intended (the makespan adds the last answers' drain); one that falls behind
@@ -34,7 +34,7 @@ simulator's achieved load, in the same units, is what an engine exactly as the p
 would achieve.
 
 What the SDK is told of the engine: the strategies that keep a client queue send at most
-:data:`PARALLEL` requests at once (``max_inflight=8``, the server's slots: what a user who
+`PARALLEL` requests at once (``max_inflight=8``, the server's slots: what a user who
 started the server with ``--parallel 8`` would set; more would queue inside the server,
 where the client can no longer order them), a fixed cap (``concurrency="fixed"``: no
 learned limit under it). ``direct_naive`` sends on arrival, as in the paper. Each
@@ -92,7 +92,7 @@ STRATEGIES = ("direct_naive", "quota_tiered", "adaptive_drr", "final_adrr_olc")
 INFORMATION = "coarse"
 #: The engine's slots (``--parallel``) and the client's concurrency cap.
 PARALLEL = 8
-#: The columns of :func:`semisched.sim.metrics.summarize` each row keeps.
+#: The columns of `semisched.sim.metrics.summarize` each row keeps.
 METRICS = (
     "short_p95_ms",
     "global_p95_ms",
@@ -137,7 +137,7 @@ def engine_jobs(
     """The seeded workload at congestion ``load`` (``medium``, ``high``) and its rate (/s).
 
     ``capacity``: the capacity the load is relative to, in units of ``physics``' own (a
-    fleet's: :func:`fleet_capacity`).
+    fleet's: `fleet_capacity`).
 
     Raises:
         ValueError: An unknown ``load``, or ``requests < 1``.
@@ -167,7 +167,7 @@ def fleet_capacity(
 ) -> float:
     """The capacity of ``fleet`` for the seeded workload, in units of ``physics``' own: the
     sum over its endpoints of ``physics``' mean demand per request over theirs
-    (:func:`~bench.real_engine.compare.demand_s`)."""
+    (`demand_s`)."""
     import numpy as np
 
     from bench.real_engine.compare import demand_s
@@ -191,7 +191,7 @@ def strategy_config(strategy: str, parallel: int = PARALLEL) -> SchedulerConfig:
 
 def offered_work_s(physics: PhysicsParams, jobs: Sequence[EngineJob]) -> float:
     """The jobs' work: the sum of the seconds of a full batch each takes in ``physics``
-    (:func:`~bench.real_engine.compare.demand_s`; module docstring)."""
+    (`demand_s`; module docstring)."""
     from bench.real_engine.compare import demand_s
 
     prompts = [j.sim.input_tokens for j in jobs]
@@ -210,7 +210,7 @@ def achieved_load(work_s: float, capacity: float, makespan_ms: float) -> float:
 
 
 def metric_row(records: Sequence[Any], **keys: object) -> dict[str, object]:
-    """``keys`` and the :data:`METRICS` of ``records`` (read by ``summarize``)."""
+    """``keys`` and the `METRICS` of ``records`` (read by ``summarize``)."""
     summary = summarize(records)
     return {**keys, **{name: summary[name] for name in METRICS}}
 
@@ -231,7 +231,7 @@ class EngineLengthError(RuntimeError):
     """The engine answered another number of output tokens than ``max_tokens`` asked."""
 
 
-#: What every call sends besides the prompt and ``max_tokens`` (:mod:`.client`'s body).
+#: What every call sends besides the prompt and ``max_tokens`` (`.client`'s body).
 EXTRA_BODY = {"ignore_eos": True, "temperature": 0.0, "cache_prompt": False}
 
 
@@ -271,7 +271,7 @@ async def replay(
     scheduler: Any, jobs: Sequence[EngineJob], *, stream: bool = False
 ) -> list[LiveRecord]:
     """Submit each job at its arrival (seconds after the call) through ``scheduler`` (a
-    running :class:`semisched.Scheduler`); every job's record once all have an outcome.
+    running `semisched.Scheduler`); every job's record once all have an outcome.
 
     Raises:
         EngineLengthError: A completed answer reports another output length than asked
@@ -319,7 +319,7 @@ async def engine_run(
 ) -> tuple[list[LiveRecord], Any]:
     """``jobs`` through a fresh Scheduler over the servers ``base_urls`` (name -> URL): the
     records and the scheduler's last statistics. One server is the scheduler's one client;
-    several are one :class:`semisched.Endpoint` each, at most ``slots[name]`` in flight, in
+    several are one `semisched.Endpoint` each, at most ``slots[name]`` in flight, in
     ``token_budget`` pool ``pools[name]``. ``stream``: every call streamed and read to its
     end (the scheduler then sees each answer's first token, as the simulator does)."""
     import openai

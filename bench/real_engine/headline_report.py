@@ -1,15 +1,15 @@
 """The headline on the real engine: its run over the matrix and its files.
 
-:func:`headline_main` runs :mod:`.headline`'s matrix (strategies x loads x seeds, engine
+`headline_main` runs `.headline`'s matrix (strategies x loads x seeds, engine
 and sim) and writes ``headline.csv`` (every row), ``headline.md`` (medians over seeds,
-engine beside sim, each load's intended and achieved load (:mod:`.headline`'s
+engine beside sim, each load's intended and achieved load (`.headline`'s
 definitions), and per load the ratio of ``direct_naive``'s short P95 to
 ``final_adrr_olc``'s) and ``headline_run.json`` (wall time, load average before and after,
 cores, the engine's commit, the mock profile that set its arrivals and ran its simulated
-side, and where that profile came from: :mod:`.profiles`). The csv is rewritten after
+side, and where that profile came from: `.profiles`). The csv is rewritten after
 each engine run, so an interrupted run keeps what it measured.
 
-:func:`headline_markdown` and :func:`ratio_rows` are the report alone (no engine), so a
+`headline_markdown` and `ratio_rows` are the report alone (no engine), so a
 test checks them.
 """
 
@@ -46,7 +46,7 @@ _COLUMNS = (
     ("goodput /s", "goodput_rps", 1.0, 3),
     ("achieved load", "achieved_load", 1.0, 2),
 )
-#: The table's caption on load (:mod:`.headline`'s definitions).
+#: The table's caption on load (`.headline`'s definitions).
 LOAD_CAPTION = (
     "Intended load: the congestion level, the offered work (each request's seconds of a "
     "full batch in the profile) per second of arrivals over the engine's capacity; achieved "
@@ -178,7 +178,7 @@ def headline_main(
     profile: str = "machine",
 ) -> Path:
     """Run the matrix on one llama-server and the simulator, its load sized by ``profile``
-    (:func:`bench.real_engine.profiles.engine_profile`); write the files (module
+    (`bench.real_engine.profiles.engine_profile`); write the files (module
     docstring). Returns ``headline.md``."""
     from dataclasses import asdict
 

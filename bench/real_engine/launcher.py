@@ -1,15 +1,17 @@
 """Start and stop llama.cpp's ``llama-server`` for tests and benchmarks.
 
-:class:`LlamaServer` runs one server as a child process on ``127.0.0.1`` and a free
+`LlamaServer` runs one server as a child process on ``127.0.0.1`` and a free
 port, waits until ``GET /health`` answers 200 (the model is loaded), and stops it
-(SIGTERM, then SIGKILL after a grace period). Use it as a context manager::
+(SIGTERM, then SIGKILL after a grace period). Use it as a context manager:
 
-    with LlamaServer(ServerOptions(binary=..., model=..., parallel=8)) as server:
-        server.base_url  # http://127.0.0.1:PORT/v1
+```python
+with LlamaServer(ServerOptions(binary=..., model=..., parallel=8)) as server:
+    server.base_url  # http://127.0.0.1:PORT/v1
+```
 
-:func:`server_command` is the command line alone, so a test checks it without a build.
+`server_command` is the command line alone, so a test checks it without a build.
 
-What it is not: no build (:mod:`bench.real_engine.setup`), no requests beyond the
+What it is not: no build (`bench.real_engine.setup`), no requests beyond the
 health check, no restart.
 """
 
@@ -115,7 +117,7 @@ class LlamaServer:
     Args:
         options: How it runs.
         log: Where its output goes (default: a file beside the model, ``llama-server.log``).
-        start_timeout_s: Longest wait for ``/health`` before :meth:`start` gives up.
+        start_timeout_s: Longest wait for ``/health`` before `start` gives up.
     """
 
     def __init__(

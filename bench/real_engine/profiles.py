@@ -1,24 +1,24 @@
 """Which engine profile sizes a real-engine run's load: a fit of *this* engine on *this* machine.
 
 ``headline``, ``routing`` and ``compare`` offer a share of the engine's capacity, and the
-capacity comes from a mock profile (:class:`~mockprovider.physics.PhysicsParams`). The
+capacity comes from a mock profile (`PhysicsParams`). The
 committed ``llama-cpp`` profile was fitted on another machine: on a faster one the engine
 would run far below the intended load; and a shared machine's speed drifts by the hour
 (a fit here gave 1.1 ms a step and 0.18 ms a prompt token one afternoon, 2.9 and 0.41 four
 hours later). So before an experiment (``--profile machine``, the default)
-:func:`engine_profile` fits the engine now: a short fit (``fit --repeats 1``, about a
-minute), written to the engine's cache (``fit/fit.json``, :func:`cached_fit_dir`), not to
+`engine_profile` fits the engine now: a short fit (``fit --repeats 1``, about a
+minute), written to the engine's cache (``fit/fit.json``, `cached_fit_dir`), not to
 ``OUT``: ``OUT/fit.json`` of the repository is the committed ``llama-cpp`` profile's source
 and stays as the ``fit`` step wrote it. ``--profile cached`` reuses a fit of the same
 engine build on the same machine when there is one, and fits only otherwise:
 
 1. ``OUT/fit.json`` (the ``fit`` step's output), when it records the engine commit and the
-   machine (:func:`provenance`) of this run;
+   machine (`provenance`) of this run;
 2. else the cached fit, on the same condition;
 3. else a short fit, as above.
 
 The machine is its host name, its core count and its CPU model; the engine commit is the
-llama.cpp commit the setup step built (:func:`bench.real_engine.setup.engine_commit`).
+llama.cpp commit the setup step built (`bench.real_engine.setup.engine_commit`).
 ``--profile committed`` keeps the old behaviour explicitly: the committed ``llama-cpp``
 profile (``compare``: ``OUT/fit.json`` as it is).
 """
@@ -86,7 +86,7 @@ def provenance(commit: str | None = None) -> dict[str, object]:
 
 def fit_mismatch(data: Mapping[str, Any] | None, wanted: Mapping[str, object]) -> str | None:
     """Why a fit (``fit.json``'s content, ``None`` when there is none) is not one of the
-    engine and machine in ``wanted`` (:func:`provenance`); ``None`` when it is."""
+    engine and machine in ``wanted`` (`provenance`); ``None`` when it is."""
     if data is None:
         return "no fit"
     if "engine_commit" not in data or "machine" not in data:
@@ -107,7 +107,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def cached_fit_dir() -> Path:
-    """Where :func:`short_fit` writes: ``fit/`` in the engine's cache."""
+    """Where `short_fit` writes: ``fit/`` in the engine's cache."""
     from bench.real_engine.setup import EnginePaths
 
     return EnginePaths.default().root / "fit"
@@ -145,7 +145,7 @@ def engine_profile(
 ) -> EngineProfile:
     """The profile a run sizes its load by (module docstring).
 
-    ``choice``: ``machine``, ``cached`` or ``committed`` (:data:`PROFILES`). ``fit``, ``wanted`` and
+    ``choice``: ``machine``, ``cached`` or ``committed`` (`PROFILES`). ``fit``, ``wanted`` and
     ``cache`` replace the engine run, the provenance and the cached folder (tests).
 
     Raises:

@@ -1,22 +1,22 @@
 """Routing over two real engines: ``python -m bench real-engine routing``.
 
 Two llama-servers run side by side on loopback: ``fast`` with 8 slots (``--parallel 8``)
-and ``slow`` with 2 (:data:`FLEET`), each one thread at ``nice 10``. One
-:class:`semisched.Scheduler` (``final_adrr_olc``) sends to both through one
-:class:`semisched.Endpoint` each, and routes by each policy of :data:`POLICIES` in turn, on
-the same seeded workload (:mod:`.headline`'s: the scaled balanced mix, paper-scale priors
+and ``slow`` with 2 (`FLEET`), each one thread at ``nice 10``. One
+`semisched.Scheduler` (``final_adrr_olc``) sends to both through one
+`semisched.Endpoint` each, and routes by each policy of `POLICIES` in turn, on
+the same seeded workload (`.headline`'s: the scaled balanced mix, paper-scale priors
 and deadlines) at a congestion level of the pair's joint capacity
-(:func:`~bench.real_engine.headline.fleet_capacity`, from the engine's profile with each
+(`fleet_capacity`, from the engine's profile with each
 server's slots: a fit of this engine on this machine, made first when there is none, or
-with ``--profile committed`` the committed ``llama-cpp`` profile; :mod:`.profiles`), under
-each endpoint cap of :data:`CAPS` (:func:`routing_config`):
+with ``--profile committed`` the committed ``llama-cpp`` profile; `.profiles`), under
+each endpoint cap of `CAPS` (`routing_config`):
 
 * ``slots``: each endpoint capped at its slots (``max_concurrency``: what a user who
   started the servers would set), the scheduler's total their sum, so that a send goes
   where a slot is free whatever the policy;
 * ``learned``: nothing told, the core's default: no caps, no ``max_inflight``, each
   endpoint's limit learned (``RoutingConfig.concurrency="learned"``,
-  :mod:`semisched.core.fleet.limits`);
+  `semisched.core.fleet.limits`);
 * ``none``: only the scheduler's total cap (``max_inflight``, the sum of the slots: a user
   who knows the fleet's size but not each server's) and no learned limit
   (``concurrency="fixed"``), so that the policy decides which server queues what.
@@ -28,8 +28,8 @@ sequences a step where ``fast`` decodes 8, and queues the rest.
 
 Size-aware routing is ``token_budget`` (the short and long pools of "Token-Budget-Aware
 Pool Routing for Cost-Efficient LLM Inference"): every run gives ``slow`` the short pool
-and ``fast`` the long one (:data:`POOLS`), with the short pool's budget
-:data:`SHORT_POOL_TOKENS`; the other policies ignore pools.
+and ``fast`` the long one (`POOLS`), with the short pool's budget
+`SHORT_POOL_TOKENS`; the other policies ignore pools.
 
 Every call is streamed and read to its end, so that the scheduler sees each answer's
 first token (what a learned concurrency limit reads), as the simulator does.
@@ -37,7 +37,7 @@ first token (what a learned concurrency limit reads), as the simulator does.
 Beside each engine run, the simulator runs the same jobs over the same two endpoints (each
 the engine's profile with its slots, the same caps, pools and config): its prediction.
 
-Load (:mod:`.headline`'s definitions): the *intended load* is the congestion level, the
+Load (`.headline`'s definitions): the *intended load* is the congestion level, the
 offered work (each request's seconds of a full batch in the profile) per second of
 arrivals over the pair's capacity; the *achieved load* is the same offered work over the
 time the run took (first arrival to last answer), over the same capacity.
@@ -100,10 +100,10 @@ CAPS = ("slots", "learned", "none")
 
 
 def routing_config(policy: str, caps: str = "slots", fleet: Mapping[str, int] = FLEET) -> Any:
-    """``final_adrr_olc`` routing by ``policy`` under ``caps`` (:data:`CAPS`), the short
-    pool's budget :data:`SHORT_POOL_TOKENS` (read by ``token_budget`` only): ``slots`` and
+    """``final_adrr_olc`` routing by ``policy`` under ``caps`` (`CAPS`), the short
+    pool's budget `SHORT_POOL_TOKENS` (read by ``token_budget`` only): ``slots`` and
     ``none`` a fixed total of the fleet's slots (``max_inflight``) and no learned limit
-    (``slots`` adds each endpoint's cap: :func:`endpoint_caps`); ``learned`` no total and
+    (``slots`` adds each endpoint's cap: `endpoint_caps`); ``learned`` no total and
     each endpoint's limit learned.
 
     Raises:
@@ -131,7 +131,7 @@ def simulated_row(
     caps: Mapping[str, int] | None,
 ) -> dict[str, object]:  # fmt: skip
     """The simulator's metrics for ``jobs`` over ``members`` (name -> physics), each
-    endpoint capped at ``caps[name]`` and in its :data:`POOLS` pool, prefixed ``sim_``:
+    endpoint capped at ``caps[name]`` and in its `POOLS` pool, prefixed ``sim_``:
     the same metrics and shares as an engine row."""
     from bench.real_engine.headline import metric_row
     from semisched.core.fleet.endpoint import EndpointSpec
@@ -281,7 +281,7 @@ def routing_main(
     profile: str = "machine",
 ) -> Path:
     """Run every policy and seed on the two servers, under each of ``caps``, the load sized
-    by ``profile`` (:func:`bench.real_engine.profiles.engine_profile`); write the files
+    by ``profile`` (`bench.real_engine.profiles.engine_profile`); write the files
     (module docstring). Returns ``routing.md``."""
     from dataclasses import asdict
 
@@ -358,7 +358,7 @@ def _one_seed(
 
 
 def routing_row(records: Sequence[Any], stats: Any, **keys: object) -> dict[str, object]:
-    """``keys``, the :data:`~bench.real_engine.headline.METRICS` of ``records``, each
+    """``keys``, the `METRICS` of ``records``, each
     endpoint's share of the completions and its final limit."""
     from bench.real_engine.headline import metric_row
 

@@ -3,13 +3,13 @@
 Steps, each skipped when its output is already in the cache (so a second run only
 reports), each timed:
 
-1. ``download``: the ``llama-cpp-python`` sdist (:data:`LLAMA_CPP_PYTHON`, pinned), by
+1. ``download``: the ``llama-cpp-python`` sdist (`LLAMA_CPP_PYTHON`, pinned), by
    ``pip download --no-binary :all: --no-deps``; it vendors llama.cpp (MIT) whole,
    ``convert_hf_to_gguf.py`` and ``gguf-py`` included.
 2. ``extract``: unpack it.
 3. ``build``: CMake configures the vendored tree (CPU, Release, no web UI download, no
    OpenSSL) and builds only the ``llama-server`` target, two jobs, under ``nice``.
-4. ``tokenizer``: a byte-level BPE trained on ShareGPT V3 text (:mod:`.model`).
+4. ``tokenizer``: a byte-level BPE trained on ShareGPT V3 text (`.model`).
 5. ``model``: the Llama model with seeded random weights, written as GGUF.
 
 The cache is ``$SEMISCHED_REAL_ENGINE_CACHE`` or ``~/.cache/semisched/real-engine``;

@@ -1,6 +1,6 @@
 """``python -m bench real-engine steps``: the engine's step time, token by token, beside the mock's.
 
-The fit (:mod:`.calibrate`) reads whole requests: a request's time minus its prompt's,
+The fit (`.calibrate`) reads whole requests: a request's time minus its prompt's,
 over its tokens, in batches of one shape. This probe streams each answer instead and
 times every token, so that a step is read while a known set of sequences decodes
 together, in shapes the fit never ran:
@@ -23,10 +23,10 @@ together, in shapes the fit never ran:
     decode beside an idle slot that still holds about 1,900 tokens. The mock has no
     such term: its step is ``same_4x32``'s, and the ratio is what the idle cache costs.
 
-Before every case the probe sends one short request per slot at once (:data:`FLUSH`,
+Before every case the probe sends one short request per slot at once (`FLUSH`,
 not measured), so that every case starts on slots that hold almost nothing: otherwise
 a case would pay for what the cases before it left in the idle slots (the reason for
-``same_4x32_after_1536``). A case's :data:`PRELUDES` run after that flush, also not
+``same_4x32_after_1536``). A case's `PRELUDES` run after that flush, also not
 measured.
 
 Each decode case's step is the median gap between consecutive tokens of each stream
@@ -35,7 +35,7 @@ median over streams. Now and then the server sends a stream's tokens in a few ch
 (seen on a lone stream): that run has no step to read, is left out of the medians, and
 ``steps.csv`` says so. The mock's step for the same batch is
 ``W + H*n + K*(sum of the sequences' contexts)`` at that window's middle
-(:func:`mock_step_ms`). Writes ``steps.csv`` and ``steps.md``.
+(`mock_step_ms`). Writes ``steps.csv`` and ``steps.md``.
 """
 
 from __future__ import annotations

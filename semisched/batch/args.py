@@ -1,12 +1,12 @@
 """The ``semisched batch`` command's arguments: the parser and the job they ask for.
 
-:func:`parser` builds the ``semisched`` parser (``batch``, with ``plan`` and
-``serve`` listed for ``--help``; :mod:`semisched.command` hands those over
-before it is built); :func:`batch_options` turns parsed arguments into
-:class:`~semisched.batch.BatchOptions`, with the base URL chosen as the
-``openai`` client chooses it (:func:`base_url`).
+`parser` builds the ``semisched`` parser (``batch``, with ``plan`` and
+``serve`` listed for ``--help``; `semisched.command` hands those over
+before it is built); `batch_options` turns parsed arguments into
+`BatchOptions`, with the base URL chosen as the
+``openai`` client chooses it (`base_url`).
 
-What this module is not: it runs nothing (:mod:`semisched.batch.cli`).
+What this module is not: it runs nothing (`semisched.batch.cli`).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _fleet(args: argparse.Namespace) -> tuple[tuple[EndpointDef, ...], RoutingCo
 
     Raises:
         FleetFileError: The fleet file is unreadable or wrong (two ``--endpoint``
-            options with one name are :class:`BatchOptions`' to refuse).
+            options with one name are `BatchOptions`' to refuse).
     """
     routing: RoutingConfig | None = None
     endpoints: tuple[EndpointDef, ...] = tuple(args.endpoints or ())
@@ -286,7 +286,7 @@ def batch_options(
     """The job the arguments ask for (raises ``ValueError`` naming a bad one).
 
     The one endpoint's base URL is ``--base-url``, else ``OPENAI_BASE_URL`` from
-    ``environ`` (default ``os.environ``), else :data:`DEFAULT_BASE_URL`, as the
+    ``environ`` (default ``os.environ``), else `DEFAULT_BASE_URL`, as the
     ``openai`` client chooses it; a fleet (``--endpoint``, ``--fleet``) ignores both.
     """
     endpoints, routing = _fleet(args)

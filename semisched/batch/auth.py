@@ -1,7 +1,7 @@
 """A wrong API key stops a batch job instead of failing every line.
 
 A 401 or 403 says the key (or its access) is wrong, and every other line would
-get the same answer. So :class:`AuthGuard` holds the error records of such
+get the same answer. So `AuthGuard` holds the error records of such
 answers back, and:
 
 1. a success in between releases them: the key works, so they are ordinary
@@ -15,7 +15,7 @@ answers back, and:
 Other failures neither count towards ``limit`` nor break a run of 401/403s.
 
 Over a fleet the scheduler acts first: an endpoint whose key is refused is taken
-out (its circuit opens for the reason ``auth``, :mod:`semisched.core.fleet.endpoint`
+out (its circuit opens for the reason ``auth``, `semisched.core.fleet.endpoint`
 rule 5) and the refused attempt fails over to another endpoint, so its lines are
 answered there and no 401/403 reaches the guard. What reaches it is a refusal
 with nowhere else to go: every key of the fleet refused (or a one-endpoint
@@ -54,7 +54,7 @@ class AuthGuard:
 
     def hold(self, record: dict[str, Any], code: ErrorCode, status: int | None) -> bool:
         """Whether ``record`` (an error of ``status``) is held back instead of written
-        now; ``True`` for every 401/403. Returns with :attr:`tripped` set when this one
+        now; ``True`` for every 401/403. Returns with `tripped` set when this one
         is the ``limit``-th in a row."""
         if status not in AUTH_STATUSES:
             return False

@@ -1,29 +1,29 @@
 """The ``semisched`` command line.
 
-``semisched plan ...`` is the capacity planner (:mod:`semisched.plan.cli`): the
-entry point (:mod:`semisched.command`) hands it its arguments, without the SDK's imports.
+``semisched plan ...`` is the capacity planner (`semisched.plan.cli`): the
+entry point (`semisched.command`) hands it its arguments, without the SDK's imports.
 
 ``semisched batch INPUT.jsonl -o OUTPUT.jsonl --base-url URL`` runs an OpenAI
-Batch API file through the scheduler (:mod:`semisched.batch`): budgets never
+Batch API file through the scheduler (`semisched.batch`): budgets never
 exceeded, results appended as they complete, resumable after any crash.
 Instead of one ``--base-url`` it takes a fleet: repeated
 ``--endpoint NAME=URL[,key-env=VAR][,rpm=N,...]`` options or ``--fleet
-FILE.toml`` (:mod:`semisched.fleet.fleetfile`), routed by ``--routing POLICY``
+FILE.toml`` (`semisched.fleet.fleetfile`), routed by ``--routing POLICY``
 (default: the fleet file's, else the preset's ``anticipated_load``).
 Repeated ``--tenant NAME[,weight=W,service=CLASS,...]`` options declare who
 shares the job; each line names its tenant in ``body.metadata.tenant``
-(:mod:`semisched.batch.tenants`). ``--metrics-port N`` serves the job's
+(`semisched.batch.tenants`). ``--metrics-port N`` serves the job's
 Prometheus metrics on ``http://127.0.0.1:N/metrics`` while it runs
-(:mod:`semisched.batch.metrics`). This module handles signals; the arguments
-are :mod:`semisched.batch.args`, the progress display :mod:`semisched.batch.display`
-and the job itself :class:`semisched.batch.BatchRun`. :func:`main` owns its event loop;
-:func:`main_async` is the same command inside a running one (tests await it
+(`semisched.batch.metrics`). This module handles signals; the arguments
+are `semisched.batch.args`, the progress display `semisched.batch.display`
+and the job itself `semisched.batch.BatchRun`. `main` owns its event loop;
+`main_async` is the same command inside a running one (tests await it
 in virtual time with an in-process provider and clock).
 
 Before sending, the command prints one line naming the priors it uses (the
 model, if any, loads while the first requests go out; the summary says how
 many went with its priors) and one with the makespan floor; the
-progress ETA starts from that floor (:func:`semisched.batch.forecast.eta_s`).
+progress ETA starts from that floor (`semisched.batch.forecast.eta_s`).
 ``--dry-run`` validates and plans as a run would (with the model's priors for
 every line), prints the floor's three bounds and sends nothing.
 
@@ -64,8 +64,35 @@ from semisched.runtime.clock import Clock
 __all__ = ["main", "main_async"]
 
 
-async def _run_batch(run: BatchRun, display: Display) -> BatchSummary:
-    """Run ``run``; the first SIGINT/SIGTERM stops it gracefully, the second at once."""
+class _Shown:
+    """The display, started at the first progress it is shown (a result or a tick)."""
+
+    def __init__(self, display: Display) -> None:
+        self.display = display
+        self.started = False
+
+    def show(self, progress: BatchProgress) -> None:
+        if self.started:
+            self.display.update(progress)
+        else:
+            self.started = True
+            self.display.start(progress)
+
+
+async def _tick(run: BatchRun, shown: _Shown, every_s: float) -> None:
+    """Show the progress every ``every_s`` seconds whatever the run waits on (a rate
+    window, a slow answer): a log or a pipe never goes silent for longer."""
+    while True:
+        due = shown.display.due_in() if shown.started else every_s
+        await anyio.sleep(max(due, every_s / 10))
+        progress = run.progress_now()
+        if progress is not None and run.scheduler is not None:
+            shown.show(progress)
+
+
+async def _run_batch(run: BatchRun, shown: _Shown, tick_s: float = 0.0) -> BatchSummary:
+    """Run ``run``; the first SIGINT/SIGTERM stops it gracefully, the second at once.
+    With ``tick_s``, the progress is shown at least every ``tick_s`` seconds."""
     interrupted_twice = False
     summary: BatchSummary | None = None
     async with anyio.create_task_group() as tg:
@@ -87,13 +114,15 @@ async def _run_batch(run: BatchRun, display: Display) -> BatchSummary:
                         tg.cancel_scope.cancel()
 
         tg.start_soon(on_signals)
+        if tick_s > 0:
+            tg.start_soon(_tick, run, shown, tick_s)
         failure: BatchError | None = None
         try:
             summary = await run.run()
         except BatchError as exc:  # raised here, not wrapped in the task group's ExceptionGroup
             failure = exc
         finally:
-            display.close()
+            shown.display.close()
         tg.cancel_scope.cancel()
     if failure is not None:
         raise failure
@@ -182,19 +211,9 @@ async def _send(
 ) -> BatchSummary:
     """Run the job (``make_run(on_start=, on_result=)``) with a progress display on
     ``stream``; ``BatchError``: it could not start."""
-    display = progress_display(stream, progress_every)
-    started = False
-
-    def on_result(progress: BatchProgress) -> None:
-        nonlocal started
-        if started:
-            display.update(progress)
-        else:
-            started = True
-            display.start(progress)
-
-    run = make_run(on_start=partial(_announce, stream=stream), on_result=on_result)
-    return await _run_batch(run, display)
+    shown = _Shown(progress_display(stream, progress_every))
+    run = make_run(on_start=partial(_announce, stream=stream), on_result=shown.show)
+    return await _run_batch(run, shown, progress_every)
 
 
 async def main_async(

@@ -1,12 +1,12 @@
 """The ``semisched batch`` run's clients: built from the environment, and timed per attempt.
 
-:func:`make_client` builds the ``AsyncOpenAI`` a one-endpoint run
-(``--base-url``) sends through; :func:`make_endpoints` builds a fleet's
+`make_client` builds the ``AsyncOpenAI`` a one-endpoint run
+(``--base-url``) sends through; `make_endpoints` builds a fleet's
 endpoints (``--endpoint``, ``--fleet``), one client each
-(:func:`semisched.fleet.fleetfile.build_endpoints`). API keys come from the
+(`semisched.fleet.fleetfile.build_endpoints`). API keys come from the
 environment variables the options name and go nowhere else; a missing one
-is a :class:`BatchError` naming the variable, never showing a key.
-:class:`TimedClient` wraps a client the way the scheduler calls it, to time
+is a `BatchError` naming the variable, never showing a key.
+`TimedClient` wraps a client the way the scheduler calls it, to time
 each successful attempt (see the note below).
 
 What this module is not: it schedules and retries nothing.
@@ -14,6 +14,7 @@ What this module is not: it schedules and retries nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -79,7 +80,7 @@ def make_endpoints(
 
     Args:
         options: A job with ``endpoints``.
-        wrap: Applied to each endpoint's client (the run's :class:`TimedClient`).
+        wrap: Applied to each endpoint's client (the run's `TimedClient`).
         factory: Makes each client from its base URL and key (default:
             ``AsyncOpenAI`` with the job's timeout, no retries of its own).
 
@@ -112,7 +113,7 @@ def connect(
     client: Any | None = None,
     factory: ClientFactory | None = None,
 ) -> Any | list[Endpoint]:
-    """What a run sends through, each client a :class:`TimedClient` into ``sink``: the one
+    """What a run sends through, each client a `TimedClient` into ``sink``: the one
     client of a ``base_url`` job (``client``, else made), or a fleet's endpoints.
 
     Raises:
@@ -137,6 +138,27 @@ def connect(
 # batch times the attempt at the client it wraps.
 
 
+#: Where the first failed connection to each URL is said at once (WARNING: without a
+#: logging set-up, Python prints it on stderr), while the scheduler retries; the summary
+#: repeats it as a hint when the requests end failed.
+LOG = logging.getLogger("semisched.batch")
+_SAID: set[str] = set()  # the URLs already said, once per process
+
+
+def _say_unreachable(exc: BaseException) -> None:
+    import openai
+
+    from semisched.core.lifecycle import FailureKind
+    from semisched.runtime.failures import failure_hint
+
+    if not isinstance(exc, openai.APIConnectionError) or isinstance(exc, openai.APITimeoutError):
+        return
+    hint = failure_hint(exc, FailureKind.CONNECTION, None)
+    if hint is not None and hint not in _SAID:
+        _SAID.add(hint)
+        LOG.warning("hint: %s (is the server running?); retrying", hint)
+
+
 class _TimedRaw:
     def __init__(self, raw: Any, clock: Clock, sink: list[float]) -> None:
         self._raw = raw
@@ -145,7 +167,11 @@ class _TimedRaw:
 
     async def create(self, **params: Any) -> Any:
         start = self._clock.now()
-        result = await self._raw.create(**params)
+        try:
+            result = await self._raw.create(**params)
+        except Exception as exc:
+            _say_unreachable(exc)
+            raise
         self._sink.append(self._clock.now() - start)
         return result
 
@@ -163,7 +189,7 @@ class _Namespace:
 class TimedClient:
     """An ``AsyncOpenAI`` as the scheduler calls it (``with_raw_response.create``),
     timing each successful attempt (send -> response, clock seconds) into ``sink``:
-    the resource of every scheduled API the client has (:data:`~semisched.runtime.apis.APIS`).
+    the resource of every scheduled API the client has (`APIS`).
 
     The wrapped client's own retries are turned off here: the wrapper hides
     ``with_options``, through which the scheduler would do it.

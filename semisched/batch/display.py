@@ -1,18 +1,22 @@
 """The ``semisched batch`` progress display: a live bar on a terminal, plain lines elsewhere.
 
-:func:`progress_display` picks one for a stream; both take the run's
-:class:`~semisched.batch.summary.BatchProgress` after each result
-(``start`` once, then ``update``) and ``close`` at the end. The bar needs
-``rich``; without it, or off a terminal, a line every ``every_s`` wall seconds.
+`progress_display` picks one for a stream; both take the run's
+`BatchProgress` after each result (``start`` once, then ``update``), and
+again every ``every_s`` seconds whatever the run waits on (the command's
+timer: ``due_in`` says when the next line is due), and ``close`` at the end.
+The bar needs ``rich``; without it, or off a terminal, a line every ``every_s``
+seconds of the event loop's clock (the wall's, or a test's virtual one).
 
-What this module is not: it runs nothing and reads no arguments (:mod:`semisched.batch.cli`).
+What this module is not: it runs nothing and reads no arguments (`semisched.batch.cli`).
 """
 
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Callable
 from typing import Any, TextIO, TypeAlias
+
+import anyio
 
 from semisched.batch.summary import BatchProgress
 
@@ -20,22 +24,35 @@ __all__ = ["Display", "PlainProgress", "RichProgress", "progress_display", "stat
 
 
 class PlainProgress:
-    """A progress line every ``every_s`` wall seconds (for logs and pipes)."""
+    """A progress line at most every ``every_s`` seconds (for logs and pipes).
 
-    def __init__(self, stream: TextIO, every_s: float) -> None:
+    Args:
+        stream: Where the lines go.
+        every_s: Seconds between lines (0: one per result).
+        now: The clock (default: the event loop's).
+    """
+
+    def __init__(
+        self, stream: TextIO, every_s: float, now: Callable[[], float] = anyio.current_time
+    ) -> None:
         self.stream = stream
         self.every_s = every_s
+        self._now = now
         self._last = -math.inf
 
     def start(self, progress: BatchProgress) -> None:
         print(status_line(progress), file=self.stream, flush=True)
-        self._last = time.monotonic()
+        self._last = self._now()
 
     def update(self, progress: BatchProgress) -> None:
-        now = time.monotonic()
+        now = self._now()
         if now - self._last >= self.every_s:
             self._last = now
             print(status_line(progress), file=self.stream, flush=True)
+
+    def due_in(self) -> float:
+        """Seconds until the next line is due (0: now)."""
+        return max(0.0, self._last + self.every_s - self._now())
 
     def close(self) -> None:
         pass
@@ -72,6 +89,10 @@ class RichProgress:
             self._task, completed=progress.finished, status=status_line(progress, short=True)
         )
 
+    def due_in(self) -> float:
+        """The bar redraws itself; its status (the ETA) is refreshed once a second."""
+        return 1.0
+
     def close(self) -> None:
         self._progress.stop()
 
@@ -90,10 +111,10 @@ def status_line(progress: BatchProgress, *, short: bool = False) -> str:
     )
     if short:
         return f"{core} | ETA {eta}"
-    return f"{done}/{progress.to_send} done | {core} | ETA {eta}"
+    return f"{done}/{progress.to_send} done | {core} | {elapsed:.0f}s in | ETA {eta}"
 
 
-#: What :func:`progress_display` returns.
+#: What `progress_display` returns.
 Display: TypeAlias = PlainProgress | RichProgress
 
 

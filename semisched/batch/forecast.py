@@ -1,34 +1,34 @@
 """What a ``semisched batch`` run will take, known before it sends anything.
 
 A run (and ``--dry-run``) builds, for every line it will send, the core
-:class:`~semisched.core.Request` the scheduler sees (:func:`plan_requests`),
+[`Request`][semisched.core.Request] the scheduler sees (`plan_requests`),
 and from those the makespan floor under the job's budgets
-(:func:`batch_floor`, :func:`semisched.core.makespan_floor`).
-:class:`BatchForecast` is that result with the prior source the run uses
-(:class:`PriorsChoice`); the dry run prints it, a real run hands it to its
+(`batch_floor`, `semisched.core.makespan_floor`).
+`BatchForecast` is that result with the prior source the run uses
+(`PriorsChoice`); the dry run prints it, a real run hands it to its
 ``on_start`` callback and reports the floor in its summary.
 
 Rules:
 
 1. **The requests are the run's.** Each body is read again and prepared with
-   :func:`semisched.runtime.calls.prepare_call`, as ``submit`` does. The prior comes
+   `semisched.runtime.calls.prepare_call`, as ``submit`` does. The prior comes
    from the source planned with: the dry run's (the learned model in batches
-   of :data:`PRIOR_CHUNK`, or the ``max_tokens`` heuristic); a real run plans
+   of `PRIOR_CHUNK`, or the ``max_tokens`` heuristic); a real run plans
    with the heuristic and gets the model's priors while it sends
-   (:mod:`semisched.batch.streamed`), so the floor it announces is the
+   (`semisched.batch.streamed`), so the floor it announces is the
    heuristic's. The
-   prompt estimate is a fresh :class:`~semisched.runtime.estimate.TokenEstimator`'s,
+   prompt estimate is a fresh [`TokenEstimator`][semisched.runtime.estimate.TokenEstimator]'s,
    which is what the scheduler's own estimator says before its first
    response.
-2. **The ETA** (:func:`eta_s`): see its docstring; never an extrapolation
+2. **The ETA** (`eta_s`): see its docstring; never an extrapolation
    from a handful of early results, never below the floor's remainder.
-3. **The priors advice** (:func:`advise_heuristic`): with the learned model
-   and a median prompt estimate under :data:`TINY_PROMPT_TOKENS`, the run
+3. **The priors advice** (`advise_heuristic`): with the learned model
+   and a median prompt estimate under `TINY_PROMPT_TOKENS`, the run
    says the heuristic is the better choice.
 
-Only :func:`plan_requests` reads a file (the input, through
-:func:`~semisched.batch.input.load_body`); the rest is pure. Loading the
-model is :mod:`semisched.priors.default`'s (the one module allowed to import
+Only `plan_requests` reads a file (the input, through
+`load_body`); the rest is pure. Loading the
+model is `semisched.priors.default`'s (the one module allowed to import
 ``predictors``).
 """
 
@@ -189,35 +189,67 @@ def _duration(seconds: float, time_scale: float) -> str:
 
 def advise_heuristic(priors: PriorsChoice, median_prompt_tokens: float) -> bool:
     """Whether the heuristic is the better choice: the learned model on tiny prompts
-    (median prompt estimate under :data:`TINY_PROMPT_TOKENS`)."""
+    (median prompt estimate under `TINY_PROMPT_TOKENS`)."""
     return priors.name == "learned" and 0 < median_prompt_tokens < TINY_PROMPT_TOKENS
 
 
-def eta_s(*, to_send: int, done: int, elapsed_s: float, floor_s: float | None) -> float | None:
+def eta_s(
+    *,
+    to_send: int,
+    done: int,
+    elapsed_s: float,
+    floor_s: float | None,
+    binding: str | None = None,
+    window_s: float = 60.0,
+    unsent: int = 0,
+    latency_s: float | None = None,
+) -> float | None:
     """Clock seconds until the run ends, as the progress line shows it (``None``: unknown).
 
     Rules:
 
     1. Nothing left (``done >= to_send``): 0.
     2. The floor's remainder is ``max(0, floor_s - elapsed_s)`` (0 without a floor).
-    3. The observed rate is trusted once there is at least one answer and
-       either :data:`ETA_OBSERVED_AFTER_SHARE` of the requests is answered or
-       :data:`ETA_OBSERVED_AFTER_S` clock seconds have passed. Then the ETA is
-       ``left * elapsed_s / done``, never below the floor's remainder.
+       When a rate binds (``binding``: requests or tokens) the first window's
+       budget goes at once, so the last sends go a ``window_s`` before the
+       steady-rate floor: the remainder runs to ``floor_s - window_s``, plus
+       ``latency_s`` (the recent answers' mean).
+    3. The observed rate is trusted once there is an answer and either
+       `ETA_OBSERVED_AFTER_SHARE` of the requests is answered or
+       `ETA_OBSERVED_AFTER_S` clock seconds have passed: then the ETA is
+       ``left * elapsed_s / done``, never below the floor's remainder. A
+       rate-bound run is paced by its budget, not its answers: its ETA is its
+       remainder while it lasts; then the ``unsent`` requests go a window's
+       worth (``to_send * window_s / floor_s``) at once, the rest at that rate,
+       and the last answers ``latency_s`` later.
     4. Before that, the ETA is the floor's remainder; ``None`` (unknown) once
-       it is 0. The floor running out is no reason to trust a handful of
-       answers: the first ones took a whole call's latency each while many
-       more were in flight, so ``left * elapsed_s / done`` from them
-       overstates the rest many times over (a serving-bound run of 300 short
-       requests that took 56 s showed a first ETA of 1,962 s).
+       it is 0: the first answers each took a whole call's latency while many
+       more were in flight, so ``left * elapsed_s / done`` from them overstates
+       the rest many times over (a serving-bound run of 300 short requests that
+       took 56 s showed a first ETA of 1,962 s).
     """
     left = to_send - done
     if left <= 0:
         return 0.0
-    remainder = max(0.0, floor_s - elapsed_s) if floor_s is not None else 0.0
+    # A floor within one window is all first-window budget: no rate paces that run.
+    rate_bound = floor_s is not None and binding in ("requests", "tokens") and floor_s > window_s
+    answer_s = latency_s or 0.0
+    if floor_s is None:
+        remainder = 0.0
+    elif rate_bound:
+        sends_left = max(0.0, floor_s - window_s - elapsed_s)
+        remainder = sends_left + answer_s if sends_left > 0 else 0.0
+    else:
+        remainder = max(0.0, floor_s - elapsed_s)
     trusted = done > 0 and (
         done >= ETA_OBSERVED_AFTER_SHARE * to_send or elapsed_s >= ETA_OBSERVED_AFTER_S
     )
+    if trusted and rate_bound and floor_s is not None:
+        if remainder > 0:
+            return remainder
+        per_window = to_send * window_s / floor_s  # what the binding rate lets through
+        waiting = min(max(0, unsent), left)
+        return max(0.0, waiting - per_window) / per_window * window_s + answer_s
     if trusted:
         return max(remainder, left * elapsed_s / done)
     return remainder if remainder > 0 else None

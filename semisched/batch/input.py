@@ -2,16 +2,16 @@
 
 Every line must be a Batch API input object: a non-empty, unique
 ``custom_id``, ``method: POST``, a supported ``url`` and a ``body`` that the
-SDK would accept for that endpoint. :func:`read_input` checks all of them
+SDK would accept for that endpoint. `read_input` checks all of them
 before anything is sent and returns where each valid line is (offset and
-size, not its body); :func:`load_body` reads a body again when its line is
+size, not its body); `load_body` reads a body again when its line is
 sent, so a job of 100,000 prompts holds a few numbers per line in memory.
-Problems carry their line number (:class:`InvalidLine`). A body's
-``metadata.tenant`` names the line's tenant (:mod:`semisched.batch.tenants`):
+Problems carry their line number (`InvalidLine`). A body's
+``metadata.tenant`` names the line's tenant (`semisched.batch.tenants`):
 it is checked against the job's tenants here and never reaches the provider.
 
-This module is not the output (:mod:`semisched.batch.output`) and sends
-nothing (:mod:`semisched.batch.run`). It holds :class:`BatchError`, the one
+This module is not the output (`semisched.batch.output`) and sends
+nothing (`semisched.batch.run`). It holds `BatchError`, the one
 exception a batch job raises when it cannot start.
 """
 
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Batch ``url`` -> the scheduled API it calls (every API of
-#: :data:`~semisched.runtime.apis.APIS`, at its path).
+#: `APIS`, at its path).
 SUPPORTED_URLS: Mapping[str, str] = MappingProxyType(
     {spec.path: name for name, spec in APIS.items()}
 )
@@ -61,7 +61,7 @@ class BatchLine:
     Attributes:
         line: Line number in the input file (from 1).
         custom_id: The line's ``custom_id``.
-        url: The line's ``url`` (a key of :data:`SUPPORTED_URLS`).
+        url: The line's ``url`` (a key of `SUPPORTED_URLS`).
         offset: Byte offset of the line in the file.
         size: Length of the line in bytes, newline included.
     """
@@ -109,7 +109,7 @@ class InvalidInput(BatchError):
 def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     """Validate ``body`` for ``endpoint`` exactly as the scheduler's ``submit`` would.
 
-    The check is :func:`semisched.runtime.calls.prepare_call` (pure: no scheduler, no
+    The check is `semisched.runtime.calls.prepare_call` (pure: no scheduler, no
     client, no event loop) against the argument names of the ``openai``
     package's own ``create`` methods. The scheduler's own arguments
     (``klass``, ``deadline``, ``prior``, ``tenant``) are not API parameters and
@@ -254,7 +254,7 @@ def read_input(
             serves: a line whose model no endpoint serves is invalid.
         tenants: The job's tenants (``--tenant``; ``None``: none declared). A
             line naming another tenant in ``metadata.tenant``, or none when
-            no default applies, is invalid (:mod:`semisched.batch.tenants`).
+            no default applies, is invalid (`semisched.batch.tenants`).
 
     Returns:
         The valid lines and the invalid ones, each in file order.
@@ -285,7 +285,7 @@ def read_input(
 
 
 def open_input(path: Path) -> BinaryIO:
-    """The input, unbuffered, for :func:`load_body`: each body is read from the file as it
+    """The input, unbuffered, for `load_body`: each body is read from the file as it
     is now, so a line changed since validation is seen (a buffer could serve the old bytes).
 
     Raises:

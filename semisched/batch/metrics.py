@@ -1,15 +1,15 @@
 """Serving a batch job's Prometheus metrics: ``semisched batch --metrics-port N``.
 
-:func:`serve_metrics` opens ``http://127.0.0.1:N/metrics`` (the official
+`serve_metrics` opens ``http://127.0.0.1:N/metrics`` (the official
 client's HTTP server, in a daemon thread) on a registry of the job's own, for
 the scheduler of the run to fill (``BatchRun(metrics=registry)``), and closes
 it when the job ends. The metrics are those of
-:mod:`semisched.telemetry.prometheus`. Loopback only: a job's metrics name its
+`semisched.telemetry.prometheus`. Loopback only: a job's metrics name its
 classes, tenants and endpoints, which are not for the network at large; put a
 proxy or an agent in front to export them further.
 
 What this module is not: it counts nothing itself and runs no job
-(:mod:`semisched.batch.run`).
+(`semisched.batch.run`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What one ``semisched batch`` run is asked to do: its options, checked, and the scheduler
 config they make.
 
-What this module is not: it reads no file and sends nothing (:mod:`semisched.batch.run`).
+What this module is not: it reads no file and sends nothing (`semisched.batch.run`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ class BatchOptions:
     ``--endpoint`` options or a ``--fleet`` file); exactly one of the two.
     ``api_key_env`` names the key variable of ``base_url`` and of every
     endpoint without its own ``key_env``. ``routing`` replaces the preset's
-    :class:`~semisched.core.config.RoutingConfig` (``--routing``, a fleet
+    [`RoutingConfig`][semisched.core.config.RoutingConfig] (``--routing``, a fleet
     file's ``routing``); with one endpoint only its failure rules apply.
     ``state`` (a Redis URL) and ``namespace`` share the budgets (``--rpm``,
     ``--tpm``, ``--max-concurrency``, each endpoint's) with every other runner
     in the namespace (``--state``, ``--namespace``). ``tenants`` (``--tenant``,
     ``--tenant-policy``, ``--default-tenant``) replaces the preset's one tenant;
-    each line names its own in ``metadata.tenant`` (:mod:`semisched.batch.tenants`).
+    each line names its own in ``metadata.tenant`` (`semisched.batch.tenants`).
     """
 
     input: Path
@@ -103,7 +103,7 @@ class BatchOptions:
         return (lambda model: any(model in (d.model_map or ()) for d in defs)), served
 
     def input_checks(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`~semisched.batch.input.read_input` for this
+        """The keyword arguments of `read_input` for this
         job: the default model, what the fleet serves, the declared tenants."""
         return {"default_model": self.model, "models": self.model_check(), "tenants": self.tenants}
 

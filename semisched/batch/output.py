@@ -3,18 +3,18 @@
 The output is an OpenAI Batch API output file: one record per line, ``id``,
 ``custom_id``, ``response`` (``status_code``, ``request_id``, ``body``) and
 ``error``; a success record adds ``semisched``, when it was sent and answered
-(:mod:`semisched.batch.timing`). :class:`ResultWriter` appends each record as one ``write`` of a
+(`semisched.batch.timing`). `ResultWriter` appends each record as one ``write`` of a
 whole line on an ``O_APPEND`` descriptor with no user-space buffer, so after
-``kill -9`` every finished result is on disk. :func:`read_answered` is the
-resume state: which ``custom_id``\\ s already have a record (a torn last line
-left by a killed run is cut off first); :func:`drop_errors` rewrites the file
+``kill -9`` every finished result is on disk. `read_answered` is the
+resume state: which ``custom_id``s already have a record (a torn last line
+left by a killed run is cut off first); `drop_errors` rewrites the file
 without its error records (``--retry-failed``), atomically. A dry run reads
 the same state without changing the file (``repair=False``,
 ``count_errors=False``) and checks the output could be written
-(:func:`check_writable`).
+(`check_writable`).
 
-This module does not read the input (:mod:`semisched.batch.input`) and sends
-nothing (:mod:`semisched.batch.run`); it maps outcomes to records, not to
+This module does not read the input (`semisched.batch.input`) and sends
+nothing (`semisched.batch.run`); it maps outcomes to records, not to
 decisions.
 """
 
@@ -84,7 +84,7 @@ class Answered:
     """What an existing output file already holds (the resume state).
 
     Attributes:
-        custom_ids: ``custom_id``\\ s with a record (success or error); records
+        custom_ids: ``custom_id``s with a record (success or error); records
             of invalid input lines count by their ``id``, not their ``custom_id``.
         record_ids: Every record ``id``.
         cut_bytes: Bytes of a torn last line cut off before reading.
@@ -124,7 +124,7 @@ def read_answered(
         repair: Cut a torn last line off the file; ``False`` (a dry run) only
             ignores it and leaves the file as it is.
         count_errors: Count error records as answered; ``False`` reads the
-            file as :func:`drop_errors` would leave it (``--retry-failed``
+            file as `drop_errors` would leave it (``--retry-failed``
             without rewriting the file).
 
     Raises:
@@ -188,7 +188,7 @@ def drop_errors(path: str | os.PathLike[str]) -> int:
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
-    """Refuse an output :class:`ResultWriter` could not open, without creating it (a dry run).
+    """Refuse an output `ResultWriter` could not open, without creating it (a dry run).
 
     Raises:
         BatchError: The file (or, when it does not exist, its folder) is not writable.
@@ -244,7 +244,7 @@ def success_record(
     custom_id: str, response: Any, timing: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """A Batch API output record for a provider response; ``timing`` (when it was sent
-    and answered, :mod:`semisched.batch.timing`) goes under the extra key ``semisched``."""
+    and answered, `semisched.batch.timing`) goes under the extra key ``semisched``."""
     dump = getattr(response, "model_dump", None)
     body = dump(mode="json") if callable(dump) else response
     record: dict[str, Any] = {

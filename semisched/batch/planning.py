@@ -1,9 +1,9 @@
 """A batch run's plan, read before anything is sent: its lines, its prior source, its priors.
 
-:class:`BatchPlan` is what the input and the output so far say is left to do;
-:func:`load_priors` loads the prior source the options ask for;
-:func:`planned` computes every request's prior (the learned model in a
-worker thread, so the event loop keeps handling signals). :mod:`semisched.batch.run`
+`BatchPlan` is what the input and the output so far say is left to do;
+`load_priors` loads the prior source the options ask for;
+`planned` computes every request's prior (the learned model in a
+worker thread, so the event loop keeps handling signals). `semisched.batch.run`
 sends what is planned here.
 
 What this module is not: it sends nothing and writes no file.
@@ -57,7 +57,7 @@ class BatchPlan:
 
 def load_priors(options: BatchOptions) -> tuple[PriorSource, PriorsChoice]:
     """The prior source ``options.priors`` asks for, and why
-    (:func:`semisched.priors.default.choose_priors`).
+    (`semisched.priors.default.choose_priors`).
 
     Raises:
         BatchError: ``learned`` was asked for and cannot be loaded.
@@ -77,7 +77,7 @@ async def off_loop(work: Callable[[], _T], *, thread: bool) -> _T:
 
 
 async def planned(work: Callable[[], list[Request]], *, model: bool) -> list[Request]:
-    """Plan the requests (:func:`~semisched.batch.forecast.plan_requests`); a model's own
+    """Plan the requests (`plan_requests`); a model's own
     failure stops the job before anything is sent, saying how to avoid it."""
     try:
         return await off_loop(work, thread=model)

@@ -1,26 +1,26 @@
 """One ``semisched batch`` run: the scheduler, the budgets, progress and stopping.
 
-:class:`BatchRun` reads the input and the output so far
-(:mod:`semisched.batch.input`, :mod:`semisched.batch.output`), then sends
-every request that has no result through one :class:`semisched.Scheduler`:
+`BatchRun` reads the input and the output so far
+(`semisched.batch.input`, `semisched.batch.output`), then sends
+every request that has no result through one [`semisched.Scheduler`][semisched.Scheduler]:
 allocation and ordering on the predicted cost (learned priors when the ml
 extra is installed, else the ``max_tokens`` heuristic), the concurrency cap,
-and a rate budget (:mod:`semisched.core.budget`) that keeps requests and
+and a rate budget (`semisched.core.budget`) that keeps requests and
 tokens per minute within ``rpm`` / ``tpm`` and follows the provider's
 ``x-ratelimit-*`` headers and 429s. Retries belong to the scheduler. Each
-result is appended as it completes; :meth:`BatchRun.stop` (Ctrl-C in the CLI)
+result is appended as it completes; `BatchRun.stop` (Ctrl-C in the CLI)
 pauses dispatching, waits up to ``grace_s`` for calls in flight and returns
 with ``interrupted`` set.
 
 Before sending, the run loads its prior source once (the learned model only
 when asked for, lazily, timed) and plans every request it will send
-(:mod:`semisched.batch.forecast`): the priors found there go to ``submit``,
+(`semisched.batch.forecast`): the priors found there go to ``submit``,
 so the model reads each prompt once, and the same requests give the makespan
-floor that the progress ETA and the summary report. :meth:`BatchRun.dry_run`
+floor that the progress ETA and the summary report. `BatchRun.dry_run`
 does all of that and stops: it sends nothing and changes no file.
 
 It decides nothing about scheduling and draws nothing (the CLI shows
-:class:`~semisched.batch.summary.BatchProgress`). A job goes to one endpoint
+`BatchProgress`). A job goes to one endpoint
 (``base_url``) or a fleet (``endpoints``). API keys are read from the variables
 the options name and are never written to the output, logs or progress.
 """
@@ -104,12 +104,12 @@ class _Sending:
 
 
 class BatchRun:
-    """One run of a batch job; :meth:`run` does it, :meth:`stop` asks it to stop.
+    """One run of a batch job; `run` does it, `stop` asks it to stop.
 
     Args:
         options: The job.
         client: An ``AsyncOpenAI`` (or compatible) client for a one-endpoint
-            job; by default one is made from ``options`` (:func:`make_client`)
+            job; by default one is made from ``options`` (`make_client`)
             when there is work. A fleet job takes ``make_client`` instead.
         make_client: ``make_client(base_url, api_key)`` -> a client, for each
             endpoint of the job (default: ``AsyncOpenAI`` with the job's
@@ -172,7 +172,7 @@ class BatchRun:
 
     @property
     def stopping(self) -> bool:
-        """Whether :meth:`stop` was called."""
+        """Whether `stop` was called."""
         return self._stopping
 
     def progress(self) -> BatchProgress | None:
@@ -224,11 +224,11 @@ class BatchRun:
         return BatchPlan(lines=tuple(lines), invalid=tuple(invalid), answered=answered)
 
     async def dry_run(self) -> BatchForecast:
-        """Validate and plan exactly as :meth:`run` does, then stop: nothing is sent,
+        """Validate and plan exactly as `run` does, then stop: nothing is sent,
         no client is made and no file is changed.
 
         Raises:
-            BatchError: The job could not start (see :meth:`prepare`; an output
+            BatchError: The job could not start (see `prepare`; an output
                 that could not be written; ``--priors learned`` unavailable).
         """
         plan = self.prepare(read_only=True)
@@ -277,8 +277,8 @@ class BatchRun:
         """Send what has no result and record each answer.
 
         Raises:
-            BatchError: The job cannot start (see :meth:`prepare`; an API key
-                variable not set: :func:`~semisched.batch.client.connect`).
+            BatchError: The job cannot start (see `prepare`; an API key
+                variable not set: `connect`).
         """
         opts = self.options
         plan = self.prepare()
@@ -313,6 +313,7 @@ class BatchRun:
             to_send=len(todo),
             floor_s=floor.floor_s if todo else None,
             floor_binding=floor.binding if todo else None,
+            window_s=self.forecast.window_s,
         )
         try:
             for problem in plan.new_invalid:
@@ -482,16 +483,17 @@ class BatchRun:
         """Copy the scheduler's counters and the elapsed time into the progress."""
         assert self._progress is not None and self._started is not None
         stats = scheduler.statistics()
-        counters = stats.counters
         self._engine_stats, self._compression = stats.engine, stats.compression
-        self._progress = replace(
-            self._progress,
-            rate_limited=counters.throttled,
-            retries=counters.retries,
-            elapsed_s=self.clock.now() - self._started,
-        )
+        elapsed = self.clock.now() - self._started
+        self._progress = self._progress.synced(stats, elapsed, self._latencies)
+
+    def progress_now(self) -> BatchProgress | None:
+        """The progress read now, for a line while no result comes (``None``: not planned)."""
+        if self.scheduler is not None and self._started is not None:
+            self._sync(self.scheduler)
+        return self._progress
 
 
 async def run_batch(options: BatchOptions, **kwargs: Any) -> BatchSummary:
-    """Run a batch job (see :class:`BatchRun`)."""
+    """Run a batch job (see `BatchRun`)."""
     return await BatchRun(options, **kwargs).run()

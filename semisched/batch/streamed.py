@@ -4,11 +4,11 @@ Loading the learned model takes seconds and it reads about a hundred prompts
 a second on a laptop CPU. Planning every line with it before the first send
 (what ``semisched batch`` did) left the provider idle meanwhile. A run now
 starts at once with the ``max_tokens`` heuristic's priors, and
-:class:`StreamedPriors` loads the model and predicts the lines in a worker
+`StreamedPriors` loads the model and predicts the lines in a worker
 thread, chunk by chunk, starting from the next line to send:
 
 1. The sender takes a line's model prior when it is ready, else the
-   heuristic's (:meth:`StreamedPriors.take`); a line is never held for it
+   heuristic's (`StreamedPriors.take`); a line is never held for it
    while fewer than ``lookahead`` requests are queued or in flight, so the
    provider has as much work in the first seconds as with the heuristic.
 2. Beyond ``lookahead`` outstanding requests, the sender waits for the model
@@ -18,7 +18,7 @@ thread, chunk by chunk, starting from the next line to send:
    and the summary says so; nothing is lost.
 
 What this module is not: it decides no order (the scheduler does) and reads
-the input only through :func:`~semisched.batch.forecast.plan_requests`.
+the input only through `plan_requests`.
 """
 
 from __future__ import annotations

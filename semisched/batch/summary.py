@@ -1,19 +1,19 @@
 """What a ``semisched batch`` run did: frozen snapshots with named fields.
 
-:class:`BatchProgress` is what the progress display reads after each result
+`BatchProgress` is what the progress display reads after each result
 (with the makespan floor found at the start, and the ETA of
-:func:`semisched.batch.forecast.eta_s`); :class:`BatchSummary` adds what only
+`semisched.batch.forecast.eta_s`); `BatchSummary` adds what only
 the end of a run knows (call latencies, the prior source, bytes cut from a
 torn output, the makespan over the floor) and the human-readable summary.
-:class:`BatchFailures` counts requests that ended in an error record, one
-field per :class:`~semisched.batch.output.ErrorCode`.
+`BatchFailures` counts requests that ended in an error record, one
+field per `ErrorCode`.
 
 Values only: nothing here reads files, sends requests or reads a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from semisched.core.stats import EndpointStats, EngineStats, TenantStats
 
 if TYPE_CHECKING:
     from semisched.compress.runtime import CompressionStats
+    from semisched.runtime.stats import SchedulerStats
 
 __all__ = ["BatchFailures", "BatchProgress", "BatchSummary", "engine_parts"]
 
@@ -79,7 +80,7 @@ class BatchFailures:
         )
 
 
-#: Error code -> field of :class:`BatchFailures` (invalid lines are counted apart).
+#: Error code -> field of `BatchFailures` (invalid lines are counted apart).
 _FIELD: Mapping[ErrorCode, str] = {
     code: code.name.lower() for code in ErrorCode if code is not ErrorCode.INVALID_LINE
 }
@@ -103,12 +104,16 @@ class BatchProgress:
         elapsed_s: Clock seconds since sending started.
         interrupted: The run was stopped before every request was answered.
         auth_status: The status (401 or 403) of the answers that stopped the run:
-            the API key was refused (:mod:`semisched.batch.auth`); else ``None``.
+            the API key was refused (`semisched.batch.auth`); else ``None``.
         auth_refused: Requests sent and refused with that status; like those
             never sent, they have no record, so a rerun sends them.
         floor_s: The makespan floor of the requests to send, found before sending
-            (:func:`semisched.core.makespan_floor`; ``None``: nothing to send).
+            (`semisched.core.makespan_floor`; ``None``: nothing to send).
         floor_binding: Its binding bound: ``requests``, ``tokens`` or ``serving``.
+        window_s: The rate budget's window (seconds): a rate-bound run spends the
+            first one's budget at once.
+        unsent: Requests not sent yet (not submitted, or queued in the scheduler).
+        latency_s: Mean send -> answer time of the last answers (``None``: none yet).
     """
 
     total: int
@@ -127,6 +132,24 @@ class BatchProgress:
     auth_refused: int = 0
     floor_s: float | None = None
     floor_binding: str | None = None
+    window_s: float = 60.0
+    unsent: int = 0
+    latency_s: float | None = None
+
+    def synced(
+        self, stats: SchedulerStats, elapsed_s: float, latencies: Sequence[float]
+    ) -> BatchProgress:
+        """This progress with the scheduler's counts and ``elapsed_s`` read now; the latency
+        is the mean of the last 50 ``latencies`` (send -> answer, clock seconds)."""
+        recent = latencies[-50:]
+        return replace(
+            self,
+            rate_limited=stats.counters.throttled,
+            retries=stats.counters.retries,
+            elapsed_s=elapsed_s,
+            unsent=self.to_send - stats.counters.submitted + sum(stats.queued.values()),
+            latency_s=sum(recent) / len(recent) if recent else None,
+        )
 
     @property
     def finished(self) -> int:
@@ -142,18 +165,22 @@ class BatchProgress:
     @property
     def eta_s(self) -> float | None:
         """Clock seconds until the run ends (``None``: unknown yet); see
-        :func:`semisched.batch.forecast.eta_s`."""
+        `semisched.batch.forecast.eta_s`."""
         return eta_s(
             to_send=self.to_send,
             done=self.finished,
             elapsed_s=self.elapsed_s,
             floor_s=self.floor_s,
+            binding=self.floor_binding,
+            window_s=self.window_s,
+            unsent=self.unsent,
+            latency_s=self.latency_s,
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchSummary(BatchProgress):
-    """What a run did: its final :class:`BatchProgress` and what only the end knows.
+    """What a run did: its final `BatchProgress` and what only the end knows.
 
     Attributes:
         latencies_s: Send -> response of each successful call, clock seconds.
@@ -165,7 +192,7 @@ class BatchSummary(BatchProgress):
             entitlement (``()`` unless the job declares several tenants).
         compression: What compress-and-route did (``None``: off).
         hints: What to check, once each, from the failures that point at a setting
-            (:attr:`semisched.errors.ProviderError.hint`: a base URL without ``/v1``
+            (`semisched.errors.ProviderError.hint`: a base URL without ``/v1``
             answering 404, the URL a connection failed at).
     """
 
@@ -200,8 +227,12 @@ class BatchSummary(BatchProgress):
         """A human-readable summary."""
         p50, p95 = self.latency_percentile(50), self.latency_percentile(95)
         fails = ", ".join(f"{code.value} {n}" for code, n in self.failed.counts()) or "none"
+        if self.auth_status is not None:
+            how = f"stopped on an authentication error ({self.auth_status}: the key was refused)"
+        else:
+            how = "interrupted" if self.interrupted else "done"
         out = [
-            f"{'interrupted' if self.interrupted else 'done'} in {self.elapsed_s:.1f} s: "
+            f"{how} in {self.elapsed_s:.1f} s: "
             f"{self.succeeded} succeeded, {self.failed.total} failed, {self.invalid} invalid "
             f"lines ({self.to_send} to send, {self.already_done} already in the output)",
             f"  failed: {fails}",
@@ -212,8 +243,8 @@ class BatchSummary(BatchProgress):
         ratio = self.floor_ratio
         if ratio is not None and not self.interrupted:
             out.append(
-                f"  makespan {self.elapsed_s:.1f} s = {ratio:.2f} x the floor "
-                f"{self.floor_s:.1f} s ({self.floor_binding} bound)"
+                f"  makespan {self.elapsed_s:.1f} s = {ratio:.2f} x the steady-rate floor "
+                f"{self.floor_s:.1f} s ({self.floor_binding} bound{_burst(self)})"
             )
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
@@ -225,6 +256,15 @@ class BatchSummary(BatchProgress):
                        f"({c.tokens_removed} prompt tokens removed), {c.spilled} spilled "
                        f"whole, {c.not_fitting} too long to compress")  # fmt: skip
         return out
+
+
+def _burst(summary: BatchSummary) -> str:
+    """What a rate-bound run that beat the steady-rate floor owes that to: the first
+    window's budget, spent at once (the floor counts every window at the steady rate)."""
+    beaten = summary.floor_s is not None and summary.elapsed_s < summary.floor_s
+    if not beaten or summary.floor_binding not in ("requests", "tokens"):
+        return ""
+    return f"; the first {summary.window_s:g} s window's budget went at once"
 
 
 def engine_parts(engine: EngineStats | None, *, fleet: bool) -> dict[str, Any]:

@@ -2,30 +2,32 @@
 
 A job declares who shares it with repeated ``--tenant
 NAME[,weight=W][,service=guaranteed|elastic|best_effort][,rpm=N][,tpm=N][,max-concurrency=N]``
-options (:func:`parse_tenant_option`), ``--tenant-policy`` and
-``--default-tenant`` (:func:`tenant_config`: a
-:class:`~semisched.core.tenants.config.TenantConfig`). Each input line names its
-tenant in its body's ``metadata``::
+options (`parse_tenant_option`), ``--tenant-policy`` and
+``--default-tenant`` (`tenant_config`: a
+[`TenantConfig`][semisched.core.tenants.config.TenantConfig]). Each input line names its
+tenant in its body's ``metadata``:
 
-    {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
-     "body": {"model": "gpt-4o-mini", "messages": [...], "metadata": {"tenant": "acme"}}}
+```json
+{"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+ "body": {"model": "gpt-4o-mini", "messages": [...], "metadata": {"tenant": "acme"}}}
+```
 
 Rules:
 
 1. ``metadata.tenant`` is the scheduler's, never the provider's:
-   :func:`take_tenant` removes it from the body before it is validated or
+   `take_tenant` removes it from the body before it is validated or
    sent, and drops ``metadata`` when nothing else is left in it.
 2. A line naming an undeclared tenant, or naming none when no default applies
    (several tenants and no ``--default-tenant``), is an invalid line, reported
-   with its number before anything is sent (:func:`line_tenant_problem`). A
+   with its number before anything is sent (`line_tenant_problem`). A
    typo must not change who pays. With no ``--tenant`` at all, a line naming
    a tenant is invalid too: the message says to declare it.
 3. The summary has one line per tenant when more than one is declared
-   (:func:`tenant_lines`): what completed, was rejected or expired, the work
+   (`tenant_lines`): what completed, was rejected or expired, the work
    tokens served and their share of the job's, next to its entitlement.
 
 What this module is not: it schedules nothing (the core's tenant layer,
-:mod:`semisched.core.tenants.lanes`, decides who sends next) and reads no file.
+`semisched.core.tenants.lanes`, decides who sends next) and reads no file.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """When each request of a ``semisched batch`` run was sent and answered, for its record.
 
 Every success record of the output carries one key beyond the OpenAI Batch
-API's ``id``, ``custom_id``, ``response`` and ``error``::
+API's ``id``, ``custom_id``, ``response`` and ``error``:
 
-    "semisched": {"endpoint": "default", "sent_s": 12.5, "first_token_s": null,
-                  "done_s": 14.25, "run": "3f2a..."}
+```text
+"semisched": {"endpoint": "default", "sent_s": 12.5, "first_token_s": null,
+              "done_s": 14.25, "run": "3f2a..."}
+```
 
 ``sent_s`` is when the attempt that succeeded was sent, ``done_s`` when its
 answer arrived, ``first_token_s`` when its first token did (``null``: batch
@@ -14,12 +16,12 @@ per invocation: a resumed file holds several runs, whose clocks start again
 at 0. With the response's ``usage`` (prompt and completion tokens) this is
 what ``semisched plan fit`` fits an endpoint's speed from.
 
-:class:`BatchTiming` is a :class:`~semisched.telemetry.observe.RequestObserver` of the
+`BatchTiming` is a [`RequestObserver`][semisched.telemetry.observe.RequestObserver] of the
 run's scheduler. The scheduler names requests ``req-N`` as they come; the
 line a request belongs to is bound when it is submitted, from inside
-:meth:`BatchTiming.track` (a context variable: ``submit`` tells the
+`BatchTiming.track` (a context variable: ``submit`` tells the
 observers in the caller's own task). This module decides nothing and writes
-nothing: :mod:`semisched.batch.run` puts :meth:`Tracked.record` in the
+nothing: `semisched.batch.run` puts `Tracked.record` in the
 output record.
 """
 

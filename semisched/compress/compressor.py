@@ -2,9 +2,9 @@
 
 What it is for: a request slightly over a short pool's context budget ``B`` can still be served
 there if its prompt is cut to ``T_c = B - L_out`` tokens (FleetOpt §5.1, eq. 15).
-:class:`ExtractiveCompressor` makes that cut on OpenAI chat ``messages`` by dropping whole
+`ExtractiveCompressor` makes that cut on OpenAI chat ``messages`` by dropping whole
 sentences of user and assistant text, lowest score first; it never rewrites a word.
-:meth:`ExtractiveCompressor.floor` tells in one pass whether a prompt could ever fit a budget.
+`ExtractiveCompressor.floor` tells in one pass whether a prompt could ever fit a budget.
 
 What it is not: no LLM, no paraphrase, no I/O, no clock, no routing (the caller reads ``fits``),
 and off unless a caller uses it. Token counts are ``count_tokens``'s; the default estimates.
@@ -36,7 +36,7 @@ Where this differs from the paper, which leaves these open: a line break always 
 U, ``0.5 (1 - p)^2 + p^2`` for a sentence at ``p`` in [0, 1]: the latest turns weigh double the
 first, as the next answer depends most on them. TF-IDF of a sentence is the mean smoothed idf of
 its words, ``ln((1 + n) / (1 + df)) + 1`` (length-neutral). TextRank is PageRank (damping 0.85)
-on the TF-IDF cosine graph; beyond :data:`GRAPH_CAP` sentences the n x n graph is skipped
+on the TF-IDF cosine graph; beyond `GRAPH_CAP` sentences the n x n graph is skipped
 (TextRank's weight goes to TF-IDF, novelty counts 0). The paper adds sentences by score up to
 ``T_c``; we drop from the bottom, then recount the joined text and drop more if BPE merges at
 the joins cost a token. Code is found by syntax, not by the router's per-request category
@@ -84,13 +84,13 @@ _TERM = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 
 
 def estimate_tokens(text: str) -> int:
-    """The default counter: ``ceil(utf8_bytes / 4)`` (:data:`BYTES_PER_TOKEN`)."""
+    """The default counter: ``ceil(utf8_bytes / 4)`` (`BYTES_PER_TOKEN`)."""
     return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Compression:
-    """What :meth:`ExtractiveCompressor.compress` did.
+    """What `ExtractiveCompressor.compress` did.
 
     Attributes:
         messages: The messages to send: new dicts, originals untouched.
@@ -326,7 +326,7 @@ class ExtractiveCompressor:
     """Drops the least useful sentences of a chat prompt until it fits a token budget.
 
     Args:
-        count_tokens: Tokens of one text; default :func:`estimate_tokens` (4 UTF-8 bytes a
+        count_tokens: Tokens of one text; default `estimate_tokens` (4 UTF-8 bytes a
             token). Pass the serving model's tokenizer for exact budgets, e.g.
             ``lambda t: len(enc.encode_ordinary(t))`` with tiktoken.
         keep_first: Sentences at the start of the compressible text always kept (paper: 3).

@@ -1,36 +1,36 @@
 """Compress-and-route in the async runtime: a borderline prompt, compressed once, sent short.
 
-Seed 000 §5: with a short pool configured for ``B_short`` tokens and a long pool for the
+FleetOpt §5: with a short pool configured for ``B_short`` tokens and a long pool for the
 full context, a request whose estimated total (prompt plus reserved output) lies in
 ``(B_short, γ B_short]`` can still be served by the short pool if its prompt is cut to
-``B_short - reserved output`` tokens. :class:`PromptCompression` is the runtime's half of
+``B_short - reserved output`` tokens. `PromptCompression` is the runtime's half of
 that: it prepares the compressed prompt at submit (with
-:class:`~semisched.compress.compressor.ExtractiveCompressor`) and marks the request with
+`ExtractiveCompressor`) and marks the request with
 ``Request.compressed_tokens``, which the core's routing reads
-(:class:`~semisched.core.fleet.routing.TokenBudgetRouting`, the fleet's context check); at each
-send :func:`~semisched.core.fleet.routing.sends_compressed` says which prompt goes.
+(`TokenBudgetRouting`, the fleet's context check); at each
+send `sends_compressed` says which prompt goes.
 
 Rules:
 
 1. Off unless ``RoutingConfig.compress_band`` (γ) is above 1: then nothing here runs,
    the compressor is not even imported, and every body is forwarded verbatim.
-2. Only chat calls whose estimated total (:func:`~semisched.core.fleet.routing.request_total`:
+2. Only chat calls whose estimated total (`request_total`:
    the prompt estimate plus ``max_tokens``, else the prior's p90) is in
    ``(B_short, γ B_short]`` are compressed, once, at submit. The budget is
    ``B_short`` minus that reserved output.
 3. One unit: tokens are the runtime's own estimate, ``ceil(bytes / ratio)`` of
-   :class:`~semisched.runtime.estimate.TokenEstimator` for the call's model and content kind, at
+   `TokenEstimator` for the call's model and content kind, at
    the ratio ``input_tokens`` was estimated with. The compressor counts UTF-8 bytes
    against the budget in bytes (``floor(budget * ratio)``, less the line breaks the
    estimate counts between texts), and the compressed prompt's tokens are that estimate
-   of its bytes (:func:`~semisched.runtime.estimate.prompt_bytes`), so the original and the
+   of its bytes (`prompt_bytes`), so the original and the
    compressed estimate compare exactly.
 4. A prompt that cannot be cut to the budget (mostly code, or system text) is left as it
    was (counted in ``not_fitting``): it goes to the long pool, uncompressed.
-5. A prompt of :data:`OFFLOAD_BYTES` or more is compressed in a worker thread (tens of
+5. A prompt of `OFFLOAD_BYTES` or more is compressed in a worker thread (tens of
    milliseconds for tens of kilobytes); a smaller one (a few milliseconds) on the loop.
 6. The core decides which prompt each attempt sends
-   (:func:`~semisched.core.fleet.routing.sends_compressed`): the compressed one only to an
+   (`sends_compressed`): the compressed one only to an
    endpoint whose ``context_tokens`` cannot hold the original, so short endpoints must
    declare their context. A request spilled to the long pool goes whole. Each attempt
    decides anew (a retry failed over to the long pool goes whole) and is counted. The
@@ -89,8 +89,7 @@ class CompressedPrompt:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompressionStats:
-    """What compress-and-route did (:meth:`Scheduler.statistics().compression
-    <semisched.Scheduler.statistics>`).
+    """What compress-and-route did (`Scheduler.statistics().compression`).
 
     Attributes:
         prepared: Requests in the band whose prompt was compressed to fit ``B_short``.
@@ -116,7 +115,7 @@ class PromptCompression:
         estimator: The scheduler's prompt-token estimator (rule 3).
         compressor: The compressor; default ``ExtractiveCompressor()`` (its counter is
             replaced by a byte count, rule 3).
-        offload_bytes: Rule 5's threshold (``None``: :data:`OFFLOAD_BYTES`).
+        offload_bytes: Rule 5's threshold (``None``: `OFFLOAD_BYTES`).
     """
 
     def __init__(

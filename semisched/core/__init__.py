@@ -1,24 +1,24 @@
 """The pure scheduling core: no I/O, no clock reads, no asyncio.
 
 Everything that decides lives here; the async runtime and the simulator only
-execute the actions the :class:`Engine` returns. Importing this package loads
+execute the actions the `Engine` returns. Importing this package loads
 none of ``asyncio``, ``time``, ``httpx``, ``httpx2`` or ``openai`` (a test
 checks it).
 
 Writing a policy needs only the names exported here: an allocation policy
-subclasses :class:`AllocationPolicy` and reads the engine through
-:class:`AllocationView`; an ordering policy subclasses :class:`OrderingPolicy`
-and picks an :class:`Entry` of a :class:`ClassQueue`, with a
-:data:`LatencyEstimate` for deadlines. The built-in policies are the read-only
-registries :data:`ALLOCATION_POLICIES`, :data:`ORDERING_POLICIES` and
-:data:`OVERLOAD_POLICIES`; a config names one of them. Routing (which
-endpoint of a fleet executes a send) has :class:`RoutingPolicy`, reading
-:class:`EndpointState`, and :data:`ROUTING_POLICIES`; an endpoint is described
-by an :class:`EndpointSpec`. Tenants (who shares the scheduler, with what
-entitlement and service class) are a :class:`TenantConfig` of
-:class:`TenantSpec`; which tenant sends next is a :class:`TenantPolicy`
-(reading :class:`TenantLane` through a :class:`TenantView`), from
-:data:`TENANT_POLICIES`.
+subclasses `AllocationPolicy` and reads the engine through
+`AllocationView`; an ordering policy subclasses `OrderingPolicy`
+and picks an `Entry` of a `ClassQueue`, with a
+`LatencyEstimate` for deadlines. The built-in policies are the read-only
+registries `ALLOCATION_POLICIES`, `ORDERING_POLICIES` and
+`OVERLOAD_POLICIES`; a config names one of them. Routing (which
+endpoint of a fleet executes a send) has `RoutingPolicy`, reading
+`EndpointState`, and `ROUTING_POLICIES`; an endpoint is described
+by an `EndpointSpec`. Tenants (who shares the scheduler, with what
+entitlement and service class) are a `TenantConfig` of
+`TenantSpec`; which tenant sends next is a `TenantPolicy`
+(reading `TenantLane` through a `TenantView`), from
+`TENANT_POLICIES`.
 """
 
 from semisched.core.actions import (

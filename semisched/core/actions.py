@@ -1,15 +1,15 @@
 """The actions the engine returns: what a shell must do (send, wait) or report (outcomes).
 
 Each action is a frozen value. A shell executes them in the order given:
-:class:`Send` and :class:`Wake` ask for work; :class:`Defer` and
-:class:`Retry` say a request is held back until a time (the engine itself
-brings it back); :class:`Reject`, :class:`Expire` and :class:`Fail` are
-terminal outcomes, each reported once per request; :class:`Pause` says an
+`Send` and `Wake` ask for work; `Defer` and
+`Retry` say a request is held back until a time (the engine itself
+brings it back); `Reject`, `Expire` and `Fail` are
+terminal outcomes, each reported once per request; `Pause` says an
 endpoint is kept off until a time (for a shell that shares it).
 
-Every action of a decision other than sending (:class:`Reject`, :class:`Defer`,
-:class:`Expire`, :class:`Retry`, :class:`Fail`) carries its
-:class:`~semisched.core.explain.Explanation`; ``None`` only in an action built
+Every action of a decision other than sending (`Reject`, `Defer`,
+`Expire`, `Retry`, `Fail`) carries its
+[`Explanation`][semisched.core.explain.Explanation]; ``None`` only in an action built
 by hand.
 
 Values only: nothing here decides or does I/O.
@@ -134,7 +134,7 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """Call :meth:`Engine.poll` at ``at`` (or earlier)."""
+    """Call `Engine.poll` at ``at`` (or earlier)."""
 
     at: float
 
@@ -144,7 +144,7 @@ class Pause:
     """Nothing should go to endpoint ``endpoint`` before ``until`` (engine seconds).
 
     The engine already keeps off it; the action is for what the shell shares with
-    other processes (:mod:`semisched.state`). ``cause`` is ``"rate_limited"`` (a 429
+    other processes (`semisched.state`). ``cause`` is ``"rate_limited"`` (a 429
     named its retry time: the key's window is full for everyone) or
     ``"circuit_open"`` (the endpoint failed ``failure_threshold`` times in a row).
     """

@@ -1,14 +1,14 @@
 """The admission layer: overload control judging one arrival or one return from deferral.
 
-The engine asks :meth:`AdmissionLayer.judge` when a request arrives and each time it
+The engine asks `AdmissionLayer.judge` when a request arrives and each time it
 comes back from a deferral (engine rule 6). The layer reads the current severity,
 lets the tenant policy say how the request's tenant is judged (its standing: the
 severity it is judged at and the ladder levels added to its bucket's), asks the
-overload controller (:mod:`semisched.core.overload`) and answers with a value:
+overload controller (`semisched.core.overload`) and answers with a value:
 
 - ``None``: admitted, the request joins its class queue;
-- :class:`~semisched.core.actions.Defer`: held back until a time before its deadline;
-- :class:`~semisched.core.actions.Reject`: shed now (or a deferral that would
+- `Defer`: held back until a time before its deadline;
+- `Reject`: shed now (or a deferral that would
   outlast its deadline).
 
 Each defer or reject carries its explanation, with the signals the severity was
@@ -16,7 +16,7 @@ computed from.
 
 It also answers the one question asked at a send opportunity that can refuse a
 request: whether the request's tenant's own rate cap (``rpm``/``tpm``) can pay for
-it (:meth:`AdmissionLayer.pays`): now, later (the lane sits out until then), or
+it (`AdmissionLayer.pays`): now, later (the lane sits out until then), or
 never (rejected, rule ``tenant.tpm_cap``).
 
 The layer keeps no books: the engine counts and queues what it answers.
@@ -46,7 +46,7 @@ class AdmissionLayer:
 
     Args:
         overload: The overload controller (thresholds, ladder, deferral back-off).
-        tenants: The tenant policy (its :meth:`~TenantPolicy.standing`).
+        tenants: The tenant policy (its `standing`).
         view: What the tenant policy may read of the engine.
         severity: The engine's current severity (computed from ``signals``).
         signals: The signals ``severity`` is computed from (explanations show them).
@@ -101,7 +101,7 @@ class AdmissionLayer:
 
     def pays(self, lane: TenantLane, entry: Entry, now: float, severity: float) -> float | Reject:
         """Whether ``lane``'s own rate cap pays for ``entry`` at ``now``: the seconds until
-        it can (``0.0``: now), or a :class:`Reject` when it never can (its charge alone
+        it can (``0.0``: now), or a `Reject` when it never can (its charge alone
         exceeds the cap)."""
         assert lane.budget is not None
         wait = lane.budget.wait(now, entry.charge)

@@ -1,11 +1,11 @@
 """Allocation layer: which class gets the next send opportunity.
 
-Policies implement :class:`AllocationPolicy` and are chosen by name through
-:data:`ALLOCATION_POLICIES`. The engine asks :meth:`AllocationPolicy.select`
+Policies implement `AllocationPolicy` and are chosen by name through
+`ALLOCATION_POLICIES`. The engine asks `AllocationPolicy.select`
 whenever it has a free send opportunity and at least one class is backlogged;
-it then tells the policy what was sent (:meth:`on_send`) and when a class's
-queue drains (:meth:`on_idle`). Policies read the engine's state through the
-narrow :class:`AllocationView`; they never see the clock except as ``now``.
+it then tells the policy what was sent (`on_send`) and when a class's
+queue drains (`on_idle`). Policies read the engine's state through the
+narrow `AllocationView`; they never see the clock except as ``now``.
 
 ``fifo``
     The class whose oldest waiting entry was enqueued first: one global FIFO.
@@ -325,7 +325,7 @@ class Tiered(AllocationPolicy):
     3. The policy inside is told every send (its books stay whole), and a class
        that goes idle.
 
-    Built by :func:`make_allocation` when any class has a ``tier`` or a
+    Built by `make_allocation` when any class has a ``tier`` or a
     ``min_share``; with neither, the policy runs bare.
     """
 

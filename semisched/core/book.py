@@ -1,6 +1,6 @@
 """The flight book: where every request is, its counts, and the timers.
 
-:class:`Book` holds what the :class:`~semisched.core.engine.Engine` must know
+`Book` holds what the `Engine` must know
 of each request it has not finished: the entries by id, how many are queued,
 deferred and in flight (and their tokens), the timer heap (deferral returns and
 deadlines) and the wake last reported to the shell. Its methods move one entry
@@ -8,7 +8,7 @@ from place to place and keep those counts exact (rule 3 of the engine: a request
 is in exactly one place).
 
 It decides nothing and knows no policy: the engine decides, then tells the book.
-It reads the clock only as the ``now`` the engine was given (:meth:`advance`).
+It reads the clock only as the ``now`` the engine was given (`advance`).
 Pure: no clock, no I/O.
 """
 
@@ -35,7 +35,7 @@ Timer = tuple[float, int, int, Entry]
 
 
 def _nothing() -> None:
-    """No lane to tell (the engine wires :attr:`Book.on_ready`)."""
+    """No lane to tell (the engine wires `Book.on_ready`)."""
 
 
 class Book:
@@ -107,7 +107,7 @@ class Book:
     # -- timers ---------------------------------------------------------------------------
 
     def push_timer(self, at: float, kind: int, entry: Entry) -> None:
-        """Fire ``kind`` (:data:`WAKE` or :data:`DEADLINE`) for ``entry`` at ``at``."""
+        """Fire ``kind`` (`WAKE` or `DEADLINE`) for ``entry`` at ``at``."""
         self._seq += 1  # next_seq(), inlined: one timer per arrival and per deferral
         heapq.heappush(self.timers, (at, self._seq, kind, entry))
 
@@ -146,7 +146,7 @@ class Book:
             self.send_wake = at
 
     def wake(self, now: float) -> Wake | None:
-        """The :class:`Wake` to report: when the earliest timer moved earlier than the one
+        """The `Wake` to report: when the earliest timer moved earlier than the one
         last reported, or that one has passed (engine rule 7)."""
         wake = self.next_wakeup()
         last = self._reported_wake

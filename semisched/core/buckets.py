@@ -1,6 +1,6 @@
 """Token buckets: the coarse size classes every layer reasons in.
 
-Seed 004 §4.1 fixes four buckets on *output* tokens:
+Scheduling the Unschedulable §4.1 fixes four buckets on *output* tokens:
 
     short   <=   64
     medium   65 .. 256

@@ -2,7 +2,7 @@
 
 Providers limit requests per minute (RPM) and tokens per minute (TPM) and
 answer 429 beyond them. A client that keeps its own account of what it sent can
-stay under the limit instead of discovering it: :class:`RateBudget` is that
+stay under the limit instead of discovering it: `RateBudget` is that
 account, and the engine sends nothing the budget cannot pay for.
 
 Accounting (a sliding window, like the providers' own limiters):
@@ -15,9 +15,9 @@ Accounting (a sliding window, like the providers' own limiters):
   times differ by more than the margin.
 - the token charge is the prompt estimate plus ``max_tokens`` when the call
   sets it (what providers reserve on arrival), otherwise the prior's p90;
-  :meth:`RateBudget.settle` replaces it with the provider's own count once the
+  `RateBudget.settle` replaces it with the provider's own count once the
   response's ``usage`` is known.
-- :meth:`RateBudget.wait` says how long until a charge fits; ``None`` if it
+- `RateBudget.wait` says how long until a charge fits; ``None`` if it
   never can (a single request larger than the whole token limit).
 
 Adaptation to what the provider says:
@@ -34,7 +34,7 @@ Adaptation to what the provider says:
   extra charge is a maximum over observations, not a sum, so concurrent
   responses do not double-count;
 - a 429 pauses every send until the provider's retry time
-  (:meth:`RateBudget.pause_until`).
+  (`RateBudget.pause_until`).
 
 Pure: the caller passes ``now``; no clock, no I/O.
 """
@@ -55,9 +55,9 @@ __all__ = ["BudgetConfig", "BudgetSnapshot", "ProviderLimits", "RateBudget", "ra
 class ProviderLimits:
     """What a provider's ``x-ratelimit-*`` headers said on one response.
 
-    Parsed from the headers (:func:`semisched.runtime.headers.parse_rate_limits`),
+    Parsed from the headers (`semisched.runtime.headers.parse_rate_limits`),
     reset times are wall seconds; the engine reads them in its own clock's seconds
-    (:meth:`scaled`).
+    (`scaled`).
     """
 
     limit_requests: int | None = None

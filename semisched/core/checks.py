@@ -10,21 +10,21 @@ Rules:
 1. A ``bool`` is never an int and never a number (``max_inflight=True`` is a
    mistake, not ``1``).
 2. Where a number is accepted, an int is too (``window_s=60``); any
-   :class:`numbers.Real` counts, so NumPy scalars pass. Where an int is
-   required, any :class:`numbers.Integral` counts.
+   `numbers.Real` counts, so NumPy scalars pass. Where an int is
+   required, any `numbers.Integral` counts.
 3. NaN is never accepted; ``±inf`` only where a check says ``allow_inf=True``.
 4. ``optional=True`` admits ``None``, and the message then says "None or ...".
 5. Every failure raises ``ValueError`` with the message
    ``f"{name}={value!r} must be {what}"``, naming the field first, so callers
    and tests can match on ``^field=``. The one exception is
-   :func:`check_instance` (an object of the wrong class), which raises
+   `check_instance` (an object of the wrong class), which raises
    ``TypeError`` in the same style.
-6. A message quotes a value with :func:`short_repr`: at most
-   :data:`QUOTE_CHARS` characters of its ``repr``, so a 5 MB string a caller
+6. A message quotes a value with `short_repr`: at most
+   `QUOTE_CHARS` characters of its ``repr``, so a 5 MB string a caller
    (or a gateway client) passed is never repeated back in full.
 
-Pure: no I/O; imports only :mod:`math`, :mod:`numbers`, :mod:`reprlib` and
-(for one type hint) :mod:`collections.abc`.
+Pure: no I/O; imports only `math`, `numbers`, `reprlib` and
+(for one type hint) `collections.abc`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _REPR.maxstring = _REPR.maxother = _REPR.maxlong = QUOTE_CHARS
 
 
 def short_repr(value: object) -> str:
-    """``repr(value)`` for a message, cut to :data:`QUOTE_CHARS` characters and ``...``
+    """``repr(value)`` for a message, cut to `QUOTE_CHARS` characters and ``...``
     (rule 6); a long string or container is never rendered whole first."""
     text = _REPR.repr(value)
     return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "..."
@@ -234,7 +234,7 @@ def check_instance(
 
 
 def check_named(name: str, value: object, cls: type, noun: str) -> list[str]:
-    r"""Require a non-empty tuple of ``cls`` instances with unique ``.name``\ s (the
+    r"""Require a non-empty tuple of ``cls`` instances with unique ``.name``s (the
     classes of a config, its tenants); return the names in order.
 
     Raises:

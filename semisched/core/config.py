@@ -1,16 +1,16 @@
 """Configuration: frozen, keyword-only, validated dataclasses and the named presets.
 
 Every knob of the three policy layers lives here with its default and where the
-default comes from. Construction validates through :mod:`semisched.core.checks`:
+default comes from. Construction validates through `semisched.core.checks`:
 a bad value raises ``ValueError`` naming the field (``f"{field}=... must be ..."``),
 a nested config of the wrong class ``TypeError``. Policies are chosen by *name*
 (``AllocationConfig.policy`` and friends), checked here against
-:data:`ALLOCATION_POLICY_NAMES` and friends when the config is built; the engine
+`ALLOCATION_POLICY_NAMES` and friends when the config is built; the engine
 resolves names through the read-only registries in
-:mod:`semisched.core.allocation`, :mod:`semisched.core.ordering` and
-:mod:`semisched.core.overload` and never branches on which one it runs.
+`semisched.core.allocation`, `semisched.core.ordering` and
+`semisched.core.overload` and never branches on which one it runs.
 
-Presets (Scheduling the Unschedulable §4.5–4.6 strategy names) are built by :func:`preset`.
+Presets (Scheduling the Unschedulable §4.5–4.6 strategy names) are built by `preset`.
 
 This module holds values only; it decides nothing and does no I/O.
 """
@@ -89,14 +89,14 @@ class SchedulerConfig:
             token. 1/512: a prefill chunk of 512 tokens costs one iteration,
             like one decoded token (FleetOpt eq. 4).
         budget: Optional requests/tokens-per-window budget
-            (:mod:`semisched.core.budget`); sends wait until it can pay.
+            (`semisched.core.budget`); sends wait until it can pay.
         retry: What happens after a failed attempt
-            (:mod:`semisched.core.lifecycle`): which failures are retried,
+            (`semisched.core.lifecycle`): which failures are retried,
             how often, after what back-off; never past the deadline.
         routing: Which endpoint executes each send, circuit breakers and
-            failover (:class:`RoutingConfig`).
+            failover (`RoutingConfig`).
         tenants: Who shares this scheduler, with what entitlement and
-            service class (:class:`~semisched.core.tenants.config.TenantConfig`;
+            service class ([`TenantConfig`][semisched.core.tenants.config.TenantConfig];
             default: one tenant).
         allocation, ordering, overload, signals: Layer configs.
     """
@@ -240,7 +240,7 @@ class _Presets(Mapping[str, SchedulerConfig]):
         return len(self._all())
 
 
-#: Named strategies from Scheduling the Unschedulable (read-only: :func:`preset` returns
+#: Named strategies from Scheduling the Unschedulable (read-only: `preset` returns
 #: changed copies).
 PRESETS: Mapping[str, SchedulerConfig] = _Presets()
 
@@ -248,8 +248,19 @@ PRESETS: Mapping[str, SchedulerConfig] = _Presets()
 def preset(name: str, **changes: Any) -> SchedulerConfig:
     """Return the named preset, optionally with fields replaced.
 
+    For example, ``preset("final_adrr_olc", max_inflight=16)``, or with tenants,
+    ``preset("final_adrr_olc", tenants=TenantConfig(tenants=(...), default="web"))``.
+
+    Args:
+        name: A preset's name (`PRESETS`): ``direct_naive``, ``quota_tiered``,
+            ``adaptive_drr``, ``final_adrr_olc`` (the default), ``fair_queuing``,
+            ``short_priority``, ``batch_makespan``, ``batch_packing``.
+        **changes: Fields of `SchedulerConfig` to replace (``budget=``, ``tenants=``,
+            ``routing=``, ``retry=``, ``max_inflight=``, ...), validated again.
+
     Raises:
-        ValueError: If ``name`` is not a preset.
+        ValueError: If ``name`` is not a preset, or a changed field is invalid.
+        TypeError: A field that `SchedulerConfig` does not have.
     """
     check_choice("name", name, PRESETS)
     base = PRESETS[name]

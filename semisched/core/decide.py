@@ -1,12 +1,12 @@
 """The engine's decisions: what an event leads to, and the moves they make in the books.
 
-:class:`Decider` holds the procedures every event of the
-:class:`~semisched.core.engine.Engine` ends in (engine rules 2-7): run the timers
+`Decider` holds the procedures every event of the
+`Engine` ends in (engine rules 2-7): run the timers
 that are due (a deadline expires a request, a deferral returns to admission),
 judge an arrival (the admission layer), fill the free send opportunities
-(tenant, class, request, endpoint; :meth:`Decider.dispatch`), carry out a failed
+(tenant, class, request, endpoint; `Decider.dispatch`), carry out a failed
 attempt's retry decision, and report the wake. Each move it makes goes through
-the book (:mod:`semisched.core.book`), the tenant layer and the fleet, which keep
+the book (`semisched.core.book`), the tenant layer and the fleet, which keep
 the counts; the policies it asks see their views only. Pure: no clock, no I/O.
 """
 
@@ -62,7 +62,7 @@ class Decider:
         self._counters = tally
         # Bound once: the feasibility test of every send reads it.
         self._estimate: LatencyEstimate = fleet.signals.estimate_latency
-        #: Sending held (:meth:`~semisched.core.engine.Engine.hold`).
+        #: Sending held (`hold`).
         self.held = False
         # Keyed by Bucket (a cheap hash); statistics() reports the bucket names.
         self.rejects_by_bucket: dict[Bucket, int] = {}
@@ -254,7 +254,7 @@ class Decider:
         self, request_id: str, now: float, kind: FailureKind, retry_after: float | None
     ) -> list[Action]:
         """``request_id``'s attempt failed by ``kind``: it leaves flight, the retry layer
-        decides, and the decision is carried out (:meth:`after_failure`)."""
+        decides, and the decision is carried out (`after_failure`)."""
         entry = self.take(request_id)
         endpoint = entry.endpoint
         self._ledger.refund(entry, sent=False)  # nothing was served

@@ -5,62 +5,62 @@ Like h11 for HTTP, the engine holds no socket, no clock and no task: a shell
 
 Events (methods)                  Actions (returned, in order)
 ================================  ======================================
-``submit(request, now)``          :class:`Send`, :class:`Wake`;
-``completed(id, now, ...)``       :class:`Defer`, :class:`Retry` (held
-``failed(id, now, kind, ...)``    back until a time); :class:`Pause`
+``submit(request, now)``          `Send`, `Wake`;
+``completed(id, now, ...)``       `Defer`, `Retry` (held
+``failed(id, now, kind, ...)``    back until a time); `Pause`
                                   (an endpoint kept off until a time);
-                                  :class:`Reject`,
-``cancel(id, now)``               :class:`Expire`, :class:`Fail`
+                                  `Reject`,
+``cancel(id, now)``               `Expire`, `Fail`
 ``expire(id, now)``               (terminal outcomes)
 ``poll(now)``
 ================================  ======================================
 
-The actions are defined in :mod:`semisched.core.actions`, the statistics in
-:mod:`semisched.core.stats`, the retry rules in :mod:`semisched.core.lifecycle`.
+The actions are defined in `semisched.core.actions`, the statistics in
+`semisched.core.stats`, the retry rules in `semisched.core.lifecycle`.
 
 The engine is the driver of parts it owns, each with one job: the flight book
-(:mod:`semisched.core.book`: where each request is, the timers), the tenant
-layer's lanes (:mod:`semisched.core.tenants.tenancy`), the fleet
-(:mod:`semisched.core.fleet.fleet`), admission (:mod:`semisched.core.admission`),
-the retry layer (:mod:`semisched.core.retrying`) and the views the policies read
-(:mod:`semisched.core.views`). It hands a policy a view, never itself.
+(`semisched.core.book`: where each request is, the timers), the tenant
+layer's lanes (`semisched.core.tenants.tenancy`), the fleet
+(`semisched.core.fleet.fleet`), admission (`semisched.core.admission`),
+the retry layer (`semisched.core.retrying`) and the views the policies read
+(`semisched.core.views`). It hands a policy a view, never itself.
 
 Rules:
 
 1. ``now`` never goes backwards across calls; a call that tries raises ``ValueError``.
 2. Every submitted request ends in exactly one terminal outcome, reported once:
-   rejected (:class:`Reject`), expired (:class:`Expire`), failed
-   (:class:`Fail`), or, for a request the shell was told to :class:`Send`,
+   rejected (`Reject`), expired (`Expire`), failed
+   (`Fail`), or, for a request the shell was told to `Send`,
    ``completed``, ``cancel`` or ``expire`` (aborted at its deadline) as the
    shell reports. A failed attempt that is
-   retried (:class:`Retry`) is not an outcome: the request is deferred until
+   retried (`Retry`) is not an outcome: the request is deferred until
    its retry time, then queued again without a second admission check.
    Statistics count each.
 3. A request is in exactly one place: deferred, queued in its class, or in
-   flight. Only queued requests are sent; only :class:`Send` puts one in flight.
+   flight. Only queued requests are sent; only `Send` puts one in flight.
 4. At most ``max_inflight`` requests are in flight; with
    ``max_inflight_tokens`` set, reserved tokens stay within it unless a
    single request alone exceeds it (it is then sent when nothing else flies).
-   With a rate ``budget`` (:mod:`semisched.core.budget`) nothing is sent the
-   budget cannot pay for: the chosen request waits (a :class:`Wake` at the
+   With a rate ``budget`` (`semisched.core.budget`) nothing is sent the
+   budget cannot pay for: the chosen request waits (a `Wake` at the
    time it fits), and one that can never fit is rejected. After
-   :meth:`Engine.hold` nothing is sent at all until :meth:`Engine.release`.
-   Every :class:`Send` names the endpoint that executes it: the fleet
-   (:mod:`semisched.core.fleet.fleet`) says which endpoints can take the chosen
+   `Engine.hold` nothing is sent at all until `Engine.release`.
+   Every `Send` names the endpoint that executes it: the fleet
+   (`semisched.core.fleet.fleet`) says which endpoints can take the chosen
    request, by their health, concurrency and budgets, and the routing policy
    picks one; when none can now, the request waits, and when none ever can,
    it is rejected.
 5. A queued or deferred request whose deadline passes is expired at the first
    call at or after the deadline, never sent. A deferral or retry that would
    end at or after the deadline is answered at once (reject, expire) instead.
-   Retries follow ``config.retry`` (:mod:`semisched.core.lifecycle`); a retried
+   Retries follow ``config.retry`` (`semisched.core.lifecycle`); a retried
    attempt fails over at once to another endpoint when one can serve it.
 6. The layers are consulted in a fixed order: overload control on arrival and
    on each return from deferral (judging the request by its tenant's standing);
    then, while a send opportunity is free, the tenant policy picks a tenant
-   (:mod:`semisched.core.tenants.lanes`), its allocation a class, ordering its
+   (`semisched.core.tenants.lanes`), its allocation a class, ordering its
    request, routing its endpoint.
-7. :class:`Wake` asks the shell to call :meth:`Engine.poll` at a time; it is
+7. `Wake` asks the shell to call `Engine.poll` at a time; it is
    emitted when the earliest pending timer moves earlier than the last one
    reported, or the last one reported has passed. A shell keeps one timer;
    polling early (a timer that was cancelled) is harmless.
@@ -125,7 +125,7 @@ class Engine:
         """Build an engine.
 
         Args:
-            config: Policies and budgets (default :class:`SchedulerConfig`).
+            config: Policies and budgets (default `SchedulerConfig`).
             jitter: Uniform ``[0, 1)`` draws for the retry back-off's jitter
                 and the ``random`` routing policy, e.g.
                 ``random.Random(seed).random``; the shell seeds it.
@@ -238,25 +238,25 @@ class Engine:
         """A sent request's attempt failed; the retry policy decides what next.
 
         The request leaves flight. Then, by the rules of
-        :mod:`semisched.core.lifecycle` and ``config.retry``, exactly one of:
-        :class:`Retry` (it rejoins its class queue at the retry time, skipping
+        `semisched.core.lifecycle` and ``config.retry``, exactly one of:
+        `Retry` (it rejoins its class queue at the retry time, skipping
         overload control, and is sent again by the usual layers; at once and
         to another endpoint when one can serve it: failover),
-        :class:`Expire` (a retry would not start before the deadline) or
-        :class:`Fail` (not retryable, or its attempts are spent).
+        `Expire` (a retry would not start before the deadline) or
+        `Fail` (not retryable, or its attempts are spent).
 
         Args:
             request_id: The failed request.
             now: Current time.
             kind: How the attempt failed (the shell classifies).
             retry_after: The provider's ``retry-after`` in engine seconds. For
-                :attr:`FailureKind.RATE_LIMITED` a rate budget also sends
+                `FailureKind.RATE_LIMITED` a rate budget also sends
                 nothing else before it (the window is full for everyone).
 
         Raises:
             ValueError: If ``request_id`` is not in flight or ``retry_after`` is
                 not a finite number >= 0.
-            TypeError: If ``kind`` is not a :class:`FailureKind`.
+            TypeError: If ``kind`` is not a `FailureKind`.
         """
         check_instance("kind", kind, FailureKind)
         check_number("retry_after", retry_after, minimum=0, optional=True)
@@ -266,7 +266,7 @@ class Engine:
     def refused(
         self, request_id: str, now: float, until: float, *, fleet_wide: bool = False
     ) -> list[Action]:
-        """A shared budget (:mod:`semisched.state`) refused a :class:`Send` before it left.
+        """A shared budget (`semisched.state`) refused a `Send` before it left.
 
         The request goes back to its class queue at once (no admission check, no
         attempt counted, its local budget charges refunded) and nothing more goes to
@@ -284,8 +284,8 @@ class Engine:
     def declined(
         self, request_id: str, now: float, reason: str, retry_after: float | None = None
     ) -> list[Action]:
-        """A spend cap refused a :class:`Send` before it left: it leaves flight as if never
-        sent (charges refunded, no attempt counted) and ends in a :class:`Reject`, rule
+        """A spend cap refused a `Send` before it left: it leaves flight as if never
+        sent (charges refunded, no attempt counted) and ends in a `Reject`, rule
         ``spend.cap``: ``reason`` names the cap, ``retry_after`` its reset (engine seconds).
 
         Raises:
@@ -299,7 +299,7 @@ class Engine:
     def expire(self, request_id: str, now: float) -> list[Action]:
         """A sent request's deadline passed in flight and the shell aborted the call.
 
-        Its terminal outcome is :class:`Expire` (rule ``deadline.in_flight``), not a
+        Its terminal outcome is `Expire` (rule ``deadline.in_flight``), not a
         cancellation. A no-op for unknown ids, or ones not in flight.
         """
         self._book.advance(now)
@@ -342,7 +342,7 @@ class Engine:
         return self._decide.after_release(now, [])
 
     def remove_endpoint(self, name: str, now: float) -> list[Action]:
-        """Drain ``name`` and drop it from the fleet (:meth:`drain_endpoint`).
+        """Drain ``name`` and drop it from the fleet (`drain_endpoint`).
 
         Raises:
             ValueError: No endpoint has that name.
@@ -358,7 +358,7 @@ class Engine:
         return self._decide.finish(now, [])
 
     def release(self, now: float) -> list[Action]:
-        """Undo :meth:`hold` and dispatch."""
+        """Undo `hold` and dispatch."""
         self._book.advance(now)
         self._decide.held = False
         return self._decide.after_release(now, [])
@@ -400,7 +400,7 @@ class Engine:
         With a rate budget (the fleet's, or the endpoint's own), tighter
         advertised limits are adopted and traffic the provider counts beyond
         this client's own is reserved until its reset
-        (:meth:`RateBudget.observe`); without one this is a no-op.
+        (`RateBudget.observe`); without one this is a no-op.
         """
         self._book.advance(now)
         entry = self._book.entries.get(request_id)
@@ -444,7 +444,7 @@ class Engine:
         self, endpoint: str | None
     ) -> tuple[int | None, int | None, int | None, float]:
         """What a shared state must hold across processes for ``endpoint`` (``None``: the
-        fleet; :meth:`~semisched.core.fleet.budgets.Budgets.shared`).
+        fleet; `shared`).
 
         Raises:
             ValueError: No endpoint has that name."""

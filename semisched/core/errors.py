@@ -1,8 +1,8 @@
 """The root of the package's exceptions.
 
-:class:`SemischedError` is what every error semisched raises on its own
+`SemischedError` is what every error semisched raises on its own
 account derives from (outcomes such as a rejection, and bugs in us such as
-:class:`~semisched.core.states.IllegalTransition`); misuse of an API raises
+`IllegalTransition`); misuse of an API raises
 the built-in ``ValueError`` or ``TypeError`` instead. Pure: no I/O.
 """
 

@@ -1,10 +1,10 @@
 """Explained decisions: why the engine rejected, deferred, expired, retried or failed a request.
 
-Every :class:`~semisched.core.actions.Reject`, :class:`~semisched.core.actions.Defer`,
-:class:`~semisched.core.actions.Expire`, :class:`~semisched.core.actions.Retry`
-(a failover included) and :class:`~semisched.core.actions.Fail` the engine
-returns carries an :class:`Explanation`: the decision, the rule that fired (a
-stable name from :data:`RULES`), the severity and the overload signals it was
+Every `Reject`, `Defer`,
+`Expire`, `Retry`
+(a failover included) and `Fail` the engine
+returns carries an `Explanation`: the decision, the rule that fired (a
+stable name from `RULES`), the severity and the overload signals it was
 decided at, the threshold and ladder level when overload control decided, the
 request's bucket and tenant, and the hint of when trying again makes sense.
 The shells pass it on unchanged: to the exception a caller catches, the
@@ -24,19 +24,19 @@ rule                                decision   fires when
 ``deadline.waiting``                expire     the deadline passed while queued or deferred
 ``retry.past_deadline``             expire     no retry of a failed attempt fits before it
 ``deadline.in_flight``              expire     the deadline passed in flight and the shell
-                                               aborted the call (:meth:`Engine.expire`)
+                                               aborted the call (`Engine.expire`)
 ``routing.no_endpoint``             reject     no endpoint can ever take it (model, context,
                                                its budget), or none is left
 ``tenant.tpm_cap``                  reject     its tenant's ``tpm`` cap can never pay for it
 ``spend.cap``                       reject     a spend cap refused its cost before it was sent
-                                               (:meth:`Engine.declined`)
+                                               (`Engine.declined`)
 ``retry.backoff``                   retry      a failed attempt is retried after a back-off
 ``retry.failover``                  failover   a failed attempt goes at once to another endpoint
 ``retry.not_retryable``             fail       the failure kind is not retried
 ``retry.attempts_spent``            fail       its attempts are spent
 ==================================  =========  ===================================================
 
-The overload rules' levels are the tenant-shifted ones (:mod:`semisched.core.tenants.policies`).
+The overload rules' levels are the tenant-shifted ones (`semisched.core.tenants.policies`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Explanation:
 
     Attributes:
         decision: What was decided.
-        rule: The rule that fired (:data:`RULES`).
+        rule: The rule that fired (`RULES`).
         reason: The same in one human sentence.
         severity: Overload severity when it was decided, in [0, 1].
         signals: The overload signals behind that severity.
@@ -159,7 +159,7 @@ def _field(rule: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionCounts:
-    """How often each rule fired (:data:`RULES`; a field per rule, dots as underscores)."""
+    """How often each rule fired (`RULES`; a field per rule, dots as underscores)."""
 
     overload_reject_long: int = 0
     overload_reject_xlong: int = 0
@@ -178,7 +178,7 @@ class DecisionCounts:
     retry_attempts_spent: int = 0
 
     def of(self, rule: str) -> int:
-        """The count of ``rule`` (a name from :data:`RULES`).
+        """The count of ``rule`` (a name from `RULES`).
 
         Raises:
             KeyError: Not a rule's name.
@@ -197,8 +197,8 @@ assert [f.name for f in fields(DecisionCounts)] == [_field(r) for r in RULES]
 
 
 class LazyExplanation:
-    """An :class:`Explanation` whose values were taken when its decision was made and
-    which is built the first time someone reads it (:meth:`get`).
+    """An `Explanation` whose values were taken when its decision was made and
+    which is built the first time someone reads it (`get`).
 
     Overload control defers and rejects on the engine's hot path; a simulation reads
     none of those explanations and a live run logs them only at DEBUG, so building
@@ -222,7 +222,7 @@ class LazyExplanation:
 
 
 def resolve(why: Explanation | LazyExplanation | None) -> Explanation | None:
-    """``why`` as an :class:`Explanation` (an action's ``explanation``)."""
+    """``why`` as an `Explanation` (an action's ``explanation``)."""
     return why.get() if isinstance(why, LazyExplanation) else why
 
 
@@ -246,7 +246,7 @@ def _shed_explanation(
 
 class Explainer:
     """Builds the engine's explanations with the signals of the moment and counts them
-    by rule (what :meth:`Engine.statistics` reports as ``decisions``).
+    by rule (what `Engine.statistics` reports as ``decisions``).
 
     Args:
         signals: The engine's current overload signals (called once per explanation).
@@ -282,7 +282,7 @@ class Explainer:
         reason: str | None = None,
     ) -> LazyExplanation:  # fmt: skip
         """An overload control decision: its severity, threshold and level, with the
-        ``signals`` that severity came from (:attr:`Signals.last`; ``reason``:
+        ``signals`` that severity came from (`Signals.last`; ``reason``:
         ``verdict.reason``, when the caller already has it). Counted now, built when
         read: most deferrals are never read by anyone."""
         counts = self._counts

@@ -7,7 +7,7 @@ at the budget's steady rate:
 - the request bound: ``n / rpm`` windows;
 - the token bound: ``sum(charge) / tpm`` windows, where a request's charge is
   what the budget (and the provider) count: its prompt plus its ``max_tokens``,
-  or the prior's p90 without one (:func:`semisched.core.budget.rate_tokens`);
+  or the prior's p90 without one (`semisched.core.budget.rate_tokens`);
 - the serving bound, from the priors: the longest predicted request alone
   (``max(p50) * s_per_token``), and all predicted work spread over the
   concurrency budget (``sum(p50) * s_per_token / max_inflight``).

@@ -2,22 +2,22 @@
 
 A hosted API fails in a handful of ways a client can tell apart, and each asks
 for a different answer. The shells (the async runtime, the simulator) only
-*classify* a failure into a :class:`FailureKind`; the decision (retry when, or
+*classify* a failure into a `FailureKind`; the decision (retry when, or
 give up and why) is made here, once, for both. So the benchmark exercises the
 same retry code users run.
 
-Rules (enforced by :func:`decide_retry`, called by ``Engine.failed``):
+Rules (enforced by `decide_retry`, called by ``Engine.failed``):
 
-1. Never retried at the same endpoint: :attr:`FailureKind.QUOTA_EXHAUSTED`
-   (billing: waiting does not help), :attr:`FailureKind.AUTH` (the endpoint's
-   key is refused: neither), :attr:`FailureKind.BAD_REQUEST` (the same request
-   fails the same way) and :attr:`FailureKind.UNKNOWN`. Which kinds are
-   retried is :attr:`RetryPolicy.retry_on`.
-2. At most :attr:`RetryPolicy.max_attempts` sends per request, the first included.
+1. Never retried at the same endpoint: `FailureKind.QUOTA_EXHAUSTED`
+   (billing: waiting does not help), `FailureKind.AUTH` (the endpoint's
+   key is refused: neither), `FailureKind.BAD_REQUEST` (the same request
+   fails the same way) and `FailureKind.UNKNOWN`. Which kinds are
+   retried is `RetryPolicy.retry_on`.
+2. At most `RetryPolicy.max_attempts` sends per request, the first included.
 3. The provider's ``retry-after`` is honoured when it is given (and
-   :attr:`RetryPolicy.honour_retry_after`): the retry waits that long, at most
-   :attr:`RetryPolicy.max_retry_after_s` (the same cap keeps the endpoint off
-   no longer: :mod:`semisched.core.fleet.fleet` rule 7).
+   `RetryPolicy.honour_retry_after`): the retry waits that long, at most
+   `RetryPolicy.max_retry_after_s` (the same cap keeps the endpoint off
+   no longer: `semisched.core.fleet.fleet` rule 7).
    Otherwise the wait is exponential back-off, ``base_delay_s * 2**(n-1)``
    after the ``n``-th attempt, capped at ``max_delay_s``, times a jitter
    factor uniform in ``[1 - jitter, 1 + jitter]`` drawn from the source the
@@ -27,7 +27,7 @@ Rules (enforced by :func:`decide_retry`, called by ``Engine.failed``):
 5. Failover (a fleet of endpoints, ``RoutingConfig.failover``): when another
    endpoint can serve the request, a retried failure goes there at once (no
    back-off, no ``retry-after``: both are about the endpoint that failed), and
-   :attr:`FailureKind.QUOTA_EXHAUSTED` and :attr:`FailureKind.AUTH` are retried
+   `FailureKind.QUOTA_EXHAUSTED` and `FailureKind.AUTH` are retried
    too (that endpoint's quota is spent, its key refused, not the others').
    Rules 1 (bad requests, unknown failures) and 2 hold.
 
@@ -175,7 +175,7 @@ class RetryDecision:
         retry_at: When to send again, or ``None`` when the request is finished.
         expired: It would have been retried, but no retry fits before its deadline.
         reason: Why it is not retried (empty when it is).
-        rule: The rule that decided (:data:`semisched.core.explain.RULES`).
+        rule: The rule that decided (`semisched.core.explain.RULES`).
     """
 
     retry_at: float | None

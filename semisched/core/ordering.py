@@ -1,18 +1,20 @@
 """Ordering layer: which waiting request of the chosen class goes next.
 
-Policies implement :class:`OrderingPolicy` and are chosen by name through
-:data:`ORDERING_POLICIES`. They only *read* a :class:`ClassQueue`; the engine
+Policies implement `OrderingPolicy` and are chosen by name through
+`ORDERING_POLICIES`. They only *read* a `ClassQueue`; the engine
 removes the chosen entry.
 
 ``fifo``
     The entry enqueued first.
 ``feasible_set``
-    Seed 004 §3.1's slowdown-aware score over a bounded candidate set::
+    Scheduling the Unschedulable §3.1's slowdown-aware score over a bounded candidate set:
 
-        score = w_wait * wait / (cost/ref) - w_size * cost/ref + w_urgency * urgency
+    ```text
+    score = w_wait * wait / (cost/ref) - w_size * cost/ref + w_urgency * urgency
+    ```
 
     Candidates are the longest-waiting entry of every cost band plus the
-    ``urgent_candidates`` earliest deadlines (see :mod:`semisched.core.queue`);
+    ``urgent_candidates`` earliest deadlines (see `semisched.core.queue`);
     scoring them all would make one decision O(queue length). Inside a band
     costs differ by less than ``band_ratio``, so the band head is the entry
     the wait term favours up to that factor; this is the approximation we
@@ -190,7 +192,7 @@ class RatePackingOrdering(OrderingPolicy):
     """Keep every rate window busy, longest work first: a batch job at its makespan floor.
 
     Under a requests-per-window and a tokens-per-window budget a job cannot end
-    before ``max(n / rpm, tokens / tpm)`` windows (:mod:`semisched.core.floor`);
+    before ``max(n / rpm, tokens / tpm)`` windows (`semisched.core.floor`);
     it ends there only if neither window idles while the other is exhausted.
     Sending cheap requests first fills the request window while the token
     window idles (and leaves the long work for the tail); sending only the
@@ -246,7 +248,7 @@ def _longest(entry: Entry) -> tuple[float, float, int]:
 def _first_feasible(
     entries: Iterable[Entry], now: float, estimate: LatencyEstimate
 ) -> Entry | None:
-    """The first of ``entries`` that can still meet its deadline (see :func:`is_feasible`)."""
+    """The first of ``entries`` that can still meet its deadline (see `is_feasible`)."""
     return next((entry for entry in entries if is_feasible(entry, now, estimate)), None)
 
 

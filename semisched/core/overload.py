@@ -1,6 +1,6 @@
 """Overload layer: admit, defer or reject a request at the admission boundary.
 
-Seed 004 §3.1: above progressive severity thresholds the controller maps a
+Scheduling the Unschedulable §3.1: above progressive severity thresholds the controller maps a
 request's estimated cost to defer/reject through a *cost ladder* of bucket
 weights (medium 0, long 1, xlong 2); short requests are never rejected. We
 read the thresholds as rules on the ladder level:
@@ -13,8 +13,8 @@ severity at least           action      applies to levels
 ``defer_threshold``         defer       >= 1   (0.45)
 =========================  ==========  =====================
 
-The first row that matches wins (the table is :data:`RULES`). A bucket policy
-only chooses the level of each bucket (:data:`OVERLOAD_POLICIES`); the rules are
+The first row that matches wins (the table is `RULES`). A bucket policy
+only chooses the level of each bucket (`OVERLOAD_POLICIES`); the rules are
 the same for every policy, so the mechanism never asks which policy it runs:
 
 - ``ladder``: medium 0, long 1, xlong 2; unknown size 1.
@@ -27,7 +27,7 @@ Short requests have no level under any policy: never deferred, never
 rejected. A request of unknown size (no-information priors, Scheduling the Unschedulable §4.4)
 gets the policy's ``unknown`` level, a uniform admission severity.
 
-A tenant policy (:mod:`semisched.core.tenants.lanes`) may shift a sheddable
+A tenant policy (`semisched.core.tenants.lanes`) may shift a sheddable
 request's level by its tenant's standing (``offset``: a best-effort tenant two
 levels sooner, an elastic tenant beyond its entitlement one) or exempt it
 (``None``: a guaranteed tenant inside its entitlement). Short requests stay
@@ -74,7 +74,7 @@ class Admission:
         bucket: The routing bucket decided on.
         until: End of a deferral.
         retry_after: Retry hint of a rejection, seconds.
-        rule: The rule that fired (:data:`semisched.core.explain.RULES`), for a defer or reject.
+        rule: The rule that fired (`semisched.core.explain.RULES`), for a defer or reject.
     """
 
     verdict: Verdict
@@ -102,7 +102,7 @@ class Admission:
         return template % self.severity
 
 
-#: :attr:`Admission.reason`'s sentences by (verdict, threshold, level, bucket), each
+#: `Admission.reason`'s sentences by (verdict, threshold, level, bucket), each
 #: with a ``%.2f`` for the severity (a defer's reason is built at every deferral).
 _REASONS: dict[tuple[Verdict, float, int | None, Bucket | None], str] = {}
 
@@ -111,7 +111,7 @@ _ADMIT, _REJECT = Verdict.ADMIT, Verdict.REJECT
 
 
 #: Ladder level per bucket, by bucket policy name; a missing bucket is never shed
-#: (read-only, tables included; :data:`semisched.core.config.OVERLOAD_LEVELS`, where a
+#: (read-only, tables included; `semisched.core.config.OVERLOAD_LEVELS`, where a
 #: config checks its name when it is built).
 OVERLOAD_POLICIES: Mapping[str, Mapping[Bucket, int]] = OVERLOAD_LEVELS
 
@@ -124,7 +124,7 @@ RULES: tuple[tuple[str, int, Verdict, str], ...] = (
 
 
 class OverloadController:
-    """Applies :data:`RULES` to a request's bucket level at a given severity."""
+    """Applies `RULES` to a request's bucket level at a given severity."""
 
     __slots__ = ("cfg", "levels", "rules")
 
@@ -158,7 +158,7 @@ class OverloadController:
     def shed(
         self, bucket: Bucket, severity: float, now: float, defers: int, offset: int | None = 0
     ) -> Admission | None:
-        """:meth:`decide`'s defer or reject decision, or ``None`` when it admits.
+        """`decide`'s defer or reject decision, or ``None`` when it admits.
 
         The engine's hot path: an admitted request needs no explanation object.
         """

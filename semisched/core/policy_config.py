@@ -1,9 +1,9 @@
 """The policy layers' configuration: classes, allocation, ordering, overload control,
 signals, the rate budget and routing, with the names of the built-in policies.
 
-Frozen, keyword-only, validated dataclasses (:mod:`semisched.core.checks`); the
+Frozen, keyword-only, validated dataclasses (`semisched.core.checks`); the
 scheduler's own config and the presets that combine these are in
-:mod:`semisched.core.config`, which re-exports every name here. Values only: it
+`semisched.core.config`, which re-exports every name here. Values only: it
 decides nothing and does no I/O.
 """
 
@@ -44,8 +44,8 @@ __all__ = [
 
 
 #: Valid ``AllocationConfig.policy`` names, checked when a config is built: the
-#: allocation registry (:mod:`semisched.core.registry`), which the policies of
-#: :mod:`semisched.core.allocation` fill under their ``name`` as they load.
+#: allocation registry (`semisched.core.registry`), which the policies of
+#: `semisched.core.allocation` fill under their ``name`` as they load.
 ALLOCATION_POLICY_NAMES: Mapping[str, type] = ALLOCATION
 #: Valid ``OrderingConfig.policy`` names (the ordering registry).
 ORDERING_POLICY_NAMES: Mapping[str, type] = ORDERING
@@ -53,7 +53,7 @@ ORDERING_POLICY_NAMES: Mapping[str, type] = ORDERING
 ROUTING_POLICY_NAMES: Mapping[str, type] = ROUTING
 
 #: Ladder level per bucket, by ``OverloadConfig.policy`` name
-#: (:mod:`semisched.core.overload`); a missing bucket is never shed. Read-only.
+#: (`semisched.core.overload`); a missing bucket is never shed. Read-only.
 OVERLOAD_LEVELS: Mapping[str, Mapping[Bucket, int]] = MappingProxyType({
     name: MappingProxyType(levels) for name, levels in {
         "ladder": {Bucket.MEDIUM: 0, Bucket.LONG: 1, Bucket.XLONG: 2, Bucket.UNKNOWN: 1},
@@ -90,7 +90,7 @@ class ClassSpec:
     Attributes:
         name: Class name used in ``Request.klass``.
         weight: Relative share. DRR quantum multiplier; quota-tiered share when
-            ``quota`` is unset. Seed 004 §3.1 gives no values; interactive 1 :
+            ``quota`` is unset. Scheduling the Unschedulable §3.1 gives no values; interactive 1 :
             batch 1 is our default (the congestion feedback, not the base
             weight, protects the interactive class).
         interactive: Latency-sensitive class. Adaptive DRR grows its quantum
@@ -101,7 +101,7 @@ class ClassSpec:
         tier: Strict priority: while any class of a lower tier has a request
             waiting, no class of a higher tier sends (0, the default, is the most
             urgent; classes of one tier share by ``weight``). Any allocation policy
-            runs inside the tier (:class:`~semisched.core.allocation.Tiered`).
+            runs inside the tier (`Tiered`).
         min_share: Starvation guard of a class behind a busier tier: while it has
             a request waiting it still gets at least this fraction of the sends
             (``None``: none; strict tiers may then starve it).
@@ -147,7 +147,7 @@ class AllocationConfig:
             (deficit round robin in estimated tokens, work-conserving,
             congestion-aware), ``fair_queuing`` (round robin, one request per
             turn), ``short_priority`` (interactive classes strictly first);
-            or your own :class:`~semisched.core.AllocationPolicy` subclass
+            or your own [`AllocationPolicy`][semisched.core.AllocationPolicy] subclass
             (the class itself: the engine builds it with ``(config, classes)``).
         quantum_tokens: DRR base quantum in estimated tokens per round. 256 is
             the medium bucket's upper bound, so a medium job fits one round.
@@ -165,7 +165,7 @@ class AllocationConfig:
             one-token requests cannot send hundreds for one of another class's.
             ``None`` (the default) learns it: the endpoints' mean intercept over
             their slope, from the fit of latency on output tokens
-            (:class:`~semisched.core.fleet.endpoint.SpeedFit`); 0 turns it off.
+            (`SpeedFit`); 0 turns it off.
     """
 
     policy: str | type = "adaptive_drr"
@@ -185,10 +185,12 @@ class OrderingConfig:
     """Ordering layer: which request inside the chosen class.
 
     The feasible-set score (Scheduling the Unschedulable §3.1, read as written there with the
-    extraction noise removed) is::
+    extraction noise removed) is:
 
-        score = w_wait * wait / (cost / size_ref) - w_size * cost / size_ref
-                + w_urgency * urgency
+    ```text
+    score = w_wait * wait / (cost / size_ref) - w_size * cost / size_ref
+            + w_urgency * urgency
+    ```
 
     ``wait`` is queue residence in seconds, ``cost`` the estimated token cost,
     ``urgency`` in [0, 1] rises as the deadline slack shrinks below
@@ -199,7 +201,7 @@ class OrderingConfig:
         policy: ``fifo``, ``feasible_set``, ``longest_first`` (LPT, for a
             batch job's makespan) or ``rate_packing`` (a batch job under a
             rate budget: keeps both rate windows busy, longest first); or your own
-            :class:`~semisched.core.OrderingPolicy` subclass (the class itself:
+            [`OrderingPolicy`][semisched.core.OrderingPolicy] subclass (the class itself:
             the engine builds it with ``(config)``).
         w_wait: Weight of wait per unit of relative size (1/s).
         w_size: Weight of relative size.
@@ -250,7 +252,7 @@ class OverloadConfig:
 
     ``severity = w_load*provider_load + w_queue*queue_pressure
     + w_tail*tail_latency_ratio`` (Scheduling the Unschedulable §3.1), each signal in [0, 1]
-    (see :mod:`semisched.core.signals`). Thresholds and the cost ladder are the
+    (see `semisched.core.signals`). Thresholds and the cost ladder are the
     paper's. Weights are ours (the paper gives none); they sum to 1 so
     severity stays in [0, 1].
 
@@ -370,7 +372,7 @@ class BudgetConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RoutingConfig:
-    """Routing layer: which endpoint executes a send (:mod:`semisched.core.fleet.routing`).
+    """Routing layer: which endpoint executes a send (`semisched.core.fleet.routing`).
 
     Routing comes after allocation and ordering: it never changes *which*
     request is sent next, only *where*. With one endpoint it has nothing to
@@ -386,7 +388,7 @@ class RoutingConfig:
             elapsed time, over the endpoint's learned decode speed);
             ``token_budget`` (Token-Budget-Aware Pool Routing, Algorithm 1: short
             and long pools split at ``short_pool_tokens``, with spillover); or your own
-            :class:`~semisched.core.RoutingPolicy` subclass (the class itself).
+            [`RoutingPolicy`][semisched.core.RoutingPolicy] subclass (the class itself).
         failover: A failed attempt that is retried goes at once to another
             endpoint when one can serve it (no back-off: the back-off is for the
             endpoint that failed). ``insufficient_quota`` is then retried too.
@@ -399,7 +401,7 @@ class RoutingConfig:
             30 s: a typical gateway cool-off (LiteLLM's default is 5 s per
             deployment, Envoy's outlier ejection 30 s).
         auth_cooloff_s: How long a circuit opened by a refused key (401, 403)
-            sends nothing before one probe (:mod:`semisched.core.fleet.endpoint`
+            sends nothing before one probe (`semisched.core.fleet.endpoint`
             rule 5). 600 s: a key does not heal by itself, so its endpoint's
             work goes elsewhere; a probe every ten minutes costs one refused
             attempt (which fails over) and finds a fixed key or a granted access.
@@ -425,10 +427,10 @@ class RoutingConfig:
             whose prompt compresses to fit ``B_short`` goes to the short pool,
             sent compressed. 1.0 (the default) turns it off.
         concurrency: How many requests each endpoint without a ``max_concurrency``
-            may hold (:mod:`semisched.core.fleet.limits`): ``learned`` (the default:
+            may hold (`semisched.core.fleet.limits`): ``learned`` (the default:
             a limit learned online from the wait for a slot, 429s and failures, in
             the spirit of TCP Vegas), ``fixed`` (no limit of its own), or your own
-            :class:`~semisched.core.ConcurrencyLimit` subclass (the class). An
+            [`ConcurrencyLimit`][semisched.core.ConcurrencyLimit] subclass (the class). An
             endpoint's explicit ``max_concurrency`` always wins; the scheduler's
             total is the sum of its endpoints' limits, ``max_inflight`` a ceiling.
     """

@@ -1,6 +1,6 @@
 """The engine's per-request entry and the per-class queue that holds entries.
 
-This is mechanism, not policy: a :class:`ClassQueue` stores waiting entries so
+This is mechanism, not policy: a `ClassQueue` stores waiting entries so
 that every ordering policy can find its candidates without scanning the whole
 queue. Rules:
 
@@ -53,8 +53,8 @@ class Entry:
         reserve: Tokens reserved against the in-flight token budget
             (p90 + weighted input).
         seq: Enqueue sequence number; renewed on every (re-)enqueue.
-        state: One of :class:`EntryState`.
-        queued: True while in a :class:`ClassQueue`.
+        state: One of `EntryState`.
+        queued: True while in a `ClassQueue`.
         defers: How many times overload control deferred it.
         attempts: How many times it was sent.
         sent_at: Time of the latest send.
@@ -73,7 +73,7 @@ class Entry:
             ``OrderingConfig.feasibility_quantile`` (its p50 at 0.5).
         endpoint: Where its latest attempt was sent.
         avoid: The endpoints its failed attempts failed at (failover avoids them).
-        lane: Its tenant's lane (:mod:`semisched.core.tenants.lanes`).
+        lane: Its tenant's lane (`semisched.core.tenants.lanes`).
     """
 
     request: Request

@@ -1,12 +1,12 @@
 """One name-to-class lookup for every policy layer: the registries, and resolving a policy.
 
-Each layer (allocation, ordering, routing, tenants) has one :class:`Registry` here, at the
+Each layer (allocation, ordering, routing, tenants) has one `Registry` here, at the
 bottom of the core: its built-in policies add themselves as their module loads
 (``@ROUTING.register``), under their class attribute ``name``, which is the only place a
-built-in policy's name is written. The configs (:mod:`semisched.core.policy_config`, below
+built-in policy's name is written. The configs (`semisched.core.policy_config`, below
 the policies) check a name against the registry when they are built, without importing a
-policy; by then :mod:`semisched.core` has loaded every policy module. A config names a
-built-in policy or passes a policy class of its own; :func:`policy_class` resolves either
+policy; by then `semisched.core` has loaded every policy module. A config names a
+built-in policy or passes a policy class of its own; `policy_class` resolves either
 to the class the layer's factory (``make_allocation``, ``make_ordering``,
 ``make_routing``, ``make_tenant_policy``) then builds with its own arguments. Pure: no I/O.
 """
@@ -25,7 +25,7 @@ P = TypeVar("P")
 
 class Registry(Mapping[str, type[Any]]):
     """The built-in policies of one layer, by name, in the order their module defines them
-    (read-only to everyone but :meth:`register`)."""
+    (read-only to everyone but `register`)."""
 
     __slots__ = ("_classes", "layer")
 
@@ -60,13 +60,13 @@ class Registry(Mapping[str, type[Any]]):
         return f"<Registry {self.layer}: {', '.join(self._classes)}>"
 
 
-#: The allocation policies (:mod:`semisched.core.allocation`).
+#: The allocation policies (`semisched.core.allocation`).
 ALLOCATION = Registry("allocation")
-#: The ordering policies (:mod:`semisched.core.ordering`).
+#: The ordering policies (`semisched.core.ordering`).
 ORDERING = Registry("ordering")
-#: The routing policies (:mod:`semisched.core.fleet.routing`).
+#: The routing policies (`semisched.core.fleet.routing`).
 ROUTING = Registry("routing")
-#: The tenant policies (:mod:`semisched.core.tenants.policies`).
+#: The tenant policies (`semisched.core.tenants.policies`).
 TENANT = Registry("tenant")
 
 

@@ -1,13 +1,13 @@
 """The request record and the prior it carries.
 
-A :class:`Prior` is the client's belief about a request's output length
+A `Prior` is the client's belief about a request's output length
 (p50/p90 tokens, Scheduling the Unschedulable §3: "coarse token-length priors are assumed for each
-request before submission"). A :class:`Request` is what the core queues: who
+request before submission"). A `Request` is what the core queues: who
 (id, class), how big we think it is (prior, estimated input tokens), and when
 (arrival, optional absolute deadline). Both are immutable values; the engine
 keeps every piece of mutable state itself.
 
-Rules enforced here (through :mod:`semisched.core.checks`: misuse raises
+Rules enforced here (through `semisched.core.checks`: misuse raises
 ``ValueError`` naming the field, an object of the wrong class ``TypeError``):
 
 1. ``p50`` and ``p90`` are finite numbers (not bools), ``0 <= p50 <= p90``.
@@ -31,7 +31,7 @@ __all__ = ["SHORT_PROBABILITY", "Z90", "Prior", "Request"]
 Z90 = 1.2815515655446004
 
 #: A prior routes ``short`` when it gives a short answer at least this probability
-#: (:attr:`Prior.short_probability`). 0.5 is the paper's rule (``p50 <= 64``); lower
+#: (`Prior.short_probability`). 0.5 is the paper's rule (``p50 <= 64``); lower
 #: routes more uncertain requests to the interactive lane, where a short answer
 #: misrouted to the batch lane would wait behind long ones. 0.1 measured best for
 #: the learned model on the ShareGPT trace (a measured run); priors with
@@ -50,7 +50,7 @@ class Prior:
         p90: 90th-percentile predicted output tokens (``>= p50``).
         bucket: Routing bucket, when the source knows it independently of
             ``p50`` (class-only priors carry the true label with neutral
-            p50/p90; no-information priors carry :attr:`Bucket.UNKNOWN`).
+            p50/p90; no-information priors carry `Bucket.UNKNOWN`).
             ``None`` means "derive it from ``p50``".
     """
 
@@ -86,11 +86,11 @@ class Prior:
 
     @property
     def routing_bucket(self) -> Bucket:
-        """The bucket the policies route and shed by: :meth:`route` at :data:`SHORT_PROBABILITY`."""
+        """The bucket the policies route and shed by: `route` at `SHORT_PROBABILITY`."""
         return self.route(SHORT_PROBABILITY)
 
     def route(self, short_probability: float) -> Bucket:
-        """The given bucket, else ``short`` when :attr:`short_probability` reaches
+        """The given bucket, else ``short`` when `short_probability` reaches
         ``short_probability`` (0.5: the paper's ``p50 <= 64``), else p50's bucket."""
         if self.bucket is not None:
             return self.bucket
@@ -121,10 +121,10 @@ class Request:
         model: The logical model it asks for; routing sends it only to
             endpoints that serve it (``""``: any endpoint).
         tenant: The tenant it is sent for (``""``: the configured default
-            tenant; :mod:`semisched.core.tenants.config`).
+            tenant; `semisched.core.tenants.config`).
         compressed_tokens: Estimated prompt tokens after compress-and-route's
             compression, when the caller prepared a compressed prompt (``None``:
-            none; :class:`~semisched.core.config.RoutingConfig` ``compress_band``).
+            none; [`RoutingConfig`][semisched.core.config.RoutingConfig] ``compress_band``).
             An endpoint whose context holds the compressed request but not the
             original may take it; the caller then sends the compressed prompt.
     """

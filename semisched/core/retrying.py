@@ -1,11 +1,11 @@
 """The retry layer: a failed attempt counted, its retry decided, its endpoint kept off.
 
-:class:`Retrying` is what the engine asks when a sent request's attempt fails: it
+`Retrying` is what the engine asks when a sent request's attempt fails: it
 counts the failure against the endpoint (its health, its concurrency limit, its
-quota) and by kind, asks :func:`~semisched.core.lifecycle.decide_retry` under
+quota) and by kind, asks `decide_retry` under
 ``config.retry`` whether and when the request goes again (at once and elsewhere
 when another endpoint can serve it: failover), and says whether the endpoint
-is kept off (:class:`~semisched.core.actions.Pause`: a 429's ``retry-after``, an
+is kept off (`Pause`: a 429's ``retry-after``, an
 opened circuit). The engine then moves the request (its retry, expiry or
 failure). Pure: no clock, no I/O.
 """

@@ -53,8 +53,8 @@ class SignalSnapshot:
 class Signals:
     """Running estimates built from completions; pure and deterministic.
 
-    ``last`` holds the ``(load, queue, tail, severity)`` of the last :meth:`severity`
-    call (:meth:`last_snapshot` as a :class:`SignalSnapshot`).
+    ``last`` holds the ``(load, queue, tail, severity)`` of the last `severity`
+    call (`last_snapshot` as a `SignalSnapshot`).
     """
 
     __slots__ = (
@@ -110,7 +110,7 @@ class Signals:
     def split(self) -> Signals:
         """Hand this object's full state (tail included) to a copy, and keep only the
         latency averages here: a fleet's aggregate that one endpoint shared until a
-        second one joined (:class:`~semisched.core.fleet.fleet.Fleet`)."""
+        second one joined (`Fleet`)."""
         copy = Signals(self._cfg)
         for name in Signals.__slots__:
             value = getattr(self, name)
@@ -220,7 +220,7 @@ class Signals:
         stressed endpoint's); ``load_floor`` is a lower bound on the load signal
         (a fleet's least loaded endpoint's in-flight / ``max_concurrency``).
         """
-        # Same arithmetic as :meth:`snapshot`, with conditionals for min/max (hot path).
+        # Same arithmetic as `snapshot`, with conditionals for min/max (hot path).
         load = load_floor
         if max_inflight is not None:
             load = inflight / max_inflight
@@ -245,7 +245,7 @@ class Signals:
         return severity
 
     def last_snapshot(self) -> SignalSnapshot:
-        """The signals of the last :meth:`severity` call, as :meth:`snapshot` would have
+        """The signals of the last `severity` call, as `snapshot` would have
         given them then (an explanation of the decision that severity fed)."""
         return SignalSnapshot(*self.last)
 
@@ -260,7 +260,7 @@ class Signals:
         load_floor: float = 0.0,
     ) -> SignalSnapshot:
         """Compute the signals and severity for the current client state
-        (``tail``, ``load_floor``: as for :meth:`severity`)."""
+        (``tail``, ``load_floor``: as for `severity`)."""
         load = 0.0 if max_inflight is None else min(1.0, inflight / max_inflight)
         load = max(load, load_floor)
         lanes = max(1, inflight, max_inflight or 0)

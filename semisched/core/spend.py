@@ -2,23 +2,23 @@
 
 Two values, both pure data:
 
-- :class:`Price`: US dollars per million input, cached input and output tokens at
+- `Price`: US dollars per million input, cached input and output tokens at
   one endpoint (for one model, or every model it serves), and the discount its
-  Batch API gives. :meth:`Price.cost` turns a request's usage into dollars;
+  Batch API gives. `Price.cost` turns a request's usage into dollars;
   cached input tokens (a provider's prompt cache) are billed at ``cached_input``.
-- :class:`SpendCap`: at most ``usd`` per calendar ``hour``, ``day`` or ``month``
+- `SpendCap`: at most ``usd`` per calendar ``hour``, ``day`` or ``month``
   (UTC), for one tenant or for the whole key. The runtime reserves each request's
   cost against every cap it falls under before sending it, settles the reservation
-  on the real usage and releases it on failure (:mod:`semisched.spend`); the core
-  only carries the caps in its config.
+  on the real usage and releases it on failure (`semisched.runtime.spending`);
+  the core never sees the caps.
 
-An endpoint's prices are a :class:`PriceTable` (``EndpointSpec.price``): one price
+An endpoint's prices are a `PriceTable` (``EndpointSpec.price``): one price
 for every model, or one per model with an optional ``"*"`` for the rest. What the
 core does with them: the ``cost`` routing policy sends a request to the cheapest
-endpoint that can meet its deadline (:mod:`semisched.core.fleet.cost_routing`).
+endpoint that can meet its deadline (`semisched.core.fleet.cost_routing`).
 
 Pure: no clock, no I/O. Calendar periods are computed from a wall time the caller
-passes (:meth:`SpendCap.period`).
+passes (`SpendCap.period`).
 """
 
 from __future__ import annotations
@@ -142,9 +142,9 @@ class PriceTable:
 
 
 def price_table(value: object) -> PriceTable | None:
-    """An endpoint's ``price`` option as a :class:`PriceTable`: ``None``, a
-    :class:`Price` (every model), a table of one price's fields, a table of model ->
-    price (``"*"``: the others), or a :class:`PriceTable`.
+    """An endpoint's ``price`` option as a `PriceTable`: ``None``, a
+    `Price` (every model), a table of one price's fields, a table of model ->
+    price (``"*"``: the others), or a `PriceTable`.
 
     Raises:
         ValueError: Anything else, naming the field at fault.

@@ -1,15 +1,15 @@
 """A request's lifecycle as one table: ``(state, event) -> state``.
 
-The engine's entries move only through :func:`advance`; a move the table does
-not hold raises :class:`IllegalTransition`, which is a bug in the engine, never
+The engine's entries move only through `advance`; a move the table does
+not hold raises `IllegalTransition`, which is a bug in the engine, never
 the caller's misuse. The table is data, like h11's: a reader sees every legal
 move here and nowhere else.
 
-States (:class:`~semisched.core.queue.EntryState`): ``QUEUED`` (a new entry
+States (`EntryState`): ``QUEUED`` (a new entry
 starts there, before it joins its class queue), ``DEFERRED``, ``INFLIGHT`` and
 ``DONE`` (final: no event leaves it).
 
-Events (:class:`Event`, int constants: the lookup is on the engine's hot path):
+Events (`Event`, int constants: the lookup is on the engine's hot path):
 
 =========  ==========================  ==============================================
 Event      From                        To
@@ -107,7 +107,7 @@ class IllegalTransition(SemischedError):
     Attributes:
         request_id: The entry's request.
         state: The state it was in.
-        event: The event's number (:data:`EVENT_NAMES` names it).
+        event: The event's number (`EVENT_NAMES` names it).
     """
 
     def __init__(self, request_id: str, state: str, event: int) -> None:

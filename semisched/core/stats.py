@@ -1,6 +1,6 @@
 """The engine's statistics: frozen snapshots with named fields (trio's ``statistics()`` style).
 
-:meth:`semisched.core.Engine.statistics` returns an :class:`EngineStats`.
+`semisched.core.Engine.statistics` returns an `EngineStats`.
 Nothing in it is read by string key: counters are fields, documented here.
 Per-class maps (``queued``, ``inflight_by_class``, ``allocation_state``) are
 keyed by the configured class names, which only the user knows.
@@ -35,7 +35,7 @@ class EngineCounters:
     """What the engine decided so far (each a count of events).
 
     Attributes:
-        submitted: Requests handed to :meth:`Engine.submit`.
+        submitted: Requests handed to `Engine.submit`.
         admitted: Requests overload control let into a class queue (first time).
         rejected: Requests refused (overload control or a budget that can never pay).
         deferrals: Deferral decisions (one request may be deferred several times).
@@ -52,7 +52,7 @@ class EngineCounters:
         budget_rejects: Requests rejected because the rate budget could never pay.
         failovers: Failed attempts retried at once on another endpoint.
         refused: Sends a shared budget refused before they left
-            (:meth:`Engine.refused`): back to the queue, not attempts.
+            (`Engine.refused`): back to the queue, not attempts.
     """
 
     submitted: int = 0
@@ -101,7 +101,7 @@ class BucketCounts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailureCounts:
-    """Failed attempts per :class:`~semisched.core.lifecycle.FailureKind` (retried or not)."""
+    """Failed attempts per `FailureKind` (retried or not)."""
 
     rate_limited: int = 0
     quota_exhausted: int = 0
@@ -134,7 +134,7 @@ class FailureCounts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointStats:
-    """One endpoint of the fleet at one instant (:mod:`semisched.core.fleet.endpoint`).
+    """One endpoint of the fleet at one instant (`semisched.core.fleet.endpoint`).
 
     Attributes:
         name: The endpoint's name.
@@ -159,7 +159,7 @@ class EndpointStats:
         budget: Its own rate budget's state, if it has one.
         limit: The requests it may hold now (``None``: no limit): its
             ``max_concurrency``, or its learned concurrency limit.
-        limit_policy: ``fixed`` or ``learned`` (:mod:`semisched.core.fleet.limits`).
+        limit_policy: ``fixed`` or ``learned`` (`semisched.core.fleet.limits`).
         limit_changes: How often its limit changed, by rule (``limit.probe``,
             ``limit.queued``, ``limit.throttled``, ``limit.failed``).
         last_limit_change: Its latest change, explained.
@@ -190,7 +190,7 @@ class EndpointStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantStats:
-    """One tenant at one instant (:mod:`semisched.core.tenants.lanes`).
+    """One tenant at one instant (`semisched.core.tenants.lanes`).
 
     Usage, share and debt are in *work tokens* (output tokens plus
     ``input_token_weight`` times prompt tokens) decayed with the tenants'
@@ -260,11 +260,11 @@ class EngineStats:
         request_tokens: What one request costs in allocation besides its tokens
             (``AllocationConfig.request_tokens``, or the value learned from latency).
         budget: The fleet-wide rate budget's state, when one is configured.
-        held: Sending is paused (:meth:`Engine.hold`).
+        held: Sending is paused (`Engine.hold`).
         endpoints: Per endpoint, in fleet order.
         tenants: Per tenant, in declared order.
         decisions: How often each explained decision's rule fired
-            (:mod:`semisched.core.explain`).
+            (`semisched.core.explain`).
     """
 
     now: float
@@ -301,7 +301,7 @@ class EngineStats:
 
 
 class EngineTally:
-    """The engine's mutable tallies (:class:`EngineCounters`' fields); ``freeze`` snapshots them."""
+    """The engine's mutable tallies (`EngineCounters`' fields); ``freeze`` snapshots them."""
 
     __slots__ = (
         "admitted",

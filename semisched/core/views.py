@@ -1,10 +1,10 @@
 """What the policies read of the engine: one small object per view.
 
-- :class:`Pressure` is the :class:`~semisched.core.tenants.lanes.LaneHost` every
+- `Pressure` is the `LaneHost` every
   lane reads (and through it each allocation policy): the overload severity of
   the current decision, the concurrency in force, the learned per-request cost
   and the ordering policy's pick. Overload control reads its severity too.
-- :class:`Packing` is the :class:`~semisched.core.ordering.PackingView` an ordering
+- `Packing` is the `PackingView` an ordering
   policy may read of the rate budget and the backlog.
 
 Each holds the parts it reads (the book, the fleet), never the engine.
@@ -28,10 +28,10 @@ _CLOSED = Circuit.CLOSED
 
 class Pressure:
     """The load the policies see (module docstring): a
-    :class:`~semisched.core.tenants.lanes.LaneHost`.
+    `LaneHost`.
 
     ``severity`` is the value computed at the start of the current decision
-    (:meth:`refresh`); :meth:`current` computes it afresh.
+    (`refresh`); `current` computes it afresh.
     """
 
     __slots__ = (
@@ -102,7 +102,7 @@ class Pressure:
         )
 
     def refresh(self) -> float:
-        """Compute the severity the current decision reads (:meth:`current`), and
+        """Compute the severity the current decision reads (`current`), and
         return it."""
         self.severity = severity = self.current()
         return severity
@@ -123,7 +123,7 @@ class Pressure:
 
 class Packing:
     """What an ordering policy may see of the rate budget and the backlog: a
-    :class:`~semisched.core.ordering.PackingView`."""
+    `PackingView`."""
 
     __slots__ = ("_book", "_fleet")
 

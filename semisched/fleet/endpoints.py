@@ -1,15 +1,15 @@
-"""Endpoints: the deployments a :class:`~semisched.Scheduler` can send to.
+"""Endpoints: the deployments a [`Scheduler`][semisched.Scheduler] can send to.
 
 A production client rarely has one endpoint: several deployments of a model
 (regions, Azure deployments, keys with their own limits, a self-hosted vLLM
-beside a hosted API). :class:`Endpoint` names one of them: its client, the
+beside a hosted API). `Endpoint` names one of them: its client, the
 deployment name of each logical model it serves, and its own limits.
 ``Scheduler(endpoints=[...])`` routes every send to one of them (the core's
-routing layer, :mod:`semisched.core.fleet.routing`); ``Scheduler(client)`` is the
+routing layer, `semisched.core.fleet.routing`); ``Scheduler(client)`` is the
 one-endpoint case of the same code.
 
-:class:`Deployments` is the runtime's side of a fleet: one
-:class:`~semisched.runtime.provider.Provider` per endpoint, the call arguments every
+`Deployments` is the runtime's side of a fleet: one
+`Provider` per endpoint, the call arguments every
 endpoint accepts, and the check that some endpoint serves a call's model.
 
 What this module is not: it chooses no endpoint (the core does) and reads no
@@ -39,13 +39,13 @@ __all__ = [
 ]
 
 #: The core's per-endpoint settings an endpoint passes on unchanged
-#: (:class:`~semisched.core.fleet.endpoint.EndpointSpec`'s fields but its name, models and budget).
+#: (`EndpointSpec`'s fields but its name, models and budget).
 _SPEC_OPTIONS: Final = tuple(
     f.name for f in fields(EndpointSpec) if f.name not in ("name", "models", "budget")
 )
-#: Its own limits (:class:`~semisched.core.config.BudgetConfig`'s fields an endpoint sets).
+#: Its own limits ([`BudgetConfig`][semisched.core.config.BudgetConfig]'s fields an endpoint sets).
 _LIMITS: Final = ("rpm", "tpm")
-#: Every keyword option of :class:`Endpoint` (and of a fleet file's ``[[endpoint]]``
+#: Every keyword option of `Endpoint` (and of a fleet file's ``[[endpoint]]``
 #: table), in order: the one list of an endpoint's settings.
 ENDPOINT_OPTIONS: Final = ("model_map", *_LIMITS, "learn_limits", *_SPEC_OPTIONS)
 
@@ -74,7 +74,7 @@ def endpoint_spec(
     in_file: bool = False,
     **spec_options: Any,
 ) -> EndpointSpec:
-    """What the core knows of an endpoint: its options (:data:`ENDPOINT_OPTIONS`), checked.
+    """What the core knows of an endpoint: its options (`ENDPOINT_OPTIONS`), checked.
 
     A budget is kept when it has ``rpm`` or ``tpm``, or ``learn_limits``; with
     ``learn_limits`` it adopts the limits the endpoint's ``x-ratelimit-*`` headers
@@ -128,7 +128,7 @@ class Endpoint:
             minute or whose limits a fleet budget already keeps.
             ``Scheduler(client)``'s one endpoint does not learn: there
             ``config.budget`` governs, as before.
-        **options: Its settings (:data:`ENDPOINT_OPTIONS`):
+        **options: Its settings (`ENDPOINT_OPTIONS`):
 
             - ``model_map``: logical model -> this deployment's model name (an
               Azure deployment name, a vLLM served name). With a map the
@@ -136,12 +136,12 @@ class Endpoint:
               model under its own name.
             - ``rpm``, ``tpm``: its own requests- and tokens-per-minute limits
               (a key or deployment limit).
-            - the core's :class:`~semisched.core.fleet.endpoint.EndpointSpec` fields:
+            - the core's `EndpointSpec` fields:
               ``max_concurrency`` (most requests in flight here at once),
               ``weight`` (relative share for weighted routing), ``pool``
               (``"short"`` or ``"long"`` under ``token_budget`` routing;
               ``None`` serves both), ``context_tokens`` (largest prompt plus
-              output it serves), ``price`` (what it bills: a :class:`~semisched.Price`
+              output it serves), ``price`` (what it bills: a [`Price`][semisched.Price]
               for every model, or a mapping of model -> price with ``"*"`` for the
               others; the ``cost`` routing policy and the spend statistics read it).
 
@@ -184,11 +184,11 @@ class Endpoint:
 
 
 class Deployments:
-    """The runtime's fleet: a :class:`Provider` per endpoint, by name.
+    """The runtime's fleet: a `Provider` per endpoint, by name.
 
     Raises:
         ValueError: No endpoints, or two with one name.
-        TypeError: An item that is not an :class:`Endpoint`.
+        TypeError: An item that is not an `Endpoint`.
     """
 
     def __init__(self, endpoints: Iterable[Endpoint]) -> None:
@@ -264,7 +264,7 @@ class Deployments:
     @property
     def allowed_params(self) -> Mapping[str, frozenset[str] | None]:
         """Per API, the argument names every endpoint accepts (``None``: any); an API
-        some endpoint lacks is left out (:func:`semisched.runtime.calls.prepare_call`'s shape)."""
+        some endpoint lacks is left out (`semisched.runtime.calls.prepare_call`'s shape)."""
         if self._allowed is None:
             self._allowed = self._allowed_params()
         return self._allowed

@@ -1,53 +1,57 @@
 """Fleet files: the endpoints a scheduler sends to, described once for the batch CLI and the SDK.
 
-A fleet file is TOML (read with :mod:`tomllib`)::
+A fleet file is TOML (read with `tomllib`):
 
-    routing = "anticipated_load"        # optional: a RoutingConfig.policy name
+```toml
+routing = "anticipated_load"        # optional: a RoutingConfig.policy name
 
-    [routing_options]                   # optional: other RoutingConfig fields, by name
-    short_pool_tokens = 4096
+[routing_options]                   # optional: other RoutingConfig fields, by name
+short_pool_tokens = 4096
 
-    [[endpoint]]
-    name = "east"                       # required, unique
-    base_url = "http://127.0.0.1:8000/east/v1"   # required: http(s)://host[:port][/path]
-    key_env = "EAST_KEY"                # optional: the variable holding its API key
-    model_map = { "gpt-4o-mini" = "east-deployment" }   # optional: logical -> deployed
-    rpm = 500                           # optional: also tpm, max_concurrency, weight,
-                                        # pool ("short"/"long"), context_tokens,
-                                        # learn_limits (true: adopt x-ratelimit-* headers)
-    price = { input = 0.15, output = 0.60, cached_input = 0.075 }  # optional: US dollars
-                                        # per million tokens (also batch_discount, 0.5 by
-                                        # default); or a table of model -> such a table
+[[endpoint]]
+name = "east"                       # required, unique
+base_url = "http://127.0.0.1:8000/east/v1"   # required: http(s)://host[:port][/path]
+key_env = "EAST_KEY"                # optional: the variable holding its API key
+model_map = { "gpt-4o-mini" = "east-deployment" }   # optional: logical -> deployed
+rpm = 500                           # optional: also tpm, max_concurrency, weight,
+                                    # pool ("short"/"long"), context_tokens,
+                                    # learn_limits (true: adopt x-ratelimit-* headers)
+price = { input = 0.15, output = 0.60, cached_input = 0.075 }  # optional: US dollars
+                                    # per million tokens (also batch_discount, 0.5 by
+                                    # default); or a table of model -> such a table
+```
 
-:func:`load_fleet` reads and validates it into a :class:`FleetFile` (a tuple
-of :class:`EndpointDef` and an optional
-:class:`~semisched.core.config.RoutingConfig`); :func:`parse_endpoint_option`
+`load_fleet` reads and validates it into a `FleetFile` (a tuple
+of `EndpointDef` and an optional
+[`RoutingConfig`][semisched.core.config.RoutingConfig]); `parse_endpoint_option`
 reads the CLI's short form ``NAME=URL[,key-env=VAR][,rpm=N]...``; and
-:func:`build_endpoints` turns definitions into
-:class:`semisched.fleet.endpoints.Endpoint` objects, reading each API key from the
-environment::
+`build_endpoints` turns definitions into
+`semisched.fleet.endpoints.Endpoint` objects, reading each API key from the
+environment:
 
-    fleet = load_fleet("fleet.toml")
-    scheduler = Scheduler(endpoints=build_endpoints(fleet.endpoints), routing=fleet.routing)
+```python
+fleet = load_fleet("fleet.toml")
+scheduler = Scheduler(endpoints=build_endpoints(fleet.endpoints), routing=fleet.routing)
+```
 
 Rules:
 
-1. Bad input is one exception type, :class:`FleetFileError` (a ``ValueError``),
+1. Bad input is one exception type, `FleetFileError` (a ``ValueError``),
    raised before anything is sent, naming the culprit: the file, the endpoint
    and the field (``fleet.toml: endpoint 'east': rpm=0 must be an int >= 1``).
    Unknown fields are errors at every level: a typo never silently means the
    default.
 2. Values are checked by the same rules as the SDK's own objects
-   (:class:`~semisched.core.fleet.endpoint.EndpointSpec`,
-   :class:`~semisched.core.config.BudgetConfig`,
-   :class:`~semisched.core.config.RoutingConfig`): one mistake, one message.
+   (`EndpointSpec`,
+   [`BudgetConfig`][semisched.core.config.BudgetConfig],
+   [`RoutingConfig`][semisched.core.config.RoutingConfig]): one mistake, one message.
 3. Keys never sit in a file or on a command line: only the *name* of the
-   variable that holds one. Only :func:`build_endpoints` reads the
+   variable that holds one. Only `build_endpoints` reads the
    environment, and no message ever contains a key's value.
 
 What this module is not: it sends nothing and chooses no endpoint (the
 core's routing layer does). The mock provider's own fleet file
-(``python -m mockprovider --fleet``, :mod:`mockprovider.fleet`) describes
+(``python -m mockprovider --fleet``, `mockprovider.fleet`) describes
 servers, not clients, and has its own schema.
 """
 
@@ -88,11 +92,11 @@ __all__ = [
 ]
 
 #: Keys of an ``[[endpoint]]`` table: its name, URL and key variable, then
-#: :class:`~semisched.Endpoint`'s options (:data:`semisched.fleet.endpoints.ENDPOINT_OPTIONS`).
+#: [`Endpoint`][semisched.Endpoint]'s options (`semisched.fleet.endpoints.ENDPOINT_OPTIONS`).
 ENDPOINT_FIELDS: Final = ("name", "base_url", "key_env", *ENDPOINT_OPTIONS)
 #: Top-level keys of a fleet file.
 FLEET_FIELDS: Final = ("routing", "routing_options", "endpoint")
-#: Keys of ``[routing_options]``: every :class:`RoutingConfig` field but ``policy``.
+#: Keys of ``[routing_options]``: every `RoutingConfig` field but ``policy``.
 ROUTING_OPTION_FIELDS: Final = tuple(f.name for f in fields(RoutingConfig) if f.name != "policy")
 
 #: ``parse_endpoint_option`` keys after ``NAME=URL``, and the field and type each sets:
@@ -127,15 +131,15 @@ class EndpointDef:
         base_url: The OpenAI-compatible base URL (``http(s)://host[:port]/.../v1``).
         key_env: The environment variable holding its API key; ``None``: the
             caller's default (the batch CLI's ``--api-key-env``).
-        **options: :class:`~semisched.Endpoint`'s options
-            (:data:`~semisched.fleet.endpoints.ENDPOINT_OPTIONS`: ``model_map``,
+        **options: [`Endpoint`][semisched.Endpoint]'s options
+            (`ENDPOINT_OPTIONS`: ``model_map``,
             ``rpm``, ``tpm``, ``max_concurrency``, ``weight``, ``pool``,
             ``context_tokens``), each readable as an attribute (``None`` or its
             default when not given).
 
     Raises:
         ValueError: A bad value, naming the field (the same checks as
-            :class:`~semisched.Endpoint`).
+            [`Endpoint`][semisched.Endpoint]).
         TypeError: An unknown option.
     """
 
@@ -194,12 +198,12 @@ class EndpointDef:
         )
 
     def spec(self) -> EndpointSpec:
-        """What the core will know of this endpoint (as :class:`~semisched.Endpoint`
+        """What the core will know of this endpoint (as [`Endpoint`][semisched.Endpoint]
         builds it: a budget that also adopts the limits its headers advertise)."""
         return endpoint_spec(self.name, **self.options)
 
     def endpoint(self, client: Any) -> Endpoint:
-        """The :class:`~semisched.Endpoint` this describes, sending through ``client``."""
+        """The [`Endpoint`][semisched.Endpoint] this describes, sending through ``client``."""
         return Endpoint(self.name, client, **self.options)
 
 
@@ -209,7 +213,7 @@ _SCALARS: Final = ENDPOINT_OPTIONS[1:]
 
 
 def check_unique(defs: Iterable[EndpointDef], where: str = "fleet") -> None:
-    """Raise :class:`FleetFileError` on two endpoints with one name (``where`` prefixes it)."""
+    """Raise `FleetFileError` on two endpoints with one name (``where`` prefixes it)."""
     seen: set[str] = set()
     for d in defs:
         if d.name in seen:
@@ -298,7 +302,7 @@ def _routing(where: str, data: dict[str, Any]) -> RoutingConfig | None:
 
 
 def fleet_from_dict(data: Mapping[str, Any], *, where: str = "fleet") -> FleetFile:
-    """A :class:`FleetFile` from parsed TOML (``where`` names the source in messages).
+    """A `FleetFile` from parsed TOML (``where`` names the source in messages).
 
     Raises:
         FleetFileError: Rule 1.
@@ -420,14 +424,14 @@ def build_endpoints(
     a key's value).
 
     Args:
-        defs: The endpoint definitions (a :class:`FleetFile`'s ``endpoints``).
+        defs: The endpoint definitions (a `FleetFile`'s ``endpoints``).
         default_key_env: The variable of endpoints without their own ``key_env``.
         make_client: ``make_client(base_url, api_key)`` -> an OpenAI-compatible
-            async client (default: :func:`openai_client`).
+            async client (default: `openai_client`).
         environ: Where keys are read (default ``os.environ``).
 
     Returns:
-        One :class:`~semisched.Endpoint` per definition, in order.
+        One [`Endpoint`][semisched.Endpoint] per definition, in order.
 
     Raises:
         FleetFileError: No definitions, duplicate names, or a key variable

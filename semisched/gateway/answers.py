@@ -42,12 +42,12 @@ caller's: it is a 502 ``upstream_auth_failed``, and the upstream's body (which
 may quote a masked form of that key) is never passed on. A 2xx answer that is
 not a JSON object counts as the upstream's 502, retried like one. A stream that
 fails mid-way ends with an ``error`` event carrying the same code as the table's
-answer would (:func:`stream_error`), then ``[DONE]``.
+answer would (`stream_error`), then ``[DONE]``.
 
-Refusals before anything is sent (:class:`~semisched.gateway.hints.BadRequest`,
-from :mod:`~semisched.gateway.hints` and :mod:`~semisched.gateway.params`) are
-answered by :func:`refused`; Starlette's own 404 and 405 (and any failure of a
-route it serves) by :data:`EXCEPTION_HANDLERS`, so no route answers plain text.
+Refusals before anything is sent (`BadRequest`,
+from `hints` and `params`) are
+answered by `refused`; Starlette's own 404 and 405 (and any failure of a
+route it serves) by `EXCEPTION_HANDLERS`, so no route answers plain text.
 
 A rejection's message is the decision's explanation (the overload rule's
 sentence, with its severity). ``Retry-After`` is whole seconds, at least 1.
@@ -87,7 +87,7 @@ from semisched.gateway.hints import BadRequest
 __all__ = ["EXCEPTION_HANDLERS", "deadline_shed", "error_body", "error_response",
            "outcome_response", "refused", "retry_after", "stream_error"]  # fmt: skip
 
-#: The longest error message answered, in characters (:func:`error_body`).
+#: The longest error message answered, in characters (`error_body`).
 MAX_MESSAGE_CHARS: Final = 1000
 
 #: Upstream headers an error answer passes on (rate-limit hints; never anything else).
@@ -95,7 +95,7 @@ _PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id")
 
 
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
-    """OpenAI's error shape as JSON bytes; a message is cut at :data:`MAX_MESSAGE_CHARS`
+    """OpenAI's error shape as JSON bytes; a message is cut at `MAX_MESSAGE_CHARS`
     (values are quoted short where they are named; this is the last line of defence)."""
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[:MAX_MESSAGE_CHARS] + "..."
@@ -239,7 +239,7 @@ def outcome_response(error: RequestError, *, drain_retry_after_s: float) -> Resp
 def deadline_shed(deadline: str, retry_after_s: float) -> Response:
     """429 for a request shed at a deadline the gateway gave it (``deadline``: which,
     e.g. ``the class 'batch''s deadline_s=30``) while it was still queued: never sent,
-    it may be sent again later (:mod:`semisched.gateway.priority`, rule 4)."""
+    it may be sent again later (`semisched.gateway.priority`, rule 4)."""
     return error_response(429, f"shed: the request was still queued when {deadline} passed "
                           "(it was not sent); try again later, or give it a deadline of its "
                           "own (x-semisched-deadline)", "rate_limit_error", "deadline_shed",

@@ -1,7 +1,7 @@
-"""The gateway's ASGI app: OpenAI's routes in front of a :class:`~semisched.Scheduler`.
+"""The gateway's ASGI app: OpenAI's routes in front of a [`Scheduler`][semisched.Scheduler].
 
 ``Gateway(config).app()`` is an ASGI app (serve it with uvicorn:
-:mod:`semisched.gateway.server`): the scheduled routes' POSTs go straight to
+`semisched.gateway.server`): the scheduled routes' POSTs go straight to
 their handlers, everything else through Starlette. Its routes:
 
 =================================  ==========================================================
@@ -18,24 +18,24 @@ route                              what
 ``GET /semisched/status``          queues by tenant and class, endpoints, budgets, circuits
 =================================  ==========================================================
 
-The scheduled routes are built from :data:`~semisched.runtime.apis.APIS`, one
-:class:`~semisched.gateway.routes.ApiRoute` per API at its path, and serve every
+The scheduled routes are built from `APIS`, one
+`ApiRoute` per API at its path, and serve every
 API alike: key → tenant (401 without one), body and hints
-(:mod:`semisched.gateway.hints`: 400/403), its class and deadline
-(:mod:`semisched.gateway.priority`: an integer ``priority``, ``service_tier``,
+(`semisched.gateway.hints`: 400/403), its class and deadline
+(`semisched.gateway.priority`: an integer ``priority``, ``service_tier``,
 the key's class, the class's and tenant's ``deadline_s``), the body's fields,
-model and service tier (:mod:`semisched.gateway.params`: 400/403/404; nothing
+model and service tier (`semisched.gateway.params`: 400/403/404; nothing
 is sent for a refused request), ``Scheduler.submit`` with the API, tenant, class,
 deadline and prior, then the upstream's answer as it came, or the outcome's
-answer (:mod:`semisched.gateway.answers`; a request shed at a deadline the
+answer (`semisched.gateway.answers`; a request shed at a deadline the
 gateway gave it while still queued: 429 ``deadline_shed``). The client's
 disconnect cancels the submit (a queued request is never sent; one in flight
 is aborted, its upstream connection closed); so does a drain for what is
-still queued (:meth:`Gateway.drain`, on SIGTERM), which answers 503.
+still queued (`Gateway.drain`, on SIGTERM), which answers 503.
 
 What this module is not: it schedules nothing (the runtime and the core do),
-parses no config (:mod:`semisched.gateway.config`), runs no server and handles
-no scheduled request itself (:mod:`semisched.gateway.routes`).
+parses no config (`semisched.gateway.config`), runs no server and handles
+no scheduled request itself (`semisched.gateway.routes`).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Gateway:
 
     Args:
         config: The checked configuration.
-        environ: Where upstream keys are read (default ``os.environ``), at :meth:`start`.
+        environ: Where upstream keys are read (default ``os.environ``), at `start`.
     """
 
     def __init__(self, config: GatewayConfig, *, environ: Mapping[str, str] | None = None) -> None:
@@ -180,7 +180,7 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The ASGI lifespan: :meth:`start` on startup, :meth:`stop` on shutdown."""
+        """The ASGI lifespan: `start` on startup, `stop` on shutdown."""
         await self.start()
         try:
             yield
@@ -194,8 +194,8 @@ class Gateway:
     def app(self) -> ASGIApp:
         """The ASGI app serving the module's routes.
 
-        The scheduled routes, one :class:`~semisched.gateway.routes.ApiRoute` per entry
-        of :data:`~semisched.runtime.apis.APIS` at its path, are answered before
+        The scheduled routes, one `ApiRoute` per entry
+        of `APIS` at its path, are answered before
         Starlette's middleware and router (they are what a gateway serves at load; the
         rest is Starlette's, which also answers their other methods: 405).
         """
@@ -218,7 +218,7 @@ class Gateway:
         app.router.redirect_slashes = False
         return _Front(app, scheduled)
 
-    # -- the scheduled routes' shared parts (:mod:`semisched.gateway.routes`) ------------
+    # -- the scheduled routes' shared parts (`semisched.gateway.routes`) ------------
 
     def count(self, route: str, response: Response) -> Response:
         """Count an answer of ``route`` (``semisched_gateway_responses_total``)."""
@@ -292,7 +292,7 @@ class Gateway:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def status(self, request: Request) -> Response:
-        """``GET /semisched/status``: :func:`semisched.gateway.status.status_document`."""
+        """``GET /semisched/status``: `semisched.gateway.status.status_document`."""
         if self.scheduler is None:
             return JSONResponse({"serving": False}, 503)
         document = status_document(self.scheduler.statistics(), self.tracker.table(),

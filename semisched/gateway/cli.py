@@ -2,7 +2,7 @@
 
 Three ways to say where requests go:
 
-- ``--config FILE``: a gateway file (:mod:`semisched.gateway.config`);
+- ``--config FILE``: a gateway file (`semisched.gateway.config`);
 - ``--upstream URL``: one OpenAI-compatible upstream, with ``--rpm``/``--tpm``,
   ``--key TENANT=SHA256`` (or ``--no-auth``) and ``--upstream-key-env VAR``;
 - ``--demo``: an in-process mock provider and two demo keys.
@@ -10,7 +10,7 @@ Three ways to say where requests go:
 Flags override the file's ``[gateway]`` values. A configuration error exits
 with status 2 and one line naming the culprit (never a key's value).
 
-What this module is not: it serves nothing itself (:mod:`semisched.gateway.server`).
+What this module is not: it serves nothing itself (`semisched.gateway.server`).
 """
 
 from __future__ import annotations

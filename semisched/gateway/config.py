@@ -1,64 +1,66 @@
 """The gateway's configuration: a TOML file, flags for the simple case, one checked value.
 
-A gateway file is a fleet file (:mod:`semisched.fleet.fleetfile`: ``routing``,
+A gateway file is a fleet file (`semisched.fleet.fleetfile`: ``routing``,
 ``[routing_options]``, ``[[endpoint]]`` tables, each endpoint's upstream key
-named by ``key_env``) with the gateway's own tables beside it::
+named by ``key_env``) with the gateway's own tables beside it:
 
-    routing = "least_outstanding"          # top-level keys first (TOML)
+```toml
+routing = "least_outstanding"          # top-level keys first (TOML)
 
-    [gateway]
-    port = 8080
-    max_inflight = 64                      # sends in flight at once, all upstreams
-    grace_s = 30                           # SIGTERM: how long in-flight calls may finish
-    # state = "redis://127.0.0.1:6379/0"   # share budgets and health across replicas
-    # max_body_bytes = 16777216            # what a client may send: the limits' defaults
-    # max_connections = 10240              # (semisched.gateway.limits)
+[gateway]
+port = 8080
+max_inflight = 64                      # sends in flight at once, all upstreams
+grace_s = 30                           # SIGTERM: how long in-flight calls may finish
+# state = "redis://127.0.0.1:6379/0"   # share budgets and health across replicas
+# max_body_bytes = 16777216            # what a client may send: the limits' defaults
+# max_connections = 10240              # (semisched.gateway.limits)
 
-    [budget]                               # the fleet's shared limits
-    rpm = 500
-    tpm = 200000
+[budget]                               # the fleet's shared limits
+rpm = 500
+tpm = 200000
 
-    [tenants]
-    policy = "fair_share"
+[tenants]
+policy = "fair_share"
 
-    [[tenant]]
-    name = "web"
-    weight = 3
-    service = "guaranteed"
-    key_sha256 = ["<sha256 of a gateway key>"]
+[[tenant]]
+name = "web"
+weight = 3
+service = "guaranteed"
+key_sha256 = ["<sha256 of a gateway key>"]
 
-    [[endpoint]]
-    name = "openai"
-    base_url = "https://api.openai.com/v1"
-    key_env = "OPENAI_API_KEY"
+[[endpoint]]
+name = "openai"
+base_url = "https://api.openai.com/v1"
+key_env = "OPENAI_API_KEY"
 
-    [[spend_cap]]                          # optional: US dollars per hour, day or month,
-    usd = 50                               # at the endpoints' prices ([[endpoint]] price)
-    per = "day"
-    # tenant = "web"                       # one tenant's; without: every request's
+[[spend_cap]]                          # optional: US dollars per hour, day or month,
+usd = 50                               # at the endpoints' prices ([[endpoint]] price)
+per = "day"
+# tenant = "web"                       # one tenant's; without: every request's
 
-    [[class]]                              # optional: replace the preset's classes
-    name = "interactive"
-    interactive = true
-    [[class]]
-    name = "batch"
-    tier = 1                               # served after tier 0 ...
-    min_share = 0.1                        # ... but never starved below a tenth
-    deadline_s = 120                       # not sent within 120 s: 429 deadline_shed
+[[class]]                              # optional: replace the preset's classes
+name = "interactive"
+interactive = true
+[[class]]
+name = "batch"
+tier = 1                               # served after tier 0 ...
+min_share = 0.1                        # ... but never starved below a tenth
+deadline_s = 120                       # not sent within 120 s: 429 deadline_shed
 
-    [priority]                             # optional: an integer priority, service_tier
-    levels = [[0, "interactive"], [100, "batch"]]
-    above = "batch"
-    service_tier = { priority = "interactive", flex = "batch" }
+[priority]                             # optional: an integer priority, service_tier
+levels = [[0, "interactive"], [100, "batch"]]
+above = "batch"
+service_tier = { priority = "interactive", flex = "batch" }
+```
 
 Rules:
 
 1. Unknown tables and fields are errors naming the file and the field; a
-   ``[[tenant]]`` takes :class:`~semisched.core.tenants.config.TenantSpec`'s
+   ``[[tenant]]`` takes [`TenantSpec`][semisched.core.tenants.config.TenantSpec]'s
    fields (``default_class`` included: the class of its requests that name
    none) plus ``key_sha256`` (a hash or a list of hashes), ``service_tiers``
    (the OpenAI ``service_tier`` values beyond ``auto``/``default`` its keys may
-   send, e.g. ``["priority"]``; default none: :mod:`semisched.gateway.params`),
+   send, e.g. ``["priority"]``; default none: `semisched.gateway.params`),
    ``key_classes`` (``{key hash: class}`` for one key's requests that name no
    class) and ``deadline_s`` (its requests' deadline when they name none).
 2. The file holds hashes of gateway keys, never keys; a value that is not 64
@@ -69,15 +71,15 @@ Rules:
    one-endpoint fleet instead of a file (not both). ``--key TENANT=SHA256``
    adds a key (and the tenant, with weight 1, when the file has none of that name).
 5. Upstream keys are read from the environment when the gateway starts
-   (:func:`semisched.fleet.fleetfile.build_endpoints`), never stored here.
-6. ``[[class]]`` tables (:class:`~semisched.core.config.ClassSpec`'s fields and
+   (`semisched.fleet.fleetfile.build_endpoints`), never stored here.
+6. ``[[class]]`` tables ([`ClassSpec`][semisched.core.config.ClassSpec]'s fields and
    ``deadline_s``) replace the preset's classes; ``[priority]`` maps an integer
    ``priority`` (``levels``, ``above``) and ``service_tier`` to classes
-   (:mod:`semisched.gateway.priority_config`). Every class named anywhere (a
+   (`semisched.gateway.priority_config`). Every class named anywhere (a
    tenant's ``default_class`` included) must be declared: by ``[[class]]``,
    else by the preset (``interactive`` and ``batch``). A value the core refuses
    (a weight, the ``min_share`` adding up to 1 or more) is an error naming the
-   file. How they apply to a request: :mod:`semisched.gateway.priority`.
+   file. How they apply to a request: `semisched.gateway.priority`.
 
 What this module is not: it opens no socket and reads no upstream key.
 """
@@ -142,7 +144,7 @@ class GatewayConfig:
         max_pending: Requests held at once (queued or in flight); beyond: 429.
         budget: The fleet's shared RPM/TPM budget, or ``None``.
         spend_caps: ``[[spend_cap]]`` tables: US dollars per calendar hour, day or month,
-            for a tenant or every request (:class:`~semisched.SpendCap`); a request that
+            for a tenant or every request ([`SpendCap`][semisched.SpendCap]); a request that
             would pass one is answered 429 ``spend_cap_exceeded``.
         state: A Redis URL shared by the replicas, or ``None`` (in-process).
         namespace: The state's key namespace.
@@ -388,7 +390,7 @@ def _service_tiers(where: str, data: dict[str, Any]) -> dict[str, tuple[str, ...
 def config_from_dict(
     data: Mapping[str, Any], *, where: str = "gateway", **overrides: Any
 ) -> GatewayConfig:
-    """A :class:`GatewayConfig` from parsed TOML; ``overrides`` replace ``[gateway]`` values.
+    """A `GatewayConfig` from parsed TOML; ``overrides`` replace ``[gateway]`` values.
 
     Raises:
         GatewayConfigError: Rules 1-3, naming ``where`` and the field.
@@ -452,7 +454,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_config(path: str | os.PathLike[str], **overrides: Any) -> GatewayConfig:
-    """Read and check the gateway file at ``path`` (:func:`config_from_dict`).
+    """Read and check the gateway file at ``path`` (`config_from_dict`).
 
     Raises:
         GatewayConfigError: Unreadable, not TOML, or breaking the module rules.

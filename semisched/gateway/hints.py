@@ -16,7 +16,7 @@ The answer says which body fields were stripped (rule 3) in
 
 Rules:
 
-1. The tenant is the key's (:mod:`semisched.gateway.keys`). A header or a
+1. The tenant is the key's (`semisched.gateway.keys`). A header or a
    body's ``metadata.tenant`` naming another tenant is refused (403): a
    header cannot make someone else pay.
 2. The body's ``priority``, when it is a string naming a class, is the class
@@ -24,23 +24,23 @@ Rules:
    except on the Responses API, whose own field it is (forwarded as given, its
    ``tenant`` checked by rule 1 all the same). An integer ``priority``,
    ``service_tier`` and the key's or tenant's class are read after these
-   (:mod:`semisched.gateway.priority`).
-3. Only OpenAI's own fields of the route's API are forwarded (:data:`API_FIELDS`,
-   one table per scheduled API: :data:`CHAT_FIELDS`, :data:`COMPLETION_FIELDS`,
-   :data:`RESPONSES_FIELDS`, :data:`EMBEDDING_FIELDS`); every other field is
+   (`semisched.gateway.priority`).
+3. Only OpenAI's own fields of the route's API are forwarded (`API_FIELDS`,
+   one table per scheduled API: `CHAT_FIELDS`, `COMPLETION_FIELDS`,
+   `RESPONSES_FIELDS`, `EMBEDDING_FIELDS`); every other field is
    stripped, so the upstream never sees a field it would refuse. The stripped names are
    reported to the caller in the ``x-semisched-stripped`` response header,
    decided with the hints (before anything is sent): at most
-   :data:`MAX_STRIPPED_NAMES` names of ``[A-Za-z0-9_.-]`` (up to 64 each) in
-   :data:`MAX_STRIPPED_BYTES` bytes, then ``+N more`` counting the rest
+   `MAX_STRIPPED_NAMES` names of ``[A-Za-z0-9_.-]`` (up to 64 each) in
+   `MAX_STRIPPED_BYTES` bytes, then ``+N more`` counting the rest
    (other names included), so the header is always short, ASCII and valid.
 4. ``Authorization`` and each ``x-semisched-*`` header may be given once
-   (:func:`request_headers`): two of them are a 400 ``duplicate_header``,
+   (`request_headers`): two of them are a 400 ``duplicate_header``,
    never the last one winning silently.
 
 What this module is not: it validates no OpenAI field's value
-(:mod:`semisched.gateway.params` does) and answers nothing
-(:mod:`semisched.gateway.answers`).
+(`semisched.gateway.params` does) and answers nothing
+(`semisched.gateway.answers`).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ RESPONSES_FIELDS: Final = frozenset({
 #: The request fields of OpenAI's ``POST /v1/embeddings`` the gateway forwards.
 EMBEDDING_FIELDS: Final = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
 #: Each scheduled API's forwarded fields, by its name in
-#: :data:`~semisched.runtime.apis.APIS` (the route's table, rule 3).
+#: `APIS` (the route's table, rule 3).
 API_FIELDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
     "chat": CHAT_FIELDS, "completions": COMPLETION_FIELDS, "responses": RESPONSES_FIELDS,
     "embeddings": EMBEDDING_FIELDS,
@@ -125,7 +125,7 @@ API_FIELDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 class BadRequest(ValueError):
     """A request the gateway refuses before sending anything (the caller's input).
 
-    Answered in OpenAI's error shape by :func:`semisched.gateway.answers.refused`.
+    Answered in OpenAI's error shape by `semisched.gateway.answers.refused`.
 
     Attributes:
         status: The HTTP status it is answered with (400, 403, 404).
@@ -263,7 +263,7 @@ def read_hints(
         headers: The request's headers (lower-case names, as Starlette gives them).
         body: The parsed JSON body; non-OpenAI fields are removed from it.
         tenant: The tenant of the caller's key.
-        allowed: The route's forwarded fields (its table in :data:`API_FIELDS`).
+        allowed: The route's forwarded fields (its table in `API_FIELDS`).
         classes: The configured class names.
 
     Raises:

@@ -1,13 +1,13 @@
 """Gateway keys: which tenant a caller's ``Authorization: Bearer KEY`` belongs to.
 
 The gateway's configuration holds SHA-256 hashes of its keys, never the keys
-(``printf %s "$KEY" | sha256sum`` makes one; :func:`key_hash` is the same in
+(``printf %s "$KEY" | sha256sum`` makes one; `key_hash` is the same in
 Python). A presented key is hashed and compared against every stored hash with
-:func:`hmac.compare_digest`, all of them, so neither the comparison nor the
+`hmac.compare_digest`, all of them, so neither the comparison nor the
 number of comparisons depends on how much of a hash matched or where it is.
 
 What this module is not: it answers no request (a missing or unknown key is a
-401 in :mod:`semisched.gateway.answers`) and reads no file.
+401 in `semisched.gateway.answers`) and reads no file.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The gateway is a hostile-input boundary: a client must not be able to hold its
 memory, its sockets or its CPU with a request it never finishes or one no
 provider would take. Each limit is a ``[gateway]`` key of
-:class:`~semisched.gateway.config.GatewayConfig` (defaults and why there), and
+`GatewayConfig` (defaults and why there), and
 each is answered in OpenAI's error shape with ``connection: close``:
 
 ========================  ==========================================  ======================
@@ -20,9 +20,9 @@ each is answered in OpenAI's error shape with ``connection: close``:
 
 Rules:
 
-1. Connections, headers and timeouts are enforced by :class:`LimitedProtocol`,
+1. Connections, headers and timeouts are enforced by `LimitedProtocol`,
    uvicorn's httptools protocol with timers armed and counters kept around the
-   parser (:func:`protocol_for`); nothing reaches the app until the whole
+   parser (`protocol_for`); nothing reaches the app until the whole
    header block arrived within ``header_timeout_s`` and ``max_header_bytes``.
 2. A header timer runs from the connection's accept (the first request) or
    from the first byte of a later request's header block left incomplete by a
@@ -36,17 +36,17 @@ Rules:
 4. The header size counts the bytes of the reads while a header block is
    incomplete (so a header that never ends is cut off within one read of the
    limit), and exactly (request target and header fields) once it is complete.
-5. The body's size and nesting are checked by the app (:func:`read_body`,
-   :func:`parse_json`): a declared ``Content-Length`` over the limit is refused
+5. The body's size and nesting are checked by the app (`read_body`,
+   `parse_json`): a declared ``Content-Length`` over the limit is refused
    before a byte of the body is read; a chunked body is counted as it arrives
    and refused when it passes the limit. Nesting is measured only when the
    body holds more brackets than the limit (never on the common request), and
    a body too deep for Python's parser is refused the same way, never a
    ``RecursionError``.
 6. An error quotes at most a short prefix of what the client sent
-   (:func:`semisched.core.checks.short_repr`).
+   (`semisched.core.checks.short_repr`).
 
-What this module is not: it parses no config (:mod:`semisched.gateway.config`)
+What this module is not: it parses no config (`semisched.gateway.config`)
 and schedules nothing; the HTTP parsing itself is uvicorn's and httptools'.
 """
 
@@ -179,11 +179,11 @@ def raw_answer(status: int, message: str, code: str, *, retry_after: bool = Fals
 class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the connection's limits (rules 1-4).
 
-    Made for a config by :func:`protocol_for`; uvicorn makes one per connection.
+    Made for a config by `protocol_for`; uvicorn makes one per connection.
     """
 
     gateway: ClassVar[GatewayConfig]
-    #: Each is told a refusal's reason (a metric); :func:`protocol_for` sets them.
+    #: Each is told a refusal's reason (a metric); `protocol_for` sets them.
     counters: ClassVar[tuple[Callable[[str], None], ...]] = ()
 
     _answered = False  # a limit answered; the connection is closing
@@ -300,7 +300,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def _refuse(self, answer: bytes | None, reason: str) -> None:
         """Write ``answer`` (if any), end the app's request (a disconnect) and close;
-        ``reason`` is counted (:func:`protocol_for`'s ``refused``)."""
+        ``reason`` is counted (`protocol_for`'s ``refused``)."""
         self._answered = True
         for count in self.counters:
             count(reason)
@@ -323,7 +323,7 @@ class LimitedProtocol(HttpToolsProtocol):
 def protocol_for(
     config: GatewayConfig, refused: Callable[[str], None] | None = None
 ) -> type[LimitedProtocol]:
-    """:class:`LimitedProtocol` with ``config``'s limits, for ``uvicorn.Config(http=...)``;
+    """`LimitedProtocol` with ``config``'s limits, for ``uvicorn.Config(http=...)``;
     ``refused(reason)`` is called for each connection it refuses or cuts off
     (``too_many_connections``, ``headers_too_large``, ``header_timeout``,
     ``body_timeout``, ``invalid_http``)."""

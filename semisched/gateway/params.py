@@ -2,19 +2,19 @@
 
 A body the upstream would refuse, or that would cost what nobody meant to pay,
 is answered here, before ``Scheduler.submit``: nothing is queued, charged or
-sent. Every refusal is a :class:`BadRequest`, answered in OpenAI's error shape
-(:func:`semisched.gateway.answers.refused`) with ``param`` naming the field.
+sent. Every refusal is a `BadRequest`, answered in OpenAI's error shape
+(`semisched.gateway.answers.refused`) with ``param`` naming the field.
 
 Rules:
 
-1. The body is UTF-8 JSON holding one object (:func:`parse_body`). ``NaN``,
+1. The body is UTF-8 JSON holding one object (`parse_body`). ``NaN``,
    ``Infinity`` and numbers too large for a double are refused (the upstream
    would get invalid JSON or ``inf``), and so is a key given twice in one
    object (which value was meant is not ours to guess): 400 ``invalid_json``.
-   Its nesting is :func:`semisched.gateway.limits.parse_json`'s rule and answer.
+   Its nesting is `semisched.gateway.limits.parse_json`'s rule and answer.
 2. Each forwarded OpenAI field is checked against its row of the route's
-   table (:data:`API_RULES`, one per scheduled API: :data:`CHAT_RULES`,
-   :data:`COMPLETION_RULES`, :data:`RESPONSES_RULES`, :data:`EMBEDDING_RULES`):
+   table (`API_RULES`, one per scheduled API: `CHAT_RULES`,
+   `COMPLETION_RULES`, `RESPONSES_RULES`, `EMBEDDING_RULES`):
    its type and the range OpenAI's API reference documents (``n`` 1-128,
    ``temperature`` 0-2, ``top_p`` 0-1, penalties -2..2, ``logit_bias`` values
    -100..100, ``stop`` at most 4 strings, ``top_logprobs`` 0-20, ``logprobs``
@@ -22,15 +22,15 @@ Rules:
    ``encoding_format`` ``float`` or ``base64`` and ``dimensions`` an integer
    >= 1 for embeddings). An output cap (``max_tokens``,
    ``max_completion_tokens``, ``max_output_tokens``) is an integer from 1 to
-   :data:`MAX_OUTPUT_TOKENS`. ``null`` is accepted where OpenAI accepts it
+   `MAX_OUTPUT_TOKENS`. ``null`` is accepted where OpenAI accepts it
    (every optional field but ``stream``). Fields that refer to earlier calls
    (``previous_response_id``, ``conversation``, ``store``) are checked for their
    type only and passed on unchanged. A bad field: 400 ``invalid_value``;
    ``model``, and the API's prompt field (``messages``, ``prompt`` or ``input``),
    missing: 400 ``missing_required_parameter``. ``stream`` other than ``false``
    on an API that never streams (embeddings): 400 ``invalid_value``
-   (:func:`refuse_stream`, before the field is stripped). The message quotes at
-   most :data:`QUOTE_CHARS` characters of the value.
+   (`refuse_stream`, before the field is stripped). The message quotes at
+   most `QUOTE_CHARS` characters of the value.
 3. When the configuration declares its models (``[gateway] models``, or a
    ``model_map`` on every endpoint), a model outside them is a 404
    ``model_not_found``. When it declares none (an endpoint serves any model),
@@ -41,7 +41,7 @@ Rules:
 
 What this module is not: it checks no field's value against a model's own
 limits (its context, which tools it takes: the upstream's 400), nothing the
-gateway strips (:mod:`semisched.gateway.hints`), nor headers, and it answers
+gateway strips (`semisched.gateway.hints`), nor headers, and it answers
 nothing itself.
 """
 
@@ -99,7 +99,7 @@ Check = Callable[[Any], str | None]
 
 
 class _Refused(ValueError):
-    """Raised inside the decoder's hooks; :func:`parse_body` turns it into a :class:`BadRequest`."""
+    """Raised inside the decoder's hooks; `parse_body` turns it into a `BadRequest`."""
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def parse_body(raw: bytes, max_depth: int) -> dict[str, Any]:
 
     Args:
         raw: The body's bytes (UTF-8, an optional byte-order mark ignored).
-        max_depth: ``max_json_depth``: deeper is :func:`~semisched.gateway.limits.parse_json`'s
+        max_depth: ``max_json_depth``: deeper is `parse_json`'s
             refusal (asked only then, so its rule and answer stay the one).
 
     Raises:
@@ -175,7 +175,7 @@ def parse_body(raw: bytes, max_depth: int) -> dict[str, Any]:
 
 
 def quote(value: object) -> str:
-    """``value`` for a message, as JSON shows it (:func:`~semisched.core.checks.short_repr`
+    """``value`` for a message, as JSON shows it (`short_repr`
     is the Python-side twin): a short prefix of a string or number, a container's size."""
     kind = type(value)
     if kind is str:
@@ -312,7 +312,7 @@ _COMMON: Final[dict[str, Check]] = {
     "top_p": _number(0, 1),
     "user": _STR,
 }
-#: ``POST /v1/chat/completions``: one row per forwarded field (:data:`~hints.CHAT_FIELDS`).
+#: ``POST /v1/chat/completions``: one row per forwarded field (`CHAT_FIELDS`).
 CHAT_RULES: Final[Mapping[str, Check]] = {
     **_COMMON,
     "messages": _messages,
@@ -336,7 +336,7 @@ CHAT_RULES: Final[Mapping[str, Check]] = {
     "verbosity": _STR,
     "web_search_options": _OBJECT,
 }
-#: ``POST /v1/completions``: one row per forwarded field (:data:`~hints.COMPLETION_FIELDS`).
+#: ``POST /v1/completions``: one row per forwarded field (`COMPLETION_FIELDS`).
 COMPLETION_RULES: Final[Mapping[str, Check]] = {
     **_COMMON,
     "prompt": _prompt,
@@ -345,7 +345,7 @@ COMPLETION_RULES: Final[Mapping[str, Check]] = {
     "logprobs": _integer(0, 5),
     "suffix": _STR,
 }
-#: ``POST /v1/responses``: one row per forwarded field (:data:`~hints.RESPONSES_FIELDS`).
+#: ``POST /v1/responses``: one row per forwarded field (`RESPONSES_FIELDS`).
 RESPONSES_RULES: Final[Mapping[str, Check]] = {
     "model": _model,
     "input": _input,
@@ -376,7 +376,7 @@ RESPONSES_RULES: Final[Mapping[str, Check]] = {
     "truncation": _STR,
     "user": _STR,
 }
-#: ``POST /v1/embeddings``: one row per forwarded field (:data:`~hints.EMBEDDING_FIELDS`).
+#: ``POST /v1/embeddings``: one row per forwarded field (`EMBEDDING_FIELDS`).
 EMBEDDING_RULES: Final[Mapping[str, Check]] = {
     "model": _model,
     "input": _embedding_input,
@@ -384,7 +384,7 @@ EMBEDDING_RULES: Final[Mapping[str, Check]] = {
     "encoding_format": _one_of("float", "base64"),
     "user": _STR,
 }
-#: Each scheduled API's table, by its name in :data:`~semisched.runtime.apis.APIS` (rule 2).
+#: Each scheduled API's table, by its name in `APIS` (rule 2).
 API_RULES: Final[Mapping[str, Mapping[str, Check]]] = MappingProxyType({
     "chat": CHAT_RULES, "completions": COMPLETION_RULES, "responses": RESPONSES_RULES,
     "embeddings": EMBEDDING_RULES,
@@ -420,8 +420,8 @@ class RequestChecks:
     """The module rules 2-4 for one configuration.
 
     Args:
-        models: The declared models (:func:`declared_models`), or ``None``: any.
-        service_tiers: ``{tenant: tiers it may use}`` beyond :data:`FREE_SERVICE_TIERS`.
+        models: The declared models (`declared_models`), or ``None``: any.
+        service_tiers: ``{tenant: tiers it may use}`` beyond `FREE_SERVICE_TIERS`.
     """
 
     __slots__ = ("models", "service_tiers")
@@ -450,7 +450,7 @@ class RequestChecks:
 
         Args:
             body: The parsed body, holding only the route's forwarded fields.
-            api: The route's scheduled API: its table in :data:`API_RULES`, and its
+            api: The route's scheduled API: its table in `API_RULES`, and its
                 prompt field, required with ``model``.
             tenant: The caller's tenant.
 

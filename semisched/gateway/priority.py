@@ -1,43 +1,43 @@
 """Priority a gateway user states, applied to each request: its class and its deadline.
 
-The settings come from the gateway's file (:mod:`semisched.gateway.priority_config`:
+The settings come from the gateway's file (`semisched.gateway.priority_config`:
 ``[[class]]``, ``[priority]``, ``[[tenant]]`` ``default_class``, ``key_classes``
-and ``deadline_s``); :class:`PriorityRules` applies them.
+and ``deadline_s``); `PriorityRules` applies them.
 
 Rules:
 
 1. A request's class is the first of: the header ``x-semisched-class``; a body
-   ``priority`` string naming a class (:mod:`semisched.gateway.hints`); an
+   ``priority`` string naming a class (`semisched.gateway.hints`); an
    integer body ``priority`` through ``[priority] levels`` (LiteLLM's
    convention: lower is more urgent, 0 is valid; the class of the first level
    whose bound is at least the priority; above every bound: ``above``, else
    400); the body's ``service_tier`` through ``[priority] service_tier``; the
    key's class (``key_classes``); the tenant's ``default_class`` (the core's
-   :meth:`~semisched.core.config.SchedulerConfig.class_for`); else the
+   [`class_for`][semisched.core.config.SchedulerConfig.class_for]); else the
    request's predicted size (the core, as without any of these).
 2. With ``levels``, a ``priority`` that is neither an integer (JSON ``true``
    and ``1.5`` are not) nor a class name is a 400 ``invalid_hint``, whatever
    else names the class. Without them ``priority`` is read only as a class
    name, as before. It is never forwarded (it is not an OpenAI field);
    ``service_tier`` is forwarded by its own rules
-   (:mod:`semisched.gateway.params`), whatever class it maps to.
+   (`semisched.gateway.params`), whatever class it maps to.
 3. A request without ``x-semisched-deadline`` gets the smaller of its tenant's
    ``deadline_s`` and ``max_request_s``; the scheduler then holds any request to
    its class's ``deadline_s`` when that is sooner
-   (:meth:`~semisched.core.config.SchedulerConfig.deadline_for`), whichever way its
+   ([`deadline_for`][semisched.core.config.SchedulerConfig.deadline_for]), whichever way its
    class was chosen, its size included.
 4. When a class's or tenant's ``deadline_s`` passes while the request is still
    queued (never sent), the answer is a 429 ``deadline_shed`` with
    ``Retry-After`` (the scheduler's hint when it gives one, else its estimate of
    how long its queue takes to drain, at least ``retry_after_s``), naming that deadline
-   (:func:`~semisched.gateway.answers.deadline_shed`): the gateway shed it, as
+   (`deadline_shed`): the gateway shed it, as
    its operator asked, and trying again later may succeed. Past it in flight,
    or past the caller's own deadline or ``max_request_s`` when that came first,
    the answer stays a 504 ``deadline_exceeded``. A stream is answered the same
    before its first byte.
 
 What this module is not: it parses no file and schedules nothing (the tiers and
-the starvation guard are the core's :class:`~semisched.core.config.ClassSpec`).
+the starvation guard are the core's [`ClassSpec`][semisched.core.config.ClassSpec]).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class PriorityRules:
         """The class of a request (rules 1 and 2); ``None``: the core chooses.
 
         Args:
-            hinted: The class of its header or string ``priority`` (:func:`~hints.read_hints`).
+            hinted: The class of its header or string ``priority`` (`read_hints`).
             priority: Its body's ``priority``, before it was stripped.
             tier: Its body's ``service_tier`` (``None`` where the route has none).
             authorization: Its ``Authorization`` header (for ``key_classes``).

@@ -1,34 +1,36 @@
 """The gateway file's classes and priority: ``[[class]]``, ``[priority]``, tenants' classes.
 
-Read from the gateway's file (its rules: :mod:`semisched.gateway.config`) into
-:class:`PrioritySettings`, which :mod:`semisched.gateway.priority` applies to
-each request (the precedence and the shedding are its rules)::
+Read from the gateway's file (its rules: `semisched.gateway.config`) into
+`PrioritySettings`, which `semisched.gateway.priority` applies to
+each request (the precedence and the shedding are its rules):
 
-    [[class]]                        # replace the preset's classes
-    name = "interactive"
-    interactive = true               # short requests go here when nothing names a class
-    tier = 0                         # strict priority: tier 0 first
-    [[class]]
-    name = "batch"
-    tier = 1
-    min_share = 0.1                  # still a tenth of the sends while tier 0 is busy
-    deadline_s = 120                 # not sent within 120 s: 429 deadline_shed
+```toml
+[[class]]                        # replace the preset's classes
+name = "interactive"
+interactive = true               # short requests go here when nothing names a class
+tier = 0                         # strict priority: tier 0 first
+[[class]]
+name = "batch"
+tier = 1
+min_share = 0.1                  # still a tenth of the sends while tier 0 is busy
+deadline_s = 120                 # not sent within 120 s: 429 deadline_shed
 
-    [priority]
-    levels = [[0, "interactive"], [100, "batch"]]   # integer priority <= bound -> class
-    above = "batch"                                  # above every bound (else 400)
-    service_tier = { priority = "interactive", flex = "batch" }
+[priority]
+levels = [[0, "interactive"], [100, "batch"]]   # integer priority <= bound -> class
+above = "batch"                                  # above every bound (else 400)
+service_tier = { priority = "interactive", flex = "batch" }
 
-    [[tenant]]
-    name = "web"
-    key_sha256 = ["<sha256 of key A>", "<sha256 of key B>"]
-    default_class = "interactive"                # the tenant's requests naming none
-    key_classes = { "<sha256 of key B>" = "batch" }  # one key's requests naming none
-    deadline_s = 300                             # its requests' deadline when they name none
+[[tenant]]
+name = "web"
+key_sha256 = ["<sha256 of key A>", "<sha256 of key B>"]
+default_class = "interactive"                # the tenant's requests naming none
+key_classes = { "<sha256 of key B>" = "batch" }  # one key's requests naming none
+deadline_s = 300                             # its requests' deadline when they name none
+```
 
 Rules:
 
-1. A ``[[class]]`` takes :class:`~semisched.core.config.ClassSpec`'s fields
+1. A ``[[class]]`` takes [`ClassSpec`][semisched.core.config.ClassSpec]'s fields
    (``name``, ``weight``, ``interactive``, ``quota``, ``tier``, ``min_share``,
    ``deadline_s``); names are unique. Any ``[[class]]`` replaces all of the
    preset's classes.
@@ -38,7 +40,7 @@ Rules:
 4. ``deadline_s`` (a class's, a tenant's) is a finite number of seconds > 0.
 5. Every class named (levels, ``above``, ``service_tier``, ``key_classes``, a
    tenant's ``default_class``) is one of the scheduler's classes: the
-   ``[[class]]`` tables, else the preset's (:meth:`PrioritySettings.check`, when
+   ``[[class]]`` tables, else the preset's (`PrioritySettings.check`, when
    the configuration is checked).
 
 What this module is not: it applies nothing to a request and imports no web
@@ -59,7 +61,7 @@ from semisched.gateway.keys import check_hash
 
 __all__ = ["CLASS_FIELDS", "PRIORITY_FIELDS", "PrioritySettings", "read_settings"]
 
-#: Keys of a ``[[class]]`` table: :class:`~semisched.core.config.ClassSpec`'s.
+#: Keys of a ``[[class]]`` table: [`ClassSpec`][semisched.core.config.ClassSpec]'s.
 CLASS_FIELDS: Final = ("name", "weight", "interactive", "quota", "tier", "min_share",
                        "deadline_s")  # fmt: skip
 #: Keys of ``[priority]``.
@@ -174,7 +176,7 @@ def _levels(value: object) -> tuple[tuple[int, str], ...]:
 
 
 def _priority(table: object) -> dict[str, Any]:
-    """``[priority]`` as :class:`PrioritySettings` fields."""
+    """``[priority]`` as `PrioritySettings` fields."""
     table = _fields("[priority]", table, PRIORITY_FIELDS)
     out: dict[str, Any] = {}
     if "levels" in table:

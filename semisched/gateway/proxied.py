@@ -1,19 +1,19 @@
-"""HTTP to one upstream through a forward proxy: ``httpx2`` behind :class:`~.wire.Wire`'s shape.
+"""HTTP to one upstream through a forward proxy: ``httpx2`` behind `Wire`'s shape.
 
-The gateway's own connections (:mod:`.wire`) are direct. When the environment
+The gateway's own connections (`.wire`) are direct. When the environment
 routes an upstream through a proxy (``HTTPS_PROXY``, ``HTTP_PROXY``,
 ``ALL_PROXY``, unless ``NO_PROXY`` exempts its host: what an HTTP client that
-honours them would do), the upstream client sends through :class:`ProxyWire`
+honours them would do), the upstream client sends through `ProxyWire`
 instead: a general client (``httpx2``, which speaks to HTTP proxies, ``CONNECT``
 for ``https``, and to SOCKS ones with its ``socks`` extra). It costs more per
 request than the direct wire, which is why it is used only where a proxy is.
 
-Same contract as :class:`~.wire.Wire`: ``request`` returns the answer's head
-with its body still to read; failures are :class:`~.wire.WireError` (no
-connection, a proxy that refuses) or :class:`TimeoutError`.
+Same contract as `Wire`: ``request`` returns the answer's head
+with its body still to read; failures are `WireError` (no
+connection, a proxy that refuses) or `TimeoutError`.
 
 What this module is not: it decides nothing about which proxy applies
-(:func:`semisched.gateway.upstream.proxy_for` does), retries nothing, and reads no JSON.
+(`semisched.gateway.upstream.proxy_for` does), retries nothing, and reads no JSON.
 """
 
 from __future__ import annotations

@@ -1,25 +1,25 @@
-"""The scheduled routes: one :class:`ApiRoute` per scheduled API, built from ``APIS``.
+"""The scheduled routes: one `ApiRoute` per scheduled API, built from ``APIS``.
 
-Each entry of :data:`~semisched.runtime.apis.APIS` (chat completions,
+Each entry of `APIS` (chat completions,
 completions, the Responses API, embeddings) is served at its ``path`` by one
-:class:`ApiRoute`, the same code for every API: a request goes key → tenant
-(401 without one), body and hints (:mod:`semisched.gateway.hints`: 400/403),
+`ApiRoute`, the same code for every API: a request goes key → tenant
+(401 without one), body and hints (`semisched.gateway.hints`: 400/403),
 ``stream`` on an API that never streams (400), its class and deadline
-(:mod:`semisched.gateway.priority`), the body's fields, model and service tier
-(:mod:`semisched.gateway.params`: 400/403/404; nothing is sent for a refused
+(`semisched.gateway.priority`), the body's fields, model and service tier
+(`semisched.gateway.params`: 400/403/404; nothing is sent for a refused
 request), ``Scheduler.submit`` with the API, tenant, class, deadline and prior,
 then the upstream's answer as it came (JSON, or SSE in the API's framing:
-:mod:`semisched.gateway.sse`), or the outcome's answer
-(:mod:`semisched.gateway.answers`).
+`semisched.gateway.sse`), or the outcome's answer
+(`semisched.gateway.answers`).
 
 What differs between APIs is data, looked up by the API's name: its forwarded
-fields (:data:`~semisched.gateway.hints.API_FIELDS`), their checks
-(:data:`~semisched.gateway.params.API_RULES`); its stream's framing is its spec's
+fields (`API_FIELDS`), their checks
+(`API_RULES`); its stream's framing is its spec's
 (``ApiSpec.typed_events``). The route's name is the
 API's: the ``route`` label of ``semisched_gateway_responses_total`` and the
 access log's first word.
 
-What this module is not: it owns no state (the :class:`~semisched.gateway.app.Gateway`
+What this module is not: it owns no state (the `Gateway`
 holds the scheduler, keys, rules and counters) and registers no route (the app does).
 """
 

@@ -1,7 +1,7 @@
 """Serving the gateway with uvicorn: graceful shutdown, and the demo's in-process mock.
 
-SIGTERM (or Ctrl-C) runs :meth:`GatewayServer.shutdown`: the gateway drains
-first (:meth:`~semisched.gateway.app.Gateway.drain`: nothing new is sent, what
+SIGTERM (or Ctrl-C) runs `GatewayServer.shutdown`: the gateway drains
+first (`drain`: nothing new is sent, what
 is queued is answered 503 with ``Retry-After``, new requests too), then
 uvicorn stops accepting connections and waits up to ``grace_s`` for the
 requests in flight (streams included) to finish. Just before the grace ends,
@@ -13,19 +13,19 @@ shutdown leaves the scheduler last.
 The gateway's own log lines (logger ``semisched``: the proxy line, the drain,
 the shared state's loss and rejoin, each request that failed inside the gateway)
 go to stderr beside uvicorn's, at ``--log-level``; ``--access-log`` adds one line
-per request (:func:`log_to_stderr`).
+per request (`log_to_stderr`).
 
-What a client may send is bounded by :mod:`semisched.gateway.limits`: the
+What a client may send is bounded by `semisched.gateway.limits`: the
 connection limit, header size and timeouts by its uvicorn protocol
-(:func:`uvicorn_config`), the keep-alive timeout by uvicorn's own. Serving
+(`uvicorn_config`), the keep-alive timeout by uvicorn's own. Serving
 raises the process's open-file limit (its soft ``RLIMIT_NOFILE``, up to the
 hard one) to fit ``max_connections``, and warns when it cannot.
 
-``--demo`` serves a mock provider (:mod:`mockprovider`) in the same process,
+``--demo`` serves a mock provider (`mockprovider`) in the same process,
 on another loopback port, and points the gateway at it: nothing else to
 install or run.
 
-What this module is not: it parses no flag (:mod:`semisched.gateway.cli`).
+What this module is not: it parses no flag (`semisched.gateway.cli`).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def uvicorn_config(
     refused: Callable[[str], None] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for the gateway: the grace period, the client limits'
-    protocol (:func:`~semisched.gateway.limits.protocol_for`, ``refused`` counting what
+    protocol (`protocol_for`, ``refused`` counting what
     it refuses), no access log."""
     return uvicorn.Config(
         app,
@@ -215,7 +215,7 @@ def run(
     Args:
         config: The gateway's configuration.
         log_level: The gateway's and uvicorn's log level.
-        access_log: Log one line per request (:mod:`semisched.gateway.tickets`).
+        access_log: Log one line per request (`semisched.gateway.tickets`).
         mock: ``(asgi_app, port)`` of a mock provider served beside it (``--demo``).
         started: Called once the gateway accepts connections.
     """

@@ -1,6 +1,6 @@
 """Streamed answers at the gateway: SSE event by event, and the client's disconnect.
 
-:class:`SSEResponse` passes an upstream stream on to the client as Server-Sent
+`SSEResponse` passes an upstream stream on to the client as Server-Sent
 Events, in its API's framing:
 
 - chat and completions: each upstream ``data:`` event as it arrives, then
@@ -13,7 +13,7 @@ Events, in its API's framing:
 Rules:
 
 1. The client's disconnect cancels the stream: its upstream call is closed at once
-   (:func:`watching` watches for it in a task of its own).
+   (`watching` watches for it in a task of its own).
 2. A failure mid-stream ends it with an ``error`` event in OpenAI's shape (its code
    as the answer would have it: a deadline is ``deadline_exceeded``), then
    ``[DONE]``: the client learns the stream is not whole. A typed stream's is the
@@ -102,7 +102,7 @@ async def _watch(receive: Receive, ticket: Ticket) -> None:
 
 
 def watching(receive: Receive, ticket: Ticket) -> asyncio.Task[None]:
-    """:func:`_watch` in a task of its own, which the caller cancels when it is done.
+    """`_watch` in a task of its own, which the caller cancels when it is done.
 
     A plain asyncio task, not an anyio task group: the gateway serves on uvicorn
     (asyncio), and a task group per request cost ~0.3 ms on the benchmark's

@@ -1,24 +1,26 @@
 """The gateway's JSON status document (``GET /semisched/status``).
 
-One read of the scheduler's statistics, shaped for an operator::
+One read of the scheduler's statistics, shaped for an operator:
 
-    {"draining": false,
-     "queues": {"web": {"interactive": {"queued": 2, "in_flight": 5}}, ...},
-     "queued_by_class": {...}, "inflight": 5, "deferred": 0, "severity": 0.12,
-     "cancelled": {"queued": 0, "in_flight": 1},
-     "endpoints": [{"name", "state", "circuit", "circuit_reason", "inflight", "sent",
-                    "completed", "failed_attempts", "throttled", "consecutive_failures",
-                    "limit", "limit_policy", "last_limit_change": {"at", "old", "new",
-                    "rule", "reason"} | null, "budget": {...} | null}, ...],
-     "budget": {...} | null,
-     "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
-                  "completed", "rejected"}, ...],
-     "counters": {"submitted", "completed", "rejected", "expired", ...},
-     "state": {"backend", "namespace", "workers"} | null,
-     "spend": {"spent_usd", "reserved_usd", "refused", "by_tenant", "by_endpoint",
-               "caps"} | null}
+```text
+{"draining": false,
+ "queues": {"web": {"interactive": {"queued": 2, "in_flight": 5}}, ...},
+ "queued_by_class": {...}, "inflight": 5, "deferred": 0, "severity": 0.12,
+ "cancelled": {"queued": 0, "in_flight": 1},
+ "endpoints": [{"name", "state", "circuit", "circuit_reason", "inflight", "sent",
+                "completed", "failed_attempts", "throttled", "consecutive_failures",
+                "limit", "limit_policy", "last_limit_change": {"at", "old", "new",
+                "rule", "reason"} | null, "budget": {...} | null}, ...],
+ "budget": {...} | null,
+ "tenants": [{"name", "service", "entitlement", "share", "queued", "inflight",
+              "completed", "rejected"}, ...],
+ "counters": {"submitted", "completed", "rejected", "expired", ...},
+ "state": {"backend", "namespace", "workers"} | null,
+ "spend": {"spent_usd", "reserved_usd", "refused", "by_tenant", "by_endpoint",
+           "caps"} | null}
+```
 
-:func:`fleet_health` is ``GET /readyz``'s view of the same endpoints: whether
+`fleet_health` is ``GET /readyz``'s view of the same endpoints: whether
 any of them can take a request now, and which are failing.
 
 What this module is not: it reads nothing itself; the caller gives the statistics.
@@ -121,7 +123,7 @@ def fleet_health(
     ``failure_threshold`` attempts or more failed: a lone endpoint's circuit never
     opens (nowhere else to send), so its run of failures is what says it is failing.
     Such a run does not make the gateway unready (module docstring of
-    :mod:`semisched.core.fleet.fleet`, rule 6; the gateway guide says why).
+    `semisched.core.fleet.fleet`, rule 6; the gateway guide says why).
     """
     usable = False
     health: dict[str, dict[str, Any]] = {}

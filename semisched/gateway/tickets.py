@@ -1,16 +1,16 @@
 """Each HTTP request's ticket: its tenant, class and phase, and how to cancel it.
 
-A :class:`Ticket` is made when a request arrives and bound to the scheduler's
-request when ``submit`` hands it to the engine (:class:`Tracker`, a
-:class:`~semisched.telemetry.observe.RequestObserver`, reads the ticket of the
+A `Ticket` is made when a request arrives and bound to the scheduler's
+request when ``submit`` hands it to the engine (`Tracker`, a
+[`RequestObserver`][semisched.telemetry.observe.RequestObserver], reads the ticket of the
 submitting task from a context variable). The tracker follows its phase,
 ``queued`` until the engine sends it, then ``in_flight``, which is what the
 gateway needs to
 
 - answer what is still queued with 503 when it shuts down, and let what is in
-  flight finish (:meth:`Tracker.queued`),
-- report queues by tenant and class on its status route (:meth:`Tracker.table`),
-- write its access log line (:func:`log_access`): one per request, on the logger
+  flight finish (`Tracker.queued`),
+- report queues by tenant and class on its status route (`Tracker.table`),
+- write its access log line (`log_access`): one per request, on the logger
   ``semisched.gateway.access`` at INFO: route, tenant, class, status, the time
   queued and in all, and the scheduler's request id; never a key, a prompt or a
   parameter.

@@ -1,18 +1,18 @@
 """The gateway's client of one upstream: OpenAI's wire format in, the upstream's bytes out.
 
-:class:`UpstreamClient` has the shape the runtime's provider seam calls
-(one resource per scheduled API, :data:`~semisched.runtime.apis.APIS`:
+`UpstreamClient` has the shape the runtime's provider seam calls
+(one resource per scheduled API, `APIS`:
 ``chat.completions.create``, ``completions.create``, ``responses.create``,
 ``embeddings.create`` and their ``with_raw_response``, each posting JSON to its
 API's path), but it parses nothing it does not need: a JSON answer comes back
-as its bytes (:class:`RawAnswer`; only ``usage`` is read, for the scheduler's
+as its bytes (`RawAnswer`; only ``usage`` is read, for the scheduler's
 budgets and learning), a stream as the upstream's SSE events one by one
-(:class:`SSEStream`), each passed on unchanged with its ``event:`` name (the
+(`SSEStream`), each passed on unchanged with its ``event:`` name (the
 Responses API's typed events) and readable as the JSON object it carries (what
-:meth:`ApiSpec.read_chunk <semisched.runtime.apis.ApiSpec.read_chunk>` reads).
+`ApiSpec.read_chunk` reads).
 A failure is raised as the ``openai`` exception an OpenAI client would raise
 (``APIStatusError`` holding the upstream's response and body,
-``APIConnectionError``, ``APITimeoutError``), so :mod:`semisched.runtime.failures`
+``APIConnectionError``, ``APITimeoutError``), so `semisched.runtime.failures`
 classifies it as it classifies any client's.
 
 The upstream's key sits in the HTTP client's default headers only: it is in no
@@ -234,8 +234,8 @@ class UpstreamClient:
         api_key: Sent as ``Authorization: Bearer``; ``None``: no header.
         timeout_s: The read timeout of one call (a stream's, between events).
         max_connections: Connections kept to the upstream at most.
-        proxy: A forward proxy's URL to send through (:mod:`.proxied`); ``None``: the
-            direct connections of :mod:`.wire`.
+        proxy: A forward proxy's URL to send through (`.proxied`); ``None``: the
+            direct connections of `.wire`.
         name: The endpoint's configured name, which messages and the ``repr`` give
             instead of the URL (default: ``upstream``).
     """

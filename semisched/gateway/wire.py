@@ -1,9 +1,9 @@
 """HTTP/1.1 to one upstream: keep-alive connections, llhttp's parser (httptools) on asyncio.
 
-:class:`Wire` sends one request at a time on each of its connections to one
+`Wire` sends one request at a time on each of its connections to one
 origin (the upstream's scheme, host and port) and keeps the connections alive
 between requests, most recently used first. It is what the gateway's upstream
-client (:mod:`semisched.gateway.upstream`) sends through. Measured on the
+client (`semisched.gateway.upstream`) sends through. Measured on the
 gateway's benchmark, a general HTTP client (``httpx2``'s pool) cost more per
 request than the rest of the gateway, most of it probing every idle connection
 on each request, and h11 (pure Python) cost several times what httptools does.
@@ -19,11 +19,11 @@ Rules:
 3. At most ``max_connections`` requests are on the wire at once; more wait
    their turn, first come first served.
 4. Each read waits at most ``timeout_s`` (between a stream's chunks, too), a
-   new connection ``connect_timeout_s``: :class:`TimeoutError` past them. A
-   connection that fails raises :class:`WireError` and is never reused.
+   new connection ``connect_timeout_s``: `TimeoutError` past them. A
+   connection that fails raises `WireError` and is never reused.
 
 What this module is not: no redirects, cookies, proxies (an upstream behind one
-goes through :mod:`.proxied`), compression or retries; it reads no JSON and
+goes through `.proxied`), compression or retries; it reads no JSON and
 raises no ``openai`` exception (the upstream client maps failures). It runs on
 asyncio only (the gateway runs on uvicorn).
 """
@@ -129,7 +129,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self, timeout_s: float) -> None:
-        """Until the parser has more (rule 4: :class:`TimeoutError` after ``timeout_s``)."""
+        """Until the parser has more (rule 4: `TimeoutError` after ``timeout_s``)."""
         if self.lost is not None:
             raise self.lost
         if self.paused and self.transport is not None:
@@ -215,7 +215,7 @@ class Reply:
             self._wire._done(conn, reuse=False)
 
     async def aclose(self) -> None:
-        """:meth:`close` (the shape of an async resource)."""
+        """`close` (the shape of an async resource)."""
         self.close()
 
 

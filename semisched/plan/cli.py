@@ -1,15 +1,17 @@
 """``semisched plan``: how many units a workload needs for its SLOs, in one pool or two.
 
-Usage::
+Usage:
 
-    semisched plan --trace requests.jsonl --rate 20 --slo ttft_p99<=2 [--json]
-    semisched plan --mix balanced --rate 20 --slo interactive:e2e_p95<=5 --slo batch:e2e_p95<=200
-    semisched plan --batch input.jsonl --rate 5 --slo e2e_p95<=60 --compress
-    semisched plan ... --fleet-out fleet.toml [--base-url URL_WITH_{name}] [--key-env VAR]
-    semisched plan fit LOG [--profile NAME] [--out profile.json]
+```text
+semisched plan --trace requests.jsonl --rate 20 --slo ttft_p99<=2 [--json]
+semisched plan --mix balanced --rate 20 --slo interactive:e2e_p95<=5 --slo batch:e2e_p95<=200
+semisched plan --batch input.jsonl --rate 5 --slo e2e_p95<=60 --compress
+semisched plan ... --fleet-out fleet.toml [--base-url URL_WITH_{name}] [--key-env VAR]
+semisched plan fit LOG [--profile NAME] [--out profile.json]
+```
 
 Exit status: 0 planned; 2 bad input, or an SLO no fleet can meet (the message
-says what it would take). The planner is :mod:`semisched.plan.planner`; this
+says what it would take). The planner is `semisched.plan.planner`; this
 module reads arguments and files and prints.
 """
 

@@ -1,20 +1,20 @@
 """Fit an endpoint's speed from what it did: ``semisched plan fit LOG``.
 
-A LOG is either a simulator trace (:meth:`semisched.sim.simulator.SimResult.trace_csv`,
+A LOG is either a simulator trace (`semisched.sim.simulator.SimResult.trace_csv`,
 recognised by its CSV header) or a ``semisched batch`` output file (JSONL;
-each success record's ``semisched`` key, :mod:`semisched.batch.timing`, and
+each success record's ``semisched`` key, `semisched.batch.timing`, and
 its response's ``usage``). Each completed request is one observation: its
 endpoint and run, when it was sent and answered, its prompt and output tokens.
 A trace's ``first_send`` is its first attempt, so only jobs sent once are used;
 error records, batch records without timing and retried jobs are *skipped*
 and counted.
 
-The model is the mock provider's (FleetOpt eq. 3-4, :mod:`mockprovider.physics`):
+The model is the mock provider's (FleetOpt eq. 3-4, `mockprovider.physics`):
 a request holds a slot for ``iters = max(1, ceil(prompt / chunk) + output)``
 iterations of ``W + H * n`` ms each, then is seen ``overhead`` ms later. So
 its duration is ``overhead + W * iters + H * iters * n_bar``, with ``n_bar``
 the mean number of requests in flight at its endpoint (same run) while it was
-in the batch, ``[sent, end - overhead]``. :func:`fit_observations` solves that
+in the batch, ``[sent, end - overhead]``. `fit_observations` solves that
 by least squares, in passes:
 
 1. ``n_bar`` of every observation from one sweep over the sorted sends and
@@ -254,7 +254,7 @@ def fit_observations(
     prefill_chunk: int | None = None,
     name: str = "fitted",
 ) -> ProfileFit:
-    """Fit W, H and the overhead to ``obs`` (:func:`read_log`; module docstring); the
+    """Fit W, H and the overhead to ``obs`` (`read_log`; module docstring); the
     fitted profile, ``name``, keeps ``base``'s other fields. ``slots`` and
     ``prefill_chunk`` default to the base's.
 
@@ -303,7 +303,7 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class _Solved:
-    """The last pass of :func:`_solve`: who was kept, the design, the coefficients."""
+    """The last pass of `_solve`: who was kept, the design, the coefficients."""
 
     keep: npt.NDArray[np.bool_]
     n_bar: FloatArray
@@ -352,7 +352,7 @@ def fit_log(
     slots: int | None = None,
     prefill_chunk: int | None = None,
 ) -> ProfileFit:
-    """:func:`read_log` then :func:`fit_observations` (base: the ``default`` profile); the
+    """`read_log` then `fit_observations` (base: the ``default`` profile); the
     fitted profile is named ``fit-<log file stem>``."""
     base = named_profile("default") if base is None else base
     obs, name = read_log(path), f"fit-{Path(path).stem}"

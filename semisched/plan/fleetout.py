@@ -1,7 +1,7 @@
 """Writing a plan as fleet files: the client's (``semisched batch --fleet``, ``Scheduler``)
 and, to try it, the mock provider's (``python -m mockprovider --fleet``).
 
-The client's fleet file (:mod:`semisched.fleet.fleetfile`'s schema) names one
+The client's fleet file (`semisched.fleet.fleetfile`'s schema) names one
 endpoint per unit: ``short-0 .. short-{n_s - 1}`` with ``pool = "short"`` and
 ``context_tokens = B_short``, ``long-0 ..`` with ``pool = "long"`` and the
 unit's full context, and ``token_budget`` routing at ``short_pool_tokens =
@@ -17,13 +17,13 @@ endpoint's ``max_concurrency`` is its slots, so the client holds the queue
 and a unit never queues hidden work: the pool is the one-queue M/G/c the plan
 assumed. A one-pool plan names ``unit-0 ..`` with no pools. ``base_url``
 comes from a template with ``{name}`` (default: the mock fleet's layout on
-``127.0.0.1:8000``); ``key_env`` names the variable holding each key.
+``127.0.0.1:8200``, the port the docs start it on); ``key_env`` names the variable holding each key.
 
 The mock's fleet file gives each endpoint the unit's physics with its slots
 (the short units' larger batch included), so a plan can be run as planned.
 
 The text is built here and checked by reading it back with the loaders
-(:func:`semisched.fleet.fleetfile.fleet_from_dict`), so a file this writes always loads.
+(`semisched.fleet.fleetfile.fleet_from_dict`), so a file this writes always loads.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from semisched.plan.profile import UnitProfile
 
 __all__ = ["DEFAULT_BASE_URL", "PlannedEndpoint", "client_fleet_toml", "mock_fleet_toml", "planned"]
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/{name}/v1"
+DEFAULT_BASE_URL = "http://127.0.0.1:8200/{name}/v1"
 
 
 @dataclass(frozen=True, slots=True)

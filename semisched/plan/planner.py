@@ -1,18 +1,18 @@
 """FleetOpt's offline planner (FleetOpt Algorithm 1) for a client's fleet.
 
-Given a workload (:mod:`semisched.plan.workload`), an arrival rate, SLOs and a
-unit profile, :func:`make_plan` answers:
+Given a workload (`semisched.plan.workload`), an arrival rate, SLOs and a
+unit profile, `make_plan` answers:
 
 1. **One pool**: the fewest units, every unit configured for the profile's full
    context, that meet the SLOs (the paper's "homogeneous" fleet).
 2. **Two pools** (Algorithm 1): for every candidate boundary ``B`` and
    compression bandwidth ``γ``, requests whose routed total (prompt + reserved
-   output, :attr:`Workload.route_tokens`) is at most ``B`` go to a short pool of
+   output, `Workload.route_tokens`) is at most ``B`` go to a short pool of
    units configured for context ``B`` (``slots * context // B`` slots each,
-   :meth:`UnitProfile.slots_for`); the borderline band ``(B, γB]`` goes there
+   `UnitProfile.slots_for`); the borderline band ``(B, γB]`` goes there
    too when its prompt can be compressed to ``B - reserved output`` (FleetOpt
    eq. 15's ``T_c``); the rest to the long pool. Each pool is sized on its own
-   (:func:`semisched.plan.pools.size_pool`) from the requests it receives
+   (`semisched.plan.pools.size_pool`) from the requests it receives
    (lines 7-8: the long pool's service law is recalibrated for every ``γ``).
    The cheapest ``(B, γ)`` is the plan. Proposition 1's equal-marginal-cost
    condition is what the sweep finds at integer granularity; we do not solve
@@ -306,8 +306,8 @@ def make_plan(
             compresses into the short pool, where the workload has no
             per-request floors (0: no compression planned).
         max_utilisation: The utilisation cap ``ϱ_max`` in (0, 1).
-        boundaries: Candidate ``B`` values (default: :func:`candidates`).
-        gammas: Candidate ``γ`` values (default :data:`GAMMAS` when compression is
+        boundaries: Candidate ``B`` values (default: `candidates`).
+        gammas: Candidate ``γ`` values (default `GAMMAS` when compression is
             planned, else ``(1.0,)``).
         seed: The draw of compressible requests under ``compressibility``.
 
@@ -351,7 +351,7 @@ def _check_plan(
     compressibility: float,
     max_utilisation: float,
 ) -> None:
-    """:func:`make_plan`'s argument checks (its ``Raises``)."""
+    """`make_plan`'s argument checks (its ``Raises``)."""
     check_number("rate", rate, minimum=0.0, strict_min=True)
     check_fraction("compressibility", compressibility)
     check_number(
@@ -474,7 +474,7 @@ def assign(
 ) -> tuple[npt.NDArray[np.bool_], IntArray]:
     """Which requests a split sends to the short pool, and the prompt tokens each is sent with.
 
-    The same rule :func:`make_plan` sizes the pools by (module docstring), in
+    The same rule `make_plan` sizes the pools by (module docstring), in
     the workload's order: ``(short, prompt_tokens)``, compressed prompts cut to
     ``boundary - reserved output``.
     """

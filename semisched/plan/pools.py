@@ -15,13 +15,13 @@ adds to the paper's model, and why:
   ``ϱ = λ k (W + H) / (n s - λ k H (s - 1))`` (``k``: mean iterations per
   request). An idle pool serves at ``W + H`` per iteration (the lone-request
   speed), a saturated one at ``W + H s``.
-- **Tails as sojourn quantiles** (:func:`semisched.plan.queueing.sojourn_quantile`),
+- **Tails as sojourn quantiles** (`semisched.plan.queueing.sojourn_quantile`),
   per class, rather than eq. 8's sum of two P99s.
 
 The search (eq. 11): the smallest ``n`` at or above the utilisation cap's
 bound ``ϱ <= ϱ_max`` whose tails all meet their SLOs; a galloping search, since
 the tail falls as ``n`` grows. When no ``n`` can meet an SLO (its service
-alone, on idle units, is too slow), :class:`Infeasible` says what it would take.
+alone, on idle units, is too slow), `Infeasible` says what it would take.
 
 Pure numpy; no clock, no I/O.
 """
@@ -70,7 +70,7 @@ class Histogram:
 
 
 def bin_index(iterations: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """The histogram bin of each iteration count (exact below :data:`EXACT_BINS`)."""
+    """The histogram bin of each iteration count (exact below `EXACT_BINS`)."""
     k = np.maximum(iterations, 1).astype(np.float64)
     log_bin = EXACT_BINS + np.floor(np.log(k / EXACT_BINS) / math.log(GROWTH)).astype(np.int64)
     return np.where(k < EXACT_BINS, k.astype(np.int64), log_bin)

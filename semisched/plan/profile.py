@@ -1,7 +1,7 @@
 """Endpoint profiles: what one unit of capacity is, for the capacity planner.
 
 A *unit* is one replica you pay for: a self-hosted vLLM instance on its GPUs,
-or one unit of provisioned throughput. Seed 000 (FleetOpt §3.1) models it by
+or one unit of provisioned throughput. FleetOpt §3.1 models it by
 its iteration time under continuous batching, ``t_iter = W + H * n_active``
 (eq. 3), the prompt chunk it prefills per iteration (``C_chunk``, eq. 4), and
 how many sequences it holds at once. Slots are bounded by KV-cache memory: a
@@ -11,10 +11,10 @@ same hardware configured for a shorter context ``B`` holds
 capped at ``max_slots`` (the engine's own limit, vLLM's ``max_num_seqs``).
 
 Profiles are named (the mock provider's physics profiles, with a context
-limit and a cost added) or fitted from observations (:mod:`semisched.plan.fit`
-writes one as JSON; :func:`load_profile` reads it).
+limit and a cost added) or fitted from observations (`semisched.plan.fit`
+writes one as JSON; `load_profile` reads it).
 
-Pure: no clock, no I/O except :func:`load_profile` reading the file it is given.
+Pure: no clock, no I/O except `load_profile` reading the file it is given.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class UnitProfile:
         return replace(self, **changes)
 
     def to_json(self) -> str:
-        """The profile as a JSON object (what :func:`load_profile` reads)."""
+        """The profile as a JSON object (what `load_profile` reads)."""
         return json.dumps(asdict(self), indent=2) + "\n"
 
 
@@ -163,7 +163,7 @@ def profile_names() -> tuple[str, ...]:
 def named_profile(name: str) -> UnitProfile:
     """The mock provider's physics profile ``name`` as a unit.
 
-    Its slots are taken to be sized for :data:`DEFAULT_CONTEXT_TOKENS` tokens each
+    Its slots are taken to be sized for `DEFAULT_CONTEXT_TOKENS` tokens each
     (the mock has no memory model) and it costs 1 per hour.
 
     Raises:
@@ -198,7 +198,7 @@ def profile_from_dict(data: dict[str, Any], *, where: str = "profile") -> UnitPr
 
 
 def load_profile(path: str | os.PathLike[str]) -> UnitProfile:
-    """Read a profile JSON file, as :meth:`UnitProfile.to_json` and ``semisched plan fit`` write."""
+    """Read a profile JSON file, as `UnitProfile.to_json` and ``semisched plan fit`` write."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)

@@ -1,6 +1,6 @@
 """The M/G/c queue of one pool: Erlang-C, Kimura's tail, and sojourn quantiles.
 
-Seed 000 (FleetOpt §3.1) models a pool of ``n`` units with ``s`` slots each as
+FleetOpt §3.1 models a pool of ``n`` units with ``s`` slots each as
 an M/G/c queue with ``c = n * s`` servers. With offered load ``a = λ E[S]`` and
 utilisation ``ϱ = a / c``:
 

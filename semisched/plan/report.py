@@ -1,8 +1,8 @@
 """A plan as people and programs read it: a table, and JSON.
 
-:func:`plan_table` prints the one-pool fleet, the best two-pool split without
+`plan_table` prints the one-pool fleet, the best two-pool split without
 compression, the best with it (when compression is planned) and the
-recommendation; :func:`plan_json` gives the same numbers, and every candidate
+recommendation; `plan_json` gives the same numbers, and every candidate
 split, as one JSON-ready dict (``semisched plan --json``). Numbers are the
 planner's; nothing here computes a plan.
 """

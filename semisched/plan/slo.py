@@ -3,7 +3,7 @@
 An SLO is ``[CLASS:]METRIC_pNN<=SECONDS``: ``ttft_p99<=2`` (time to first
 token, 99th percentile, at most 2 s, every class) or
 ``batch:e2e_p95<=60`` (end to end, 95th percentile, class ``batch`` only).
-The issue's two are P99 TTFT and P95 end-to-end; any percentile of either
+The usual two are P99 TTFT and P95 end-to-end; any percentile of either
 metric is accepted. Latency is counted from the request's arrival at the
 client: a wait for a free slot is part of it.
 """
@@ -55,7 +55,7 @@ class Slo:
         return text if self.klass is None else f"{text} for class {self.klass}"
 
     def key(self) -> str:
-        """The compact form :func:`parse_slo` reads back."""
+        """The compact form `parse_slo` reads back."""
         text = f"{self.metric}_p{100 * self.quantile:g}<={self.seconds:g}"
         return text if self.klass is None else f"{self.klass}:{text}"
 

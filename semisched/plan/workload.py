@@ -1,6 +1,6 @@
 """Workloads for the capacity planner: per-request token counts, their classes and arrival times.
 
-A :class:`Workload` is what FleetOpt calls the workload CDF ``F``, kept as the
+A `Workload` is what FleetOpt calls the workload CDF ``F``, kept as the
 requests themselves (numpy arrays) so every pool's service distribution can be
 calibrated from the requests it would receive (Algorithm 1, lines 7-8):
 
@@ -8,7 +8,7 @@ calibrated from the requests it would receive (Algorithm 1, lines 7-8):
 - ``output_tokens``: what it generates (the true length in a trace, the
   prior's median for a batch input);
 - ``reserve_tokens``: the output the *router* counts: the call's
-  ``max_tokens``, else the prior's p90, else the true length. Seed 003's
+  ``max_tokens``, else the prior's p90, else the true length. Token-Budget-Aware Pool Routing's
   ``L_total = prompt + max_output_tokens``: ``route_tokens`` is what
   ``token_budget`` routing compares with ``B_short``, and what a slot's
   context must hold;
@@ -16,8 +16,8 @@ calibrated from the requests it would receive (Algorithm 1, lines 7-8):
   (``semisched.compress.compressor``), where the prompt text is known; ``None``
   otherwise (then a compressibility rate stands in for it).
 
-Sources: a trace JSONL (:func:`load_trace`), a ``semisched batch`` input file
-with priors (:func:`load_batch`), or a synthetic mix (:func:`mix_workload`).
+Sources: a trace JSONL (`load_trace`), a ``semisched batch`` input file
+with priors (`load_batch`), or a synthetic mix (`mix_workload`).
 Bad input is a ``ValueError`` that names the file and line.
 """
 
@@ -106,7 +106,7 @@ class Workload:
 def workload_from_records(
     records: Iterable[Mapping[str, Any]], *, source: str = "trace"
 ) -> Workload:
-    """A workload from trace records (dicts with :data:`TRACE_FIELDS` keys)."""
+    """A workload from trace records (dicts with `TRACE_FIELDS` keys)."""
     prompt: list[int] = []
     output: list[int] = []
     reserve: list[int] = []
@@ -207,7 +207,7 @@ def load_trace(path: str | os.PathLike[str]) -> Workload:
 
 
 def mix_workload(name: str, *, requests: int = 100_000, seed: int = 0) -> Workload:
-    """``requests`` draws from synthetic mix ``name`` (:mod:`semisched.plan.mixes`).
+    """``requests`` draws from synthetic mix ``name`` (`semisched.plan.mixes`).
 
     The class of a request is ``interactive`` for a short answer, ``batch``
     otherwise (as the benchmarks' routing classes with a class-level prior).

@@ -1,7 +1,7 @@
 """Priors for the runtime: ask the configured source, fall back when it is slow or fails.
 
-A plain :class:`~semisched.priors.sources.PriorSource` (a heuristic, a table) is
-called inline. A model-backed :class:`~semisched.priors.sources.BatchPriorSource` is
+A plain [`PriorSource`][semisched.priors.sources.PriorSource] (a heuristic, a table) is
+called inline. A model-backed [`BatchPriorSource`][semisched.priors.sources.BatchPriorSource] is
 blocking, so it never runs on the event loop: queries are micro-batched (up
 to ``max_batch``, waiting at most ``max_wait_s`` for companions) and each
 batch runs in one worker thread at a time. A caller waits at most
@@ -34,8 +34,8 @@ _Query = tuple[PriorQuery, _Slot, anyio.Event]
 class PriorResolver:
     """Answers prior queries from ``source``, or from ``fallback`` on timeout or error.
 
-    With a batch source, the owner calls :meth:`open`, runs :meth:`run` in
-    its task group and ends it with :meth:`close` (the scheduler does).
+    With a batch source, the owner calls `open`, runs `run` in
+    its task group and ends it with `close` (the scheduler does).
     """
 
     def __init__(
@@ -60,7 +60,7 @@ class PriorResolver:
         self._limiter = anyio.CapacityLimiter(1)
 
     def with_source(self, source: PriorSource) -> PriorResolver:
-        """A resolver like this one over ``source`` (before :meth:`open`)."""
+        """A resolver like this one over ``source`` (before `open`)."""
         if self._send is not None:
             raise RuntimeError("the PriorResolver is already open")
         return PriorResolver(
@@ -97,13 +97,13 @@ class PriorResolver:
         return self.fallback.prior(query), True
 
     def open(self) -> None:
-        """Start taking queries (a batch source only); :meth:`run` serves them."""
+        """Start taking queries (a batch source only); `run` serves them."""
         if self._send is not None:
             raise RuntimeError("the PriorResolver is already open")
         self._send, self._receive = anyio.create_memory_object_stream[_Query](math.inf)
 
     async def run(self) -> None:
-        """Serve batches until :meth:`close` (a batch source, after :meth:`open`)."""
+        """Serve batches until `close` (a batch source, after `open`)."""
         source, receive = self.source, self._receive
         assert isinstance(source, BatchPriorSource) and receive is not None, "call open() first"
         async with receive:
@@ -126,6 +126,6 @@ class PriorResolver:
                     event.set()
 
     def close(self) -> None:
-        """Stop taking queries; :meth:`run` returns once the queue is drained."""
+        """Stop taking queries; `run` returns once the queue is drained."""
         if self._send is not None:
             self._send.close()

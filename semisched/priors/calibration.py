@@ -4,8 +4,8 @@ A prior source is one opinion about a request's output length. The caller's
 ``max_tokens`` cap is another: in one application a cap of 2,000 means "this
 answer is long", in another every call carries ``max_tokens=4096`` and the cap
 means nothing. No fixed rule is right for both, but every response says which
-opinion was right (``usage.completion_tokens``). :class:`LengthCalibration`
-learns that, the way :class:`~semisched.runtime.estimate.TokenEstimator` learns bytes
+opinion was right (``usage.completion_tokens``). `LengthCalibration`
+learns that, the way [`TokenEstimator`][semisched.runtime.estimate.TokenEstimator] learns bytes
 per token (Token-Budget-Aware Pool Routing §2.1), and combines the two opinions accordingly.
 
 Two *experts* give a log-scale median for a request:
@@ -13,7 +13,7 @@ Two *experts* give a log-scale median for a request:
 - ``source``: the prior source's p50 (the learned model, or the heuristic);
 - ``heuristic``: what the call's cap alone says. With a cap, the cap read as
   the request's own p90, so its median is ``cap * NEUTRAL_P50 / NEUTRAL_P90``
-  (:class:`~semisched.priors.sources.Heuristic`'s reading of a large cap); without
+  ([`Heuristic`][semisched.priors.sources.Heuristic]'s reading of a large cap); without
   one, the population's median ``NEUTRAL_P50``.
 
 Per key (source name, model, whether the call sets a cap) we keep, for the
@@ -44,7 +44,7 @@ correcting the learned model's own bias and spread from answers (on the
 held-out ShareGPT pairs its log errors average -0.25 with a spread of 0.95,
 where its p90s claim 0.54) made its ShareGPT-trace short P95 30% worse for
 one point of completion rate (a measured run). The answers are still scored, so
-:meth:`LengthCalibration.statistics` shows the source's bias. ``sigma_0 =
+`LengthCalibration.statistics` shows the source's bias. ``sigma_0 =
 log(p90 / p50) / z90`` is the spread the source claims for this request;
 dividing by its mean over the key keeps the source's request-to-request
 uncertainty while the scale comes from what was observed.
@@ -62,8 +62,8 @@ that carries its own routing bucket keeps it (the caller, or a class-only
 source, knows the class better than any length).
 
 Pure and synchronous: no clock, no I/O. The runtime and the simulator call
-:meth:`LengthCalibration.adjust` before a request is classified and
-:meth:`LengthCalibration.observe` when its answer's length is known.
+`LengthCalibration.adjust` before a request is classified and
+`LengthCalibration.observe` when its answer's length is known.
 """
 
 from __future__ import annotations
@@ -175,14 +175,14 @@ class KeyStats:
 
 @dataclass(frozen=True, slots=True)
 class CalibrationStats:
-    """A snapshot of :class:`LengthCalibration`, one entry per key seen."""
+    """A snapshot of `LengthCalibration`, one entry per key seen."""
 
     keys: tuple[KeyStats, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Calibrated:
-    """A corrected prior and what :meth:`LengthCalibration.observe` needs later.
+    """A corrected prior and what `LengthCalibration.observe` needs later.
 
     Attributes:
         prior: The prior to schedule with.
@@ -268,7 +268,7 @@ class LengthCalibration:
         scores the error it is known to have at least. Scoring the cut length as the
         request's own would teach that requests are as short as their caps.
 
-        Scores are folded in at the next :meth:`adjust` or :meth:`statistics`, all that
+        Scores are folded in at the next `adjust` or `statistics`, all that
         arrived since in sorted order: answers that land at the same instant (one decode
         step finishes many) arrive in whatever order the event loop runs their tasks
         (trio shuffles it on purpose), and the EMA must not depend on that order.

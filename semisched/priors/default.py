@@ -1,7 +1,7 @@
 """Which prior source a scheduler uses when the caller names none.
 
 ``auto`` (the default) is the shipped learned length model when the ``ml``
-extra is installed, else :class:`~semisched.priors.sources.Heuristic`; ``learned``
+extra is installed, else [`Heuristic`][semisched.priors.sources.Heuristic]; ``learned``
 insists on the model; ``heuristic`` never loads it. ``Scheduler(priors=...)``
 and ``semisched batch --priors`` take these names; without either, the
 ``SEMISCHED_PRIORS`` environment variable names the default (``auto`` when
@@ -14,7 +14,7 @@ SDK reaches into the ``predictors`` package (DESIGN.md's dependency rules).
 
 Loading takes seconds (entering and leaving a first ``Scheduler`` took 10.6 and
 16.1 s on a loaded 2-core machine, 0.3 and 0.5 s with ``priors="heuristic"``),
-so the ``semisched.priors`` logger says so once, as it starts (:data:`LOADING`).
+so the ``semisched.priors`` logger says so once, as it starts (`LOADING`).
 Nobody chose the model when the default chose it: then the line is a WARNING,
 which Python shows on stderr even where logging was never configured (its
 last-resort handler prints WARNING and above only), so a one-call script
@@ -97,7 +97,7 @@ def choose_priors(choice: str, *, asked_by: str) -> tuple[PriorSource, PriorsCho
     heuristic choice gives.
 
     Raises:
-        ValueError: ``choice`` is not one of :data:`PRIOR_CHOICES`.
+        ValueError: ``choice`` is not one of `PRIOR_CHOICES`.
         ImportError, FileNotFoundError: ``learned`` was asked for and cannot be loaded
             (the ``ml`` extra is missing, or the shipped weights are).
     """
@@ -127,10 +127,10 @@ def scheduler_priors(
     """What ``Scheduler(priors=...)`` starts with, checked; nothing is loaded here.
 
     Returns:
-        The source and the :class:`~semisched.priors.sources.PriorsChoice` to use until
+        The source and the [`PriorsChoice`][semisched.priors.sources.PriorsChoice] to use until
         a model is loaded, and the loading to do (blocking: on entering the
         scheduler, in a worker thread) or ``None``. A name other than
-        ``heuristic`` loads a model; ``None`` is :func:`default_choice`'s name.
+        ``heuristic`` loads a model; ``None`` is `default_choice`'s name.
 
     Raises:
         ValueError: An unknown name (in ``priors`` or ``$SEMISCHED_PRIORS``).

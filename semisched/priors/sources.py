@@ -1,11 +1,11 @@
 """The prior interface of the SDK, and its default source.
 
-A prior source turns a :class:`PriorQuery` into a :class:`~semisched.core.Prior`
+A prior source turns a `PriorQuery` into a [`Prior`][semisched.core.Prior]
 (p50/p90 output tokens and a routing bucket). Sources never see the
 scheduler; the scheduler never calls a model: the runtime and the simulator
 ask a source and put the answer on the request.
 
-:class:`Heuristic` is what the SDK uses when nothing better is configured.
+`Heuristic` is what the SDK uses when nothing better is configured.
 Model-backed sources (the learned length predictor, the information-ladder
 sources of the benchmarks) live in the ``predictors`` package, which
 implements these protocols; ``semisched`` never imports ``predictors``.
@@ -93,7 +93,7 @@ class BatchPriorSource(PriorSource, Protocol):
     """A model-backed source: blocking, better called on many queries at once.
 
     The async runtime never calls it on the event loop: it micro-batches
-    queries and runs :meth:`prior_batch` in a worker thread with a bounded wait,
+    queries and runs `prior_batch` in a worker thread with a bounded wait,
     falling back to a cheap prior on timeout or error.
     """
 

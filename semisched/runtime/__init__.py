@@ -1,1 +1,1 @@
-"""The async runtime: :class:`Scheduler` and the shell that executes the core's actions."""
+"""The async runtime: `Scheduler` and the shell that executes the core's actions."""

@@ -1,26 +1,26 @@
 """The scheduled APIs: one entry each, the only place that knows an API by its name.
 
 Every OpenAI API that spends a key's tokens and that semisched schedules is one
-:class:`ApiSpec` in :data:`APIS`: chat completions, completions, the Responses
+`ApiSpec` in `APIS`: chat completions, completions, the Responses
 API and embeddings. An entry says
 
 - where it lives: its HTTP ``path`` (the gateway's route, a batch line's
   ``url``) and the ``resource`` on an ``openai`` client whose ``create`` it calls;
 - how its request is read: the field that carries its prompt, the fields that
   cap its output (the first one given wins), and whether it generates at all;
-- how usage comes back: on an answer (:meth:`ApiSpec.usage`) and on a stream's
-  chunks or events (:meth:`ApiSpec.read_chunk`), with the stream's first content
+- how usage comes back: on an answer (`ApiSpec.usage`) and on a stream's
+  chunks or events (`ApiSpec.read_chunk`), with the stream's first content
   (the time to first token);
 - whether it streams, and whether semisched must ask a stream for its usage
   (``stream_options.include_usage``: chat and completions; the Responses API
   always ends its stream with the usage).
 
-Failures are classified the same way for every API (:mod:`semisched.runtime.failures`:
+Failures are classified the same way for every API (`semisched.runtime.failures`:
 an HTTP status and an exception type, not an API). Adding an API is adding an
 entry here; nothing else branches on its name.
 
 What this module is not: it calls nothing and validates no argument (that is
-:mod:`semisched.runtime.calls`); it only describes.
+`semisched.runtime.calls`); it only describes.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class ApiSpec:
         typed_events: Whether its stream is typed events, each named by an ``event:``
             line, that end with the last event and no ``data: [DONE]`` (the Responses
             API); else ``data:`` chunks ending with ``data: [DONE]``.
-        read_usage: The answer's ``usage`` block as :class:`ApiUsage`.
+        read_usage: The answer's ``usage`` block as `ApiUsage`.
         read_chunk: A stream chunk's usage block and whether it carries content.
         read_prompt: The request's prompt as UTF-8 bytes and content kind (the
             token estimate's input).

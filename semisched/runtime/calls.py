@@ -1,19 +1,19 @@
 """Preparing one call: validation and the split into provider and scheduler arguments.
 
-:func:`prepare_call` is a pure function: it needs no :class:`~semisched.Scheduler`,
+`prepare_call` is a pure function: it needs no [`Scheduler`][semisched.Scheduler],
 no client and no event loop, so the async runtime and the batch CLI validate a
 call with the same code. It checks the arguments a caller passes to
 ``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
 ones (``klass``, ``deadline``, ``prior``, ``tenant``) from what goes to the
-provider, and returns a frozen :class:`PreparedCall`. (:func:`scheduler_config`
-and :func:`with_tenants`, the scheduler's configuration, live in
-:mod:`semisched.runtime.configure` and are importable from here.)
+provider, and returns a frozen `PreparedCall`. (`scheduler_config`
+and `with_tenants`, the scheduler's configuration, live in
+`semisched.runtime.configure` and are importable from here.)
 
 Rules:
 
 1. Exactly one of ``messages`` (chat completions), ``prompt`` (completions) or
    ``input`` (the Responses API, or embeddings with ``api="embeddings"``): the
-   API is the one whose prompt field it is (:mod:`semisched.runtime.apis`;
+   API is the one whose prompt field it is (`semisched.runtime.apis`;
    ``api=`` names it, and must agree). Scheduler-only arguments never reach the
    provider.
 2. Unknown provider arguments are refused (``TypeError``) when the accepted
@@ -29,8 +29,7 @@ Rules:
    ``prior=(True, 2)`` raise ``TypeError``.
 5. Misuse raises ``ValueError`` or ``TypeError`` naming the argument, before
    anything is queued.
-6. A call's ``tenant`` must be declared (:meth:`TenantConfig.tenant_for
-   <semisched.core.tenants.config.TenantConfig.tenant_for>`): an unknown name is a
+6. A call's ``tenant`` must be declared (`TenantConfig.tenant_for`): an unknown name is a
    ``ValueError`` naming the declared tenants, never silently the default
    tenant, since a typo must not change who pays.
 7. What can never succeed is refused here, not sent: an output cap outside
@@ -82,7 +81,7 @@ __all__ = [
 
 R = TypeVar("R")
 
-#: Which scheduled API a call uses: a name in :data:`~semisched.runtime.apis.APIS`.
+#: Which scheduled API a call uses: a name in `APIS`.
 Api = str
 
 #: An API that generates nothing is asked for no prior: one token, its least.
@@ -102,7 +101,7 @@ class PreparedCall:
     """A validated call, before it becomes a core request.
 
     Attributes:
-        api: The scheduled API's name (:data:`~semisched.runtime.apis.APIS`):
+        api: The scheduled API's name (`APIS`):
             ``"chat"`` (``messages``), ``"completions"`` (``prompt``),
             ``"responses"`` or ``"embeddings"`` (``input``).
         params: Exactly what goes to the provider's ``create``: the caller's
@@ -175,7 +174,7 @@ class PreparedCall:
 class CallArgs:
     """One call's arguments as a caller writes them: the one definition of the per-call
     signature (``Scheduler.submit``, ``Scheduler.check``, the facade's ``create`` and
-    :func:`prepare_call` all take exactly these, plus provider ``**params``).
+    `prepare_call` all take exactly these, plus provider ``**params``).
 
     Adding a scheduling hint is adding a field here.
 
@@ -185,21 +184,21 @@ class CallArgs:
         prompt: Prompt (completions).
         input: Input (the Responses API: a string or a list of input items;
             embeddings: a string, a list of strings or of token ids).
-        api: The scheduled API (:data:`~semisched.runtime.apis.APIS`); ``None``:
+        api: The scheduled API (`APIS`); ``None``:
             the one the prompt argument names (``input``: the Responses API).
         klass: Scheduling class; default ``interactive`` for short priors, else
             the batch class.
         deadline: Seconds from now (on the scheduler's clock) after which the
             answer is useless: a finite number in ``(0, 1e8]``
-            (:data:`MAX_DEADLINE_S`); ``None``: no deadline.
-        prior: Output-length prior (a :class:`~semisched.core.Prior` or
+            (`MAX_DEADLINE_S`); ``None``: no deadline.
+        prior: Output-length prior (a [`Prior`][semisched.core.Prior] or
             ``(p50, p90)`` output tokens, ``1 <= p50 <= p90 <= 10**8``:
-            :data:`MAX_OUTPUT_TOKENS`); default from the scheduler's prior source.
+            `MAX_OUTPUT_TOKENS`); default from the scheduler's prior source.
         tenant: The declared tenant it is sent for (and charged to); ``None``:
             the default tenant. An undeclared name raises ``ValueError``.
         params: Passed to the provider unchanged (``max_completion_tokens``,
             ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...);
-            an output cap is an int in ``[1, 10**8]`` (:data:`MAX_OUTPUT_TOKENS`).
+            an output cap is an int in ``[1, 10**8]`` (`MAX_OUTPUT_TOKENS`).
     """
 
     model: str
@@ -227,7 +226,7 @@ class CallArgs:
         return cls(**named, params=params)
 
 
-#: The fields of :class:`CallArgs` a caller names (everything but ``params``).
+#: The fields of `CallArgs` a caller names (everything but ``params``).
 _FIELDS: Final = frozenset(f.name for f in fields(CallArgs)) - {"params"}
 #: Keyword arguments that belong to the scheduler and never reach the provider.
 SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt", "input"}
@@ -235,8 +234,8 @@ _NAMED: Final = _FIELDS
 
 
 def call_signature(func: Callable[..., R]) -> Callable[..., R]:
-    """Give ``func(self, **call)`` the signature of :class:`CallArgs` (for ``help()``
-    and editors); the arguments themselves are read with :meth:`CallArgs.of`."""
+    """Give ``func(self, **call)`` the signature of `CallArgs` (for ``help()``
+    and editors); the arguments themselves are read with `CallArgs.of`."""
     own = inspect.signature(func)
     keyword = inspect.Parameter.KEYWORD_ONLY
     params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
@@ -261,7 +260,7 @@ def prepare_call(
     """Validate one call and split it into provider and scheduler arguments.
 
     Args:
-        args: The call (:class:`CallArgs`); or give its fields as keywords
+        args: The call (`CallArgs`); or give its fields as keywords
             (``model=``, ``messages=``, ..., ``params=``).
         allowed_params: Per endpoint, the provider argument names its
             ``create`` accepts (``None`` as a value: any). An endpoint missing
@@ -272,7 +271,7 @@ def prepare_call(
             6; ``None``: only its type is checked).
 
     Returns:
-        The frozen :class:`PreparedCall`.
+        The frozen `PreparedCall`.
 
     Raises:
         ValueError, TypeError: Misuse, naming the argument (module rules).
@@ -360,7 +359,7 @@ def accepted_params(target: Any) -> frozenset[str] | None:
     """Provider argument names a client's ``create`` accepts (``None``: it takes ``**kwargs``).
 
     The names ``model``, ``messages``, ``prompt`` and the scheduler-only ones
-    are left out: :func:`prepare_call` handles them itself.
+    are left out: `prepare_call` handles them itself.
     """
     create = getattr(target, "create", None)
     if create is None:

@@ -3,19 +3,19 @@
 The core never reads a clock; the runtime asks one of these for ``now`` and
 sleeps through it.
 
-- :class:`AnyioClock` (the scheduler's default) reads the running event
-  loop's clock (:func:`anyio.current_time`). On asyncio that is
-  :func:`time.monotonic`; under trio's ``MockClock`` it is virtual time, so a
+- `AnyioClock` (the scheduler's default) reads the running event
+  loop's clock (`anyio.current_time`). On asyncio that is
+  `time.monotonic`; under trio's ``MockClock`` it is virtual time, so a
   test sleeps minutes in microseconds (``autojump_threshold=0``) and every
-  timer fires exactly on time. ``scale`` compresses it like :class:`ScaledClock`.
-- :class:`MonotonicClock` reads :func:`time.monotonic` directly.
-- :class:`ScaledClock` runs ``scale`` times faster than the wall: deadlines,
+  timer fires exactly on time. ``scale`` compresses it like `ScaledClock`.
+- `MonotonicClock` reads `time.monotonic` directly.
+- `ScaledClock` runs ``scale`` times faster than the wall: deadlines,
   backoffs and the mock provider's physics are all expressed in its (virtual)
   seconds, so a 10-minute scenario runs in a few wall seconds against a real
   server (live benchmarks).
 
 What this module is not: no scheduling, and no clock of its own making
-(sleeps go through :func:`anyio.sleep`, so cancellation works as usual).
+(sleeps go through `anyio.sleep`, so cancellation works as usual).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["AnyioClock", "Clock", "MonotonicClock", "ScaledClock", "loop_time"]
 
 
 def loop_time() -> float:
-    """:func:`anyio.current_time`: the running event loop's clock, read without anyio's
+    """`anyio.current_time`: the running event loop's clock, read without anyio's
     library lookup on asyncio (0.1 µs, not 2; the runtime reads it several times a
     request). Elsewhere (trio, its ``MockClock``) anyio asks the running library."""
     try:
@@ -58,7 +58,7 @@ class Clock(Protocol):
 
 
 class AnyioClock:
-    """The running event loop's clock (:func:`anyio.current_time`), times ``scale``.
+    """The running event loop's clock (`anyio.current_time`), times ``scale``.
 
     ``now()`` and ``sleep()`` must be called from inside the event loop. With
     ``scale=1`` (the default) a clock second is a loop second; with trio's
@@ -84,7 +84,7 @@ class AnyioClock:
 
 
 class MonotonicClock:
-    """Real time from :func:`time.monotonic`."""
+    """Real time from `time.monotonic`."""
 
     def now(self) -> float:
         return time.monotonic()

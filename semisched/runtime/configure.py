@@ -1,7 +1,7 @@
 """A scheduler's configuration from the arguments of ``Scheduler(...)``.
 
-:func:`scheduler_config` puts a preset's name or a config together with the
-``retry``, ``routing`` and ``tenants`` arguments; :func:`with_tenants` reads the
+`scheduler_config` puts a preset's name or a config together with the
+``retry``, ``routing`` and ``tenants`` arguments; `with_tenants` reads the
 ``tenants=`` argument (the tenants a call may name) into a config. Pure: no
 client, no clock.
 """
@@ -27,10 +27,12 @@ def scheduler_config(
 ) -> SchedulerConfig:
     """A scheduler's config: ``config`` (a preset's name or a config) with ``retry``,
     ``routing`` (a policy name or a ``RoutingConfig``) and ``tenants``
-    (:func:`with_tenants`) put in; what ``Scheduler(config=...)`` is given when
-    those differ from a preset's::
+    (`with_tenants`) put in; what ``Scheduler(config=...)`` is given when
+    those differ from a preset's:
 
-        Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
+    ```python
+    Scheduler(client, config=scheduler_config("final_adrr_olc", routing="ewma"))
+    ```
 
     Raises:
         TypeError: ``config``, ``retry`` or ``routing`` of the wrong kind.
@@ -62,8 +64,8 @@ def with_tenants(
 
     Args:
         config: The scheduler's config.
-        tenants: A :class:`~semisched.core.tenants.config.TenantConfig`, or a
-            sequence of :class:`~semisched.core.tenants.config.TenantSpec` (then
+        tenants: A [`TenantConfig`][semisched.core.tenants.config.TenantConfig], or a
+            sequence of [`TenantSpec`][semisched.core.tenants.config.TenantSpec] (then
             ``TenantConfig(tenants=tuple(tenants))``: its default policy).
             ``None`` keeps ``config.tenants``.
 

@@ -1,38 +1,38 @@
-"""Executing the engine's actions: the runtime's mechanism under :class:`~semisched.Scheduler`.
+"""Executing the engine's actions: the runtime's mechanism under [`Scheduler`][semisched.Scheduler].
 
-A :class:`Dispatcher` holds the requests callers are waiting for and does what
+A `Dispatcher` holds the requests callers are waiting for and does what
 the core's actions say:
 
-- :class:`~semisched.core.Send`: start one attempt as a task in the
+- `Send`: start one attempt as a task in the
   scheduler's task group, at the endpoint the core routed it to
-  (:mod:`semisched.fleet.endpoints`; :mod:`semisched.runtime.provider` is the I/O seam);
-- :class:`~semisched.core.Wake`: keep one timer and poll the engine then;
-- :class:`~semisched.core.Retry`: count it; the engine re-queues the request
+  (`semisched.fleet.endpoints`; `semisched.runtime.provider` is the I/O seam);
+- `Wake`: keep one timer and poll the engine then;
+- `Retry`: count it; the engine re-queues the request
   and sends it again with a later ``Send``;
-- :class:`~semisched.core.Reject`, :class:`~semisched.core.Expire`,
-  :class:`~semisched.core.Fail`: resolve the caller with the outcome;
-- :class:`~semisched.core.Defer`: nothing (the engine brings it back);
-- :class:`~semisched.core.Pause`: hand it to the reservation layer, which keeps the
+- `Reject`, `Expire`,
+  `Fail`: resolve the caller with the outcome;
+- `Defer`: nothing (the engine brings it back);
+- `Pause`: hand it to the reservation layer, which keeps the
   endpoint off in every process sharing its state for as long as the engine does.
 
 Every telemetry event of a request (submitted, sent, deferred or retried, decided,
-first token, finished) goes to one sink (:class:`~semisched.telemetry.events.EventSink`):
+first token, finished) goes to one sink (`EventSink`):
 the dispatcher never asks who listens.
 
 Each attempt goes to its endpoint's stack of layers around the provider seam
-(:mod:`semisched.runtime.layers`: compression, shared-state reservation, observers,
+(`semisched.runtime.layers`: compression, shared-state reservation, observers,
 usage learning, rate-limit headers) and comes back as a result the dispatcher
 feeds to the engine: an answer (``completed``), a refusal by the shared state
 (``refused``: nothing was sent), an exception (``failed`` with the kind from
-:func:`semisched.runtime.failures.classify_failure`) or its deadline (``expire``). It
+`semisched.runtime.failures.classify_failure`) or its deadline (``expire``). It
 resolves each caller exactly once and never compares engine state before and
 after a call: what to do next is always in the actions the engine returned.
 
 Rules:
 
 1. A request is resolved once: a response (or a stream), or an outcome from
-   :mod:`semisched.errors`; a second resolution is a bug and raises.
-2. The engine's ``now`` never goes backwards: :meth:`Dispatcher.now` never
+   `semisched.errors`; a second resolution is a bug and raises.
+2. The engine's ``now`` never goes backwards: `Dispatcher.now` never
    returns less than a time already given to it.
 3. A failed attempt is reported to the engine before anything else happens to
    the request; the engine's verdict (retry, expire, fail) is executed at once.
@@ -44,13 +44,13 @@ Rules:
    (``completed``; a stream is closed and reported as ``cancel``); an aborted,
    failed or refused attempt is reported as ``cancel``. Outside an attempt the
    caller's cancel is reported at once.
-5. Every request's work is supervised (:mod:`semisched.runtime.supervise`): an
+5. Every request's work is supervised (`semisched.runtime.supervise`): an
    unexpected exception in it ends that request alone with
-   :class:`~semisched.errors.InternalError`; one in the timer or a background
+   [`InternalError`][semisched.errors.InternalError]; one in the timer or a background
    task is logged and survived. Nothing but cancellation ends the task group.
 
 What this module is not: it validates nothing, builds no request and picks no
-prior (that is :class:`~semisched.Scheduler`), and it decides nothing.
+prior (that is [`Scheduler`][semisched.Scheduler]), and it decides nothing.
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ _OUTCOMES = {Reject: Outcome.REJECTED, Expire: Outcome.EXPIRED, Fail: Outcome.FA
 
 
 class Dispatcher:
-    """Executes an :class:`~semisched.core.Engine`'s actions against its endpoints.
+    """Executes an `Engine`'s actions against its endpoints.
 
     Args:
         engine: The core.
         configured: What the run uses; each endpoint's stack of layers is
-            built from it (:class:`~semisched.runtime.layers.Stacks`).
+            built from it (`Stacks`).
         clock: Time source; the engine's ``now`` comes from it (rule 2).
         tally: The runtime's counters, updated in place.
         cancel_late: Abort an attempt still in flight at its deadline.

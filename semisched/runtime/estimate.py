@@ -1,7 +1,7 @@
 """Prompt-token estimation without a tokenizer ("Token-Budget-Aware Pool Routing", §2.1).
 
 The runtime must know a request's prompt size before sending it, without a
-model-specific tokenizer. Seed 003 estimates ``tokens = ceil(bytes / c_k)``
+model-specific tokenizer. Token-Budget-Aware Pool Routing estimates ``tokens = ceil(bytes / c_k)``
 with a per-category bytes-per-token ratio ``c_k`` learned online from the
 exact ``usage.prompt_tokens`` every response carries:
 
@@ -128,7 +128,7 @@ class CategoryStats:
 
 @dataclass(frozen=True, slots=True)
 class EstimatorStats:
-    """A frozen snapshot of a :class:`TokenEstimator`: its calibrated categories.
+    """A frozen snapshot of a `TokenEstimator`: its calibrated categories.
 
     Attributes:
         categories: One entry per ``(model, kind)`` seen, sorted.

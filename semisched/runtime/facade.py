@@ -3,9 +3,9 @@
 Existing code that calls ``client.chat.completions.create(...)``,
 ``client.completions.create(...)``, ``client.responses.create(...)`` or
 ``client.embeddings.create(...)`` changes one line: use ``scheduler.client`` in
-its place. Every such call goes through :meth:`semisched.Scheduler.submit` (the
-scheduled APIs are those of :data:`semisched.runtime.apis.APIS`), so it also
-accepts the scheduling hints of :class:`semisched.runtime.calls.CallArgs`.
+its place. Every such call goes through `semisched.Scheduler.submit` (the
+scheduled APIs are those of `semisched.runtime.apis.APIS`), so it also
+accepts the scheduling hints of `semisched.runtime.calls.CallArgs`.
 
 Every other part of the wrapped client (``models``, ``files``, ``batches``,
 ``audio``, ``images``, ``chat.completions.parse``, ``responses.retrieve``, ...)
@@ -13,7 +13,7 @@ is passed through unscheduled: ``scheduler.client.models.list()`` is the
 wrapped client's own call, with its own retries, outside the scheduler's order
 and concurrency. A call of the ``openai`` client's resources that answers with a
 ``usage`` block still spends the key's tokens: those tokens are counted against
-the scheduler's rate budgets (:meth:`semisched.Scheduler.spent`), so the budget
+the scheduler's rate budgets (`semisched.Scheduler.spent`), so the budget
 stays true, and the first such call of each name warns once, naming it. A
 scheduler over several endpoints (``Scheduler(endpoints=[...])``) has no one
 client to pass to: there those names raise ``AttributeError`` saying to call an
@@ -54,7 +54,7 @@ class _Create:
     @call_signature
     async def __call__(self, **kwargs: Any) -> Any:
         """Scheduled ``create``: the API's own arguments, plus the scheduling hints of
-        :class:`~semisched.runtime.calls.CallArgs` (``klass``, ``deadline``, ``prior``,
+        `CallArgs` (``klass``, ``deadline``, ``prior``,
         ``tenant``)."""
         spec = self._spec
         if spec.prompt_field not in kwargs:
@@ -113,7 +113,7 @@ class ScheduledClient:
 
     def _child(self, path: tuple[str, ...], name: str) -> Any:
         """``name`` under ``path``: a facade node on the way to a scheduled API, else the
-        wrapped client's own attribute (its calls counted: :meth:`_counted`)."""
+        wrapped client's own attribute (its calls counted: `_counted`)."""
         full = (*path, name)
         if full in _SCHEDULED or full in _PREFIXES:
             return _Node(self, full)

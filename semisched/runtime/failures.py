@@ -3,8 +3,8 @@
 Two translations live here, and only here (httpx's rule: foreign exceptions
 are mapped in exactly one place):
 
-1. :func:`classify_failure`: an exception from the wrapped client becomes a
-   :class:`ProviderFailure`, whose :class:`~semisched.core.FailureKind` is all
+1. `classify_failure`: an exception from the wrapped client becomes a
+   `ProviderFailure`, whose [`FailureKind`][semisched.core.FailureKind] is all
    the core needs to decide what happens next.
 
    ================================================  ==========================
@@ -22,22 +22,22 @@ are mapped in exactly one place):
    ================================================  ==========================
 
    Two failures usually mean a wrong setting, not a bad request, and carry a
-   ``hint`` (:func:`failure_hint`): a 404 from a base URL whose path does not
+   ``hint`` (`failure_hint`): a 404 from a base URL whose path does not
    end in ``/v1`` (``http://host:8000`` instead of ``http://host:8000/v1``:
    every call answers 404), and a connection that could not be made (the
    hint names the URL; openai's own message is only "Connection error.").
 
-2. :func:`failure_outcome`: the core's terminal :class:`~semisched.core.Fail`
-   becomes the caller's exception (:class:`~semisched.errors.QuotaExceeded`,
-   :class:`~semisched.errors.RateLimited` or
-   :class:`~semisched.errors.ProviderError`), chained to the original
-   exception (``err.__cause__``). Its siblings :func:`reject_outcome` and
-   :func:`expire_outcome` do the same for :class:`~semisched.core.Reject`
-   and :class:`~semisched.core.Expire`. Each outcome carries the core's
+2. `failure_outcome`: the core's terminal `Fail`
+   becomes the caller's exception ([`QuotaExceeded`][semisched.errors.QuotaExceeded],
+   [`RateLimited`][semisched.errors.RateLimited] or
+   [`ProviderError`][semisched.errors.ProviderError]), chained to the original
+   exception (``err.__cause__``). Its siblings `reject_outcome` and
+   `expire_outcome` do the same for `Reject`
+   and `Expire`. Each outcome carries the core's
    explanation (``err.explanation``).
 
 What this module is not: it decides nothing. Whether and when to retry is the
-core's :mod:`semisched.core.lifecycle`; the runtime executes it.
+core's `semisched.core.lifecycle`; the runtime executes it.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _status_kind(status: int, code: str | None) -> FailureKind:
 
 
 def classify_failure(exc: BaseException) -> ProviderFailure:
-    """Map an exception from the wrapped client to a :class:`ProviderFailure` (module table)."""
+    """Map an exception from the wrapped client to a `ProviderFailure` (module table)."""
     if isinstance(exc, openai.APIStatusError):
         headers: Mapping[str, str] = exc.response.headers
         status = exc.status_code
@@ -184,8 +184,8 @@ def failure_outcome(
         request_id: The scheduler's id for the request.
 
     Returns:
-        :class:`QuotaExceeded` for an exhausted quota, :class:`RateLimited`
-        for a rate limit, else :class:`ProviderError`; its ``retry_after`` is
+        `QuotaExceeded` for an exhausted quota, `RateLimited`
+        for a rate limit, else `ProviderError`; its ``retry_after`` is
         the provider's last hint in the scheduler's clock seconds.
     """
     cls: type[ProviderError] = ProviderError
@@ -211,7 +211,7 @@ def failure_outcome(
 
 
 def reject_outcome(reject: Reject, *, request_id: str) -> RequestRejected:
-    """The caller's exception for the core's :class:`~semisched.core.Reject`."""
+    """The caller's exception for the core's `Reject`."""
     error = RequestRejected(
         f"rejected: {reject.reason}",
         request_id=request_id,
@@ -247,7 +247,7 @@ def spend_outcome(reject: Reject, declined: Declined, *, request_id: str) -> Spe
 def expire_outcome(
     expire: Expire, *, request_id: str, attempts: int, cause: BaseException | None
 ) -> DeadlineExceeded:
-    """The caller's exception for the core's :class:`~semisched.core.Expire`: its phase is
+    """The caller's exception for the core's `Expire`: its phase is
     ``in_flight`` (the call was aborted), ``retry`` (after ``attempts``, chained to the
     last failure ``cause``) or ``queued``."""
     why = expire.explanation
@@ -268,7 +268,7 @@ def expire_outcome(
     return error
 
 
-#: The runtime counter (:class:`~semisched.runtime.stats.RuntimeCounters`) of each
+#: The runtime counter ([`RuntimeCounters`][semisched.runtime.stats.RuntimeCounters]) of each
 #: terminal failure kind; any other kind counts in ``provider_errors``.
 _FAIL_COUNTERS = {
     FailureKind.QUOTA_EXHAUSTED: "quota_exceeded",

@@ -3,7 +3,7 @@
 OpenAI answers with ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
 on every response and ``retry-after`` / ``retry-after-ms`` on 429s. Reset values
 are durations like ``1s``, ``6m0s``, ``59ms`` or ``1h2m3.5s``. All durations
-are wall seconds; :meth:`~semisched.core.budget.ProviderLimits.scaled` converts
+are wall seconds; [`scaled`][semisched.core.budget.ProviderLimits.scaled] converts
 them to a clock's.
 
 What this module is not: it reads no clock and no exception, and decides nothing.

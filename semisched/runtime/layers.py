@@ -1,34 +1,34 @@
 """Layers around the provider seam: what happens to one attempt on its way out and back.
 
-:meth:`semisched.runtime.provider.Provider.create` is the I/O seam. Everything else
-an attempt goes through is a layer that wraps a :class:`Seam` and is itself a
-:class:`Seam`, the way httpx transports wrap transports. Per endpoint the
+`semisched.runtime.provider.Provider.create` is the I/O seam. Everything else
+an attempt goes through is a layer that wraps a `Seam` and is itself a
+`Seam`, the way httpx transports wrap transports. Per endpoint the
 stack is built once, from what the scheduler is configured with
-(:class:`Stacks`), outermost first:
+(`Stacks`), outermost first:
 
-1. :class:`CompressionLayer` (compress-and-route on): which prompt this
+1. `CompressionLayer` (compress-and-route on): which prompt this
    attempt sends, by the endpoint it was routed to. (Its step before a request
    reaches the engine, compressing the prompt it may send, is
-   :meth:`Stacks.prepare`.)
-2. :class:`~semisched.runtime.spending.SpendLayer` (spend caps, or a priced
+   `Stacks.prepare`.)
+2. `SpendLayer` (`semisched.runtime.spending`; spend caps, or a priced
    endpoint): reserve the attempt's cost in every spend cap first; a refusal comes
-   back as :class:`~semisched.runtime.seam.Declined` and nothing is sent. When the
-   answer ends its cost is counted and settled.
-3. :class:`ReservationLayer` (a shared state): reserve the attempt there
-   first; a refusal comes back as :class:`Refused` and nothing is sent. When
+   back as `Declined` and nothing is sent. When the answer ends its cost is counted
+   and settled.
+3. `ReservationLayer` (a shared state): reserve the attempt there
+   first; a refusal comes back as `Refused` and nothing is sent. When
    the attempt ends its leases go back, a completion's charge is settled and
    tenants' work is shared.
-4. :class:`ObserverLayer` (when an observer gives calls a context): the provider call
+4. `ObserverLayer` (when an observer gives calls a context): the provider call
    runs inside each such observer's ``attempt`` context (tracing: the caller's context,
    or the live span).
-5. :class:`LearningLayer`: each answer's ``usage`` teaches the prompt-token
+5. `LearningLayer`: each answer's ``usage`` teaches the prompt-token
    estimator and the length calibration.
-6. :class:`HeaderLayer`: rate-limit headers, of answers and of failures, go to
-   the core's signals (:class:`RateLimits`).
-7. :class:`ProviderSeam`: the endpoint's model name, then ``Provider.create``.
+6. `HeaderLayer`: rate-limit headers, of answers and of failures, go to
+   the core's signals (`RateLimits`).
+7. `ProviderSeam`: the endpoint's model name, then ``Provider.create``.
 
 A layer a run does not use is not in its stack. The dispatcher calls
-``send`` once per attempt and, for an :class:`Answer`, ``ended`` exactly once
+``send`` once per attempt and, for an `Answer`, ``ended`` exactly once
 when the answer is consumed (at once for a response, at its end for a
 stream); a failed or cancelled ``send`` is each layer's own to clean up.
 
@@ -37,11 +37,11 @@ Rules:
 1. A layer never resolves a caller and never calls the engine's lifecycle
    events (``completed``, ``failed``, ``refused``): it returns a result or
    raises, and the dispatcher feeds that back.
-2. A layer sees one attempt (:class:`~semisched.runtime.pending.Pending`), never the
+2. A layer sees one attempt (`Pending`), never the
    dispatcher.
 
 What this module is not: it classifies no failure for the core
-(:mod:`semisched.runtime.failures`) and decides nothing.
+(`semisched.runtime.failures`) and decides nothing.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Layer:
 
 
 class CompressionLayer(Layer):
-    """Chooses the prompt each attempt sends (:mod:`semisched.compress.runtime`, rule 6)."""
+    """Chooses the prompt each attempt sends (`semisched.compress.runtime`, rule 6)."""
 
     def __init__(self, inner: Seam, compression: PromptCompression, spec: EndpointSpec) -> None:
         super().__init__(inner)
@@ -140,7 +140,7 @@ class CompressionLayer(Layer):
 
 
 class ReservationLayer(Layer):
-    """Reserves each attempt in the shared state first (:mod:`semisched.state.guard`).
+    """Reserves each attempt in the shared state first (`semisched.state.guard`).
 
     Args:
         inner: The seam it wraps.
@@ -254,7 +254,7 @@ class RateLimits:
 
 
 class HeaderLayer(Layer):
-    """Rate-limit headers of answers and of failures go to :class:`RateLimits`."""
+    """Rate-limit headers of answers and of failures go to `RateLimits`."""
 
     def __init__(self, inner: Seam, limits: RateLimits) -> None:
         super().__init__(inner)
@@ -299,7 +299,7 @@ class Stacks:
 
     Args:
         configured: What the run uses.
-        engine: Told rate-limit headers (:class:`RateLimits`) and shared tenants' usage.
+        engine: Told rate-limit headers (`RateLimits`) and shared tenants' usage.
         now: The engine's time source (never going backwards).
         clock_per_wall: Clock seconds per wall second.
         spawn: Runs a coroutine function in the background (the scheduler's task group).

@@ -1,19 +1,21 @@
-"""The runtime's own knobs: what a :class:`~semisched.Scheduler` needs that is not scheduling.
+"""The runtime's own knobs: what a [`Scheduler`][semisched.Scheduler] needs that is not scheduling.
 
-:class:`RuntimeOptions` groups the settings of one scheduler *process*: how long
+`RuntimeOptions` groups the settings of one scheduler *process*: how long
 a prior may take, how prompt tokens are estimated, how many requests may wait,
 the jitter's seed, what to do with a call still in flight at its deadline, and
 the key namespace of a shared state. The scheduling policy itself (classes,
 admission, retry, routing, tenants) lives in the core's
-:class:`~semisched.core.config.SchedulerConfig`, and ``Scheduler`` takes it
-whole, never field by field::
+[`SchedulerConfig`][semisched.core.config.SchedulerConfig], and ``Scheduler`` takes it
+whole, never field by field:
 
-    config = dataclasses.replace(preset("final_adrr_olc"), routing=RoutingConfig(policy="ewma"))
-    Scheduler(client, config=config, options=RuntimeOptions(max_pending=1000, seed=7))
+```python
+config = preset("final_adrr_olc", routing=RoutingConfig(policy="ewma"))
+Scheduler(client, config=config, options=RuntimeOptions(max_pending=1000, seed=7))
+```
 
-:func:`removed_argument` names the new place of each keyword the constructor
+`removed_argument` names the new place of each keyword the constructor
 no longer takes, so an old call fails with a ``TypeError`` that says what to
-write instead. :func:`check_runtime_objects` checks the constructor's runtime
+write instead. `check_runtime_objects` checks the constructor's runtime
 objects (clock, telemetry, observers) before anything is built from them, so a
 wrong one is a ``TypeError`` naming the argument, not an error deep inside (or
 only on entering the context).
@@ -46,9 +48,9 @@ class RuntimeOptions:
         prior_timeout_s: Longest wait (event-loop seconds) for a blocking prior
             source; then ``fallback`` answers.
         fallback: Prior source used on timeout or error of the scheduler's
-            ``priors`` (``None``: :class:`~semisched.priors.sources.Heuristic`).
+            ``priors`` (``None``: [`Heuristic`][semisched.priors.sources.Heuristic]).
         calibration: Online correction of the source's priors from the lengths
-            answers report (:class:`~semisched.priors.calibration.LengthCalibration`):
+            answers report ([`LengthCalibration`][semisched.priors.calibration.LengthCalibration]):
             ``True`` (a fresh one), ``False`` (off), or one to share or inspect.
             A caller's own ``prior=`` is never corrected.
         estimator: Prompt-token estimator (bytes-per-token EMA; ``None``: a fresh one).
@@ -121,25 +123,24 @@ def removed_argument(names: object) -> TypeError | None:
     unknown = [n for n in given if n not in _CONFIG_FIELDS and n not in _OPTION_FIELDS]
     if unknown:
         return TypeError(f"Scheduler() got unexpected keyword argument(s) {unknown}")
-    hints = []
+    keywords = [f"{n}=" for n in given]
+    named = keywords[0] if len(keywords) == 1 else ", ".join(keywords[:-1]) + " or " + keywords[-1]
+    where = []
     if config:
-        fields = ", ".join(f"{n}=..." for n in config)
-        hints.append(
-            f"{config} are fields of the config: pass "
-            f"config=dataclasses.replace(preset('final_adrr_olc'), {fields}) "
-            "(or semisched.runtime.calls.scheduler_config(config, ...))"
-        )
+        where.append(f"config=preset('final_adrr_olc', {', '.join(f'{n}=...' for n in config)})")
     if options:
-        fields = ", ".join(f"{n}=..." for n in options)
-        hints.append(f"{options} are runtime options: pass options=RuntimeOptions({fields})")
-    return TypeError("Scheduler() no longer takes " + "; ".join(hints))
+        where.append(f"options=RuntimeOptions({', '.join(f'{n}=...' for n in options)})")
+    pronoun = "it" if len(given) == 1 else "them"
+    return TypeError(
+        f"Scheduler() no longer takes {named}: pass {pronoun} as {' and '.join(where)}"
+    )
 
 
 def check_runtime_objects(*, clock: Any, metrics: Any, tracing: Any, observers: Any) -> None:
     """Check ``Scheduler``'s runtime objects by what the runtime will call on them.
 
     Args:
-        clock: ``None`` or a :class:`~semisched.runtime.clock.Clock` instance
+        clock: ``None`` or a [`Clock`][semisched.runtime.clock.Clock] instance
             (``now()``, ``sleep()``, ``to_wall()``).
         metrics: A bool or a ``prometheus_client.CollectorRegistry``.
         tracing: A bool or an ``opentelemetry.trace.TracerProvider``.

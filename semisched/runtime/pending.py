@@ -1,7 +1,7 @@
 """A request a caller is waiting for: the runtime's record of it between submit and outcome.
 
-:class:`Pending` is what :class:`~semisched.Scheduler` hands the
-:class:`~semisched.runtime.dispatch.Dispatcher` and what the dispatcher resolves exactly
+`Pending` is what [`Scheduler`][semisched.Scheduler] hands the
+`Dispatcher` and what the dispatcher resolves exactly
 once (a response, a stream or an outcome). Values and an event; no I/O.
 """
 
@@ -43,7 +43,7 @@ class Pending:
             calibration is off).
         endpoint: Where its latest attempt was sent.
         compressed: Its compressed prompt, when compress-and-route prepared one
-            (:mod:`semisched.compress.runtime`).
+            (`semisched.compress.runtime`).
         sent_compressed: Its latest attempt goes with the compressed prompt.
         cost_usd: What it cost, once its answer ended at a priced endpoint.
         declined: The spend cap's refusal, when one refused it.

@@ -1,13 +1,13 @@
 """The I/O seam: calling the wrapped OpenAI-compatible client (httpx's transport idea).
 
-Everything the runtime sends goes through :meth:`Provider.create`, one call
+Everything the runtime sends goes through `Provider.create`, one call
 per attempt. The wrapped client's own retries are turned off
 (``with_options(max_retries=0)`` on an ``openai`` client): the scheduler owns
 retries, so the core sees every attempt. The response headers are read when
 the client offers ``with_raw_response`` (rate-limit signals ride on them).
 
 What this module is not: it neither classifies failures (that is
-:mod:`semisched.runtime.failures`) nor retries, waits or validates arguments.
+`semisched.runtime.failures`) nor retries, waits or validates arguments.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ __all__ = ["Provider", "Usage", "usage_of"]
 
 class Provider:
     """The wrapped client's resource of each scheduled API it has
-    (:data:`~semisched.runtime.apis.APIS`: ``chat.completions``, ``completions``,
+    (`APIS`: ``chat.completions``, ``completions``,
     ``responses``, ``embeddings``).
 
     Attributes:
         allowed_params: Per available endpoint, the argument names its
             ``create`` accepts (``None``: any); the shape
-            :func:`semisched.runtime.calls.prepare_call` takes.
+            `semisched.runtime.calls.prepare_call` takes.
     """
 
     def __init__(self, client: Any) -> None:
@@ -60,6 +60,5 @@ class Provider:
 
 
 def usage_of(response: Any, api: Api = "chat") -> Usage:
-    """The ``usage`` an answer of ``api`` reports (:meth:`ApiSpec.usage
-    <semisched.runtime.apis.ApiSpec.usage>`)."""
+    """The ``usage`` an answer of ``api`` reports (`ApiSpec.usage`)."""
     return APIS[api].usage(response)

@@ -1,7 +1,7 @@
 """Building the core's request for a prepared call: its prior, its tokens, its class.
 
-:func:`core_request` turns a validated :class:`~semisched.runtime.calls.PreparedCall`
-into the :class:`~semisched.core.request.Request` the engine schedules: the caller's
+`core_request` turns a validated `PreparedCall`
+into the [`Request`][semisched.core.request.Request] the engine schedules: the caller's
 prior or the prior source's (calibrated online when the scheduler calibrates), the
 prompt's tokens (counted or estimated), the scheduling class and the deadline on
 the scheduler's clock.

@@ -1,41 +1,41 @@
 """The async runtime: ``await scheduler.submit(...)`` over any OpenAI-compatible client.
 
-:class:`Scheduler` executes what :class:`semisched.core.Engine` decides and
+`Scheduler` executes what `semisched.core.Engine` decides and
 decides nothing itself. It
 
 - is built one way: the client (or endpoints), one
-  :class:`~semisched.core.config.SchedulerConfig` (every scheduling decision,
+  [`SchedulerConfig`][semisched.core.config.SchedulerConfig] (every scheduling decision,
   retry, routing and tenants included), runtime objects (priors, state, clock,
-  telemetry) and :class:`~semisched.runtime.options.RuntimeOptions`,
-- validates a call (:class:`semisched.runtime.calls.CallArgs`,
-  :func:`semisched.runtime.calls.prepare_call`) and builds the
-  core's :class:`~semisched.core.Request` (prior from a
-  :class:`~semisched.priors.sources.PriorSource` via :mod:`semisched.priors.batching`,
+  telemetry) and [`RuntimeOptions`][semisched.runtime.options.RuntimeOptions],
+- validates a call (`semisched.runtime.calls.CallArgs`,
+  `semisched.runtime.calls.prepare_call`) and builds the
+  core's [`Request`][semisched.core.Request] (prior from a
+  [`PriorSource`][semisched.priors.sources.PriorSource] via `semisched.priors.batching`,
   prompt tokens from the bytes-per-token estimator),
-- runs every :class:`~semisched.core.Send` as a task in its own task group,
+- runs every `Send` as a task in its own task group,
   through the endpoint's stack of layers around the wrapped client
-  (:mod:`semisched.runtime.layers`: compression, shared-state reservation,
+  (`semisched.runtime.layers`: compression, shared-state reservation,
   observers, usage learning, rate-limit headers; its retries turned off),
-- classifies each failed attempt (:mod:`semisched.runtime.failures`) and reports it
+- classifies each failed attempt (`semisched.runtime.failures`) and reports it
   with ``engine.failed``; the core's retry policy answers with
-  :class:`~semisched.core.Retry` (the engine re-queues and later re-sends it),
-  :class:`~semisched.core.Expire` or :class:`~semisched.core.Fail`,
+  `Retry` (the engine re-queues and later re-sends it),
+  `Expire` or `Fail`,
 - resolves each caller exactly once: the provider's response object, or an
-  outcome from :mod:`semisched.errors`.
+  outcome from `semisched.errors`.
 
 Structured concurrency (anyio): the scheduler is an async context manager that
 owns its task group; nothing is fire-and-forget. Cancelling a caller's
 ``submit`` removes the request from the queue or aborts its in-flight call and
-releases its send opportunity. Time comes from a :class:`~semisched.runtime.clock.Clock`
+releases its send opportunity. Time comes from a [`Clock`][semisched.runtime.clock.Clock]
 (by default the event loop's, so trio's ``MockClock`` runs it in virtual time).
 
-This module holds the public :class:`Scheduler`: its arguments, its context
+This module holds the public `Scheduler`: its arguments, its context
 manager, ``submit``/``check``/``pause``/``resume``/``statistics``, and the
 building of the core's request. What it is not: it executes no action itself
-(:mod:`semisched.runtime.dispatch`), makes no scheduling decision and no retry
-arithmetic (:mod:`semisched.core`), reads no ``openai`` exception
-(:mod:`semisched.runtime.failures`). Streams are in :mod:`semisched.runtime.streams`, the
-drop-in facade in :mod:`semisched.runtime.facade`, statistics in :mod:`semisched.runtime.stats`.
+(`semisched.runtime.dispatch`), makes no scheduling decision and no retry
+arithmetic (`semisched.core`), reads no ``openai`` exception
+(`semisched.runtime.failures`). Streams are in `semisched.runtime.streams`, the
+drop-in facade in `semisched.runtime.facade`, statistics in `semisched.runtime.stats`.
 """
 
 from __future__ import annotations
@@ -101,17 +101,17 @@ __all__ = [
 ]
 
 
-_DEFAULT_OPTIONS = RuntimeOptions()
-
 
 class Scheduler:
     r"""Client-side scheduler over an OpenAI-compatible async client.
 
-    Example::
+    For example:
 
-        async with Scheduler(AsyncOpenAI()) as scheduler:
-            resp = await scheduler.submit(model="gpt-4o-mini", messages=[...],
-                                          max_completion_tokens=200, deadline=30)
+    ```python
+    async with Scheduler(AsyncOpenAI()) as scheduler:
+        resp = await scheduler.submit(model="gpt-4o-mini", messages=[...],
+                                      max_completion_tokens=200, deadline=30)
+    ```
 
     Args:
         client: ``openai.AsyncOpenAI`` or any object with
@@ -119,59 +119,59 @@ class Scheduler:
             An OpenAI client is used through ``with_options(max_retries=0)``:
             the scheduler owns retries, so the core sees every attempt.
             The one-endpoint case of ``endpoints``.
-        endpoints: Several deployments (:class:`~semisched.Endpoint`), instead of
+        endpoints: Several deployments ([`Endpoint`][semisched.Endpoint]), instead of
             ``client``: each send goes to the endpoint the core's routing layer
             picks (``config.routing``), a failed attempt fails over to another,
             and ``statistics().engine.endpoints`` reports each.
-        config: A :class:`SchedulerConfig` or a preset name: every scheduling
+        config: A `SchedulerConfig` or a preset name: every scheduling
             decision, the retry policy (``config.retry``), routing
             (``config.routing``) and tenants (``config.tenants``; each call names
             its own with ``submit(..., tenant=)``). Change a preset with
-            ``dataclasses.replace(preset("final_adrr_olc"), routing=...)`` or
-            :func:`semisched.runtime.calls.scheduler_config`.
+            ``preset("final_adrr_olc", routing=...)`` or
+            `semisched.runtime.calls.scheduler_config`.
         priors: Where priors come from when a call gives none: a
-            :class:`~semisched.priors.sources.PriorSource`, or a name from
-            :mod:`semisched.priors.default`. ``"auto"`` is the shipped learned
+            [`PriorSource`][semisched.priors.sources.PriorSource], or a name from
+            `semisched.priors.default`. ``"auto"`` is the shipped learned
             length model when the ``ml`` extra is installed, else
-            :class:`~semisched.priors.sources.Heuristic` (from the output cap);
+            [`Heuristic`][semisched.priors.sources.Heuristic] (from the output cap);
             ``"learned"`` insists on the model, ``"heuristic"`` never loads it.
             ``None`` (the default) reads ``$SEMISCHED_PRIORS``, else ``"auto"``.
             The model is loaded on entering the context (seconds, once per
             process, in a worker thread) and, like any
-            :class:`~semisched.priors.sources.BatchPriorSource`, runs off the event loop.
+            `BatchPriorSource`, runs off the event loop.
         state: Share budgets, leases and 429 pauses with every scheduler in
             ``options.namespace`` (other processes, other machines): a Redis URL
             (``"redis://127.0.0.1:6379/0"``; needs the ``redis`` extra) or a
-            :class:`~semisched.state.base.StateBackend`. Each send is reserved
+            [`StateBackend`][semisched.state.base.StateBackend]. Each send is reserved
             there first (the fleet's ``config.budget`` and ``max_inflight``, each
             endpoint's ``rpm``/``tpm``/``max_concurrency``: set them to the
-            *shared* limits). Unreachable on entering: :class:`StateUnavailable`.
+            *shared* limits). Unreachable on entering: `StateUnavailable`.
             Lost later: one warning, then this process runs on its share of each
-            limit until the store is back (:mod:`semisched.state.guard`).
-        clock: Time source (default :class:`~semisched.runtime.clock.AnyioClock`: the
+            limit until the store is back (`semisched.state.guard`).
+        clock: Time source (default [`AnyioClock`][semisched.runtime.clock.AnyioClock]: the
             event loop's clock, virtual under trio's ``MockClock``).
-        metrics: Prometheus metrics (:mod:`semisched.telemetry.prometheus`;
+        metrics: Prometheus metrics (`semisched.telemetry.prometheus`;
             the ``metrics`` extra): ``True`` registers them in the default
             registry, or give a ``prometheus_client.CollectorRegistry``.
         tracing: One OpenTelemetry span per request
-            (:mod:`semisched.telemetry.tracing`): ``True`` uses the global
+            (`semisched.telemetry.tracing`): ``True`` uses the global
             tracer provider (a no-op unless the application configured an
             SDK), or give a ``TracerProvider``; ``False``: none. Each span is
             built when its request ends, from recorded times; for spans that an
             instrumented HTTP client's spans nest under, pass ``tracing=False``
             and ``observers=[RequestTracing(provider, nest_http=True)]``.
-        observers: More :class:`~semisched.telemetry.observe.RequestObserver`\ s, told
+        observers: More [`RequestObserver`][semisched.telemetry.observe.RequestObserver]s, told
             what happens to each request.
-        spend_caps: :class:`~semisched.SpendCap`\ s: at most so many US dollars per
+        spend_caps: [`SpendCap`][semisched.SpendCap]s: at most so many US dollars per
             calendar hour, day or month, for a tenant or the whole key, at the endpoints'
             prices (``Endpoint(..., price=...)``). Each request's cost is reserved before
             it is sent and settled on its usage; one that would pass a cap is refused with
-            :class:`~semisched.errors.SpendCapExceeded`. Kept beside ``state`` when there
-            is one, so they hold across processes.
-        options: The runtime's own settings (:class:`~semisched.RuntimeOptions`):
+            [`SpendCapExceeded`][semisched.SpendCapExceeded]. Kept beside ``state`` when
+            there is one, so they hold across processes.
+        options: The runtime's own settings ([`RuntimeOptions`][semisched.RuntimeOptions]):
             prior timeout and fallback, calibration, token estimator,
             ``max_pending``, the jitter's ``seed``, ``cancel_late`` and the
-            state's ``namespace``.
+            state's ``namespace`` (``None``, the default: ``RuntimeOptions()``).
 
     Raises:
         TypeError: An argument of the wrong kind, naming it: openai's synchronous
@@ -183,7 +183,7 @@ class Scheduler:
         ValueError: A bad value, naming it (an unknown preset or prior source).
 
     Errors inside ``async with``: what the block raises (an outcome of
-    ``submit`` such as :class:`~semisched.errors.ProviderError`, or the
+    ``submit`` such as [`ProviderError`][semisched.errors.ProviderError], or the
     caller's own exception) leaves the block as itself, never wrapped in an
     ``ExceptionGroup``, so ``except ProviderError`` around the block catches
     it. The scheduler's own tasks raise nothing of their own (each outcome
@@ -206,11 +206,12 @@ class Scheduler:
         tracing: TracerProvider | bool = True,
         observers: Sequence[RequestObserver] = (),
         spend_caps: Sequence[SpendCap] = (),
-        options: RuntimeOptions = _DEFAULT_OPTIONS,
+        options: RuntimeOptions | None = None,
         **removed: Never,
     ) -> None:
         if error := removed_argument(removed):
             raise error
+        options = RuntimeOptions() if options is None else options
         check_instance("options", options, RuntimeOptions)
         check_runtime_objects(clock=clock, metrics=metrics, tracing=tracing, observers=observers)
         self.config = scheduler_config(config)
@@ -282,7 +283,7 @@ class Scheduler:
         tb: TracebackType | None,
     ) -> bool | None:
         """Leaving normally waits for every pending request; leaving with an
-        exception resolves them with :class:`SchedulerClosed` at once. Errors
+        exception resolves them with `SchedulerClosed` at once. Errors
         leave as the class docstring says: one error as itself, several as a group."""
         assert self._tg is not None
         self._closed = True
@@ -315,10 +316,10 @@ class Scheduler:
 
     @call_signature
     async def submit(self, **call: Any) -> Any:
-        """Schedule one call of a scheduled API (:data:`~semisched.runtime.apis.APIS`).
+        """Schedule one call of a scheduled API (`APIS`).
 
         Args:
-            **call: The call (:class:`~semisched.runtime.calls.CallArgs`): ``model``,
+            **call: The call (`CallArgs`): ``model``,
                 ``messages`` (chat), ``prompt`` (completions) or ``input`` (the
                 Responses API; embeddings with ``api="embeddings"``), the scheduling
                 hints ``klass``, ``deadline``, ``prior``, ``tenant``; everything
@@ -327,16 +328,16 @@ class Scheduler:
 
         Returns:
             The wrapped client's own response (``ChatCompletion``, ``Completion``,
-            ``Response``, ``CreateEmbeddingResponse``), or a :class:`ScheduledStream`
-            for ``stream=True``.
+                ``Response``, ``CreateEmbeddingResponse``), or a `ScheduledStream`
+                for ``stream=True``.
 
         Raises:
             ValueError, TypeError: Bad input, before anything is queued
-                (:func:`semisched.runtime.calls.prepare_call`), and what can
+                (`semisched.runtime.calls.prepare_call`), and what can
                 never succeed: an output cap outside ``[1, 10**8]``, a prior
                 outside ``1 <= p50 <= p90 <= 10**8``, a deadline outside
-                ``(0, 1e8]`` seconds (:mod:`semisched.runtime.calls`, rule 7).
-            RequestError: An outcome (see :mod:`semisched.errors`).
+                ``(0, 1e8]`` seconds (`semisched.runtime.calls`, rule 7).
+            RequestError: An outcome (see `semisched.errors`).
         """
         prepared = self._prepare(call)
         if self._tg is None or self._closed:
@@ -363,13 +364,13 @@ class Scheduler:
 
     @call_signature
     def check(self, **call: Any) -> str:
-        """Validate a call exactly as :meth:`submit` would, without scheduling it.
+        """Validate a call exactly as `submit` would, without scheduling it.
 
         Returns:
             The API it would call (``"chat"``, ``"responses"``, ...: ``APIS``).
 
         Raises:
-            ValueError, TypeError: What :meth:`submit` would raise for it.
+            ValueError, TypeError: What `submit` would raise for it.
         """
         return self._prepare(call).api
 
@@ -379,7 +380,7 @@ class Scheduler:
         self._engine.spent(tokens, self._dispatch.now(), endpoint)
 
     def _check_room(self, rid: str, call: PreparedCall) -> None:
-        """Raise :class:`QueueFull` when ``options.max_pending`` requests already wait."""
+        """Raise `QueueFull` when ``options.max_pending`` requests already wait."""
         limit = self.options.max_pending
         waiting = len(self._dispatch.pending) + self._preparing
         if limit is not None and waiting >= limit:
@@ -392,7 +393,7 @@ class Scheduler:
             )
 
     def pause(self) -> None:
-        """Send nothing more until :meth:`resume`; queued requests wait (deadlines still apply).
+        """Send nothing more until `resume`; queued requests wait (deadlines still apply).
 
         In-flight calls continue. A batch job uses this on Ctrl-C: stop
         dispatching, let what is in flight finish, then leave.
@@ -400,7 +401,7 @@ class Scheduler:
         self._dispatch.execute(self._engine.hold(self._dispatch.now()))
 
     def resume(self) -> None:
-        """Undo :meth:`pause`."""
+        """Undo `pause`."""
         self._dispatch.execute(self._engine.release(self._dispatch.now()))
 
     # -- the fleet ---------------------------------------------------------------------
@@ -415,7 +416,7 @@ class Scheduler:
 
         Raises:
             ValueError: Its name is already in use.
-            TypeError: ``endpoint`` is not a :class:`~semisched.Endpoint`.
+            TypeError: ``endpoint`` is not a [`Endpoint`][semisched.Endpoint].
         """
         self._deployments.add(endpoint)
         self._dispatch.stacks.drop(endpoint.name)
@@ -423,7 +424,7 @@ class Scheduler:
 
     def drain_endpoint(self, name: str) -> None:
         """Send nothing new to ``name``; its calls in flight finish. Queued calls that
-        no other endpoint serves are rejected (:class:`~semisched.RequestRejected`).
+        no other endpoint serves are rejected ([`RequestRejected`][semisched.RequestRejected]).
 
         Raises:
             ValueError: No endpoint has that name.
@@ -431,7 +432,7 @@ class Scheduler:
         self._dispatch.execute(self._engine.drain_endpoint(name, self._dispatch.now()))
 
     def remove_endpoint(self, name: str) -> None:
-        """Drain ``name`` (:meth:`drain_endpoint`) and drop it from the fleet.
+        """Drain ``name`` (`drain_endpoint`) and drop it from the fleet.
 
         Raises:
             ValueError: No endpoint has that name.
@@ -444,7 +445,7 @@ class Scheduler:
 
         Per endpoint: ``statistics().engine.endpoints``. Per tenant:
         ``statistics().engine.tenants`` (or ``.engine.tenant("acme")``), each a
-        :class:`~semisched.TenantStats`: queued, in flight, completed,
+        [`TenantStats`][semisched.TenantStats]: queued, in flight, completed,
         rejected, served tokens, and its share, entitlement and debt.
         """
         return SchedulerStats(

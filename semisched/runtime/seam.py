@@ -1,6 +1,6 @@
-"""What one attempt returns through an endpoint's stack (:mod:`semisched.runtime.layers`).
+"""What one attempt returns through an endpoint's stack (`semisched.runtime.layers`).
 
-Values and the :class:`Seam` protocol every layer implements; no I/O.
+Values and the `Seam` protocol every layer implements; no I/O.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Declined:
-    """A spend cap refused the attempt: nothing was sent (:mod:`semisched.runtime.spending`).
+    """A spend cap refused the attempt: nothing was sent (`semisched.runtime.spending`).
 
     Attributes:
         cap: The cap that refused.

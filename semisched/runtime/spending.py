@@ -1,19 +1,19 @@
 """Spend: each request's cost from its usage, and spend caps held before a request is sent.
 
-The spend layer sits outermost in an endpoint's stack (:mod:`semisched.runtime.layers`)
+The spend layer sits outermost in an endpoint's stack (`semisched.runtime.layers`)
 when the run has spend caps or the endpoint has a price:
 
 1. **Before an attempt**, when caps cover the request's tenant (or the whole key) and
    its endpoint prices its model, it reserves the request's estimated cost in each cap
-   (:mod:`semisched.state.spend`): its prompt estimate plus its prior's p90 output
+   (`semisched.state.spend`): its prompt estimate plus its prior's p90 output
    (at most its ``max_tokens``), at the endpoint's price. A refusal sends nothing: the
-   attempt comes back :class:`Declined`, and the engine rejects the request (rule
-   ``spend.cap``); its caller gets :class:`~semisched.errors.SpendCapExceeded`.
+   attempt comes back `Declined`, and the engine rejects the request (rule
+   ``spend.cap``); its caller gets [`SpendCapExceeded`][semisched.errors.SpendCapExceeded].
 2. **When the answer ends**, its cost comes from its usage: the provider's prompt count
    (the estimate when a stream did not say), its cached prompt tokens at the cached
    price, and its output; a stream closed early is charged its reservation (what it
    generated is unknown). The reservation is settled to that cost, and the cost is
-   counted by tenant and endpoint (:class:`SpendStats`, ``Finished.cost_usd``).
+   counted by tenant and endpoint (`SpendStats`, ``Finished.cost_usd``).
 3. **When the attempt fails or is refused** by the rate budgets, its reservation is
    released.
 
@@ -142,7 +142,7 @@ def run_spending(caps: Sequence[SpendCap], backend: object, priced: bool) -> Spe
     ``priced`` endpoint.
 
     Raises:
-        TypeError: ``caps`` is not a sequence of :class:`~semisched.SpendCap`.
+        TypeError: ``caps`` is not a sequence of [`SpendCap`][semisched.SpendCap].
     """
     if isinstance(caps, SpendCap | str) or not isinstance(caps, Sequence):
         raise TypeError(f"spend_caps={caps!r} must be a sequence of semisched.SpendCap")

@@ -1,9 +1,9 @@
 """The async runtime's statistics: frozen snapshots with named fields (trio's ``statistics()``).
 
-:meth:`semisched.Scheduler.statistics` returns a :class:`SchedulerStats`.
+`semisched.Scheduler.statistics` returns a `SchedulerStats`.
 Nothing in it is read by string key: the runtime's outcome counters are the
-fields of :class:`RuntimeCounters`, the core's are
-:class:`~semisched.core.EngineCounters` (``stats.engine.counters``). The two
+fields of `RuntimeCounters`, the core's are
+[`EngineCounters`][semisched.core.EngineCounters] (``stats.engine.counters``). The two
 overlap on purpose where both see an event (retries, 429s): the runtime counts
 what callers got, the engine what it decided.
 
@@ -28,12 +28,12 @@ __all__ = ["RuntimeCounters", "RuntimeTally", "SchedulerStats"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeCounters:
-    """What callers of :meth:`~semisched.Scheduler.submit` got, and what the runtime did.
+    """What callers of `submit` got, and what the runtime did.
 
     Each outcome counter counts requests; every submitted request ends in
     exactly one of ``succeeded``, ``rejected``, ``deadline_exceeded``,
     ``rate_limited``, ``quota_exceeded``, ``provider_errors``, ``closed``,
-    ``cancelled`` or ``internal_errors`` (see :attr:`outcomes`).
+    ``cancelled`` or ``internal_errors`` (see `outcomes`).
 
     Attributes:
         submitted: Calls that passed validation and got a request id
@@ -41,19 +41,19 @@ class RuntimeCounters:
         succeeded: Requests answered by the provider (a stream counts when it
             is handed to the caller).
         rejected: Requests refused by overload control or the rate budget
-            (:class:`~semisched.errors.RequestRejected`).
+            ([`RequestRejected`][semisched.errors.RequestRejected]).
         deadline_exceeded: Requests whose deadline passed: queued, in flight
-            or before a retry (:class:`~semisched.errors.DeadlineExceeded`).
+            or before a retry ([`DeadlineExceeded`][semisched.errors.DeadlineExceeded]).
         queue_full: Calls refused because ``max_pending`` requests were pending
-            (:class:`~semisched.errors.QueueFull`).
+            ([`QueueFull`][semisched.errors.QueueFull]).
         rate_limited: Requests that ended with a 429 rate limit and no retry
-            left (:class:`~semisched.errors.RateLimited`).
+            left ([`RateLimited`][semisched.errors.RateLimited]).
         quota_exceeded: Requests refused for an exhausted quota
-            (:class:`~semisched.errors.QuotaExceeded`).
+            ([`QuotaExceeded`][semisched.errors.QuotaExceeded]).
         provider_errors: Requests that ended with any other provider failure
-            (:class:`~semisched.errors.ProviderError`).
+            ([`ProviderError`][semisched.errors.ProviderError]).
         closed: Requests still pending when the scheduler closed
-            (:class:`~semisched.errors.SchedulerClosed`).
+            ([`SchedulerClosed`][semisched.errors.SchedulerClosed]).
         cancelled: Requests whose caller stopped waiting (task cancelled).
         retries: Failed attempts the core scheduled again.
         throttled: Attempts answered 429 ``rate_limit_exceeded`` (retried or
@@ -61,7 +61,7 @@ class RuntimeCounters:
         prior_fallbacks: Requests whose prior came from the fallback source
             (the configured source was slow or failed).
         internal_errors: Requests ended by an unexpected exception inside
-            semisched (:class:`~semisched.errors.InternalError`): logged, counted,
+            semisched ([`InternalError`][semisched.errors.InternalError]): logged, counted,
             survived. Anything above 0 is a bug worth reporting.
         task_errors: Unexpected exceptions in the scheduler's own work outside any
             one request (its timer, a background task), logged and survived.
@@ -101,9 +101,9 @@ class RuntimeCounters:
 
 
 class RuntimeTally:
-    """The runtime's mutable tallies; :meth:`freeze` makes a :class:`RuntimeCounters`.
+    """The runtime's mutable tallies; `freeze` makes a `RuntimeCounters`.
 
-    Its attributes are exactly :class:`RuntimeCounters`'s fields, all starting at 0.
+    Its attributes are exactly `RuntimeCounters`'s fields, all starting at 0.
     """
 
     __slots__ = (
@@ -153,9 +153,9 @@ class SchedulerStats:
         calibration: What the length calibration learned, per source and model
             (``None``: calibration is off).
         compression: What compress-and-route did (``None``: it is off,
-            ``RoutingConfig.compress_band`` 1; :mod:`semisched.compress.runtime`).
+            ``RoutingConfig.compress_band`` 1; `semisched.compress.runtime`).
         spend: What the run spent at its endpoints' prices, and its spend caps
-            (``None``: no prices and no caps; :mod:`semisched.runtime.spending`).
+            (``None``: no prices and no caps; `semisched.runtime.spending`).
     """
 
     pending: int

@@ -1,4 +1,4 @@
-"""Streamed responses: :class:`ScheduledStream`, the caller's view of a provider stream.
+"""Streamed responses: `ScheduledStream`, the caller's view of a provider stream.
 
 A streamed call holds its send opportunity until the stream ends, so the
 runtime must learn when that happens and how many tokens it produced. The
@@ -8,10 +8,10 @@ early (``complete=False``); and once through ``on_first()`` when its first
 content chunk arrives (the time to first token).
 
 A stream never outlives its request's deadline, and never waits longer than
-an idle timeout for its next chunk (:data:`IDLE_TIMEOUT_S` unless told): a
-stream stalled mid-way ends with :class:`~semisched.errors.DeadlineExceeded`
+an idle timeout for its next chunk (`IDLE_TIMEOUT_S` unless told): a
+stream stalled mid-way ends with [`DeadlineExceeded`][semisched.errors.DeadlineExceeded]
 (phase ``in_flight``) at the deadline, or with a
-:class:`~semisched.errors.ProviderError` of kind ``timeout`` after the idle
+[`ProviderError`][semisched.errors.ProviderError] of kind ``timeout`` after the idle
 timeout, and its upstream stream is closed. (The gateway turns either into an
 SSE ``error`` event.)
 
@@ -104,7 +104,7 @@ class ScheduledStream:
         return self._iterate()
 
     async def _next(self, chunks: AsyncIterator[Any]) -> Any:
-        """The inner stream's next chunk (:data:`_END` after its last), waited for until
+        """The inner stream's next chunk (`_END` after its last), waited for until
         the deadline or the idle timeout, whichever is sooner (module docstring)."""
         wait = self._idle_s
         deadline = self._deadline

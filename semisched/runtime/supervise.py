@@ -3,11 +3,11 @@
 The scheduler's tasks share one task group, and in a task group one task's
 exception cancels all of them: a bug met while serving one request would stop
 every request after it (and a gateway would answer 503 for good). The
-:class:`Supervisor` stands between them:
+`Supervisor` stands between them:
 
 1. An unexpected exception in one request's work (its attempt, its answer, its
    stream's end, an action the engine returned for it) ends that request alone
-   with :class:`~semisched.errors.InternalError`, chained to the exception; the
+   with [`InternalError`][semisched.errors.InternalError], chained to the exception; the
    dispatcher does that and counts it in ``counters.internal_errors``.
 2. One in the scheduler's own work outside any request (its timer, a layer's
    background task) is survived: the timer polls again, the background task ends.

@@ -1,8 +1,8 @@
 """The runtime's one timer: poll the engine at the times its ``Wake`` actions name.
 
 The engine keeps every timer of its own (deadlines, deferrals, retries, rate
-budgets) and asks for a poll at the earliest with :class:`~semisched.core.Wake`.
-:class:`Timer` holds that one time and, in a task of the scheduler's, sleeps
+budgets) and asks for a poll at the earliest with `Wake`.
+`Timer` holds that one time and, in a task of the scheduler's, sleeps
 until it and then polls.
 
 Rules:
@@ -12,7 +12,7 @@ Rules:
    early by more than float rounding, and a loop clock cannot spin on a sub-ulp sleep.
 3. After each poll it re-arms from the engine's own next timer: the engine reports
    a timer once, and one reported while an earlier one was held was dropped.
-4. A poll that raises is logged and survived (:mod:`semisched.runtime.supervise`);
+4. A poll that raises is logged and survived (`semisched.runtime.supervise`);
    the next try waits a second of the clock, so a broken poll cannot spin.
 
 What this module is not: it decides nothing and executes no action (the

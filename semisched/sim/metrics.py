@@ -51,7 +51,7 @@ __all__ = ["METRIC_NAMES", "RequestRecord", "summarize"]
 
 
 class RequestRecord(Protocol):
-    """What :func:`summarize` needs of one request's record."""
+    """What `summarize` needs of one request's record."""
 
     bucket: str
     arrival: float

@@ -1,6 +1,6 @@
 """The simulator's values: workload jobs, what the provider does, traces and results.
 
-Split from :mod:`semisched.sim.simulator` (the event loop), which re-exports every name.
+Split from `semisched.sim.simulator` (the event loop), which re-exports every name.
 Values only: nothing here runs a simulation.
 """
 
@@ -96,7 +96,7 @@ class SimJob:
         compressed_input_tokens: The real prompt length after compress-and-route's
             compression (``None``: no compressed prompt); prefilled instead of
             ``input_tokens`` when the send goes compressed
-            (:func:`~semisched.core.fleet.routing.sends_compressed`). Its request carries
+            (`sends_compressed`). Its request carries
             the client's estimate of it, ``Request.compressed_tokens``.
     """
 

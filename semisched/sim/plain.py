@@ -1,9 +1,9 @@
 """The simulator's plain run: one endpoint with an open door and nothing else to model.
 
-Split from :mod:`semisched.sim.simulator` (:class:`~semisched.sim.simulator.Simulator` decides
-once per run, :func:`is_plain`). The paper's experiments and ``bench sim-speed`` are such runs:
+Split from `semisched.sim.simulator` (`Simulator` decides
+once per run, `is_plain`). The paper's experiments and ``bench sim-speed`` are such runs:
 no gate to ask (no quota, rate windows, faults or outages), no shell events (capacity
-loss, other traffic), no calibration and no compressed prompt. :func:`run_plain` is the
+loss, other traffic), no calibration and no compressed prompt. `run_plain` is the
 simulator's general loop with the branches such a run never takes removed: the same
 events in the same order, the same engine calls with the same times, so the trace is
 byte-identical to the general loop's.
@@ -27,7 +27,7 @@ __all__ = ["is_plain", "run_plain"]
 
 
 def is_plain(sim: Simulator) -> bool:
-    """Whether ``sim``'s run (its jobs loaded) can take :func:`run_plain`."""
+    """Whether ``sim``'s run (its jobs loaded) can take `run_plain`."""
     backends = sim._backends
     if len(backends) != 1 or sim.calibration is not None or sim._compressed:
         return False

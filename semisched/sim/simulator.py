@@ -1,9 +1,9 @@
 """Discrete-event simulator: the real core against the mock provider's physics.
 
 The simulator is a shell, like the async runtime: it owns a virtual clock and
-an event heap, feeds the *same* :class:`semisched.core.Engine` that
+an event heap, feeds the *same* `semisched.core.Engine` that
 production code uses, and executes the engine's actions against
-:class:`mockprovider.physics.ProviderPhysics`. Benchmarks therefore measure
+`mockprovider.physics.ProviderPhysics`. Benchmarks therefore measure
 the policy code itself, not a re-implementation. It decides nothing.
 
 Kernel (after SimPy): a heap of engine wake-ups ``(time, seq)`` and the
@@ -12,15 +12,15 @@ each step the earliest of the provider's next event, the next arrival and the
 heap top runs; at equal times provider events go first (they free send
 opportunities), then arrivals, then engine wake-ups. Nothing is random here:
 the same jobs and configs give a byte-identical trace
-(:meth:`SimResult.trace_csv`).
+(`SimResult.trace_csv`).
 
-What a hosted API does to a client besides serving it (:class:`ProviderModel`)
-is the mock provider's own door, :class:`mockprovider.gate.ProviderGate`:
+What a hosted API does to a client besides serving it (`ProviderModel`)
+is the mock provider's own door, `mockprovider.gate.ProviderGate`:
 quota, RPM/TPM windows answering 429 with a retry-after, and seeded faults
 (5xx at once, hangs that end in the client's timeout, connections dropped at
 completion), plus a capacity loss at a time and other traffic on the same key.
 Every failed attempt goes to ``Engine.failed`` as a
-:class:`~semisched.core.FailureKind`, so retries are decided by the same core
+[`FailureKind`][semisched.core.FailureKind], so retries are decided by the same core
 code as in the async runtime; the rate-limit state of each answer reaches the
 engine as the ``x-ratelimit-*`` headers would (``observe_limits``).
 
@@ -31,11 +31,11 @@ every send, exactly as in the async runtime. Without ``fleet`` the one
 ``physics``/``provider`` pair is the endpoint ``"default"``. Compress-and-route:
 a job with ``compressed_input_tokens`` (its request's ``compressed_tokens`` the
 client's estimate of them) is prefilled with those tokens when the core's
-:func:`~semisched.core.fleet.routing.sends_compressed` holds for the endpoint of its
+`sends_compressed` holds for the endpoint of its
 send, as the runtime would send its compressed prompt there (``TraceRow.compressed``).
 
 Every job ends in exactly one terminal outcome: ``completed``, ``rejected``,
-``expired`` or ``failed``. :meth:`Simulator.run` checks this before returning
+``expired`` or ``failed``. `Simulator.run` checks this before returning
 and raises ``RuntimeError`` if any job was lost or finished twice.
 """
 
@@ -122,16 +122,16 @@ class _Backend:
 
 
 class Simulator:
-    """Runs jobs through an :class:`Engine` against :class:`ProviderPhysics`
-    behind the mock's :class:`ProviderGate` (see the module docstring).
+    """Runs jobs through an `Engine` against `ProviderPhysics`
+    behind the mock's `ProviderGate` (see the module docstring).
 
-    With ``calibration`` (a :class:`~semisched.priors.calibration.LengthCalibration`),
+    With ``calibration`` (a [`LengthCalibration`][semisched.priors.calibration.LengthCalibration]),
     each arriving request's prior is corrected as the async runtime corrects it
     (its class follows the corrected prior unless the workload named another),
     and each completion teaches it the real length.
 
     With ``fleet``, ``physics`` and ``provider`` are unused: each
-    :class:`SimEndpoint` brings its own.
+    `SimEndpoint` brings its own.
     """
 
     def __init__(
@@ -490,5 +490,5 @@ def simulate(
     calibration: LengthCalibration | None = None,
     fleet: Sequence[SimEndpoint] | None = None,
 ) -> SimResult:
-    """Run ``jobs`` through a fresh simulator (``calibration``, ``fleet``: :class:`Simulator`)."""
+    """Run ``jobs`` through a fresh simulator (``calibration``, ``fleet``: `Simulator`)."""
     return Simulator(config, physics, provider, calibration, fleet).run(jobs)

@@ -1,60 +1,60 @@
 """Shared state: what several scheduler processes must agree on, behind one small protocol.
 
 Eight API replicas, or four batch workers sharing one organisation's key, each
-run their own :class:`~semisched.Scheduler`. Alone, each would spend the whole
+run their own [`Scheduler`][semisched.Scheduler]. Alone, each would spend the whole
 RPM/TPM budget; together they would storm the provider with 429s. A
-:class:`StateBackend` is where they meet: before a send goes out, the runtime
+`StateBackend` is where they meet: before a send goes out, the runtime
 *reserves* it against every shared scope it spends from (the fleet's budget,
 its endpoint's), atomically; a refusal comes back with the time to try again,
 and reaches the core as a pause of that scope (``Engine.refused``). The core
 itself stays pure: it never talks to a backend.
 
-What a reservation holds, per scope (:class:`Scope`):
+What a reservation holds, per scope (`Scope`):
 
 - a request charge and a token charge in a sliding window of ``window_s``
-  (wall seconds), kept until the window has passed; :meth:`StateBackend.settle`
+  (wall seconds), kept until the window has passed; `StateBackend.settle`
   replaces the token charge with the provider's count once ``usage`` is known;
 - a concurrency *lease* while the call is in flight, released by
-  :meth:`StateBackend.release`. A lease expires by itself ``lease_ttl_s`` after
+  `StateBackend.release`. A lease expires by itself ``lease_ttl_s`` after
   its last renewal, so a killed process's leases come back without it; a live
-  process renews its leases and its registration (:meth:`StateBackend.heartbeat`)
+  process renews its leases and its registration (`StateBackend.heartbeat`)
   well inside the TTL.
 
-A scope can also be *paused* for everyone (:meth:`StateBackend.pause`): a 429's
+A scope can also be *paused* for everyone (`StateBackend.pause`): a 429's
 ``retry-after``, or an endpoint's open circuit, seen by one process, holds all
 of them.
 
-Tenants' usage is the other shared record (:meth:`StateBackend.add_usage`):
+Tenants' usage is the other shared record (`StateBackend.add_usage`):
 per namespace, one sum per tenant of the *work tokens* every process served it
 (output tokens plus ``input_token_weight`` times prompt tokens: the core's
-unit, :mod:`semisched.core.tenants.lanes`), halving every ``half_life_s`` (wall
+unit, `semisched.core.tenants.lanes`), halving every ``half_life_s`` (wall
 seconds) in place: ``x`` added at ``t`` counts ``x * 2**(-(now - t) / half_life_s)``
 at ``now``. Each process adds what it served and reads back every tenant's
 fleet-wide sum; the part beyond its own reaches its engine
 (``Engine.observe_tenant_usage``), so shares, debt (derived: usage minus
 entitlement times everyone's usage, never stored) and the tenant policy's
-choice are fleet-wide. :mod:`semisched.state.usage` does this for the runtime,
+choice are fleet-wide. `semisched.state.usage` does this for the runtime,
 batching completions into at most one round trip per flush interval. Every
 process of a namespace must use the same half-life (the caller's decays the sums).
 
-When the store is lost (:class:`StateUnavailable` mid-run, or
-:class:`StateForgotten`: it restarted empty), budgets fall back to this
+When the store is lost (`StateUnavailable` mid-run, or
+`StateForgotten`: it restarted empty), budgets fall back to this
 worker's share of each limit, starting from the window the last reservation
-reported (:mod:`semisched.state.guard`, :mod:`semisched.state.fallback`), and a
+reported (`semisched.state.guard`, `semisched.state.fallback`), and a
 rejoining worker records in the store what it sent meanwhile
-(:meth:`StateBackend.record`); tenant sharing simply stops: the engine keeps counting its own
+(`StateBackend.record`); tenant sharing simply stops: the engine keeps counting its own
 usage, the other processes' usage it last observed decays away with the
 half-life, and what this worker serves meanwhile is pushed (decayed) when the
-store is back. The loss is counted once, in :attr:`StateStats.fallbacks`.
+store is back. The loss is counted once, in `StateStats.fallbacks`.
 
 A backend keys a request as ``"<worker id>:<request id>"`` (its own
 ``worker``), so request ids of different processes never collide. Times are
 the backend's own clock (Redis: the server's ``TIME``), never the callers', so
 processes on different machines agree.
 
-Backends: :class:`semisched.state.local.LocalState` (in-process, the default's
+Backends: `semisched.state.local.LocalState` (in-process, the default's
 equivalent; tests and one-process use) and
-:class:`semisched.state.redis.RedisState` (atomic Lua scripts on a real Redis).
+`semisched.state.redis.RedisState` (atomic Lua scripts on a real Redis).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class Grant:
             or ``"never"`` (the tokens exceed the scope's whole ``tpm``).
         workers: Workers registered in the namespace at that instant (0: not reported).
         used: What each scope's window held after it (``(key, requests, tokens)``; empty:
-            not reported). A fallback starts from the last report (:mod:`semisched.state.guard`).
+            not reported). A fallback starts from the last report (`semisched.state.guard`).
     """
 
     ok: bool
@@ -165,7 +165,7 @@ class StateStats:
         round_trip_p99_ms: Its 99th percentile.
         fallbacks: Times this process lost the shared state and fell back.
         usage_syncs: Tenant-usage round trips of this process
-            (:meth:`StateBackend.add_usage`).
+            (`StateBackend.add_usage`).
     """
 
     backend: str
@@ -178,18 +178,31 @@ class StateStats:
     fallbacks: int = 0
     usage_syncs: int = 0
 
+    def __str__(self) -> str:
+        """One readable line: ``redis 'app': 3 workers, 120 reservations (2 refused),
+        round trip p50 0.21 ms / p99 0.80 ms``."""
+        line = (
+            f"{self.backend} {self.namespace!r}: {self.workers} "
+            f"worker{'s' if self.workers != 1 else ''}, {self.reservations} reservations "
+            f"({self.refusals} refused), round trip p50 {self.round_trip_p50_ms:.2f} ms / "
+            f"p99 {self.round_trip_p99_ms:.2f} ms"
+        )
+        counts = ((self.fallbacks, "fallbacks"), (self.usage_syncs, "usage syncs"))
+        extra = [f"{n} {name}" for n, name in counts if n]
+        return line + (f"; {', '.join(extra)}" if extra else "")
+
 
 @runtime_checkable
 class StateBackend(Protocol):
     """What the runtime needs of a shared state (module docstring). Async; every
-    method may raise :class:`StateUnavailable` when the store cannot be reached."""
+    method may raise `StateUnavailable` when the store cannot be reached."""
 
     namespace: str
     worker: str
     lease_ttl_s: float
 
     async def open(self) -> None:
-        """Connect and register this worker; :class:`StateUnavailable` if unreachable."""
+        """Connect and register this worker; `StateUnavailable` if unreachable."""
 
     async def close(self) -> None:
         """Release this worker's leases and registration, and disconnect."""
@@ -206,7 +219,7 @@ class StateBackend(Protocol):
 
     async def heartbeat(self) -> None:
         """Renew this worker's registration and every lease it holds (``lease_ttl_s``);
-        :class:`StateForgotten` after registering a worker the store did not know."""
+        `StateForgotten` after registering a worker the store did not know."""
 
     async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
         """Charge sends this worker made without the store (``(request id, age in seconds,
@@ -230,7 +243,7 @@ class StateBackend(Protocol):
 
 
 def check_usage(tokens: Mapping[str, float], half_life_s: float) -> None:
-    """Validate :meth:`StateBackend.add_usage`'s arguments.
+    """Validate `StateBackend.add_usage`'s arguments.
 
     Raises:
         ValueError: A tenant that is not a non-empty str, an amount that is not a

@@ -1,13 +1,13 @@
 """What one worker knows of the shared window, and the rules it keeps while the store is lost.
 
-:class:`Memory` is the :class:`~semisched.state.guard.SharedBudget`'s record, on
+`Memory` is the `SharedBudget`'s record, on
 the wall clock (``time.monotonic`` by default): this worker's own sends of the
 last window (with the scopes they were charged in), the workers it saw in the
 namespace, and each scope's window as the last reservation reported it
-(:attr:`~semisched.state.base.Grant.used`). From it come the two things the
+(`used`). From it come the two things the
 guard's rules 3 and 4 need:
 
-- :meth:`Memory.fallback`: a :class:`~semisched.state.local.LocalState` in which
+- `Memory.fallback`: a `LocalState` in which
   every fallback send counts ``N`` times (``weight``) and each limited scope
   ``K`` appears twice. ``K`` holds the fleet's window as last reported: the
   others' charges (reported minus this worker's own up to the report), held a
@@ -18,7 +18,7 @@ guard's rules 3 and 4 need:
   (``limit // N``, at least 1) and the concurrency share. Each worker's fallback
   sends in a window then stay within ``(limit - what the window held) / N`` and
   within its share, whatever the others sent before.
-- :meth:`Memory.unrecorded`: the sends to charge in the shared window on
+- `Memory.unrecorded`: the sends to charge in the shared window on
   rejoining, per scope, each with its age. A send admitted by the store goes
   under its request id (the store keeps an existing charge as it is: after a
   pause nothing changes, after a restart it comes back); a fallback send under

@@ -1,7 +1,7 @@
 """The runtime's side of a shared state: reserve before a send, and what to do when it is lost.
 
-:class:`SharedBudget` stands between the dispatcher and a
-:class:`~semisched.state.base.StateBackend`. Before the runtime executes a
+`SharedBudget` stands between the dispatcher and a
+[`StateBackend`][semisched.state.base.StateBackend]. Before the runtime executes a
 ``Send`` it reserves the call in every shared scope the call spends from: the
 fleet's (``config.budget`` and ``max_inflight``) and its endpoint's (``rpm``,
 ``tpm``, ``max_concurrency``), with the limits the engine holds now (configured,
@@ -17,7 +17,7 @@ Rules:
    wall time; the engine's may be compressed): ``Clock.to_wall`` converts.
 3. Losing the backend mid-run never loses a request. The first failure logs one
    warning on the ``semisched`` logger and switches to an in-process
-   :class:`~semisched.state.local.LocalState` (the *fallback*) that holds every
+   `LocalState` (the *fallback*) that holds every
    send of this worker to two rules at once, per limited scope, with ``N`` the
    largest worker count this worker saw in the namespace within the last window
    (every reservation reports the count, and so does every heartbeat: workers
@@ -27,7 +27,7 @@ Rules:
    a. *The share*: its own sends of the last window plus its fallback sends fit
       ``limit // N`` (at least 1) of the window.
    b. *The fleet's window*: the others' part of the window as the last
-      reservation reported it (:attr:`~semisched.state.base.Grant.used`), held
+      reservation reported it (`used`), held
       a whole window from the loss, plus its own sends of the last window, plus
       ``N`` times each fallback send, fit the whole limit. Every worker doing the same, the
       fallback sends of all of them together fit what the window had free.
@@ -50,13 +50,13 @@ Rules:
 5. A refusal that says ``never`` (one call's tokens exceed a scope's whole
    ``tpm``) is passed on as a pause of one window: the core's own budget, with
    the same limits, rejects such a call before it is sent.
-6. A refused worker waits the backend's time (at least :data:`MIN_REFUSAL_WAIT_S`)
+6. A refused worker waits the backend's time (at least `MIN_REFUSAL_WAIT_S`)
    plus up to a fifth more, drawn at random (``seed``): workers refused together
    do not all come back at the same instant to be refused again.
-7. Tenants' usage (:mod:`semisched.state.usage`, when :meth:`SharedBudget.track_usage`
-   made one) is read on :meth:`~SharedBudget.open`, before the first send, and
-   the last completions' usage is pushed on :meth:`~SharedBudget.close`. While the
-   backend is lost (rule 3) tenant sharing stops (:meth:`SharedBudget.add_usage`
+7. Tenants' usage (`semisched.state.usage`, when `SharedBudget.track_usage`
+   made one) is read on `open`, before the first send, and
+   the last completions' usage is pushed on `close`. While the
+   backend is lost (rule 3) tenant sharing stops (`SharedBudget.add_usage`
    answers ``None`` without a round trip) and resumes when the worker rejoins;
    the loss is the one counted in ``fallbacks``.
 
@@ -97,7 +97,7 @@ __all__ = ["MIN_REFUSAL_WAIT_S", "SharedBudget", "backend_for"]
 
 class LimitsView(Protocol):
     """What a shared budget reads of the core: the limits each scope carries (the
-    :class:`~semisched.core.engine.Engine` is one)."""
+    `Engine` is one)."""
 
     def shared_limits(
         self, endpoint: str | None
@@ -221,7 +221,7 @@ class SharedBudget:
     async def reserve(self, request_id: str, endpoint: str, tokens: float) -> tuple[Grant, bool]:
         """Reserve one call; returns the grant and whether the refusing scope is the fleet's.
 
-        Never raises :class:`StateUnavailable` (rule 3).
+        Never raises `StateUnavailable` (rule 3).
         """
         scopes = self.scopes(endpoint)
         if not scopes:
@@ -298,7 +298,7 @@ class SharedBudget:
     async def add_usage(
         self, tokens: Mapping[str, float], half_life_s: float
     ) -> dict[str, float] | None:
-        """:meth:`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 7)."""
+        """`StateBackend.add_usage`, or ``None`` while the backend is lost (rule 7)."""
         if self._lost:
             return None
         try:

@@ -1,29 +1,29 @@
 """The in-process shared state: the same rules as Redis's, for schedulers in one process.
 
-:class:`LocalState` implements :class:`~semisched.state.base.StateBackend` with
+`LocalState` implements [`StateBackend`][semisched.state.base.StateBackend] with
 plain Python structures and a clock the caller may replace. Several
-:class:`~semisched.Scheduler` objects in one process can share one instance;
+[`Scheduler`][semisched.Scheduler] objects in one process can share one instance;
 the runtime also falls back to one (with a conservative share of each limit)
 when the Redis state is lost mid-run.
 
-Rules (the same as :mod:`semisched.state.redis`):
+Rules (the same as `semisched.state.redis`):
 
 1. A reservation is all or nothing across its scopes: every scope can pay (its
    requests and tokens in the window, its live leases, no pause) or nothing is
    charged, and the refusal names the scope with the longest wait.
 2. Charges leave the window ``window_s`` after they were made; a settled charge
    keeps its time and takes the provider's token count.
-3. A lease lives ``lease_ttl_s`` past its last renewal (:meth:`heartbeat`) or
+3. A lease lives ``lease_ttl_s`` past its last renewal (`heartbeat`) or
    until it is released; a request reserved again (a retry) keeps its one lease
    and does not count it against the cap.
 4. Every reservation is its own charge: a retry's earlier charge keeps
-   counting until its window passes, and :meth:`settle` reaches the latest.
-5. Tenant usage (:meth:`add_usage`) is one decaying sum per tenant, on the
+   counting until its window passes, and `settle` reaches the latest.
+5. Tenant usage (`add_usage`) is one decaying sum per tenant, on the
    same clock: every caller's work tokens add up, and all of it halves every
    ``half_life_s``.
-6. ``weight`` (a fallback's rule, :mod:`semisched.state.guard`): every
+6. ``weight`` (a fallback's rule, `semisched.state.guard`): every
    reservation counts as ``weight`` requests of ``weight`` times its tokens;
-   charges counted with :meth:`seed` or :meth:`record` count as given.
+   charges counted with `seed` or `record` count as given.
 
 Not thread-safe: one event loop.
 """
@@ -126,12 +126,12 @@ class _Scope:
 
 
 class LocalState:
-    """An in-process :class:`~semisched.state.base.StateBackend` (module rules).
+    """An in-process [`StateBackend`][semisched.state.base.StateBackend] (module rules).
 
     Args:
         namespace: Reported in statistics (one process: nothing to separate).
         lease_ttl_s: How long a lease lives past its last renewal.
-        clock: Seconds, monotonic (default :func:`time.monotonic`).
+        clock: Seconds, monotonic (default `time.monotonic`).
         weight: Rule 6: what one reservation counts (1: itself).
     """
 
@@ -161,7 +161,7 @@ class LocalState:
 
     @property
     def spend_books(self) -> LocalSpend:
-        """Spend caps' books of the schedulers sharing this state (:mod:`semisched.state.spend`)."""
+        """Spend caps' books of the schedulers sharing this state (`semisched.state.spend`)."""
         books = self.__dict__.get("_spend_books")
         if books is None:
             from semisched.state.spend import LocalSpend
@@ -234,7 +234,7 @@ class LocalState:
         self._mine.pop(member, None)
 
     async def record(self, scope: Scope, sends: Sequence[tuple[str, float, float]]) -> int:
-        """:meth:`StateBackend.record`: charges made elsewhere, ``age`` seconds ago."""
+        """`StateBackend.record`: charges made elsewhere, ``age`` seconds ago."""
         now, state, recorded = self._clock(), self._scope(scope.key), 0
         state.expire(now, scope.window_s)
         for request_id, age, tokens in sends:

@@ -1,6 +1,6 @@
-"""The Lua scripts of :mod:`semisched.state.redis` (its module docstring gives their rules).
+"""The Lua scripts of `semisched.state.redis` (its module docstring gives their rules).
 
-Each script starts with :data:`PRELUDE`: effects replication on Redis 6.2 and
+Each script starts with `PRELUDE`: effects replication on Redis 6.2 and
 the server's clock in µs. Values only: nothing here talks to Redis.
 """
 

@@ -1,14 +1,14 @@
 """Shared state on a real Redis (6.2 or 7): atomic Lua scripts, leases with a TTL, a namespace.
 
-:class:`RedisState` is the :class:`~semisched.state.base.StateBackend` that
+`RedisState` is the [`StateBackend`][semisched.state.base.StateBackend] that
 several processes, on one machine or many, share through one Redis server.
 Every decision is taken inside the server by one Lua script, so it is atomic
 across processes and timed by the server's clock. The Python side only builds
 key lists, remembers the leases it holds (to renew and return them), keeps
 statistics, and maps every redis-py exception to
-:class:`~semisched.state.base.StateUnavailable` in one place (``_mapped``).
+[`StateUnavailable`][semisched.state.base.StateUnavailable] in one place (``_mapped``).
 
-Key layout (``ns``: the namespace, ``K``: a :attr:`Scope.key`; a *member* is
+Key layout (``ns``: the namespace, ``K``: a `Scope.key`; a *member* is
 ``"<worker>:<request id>"``):
 
 1. ``ns:scope:K:charges``: sorted set, member -> charge time (server µs).
@@ -22,7 +22,7 @@ Key layout (``ns``: the namespace, ``K``: a :attr:`Scope.key`; a *member* is
 6. ``ns:tenants:usage``: hash, tenant -> its decayed work tokens (a float) at
    the time in ``ns:tenants:at`` (hash, tenant -> server µs of its last update).
 7. Writes re-arm key TTLs (a scope's keys: window + lease TTL; leases and
-   registrations: the lease TTL; the tenant hashes: :data:`USAGE_TTL_HALF_LIVES`
+   registrations: the lease TTL; the tenant hashes: `USAGE_TTL_HALF_LIVES`
    half-lives, after which any sum is negligible) and never shorten one, so an
    abandoned namespace deletes itself. ``charges`` and ``tokens`` always share
    one expiry time. A namespace or worker id may not contain ``:``: namespaces
@@ -41,10 +41,10 @@ The scripts keep these rules:
    charges one request and the tokens and takes one lease in each; otherwise it
    writes nothing and answers the longest wait, its scope and its reason. Either
    way it reports the live registrations and what each scope's window holds
-   (:attr:`~semisched.state.base.Grant.used`). A worker that is not registered
+   (`used`). A worker that is not registered
    (a restarted server, a registration that expired) is refused without a
-   charge and told so: :meth:`RedisState.reserve` raises
-   :class:`~semisched.state.base.StateForgotten` until :meth:`~RedisState.heartbeat`
+   charge and told so: `RedisState.reserve` raises
+   `StateForgotten` until `heartbeat`
    registers it again (which raises it once too, having done so), so an empty
    store is never taken for an idle one. Waits
    are exact: ``rpm``, until enough of the oldest charges leave the window;
@@ -59,7 +59,7 @@ The scripts keep these rules:
 7. ``USAGE`` decays each tenant it adds to from its last update to now
    (``x * 2**(-dt / half_life)``), adds, stamps now, and answers every
    tenant's sum decayed to now in the same round trip; tenants decayed below
-   :data:`~semisched.state.base.USAGE_FLOOR` are deleted. Only the server's
+   `USAGE_FLOOR` are deleted. Only the server's
    clock is read, so processes whose clocks disagree still agree on the sums.
 8. ``RECORD`` charges sends made without the store at ``now - age`` (server
    clock), without a lease; a member already charged keeps its charge, and a
@@ -107,7 +107,7 @@ USAGE_TTL_HALF_LIVES = 32
 
 
 class RedisState:
-    """A :class:`~semisched.state.base.StateBackend` on a real Redis server (module docstring).
+    """A `StateBackend` on a real Redis server (module docstring).
 
     Args:
         url: ``redis://[[user]:password@]host:port/db``, ``rediss://...`` (TLS) or
@@ -115,7 +115,7 @@ class RedisState:
         namespace: Prefix of every key: one per fleet. No ``:``.
         worker: This process's id in the namespace (default: random hex). No ``:``.
         lease_ttl_s: A lease or registration expires this long after its last
-            renewal; :meth:`heartbeat` well inside it.
+            renewal; `heartbeat` well inside it.
         client: A ready client to use instead of one built from ``url`` (then it is
             the caller's to close; ``url`` still names the server in errors).
     """
@@ -175,7 +175,7 @@ class RedisState:
         """Connect, load the scripts and register this worker.
 
         Raises:
-            StateUnavailable: The server cannot be reached (within :data:`TIMEOUT_S`).
+            StateUnavailable: The server cannot be reached (within `TIMEOUT_S`).
         """
         if self._client is None:
             self._client = redis.asyncio.Redis.from_url(
@@ -390,7 +390,7 @@ class RedisState:
         return self._connected()
 
     def mapped(self, action: str) -> contextlib.AbstractContextManager[None]:
-        """A context in which a Redis error becomes :class:`StateUnavailable`, credentials cut."""
+        """A context in which a Redis error becomes `StateUnavailable`, credentials cut."""
         return self._mapped(action)
 
     def _connected(self) -> redis.asyncio.Redis:
@@ -404,7 +404,7 @@ class RedisState:
 
     @contextlib.contextmanager
     def _mapped(self, action: str) -> Iterator[None]:
-        """The one place a redis-py (or socket) exception becomes :class:`StateUnavailable`."""
+        """The one place a redis-py (or socket) exception becomes `StateUnavailable`."""
         try:
             yield
         except (RedisError, OSError) as exc:

@@ -1,8 +1,8 @@
 """Spend caps' shared books: reserve a request's cost before it is sent, settle it after.
 
-A :class:`~semisched.core.spend.SpendCap` allows ``usd`` per calendar hour, day or
+A [`SpendCap`][semisched.core.spend.SpendCap] allows ``usd`` per calendar hour, day or
 month (UTC). Its book, for each period, holds the settled total and each request's
-outstanding reservation. The runtime (:mod:`semisched.spend`):
+outstanding reservation. The runtime (`semisched.spend`):
 
 1. **reserves** a request's estimated cost (its prompt plus its prior's p90 output, at
    the endpoint's price) in every cap it falls under, atomically: all or none. A
@@ -16,10 +16,10 @@ other process's settled spend and outstanding reservations. What a period can pa
 cap by: the real cost of the requests in flight beyond their reservations (a request
 that ran past its p90), nothing more.
 
-Backends: :class:`LocalSpend` (one process; the default) and
-:class:`semisched.state.spend_redis.RedisSpend` (a Lua script per step on the shared
-state's Redis, the server's clock deciding the period). :class:`SpendGuard` keeps the
-rules the budgets keep when the store is lost (:mod:`semisched.state.guard`): this
+Backends: `LocalSpend` (one process; the default) and
+`semisched.state.spend_redis.RedisSpend` (a Lua script per step on the shared
+state's Redis, the server's clock deciding the period). `SpendGuard` keeps the
+rules the budgets keep when the store is lost (`semisched.state.guard`): this
 worker goes on alone with its share of what each cap had left at the last answer, and
 records what it spent meanwhile once the store is back.
 
@@ -88,7 +88,7 @@ class SpendGrant:
 @runtime_checkable
 class SpendBackend(Protocol):
     """Where spend caps' books live (module docstring). Async; a shared one may raise
-    :class:`~semisched.state.base.StateUnavailable`."""
+    [`StateUnavailable`][semisched.state.base.StateUnavailable]."""
 
     async def reserve_spend(
         self, request_id: str, usd: float, caps: Sequence[SpendCap]
@@ -256,7 +256,7 @@ class SpendGuard:
 
 def spend_books_for(backend: object, wall: Callable[[], float] = time.time) -> SpendBackend:
     """Where a run's spend caps are kept: beside its shared state (a Redis server's, with
-    :class:`SpendGuard`'s fallback; an in-process state's own books, so schedulers sharing
+    `SpendGuard`'s fallback; an in-process state's own books, so schedulers sharing
     one share them), or in this process when it has none."""
     from semisched.state.local import LocalState
 

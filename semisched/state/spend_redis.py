@@ -1,4 +1,4 @@
-"""Spend caps' books on the shared state's Redis (:mod:`semisched.state.spend`'s rules).
+"""Spend caps' books on the shared state's Redis (`semisched.state.spend`'s rules).
 
 One hash per cap and period, ``<namespace>:spend:<cap key>:<period start>``: the field
 ``total`` (nano-dollars: settled plus reserved) and one field per outstanding

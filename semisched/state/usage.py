@@ -1,11 +1,11 @@
 """Tenants' usage across processes: what the runtime adds to a shared state and feeds back.
 
-With a shared state (:mod:`semisched.state.base`), every process's usage of a
+With a shared state (`semisched.state.base`), every process's usage of a
 tenant counts in every process's shares, debt and tenant choice
-(:mod:`semisched.core.tenants.lanes`, rule 4). :class:`SharedUsage` is the runtime's
+(`semisched.core.tenants.lanes`, rule 4). `SharedUsage` is the runtime's
 half of that: the dispatcher tells it what each completion served, it pushes
-those work tokens through the :class:`~semisched.state.guard.SharedBudget` to
-:meth:`~semisched.state.base.StateBackend.add_usage`, and it tells the engine
+those work tokens through the `SharedBudget` to
+[`add_usage`][semisched.state.base.StateBackend.add_usage], and it tells the engine
 every tenant's fleet-wide usage from the answer.
 
 Rules:
@@ -28,13 +28,13 @@ Rules:
    half-life) and ``own`` is the engine's own usage (in flight included). So the
    engine's *shared* usage is exactly the other processes' part, whatever this
    worker has not sent yet.
-5. The store lost (:mod:`semisched.state.guard`, rule 3): no round trips; the
+5. The store lost (`semisched.state.guard`, rule 3): no round trips; the
    unsent sums keep decaying and go out when the worker rejoins; the engine
    keeps its own usage, and the others' part it last saw decays away.
    ``pushed`` is never more than the fleet's sum (a store restarted empty
    heals itself).
 
-Times are the event loop's (:func:`anyio.current_time`, wall seconds under the
+Times are the event loop's (`anyio.current_time`, wall seconds under the
 default clocks) and the half-life is ``config.tenants.half_life_s`` converted
 to wall seconds by the scheduler's clock, as the backend decays in wall time.
 """
@@ -61,7 +61,7 @@ __all__ = ["FLUSH_S", "REFRESH_S", "SharedUsage", "UsageView"]
 
 class UsageView(Protocol):
     """What shared usage reads of the core and tells it (the
-    :class:`~semisched.core.engine.Engine` is one)."""
+    `Engine` is one)."""
 
     def tenant_usage(self, tenant: str, now: float | None = None) -> float:
         """This process's own decayed usage of ``tenant`` (work tokens)."""
@@ -79,7 +79,7 @@ REFRESH_S = 1.0
 
 
 class SharedUsage:
-    """One scheduler's tenant usage, shared through a :class:`SharedBudget` (module rules).
+    """One scheduler's tenant usage, shared through a `SharedBudget` (module rules).
 
     Args:
         guard: The shared state (its backend, its fallback and its clock).

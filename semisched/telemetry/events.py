@@ -1,10 +1,10 @@
 """The dispatcher's one event sink: every telemetry event of a request's life, in one place.
 
-The runtime's dispatcher tells :class:`EventSink` what happened to a request, one
+The runtime's dispatcher tells `EventSink` what happened to a request, one
 call per event, and never asks whether anyone listens: the sink calls the request
-observers (:class:`~semisched.telemetry.observe.Observers`: Prometheus,
+observers (`Observers`: Prometheus,
 OpenTelemetry, your own), writes the decision log and the retry log, and skips
-what nobody reads (no observer: no :class:`~semisched.telemetry.observe.Finished`
+what nobody reads (no observer: no [`Finished`][semisched.telemetry.observe.Finished]
 built; the decision log at DEBUG only). A new API or a new layer touches no
 telemetry code: the events are about requests, not about what they call.
 

@@ -1,19 +1,19 @@
 """Watching requests: the runtime's hooks for metrics, traces and decision logs.
 
-A :class:`RequestObserver` hears what happens to each request the
-:class:`~semisched.runtime.dispatch.Dispatcher` runs, in order: ``submitted``; for each
+A `RequestObserver` hears what happens to each request the
+`Dispatcher` runs, in order: ``submitted``; for each
 attempt ``sent`` (and the provider call runs inside ``attempt``'s context: tracing
 runs it in the caller's context); ``decided`` for each
 non-terminal decision (a deferral, a retry, a failover, with its
-:class:`~semisched.core.explain.Explanation`); ``first_token`` once for a
-stream; ``finished`` once, with the :class:`Outcome`. The Prometheus metrics
-(:mod:`semisched.telemetry.prometheus`) and the OpenTelemetry spans
-(:mod:`semisched.telemetry.tracing`) are observers; so is anything a user
+[`Explanation`][semisched.core.explain.Explanation]); ``first_token`` once for a
+stream; ``finished`` once, with the `Outcome`. The Prometheus metrics
+(`semisched.telemetry.prometheus`) and the OpenTelemetry spans
+(`semisched.telemetry.tracing`) are observers; so is anything a user
 passes to ``Scheduler(observers=...)``.
 
 Rules:
 
-1. Observers see the core's :class:`~semisched.core.Request` (id, class,
+1. Observers see the core's [`Request`][semisched.core.Request] (id, class,
    tenant, model, bucket, prior, prompt estimate) and counts: never the
    prompt, the call's parameters or a key.
 2. Times are the scheduler's clock (``Scheduler(clock=)``; wall seconds by
@@ -22,7 +22,7 @@ Rules:
    (``semisched.observe``, WARNING, once per observer and method) and the
    observer keeps being called.
 
-Decisions also go to the ``logging`` module, always (:func:`log_decision`):
+Decisions also go to the ``logging`` module, always (`log_decision`):
 logger ``semisched.decisions``, DEBUG, the explanation's fields in the record's
 ``semisched`` attribute (``extra``), nothing of the request's content.
 """
@@ -211,7 +211,7 @@ class Observers:
 
 
 def log_decision(request: Request, explanation: Explanation) -> None:
-    """Log one explained decision (DEBUG on :data:`DECISION_LOGGER`; module docstring)."""
+    """Log one explained decision (DEBUG on `DECISION_LOGGER`; module docstring)."""
     if not DECISION_LOGGER.isEnabledFor(logging.DEBUG):
         return
     fields = explanation.as_dict()
@@ -243,7 +243,7 @@ def build_observers(
         statistics: The scheduler's ``statistics()`` (the metrics' gauges read it).
 
     Raises:
-        TypeError: An observer that is not a :class:`RequestObserver`.
+        TypeError: An observer that is not a `RequestObserver`.
         MissingDependency: ``metrics`` without ``prometheus-client`` installed, or
             ``tracing`` without ``opentelemetry-api`` (the message says what to install).
     """

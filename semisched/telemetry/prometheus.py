@@ -1,7 +1,7 @@
-"""Prometheus metrics of a :class:`~semisched.Scheduler`: what happened to each request, and
+"""Prometheus metrics of a [`Scheduler`][semisched.Scheduler]: what happened to each request, and
 the scheduler's state at scrape time.
 
-:class:`PrometheusMetrics` is a :class:`~semisched.telemetry.observe.RequestObserver` that
+`PrometheusMetrics` is a [`RequestObserver`][semisched.telemetry.observe.RequestObserver] that
 ``Scheduler(metrics=True)`` (the default registry) or
 ``Scheduler(metrics=CollectorRegistry())`` builds; it needs the ``metrics``
 extra (``prometheus-client``). Serving them is the application's:
@@ -25,7 +25,7 @@ metric                                     labels            meaning
                                                              failover too) per decision,
                                                              ``endpoint`` where the attempt failed
 ``semisched_decisions_total``              decision, rule    counter: explained decisions by rule
-                                                             (:data:`~semisched.core.explain.RULES`)
+                                                             (`RULES`)
 ``semisched_spend_usd_total``              tenant, endpoint  counter: US dollars spent at the
                                                              endpoints' prices (priced endpoints
                                                              only; cached prompt tokens at the
@@ -68,14 +68,14 @@ Times are seconds of the scheduler's clock (``Scheduler(clock=)``: wall
 seconds by default). ``deferred`` and ``retried`` count decisions, the terminal
 outcomes count requests, so per class the terminal outcomes add up to
 ``semisched_requests_submitted_total`` once nothing is pending. A call refused
-with :class:`~semisched.errors.QueueFull` never entered, so no metric counts it
+with [`QueueFull`][semisched.errors.QueueFull] never entered, so no metric counts it
 (``statistics().counters.queue_full`` does).
 
 The gauges are read on the scheduler's own event loop: ``statistics()`` also
 retires expired budget charges, so another thread must not call it while the
 loop runs. A scrape from the loop's thread (``generate_latest`` in a task)
 reads directly; one from another thread (``start_http_server``'s) asks the loop
-for the snapshot and waits up to :data:`LOOP_TIMEOUT_S` (a loop blocked that
+for the snapshot and waits up to `LOOP_TIMEOUT_S` (a loop blocked that
 long leaves that scheduler's gauges out of that scrape). What decays with time
 (budget windows, tenants' usage) is as of the scheduler's last event.
 
@@ -86,7 +86,7 @@ tenant; a request carrying none is labelled ``default`` too). No request id,
 prompt, parameter, model name or key ever becomes a label.
 
 Several schedulers on one registry (the default one, say) share one set of
-metrics: :class:`PrometheusMetrics` registers them in a registry once and each
+metrics: `PrometheusMetrics` registers them in a registry once and each
 scheduler's observer updates the same counters and histograms. The gauges
 combine every live scheduler of the registry: queue depth, deferred, in
 flight and debt are summed, severity is the highest, headroom the lowest,
@@ -273,7 +273,7 @@ class _Reading:
 
 
 def _gauge(name: str, values: dict[str, float]) -> Metric:
-    """Gauge ``name`` (:data:`METRICS`) with a value per label value (``""``: no label)."""
+    """Gauge ``name`` (`METRICS`) with a value per label value (``""``: no label)."""
     spec = METRICS[name]
     family = GaugeMetricFamily(name, spec.help, labels=spec.labels)
     for key, value in values.items():
@@ -373,7 +373,7 @@ class PrometheusMetrics(RequestObserver):
     def read_statistics(self, timeout_s: float | None = None) -> SchedulerStats | None:
         """The scheduler's statistics now, taken on its event loop (module docstring);
         ``None``: the scheduler is gone, or its loop did not answer within ``timeout_s``
-        (default :data:`LOOP_TIMEOUT_S`)."""
+        (default `LOOP_TIMEOUT_S`)."""
         read = self._statistics()
         if read is None:
             return None

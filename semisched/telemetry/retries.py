@@ -2,17 +2,19 @@
 
 The scheduler turns the wrapped client's retries off and retries itself, so
 the line openai-python logs at INFO for each of its retries ("Retrying request
-to /chat/completions in 0.5 seconds") is no longer written. :class:`RetryLog`
-writes its counterpart on the ``semisched.retries`` logger, at INFO::
+to /chat/completions in 0.5 seconds") is no longer written. `RetryLog`
+writes its counterpart on the ``semisched.retries`` logger, at INFO:
 
-    retrying req-17 in 2.0 s: rate_limited (429) at default, attempt 1 failed
+```text
+retrying req-17 in 2.0 s: rate_limited (429) at default, attempt 1 failed
+```
 
 A refused key (a failover of kind ``auth``) is also said once per endpoint at
 WARNING, naming the endpoint (never its key): its circuit is open and its work
-goes to the other endpoints (:mod:`semisched.core.fleet.endpoint` rule 5).
+goes to the other endpoints (`semisched.core.fleet.endpoint` rule 5).
 
 A 429 storm would write thousands of those, so each failure kind gets at most
-one line per :data:`EVERY_S` seconds of the scheduler's clock; the next line of
+one line per `EVERY_S` seconds of the scheduler's clock; the next line of
 that kind says how many it left out (``(+37 more rate_limited retries since
 the last line)``). The clock is the one the dispatcher gives the engine, so a
 test in virtual time sees exactly which lines are written.

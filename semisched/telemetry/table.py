@@ -1,7 +1,7 @@
 """The table of semisched's Prometheus metrics: names, kinds, labels, help, buckets.
 
 Pure data, importable without the ``metrics`` extra (documentation, dashboards
-and tests read it); :mod:`semisched.telemetry.prometheus` builds the
+and tests read it); `semisched.telemetry.prometheus` builds the
 instruments from it. The module docstring there explains each metric.
 """
 

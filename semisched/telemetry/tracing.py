@@ -1,6 +1,6 @@
 """OpenTelemetry spans: one span per request, its attempts and decisions as events.
 
-:class:`RequestTracing` is a :class:`~semisched.telemetry.observe.RequestObserver` that
+`RequestTracing` is a [`RequestObserver`][semisched.telemetry.observe.RequestObserver] that
 depends on ``opentelemetry-api`` only: without an SDK configured by the
 application the tracer is a no-op and costs a few microseconds a request.
 
@@ -22,7 +22,7 @@ attribute                           value
 ``semisched.endpoint``              where the last attempt went
 ``semisched.outcome``               completed, rejected, expired, failed, cancelled
 ``semisched.decision``,             for a decided outcome: what, by which rule, why,
-``semisched.rule``,                 at what severity (:mod:`semisched.core.explain`)
+``semisched.rule``,                 at what severity (`semisched.core.explain`)
 ``semisched.reason``,
 ``semisched.severity``
 ``gen_ai.usage.input_tokens``,      a completed call's token counts, when known

@@ -59,3 +59,15 @@ async def test_a_fleet_with_one_refused_key_answers_every_line_from_the_others(
     assert len(out) == 16 and all(r["error"] is None for r in out)
     assert east.completed == 16
     assert 1 <= west.unauthorized <= 2  # what was in flight there when the first refusal came
+
+
+def test_the_summary_of_a_refused_key_says_so_in_its_first_word() -> None:
+    from semisched.batch.summary import BatchSummary
+
+    summary = BatchSummary(total=5, already_done=0, invalid=0, to_send=5, elapsed_s=1.5,
+                           interrupted=True, auth_status=401, auth_refused=3)  # fmt: skip
+    assert summary.lines()[0].startswith(
+        "stopped on an authentication error (401: the key was refused) in 1.5 s: 0 succeeded"
+    )
+    assert BatchSummary(total=1, already_done=0, invalid=0, to_send=1, interrupted=True
+                        ).lines()[0].startswith("interrupted in")  # fmt: skip

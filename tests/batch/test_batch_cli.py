@@ -7,6 +7,8 @@ entry point, :func:`semisched.batch.cli.main`, which sends nothing.
 
 from __future__ import annotations
 
+import itertools
+import re
 from pathlib import Path
 
 import openai
@@ -30,6 +32,27 @@ async def test_a_run_shows_progress_per_result_and_exits_0(
     assert [line.split(" ", 1)[0] for line in progress] == [f"{i}/6" for i in range(1, 7)]
     assert "6 succeeded, 0 failed, 0 invalid lines (6 to send" in err and "failed: none" in err
     assert len(records(tmp_path / "out.jsonl")) == 6
+
+
+async def test_a_piped_run_prints_progress_every_period_while_it_waits_for_a_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Virtual time: 60 lines at 30 rpm go as 30 at once, then 30 when the window frees
+    # 60 s later; nothing is answered in between, yet a line comes every 10 s.
+    write_lines(tmp_path / "in.jsonl", [chat_line(i) for i in range(60)])
+    args = cli_args(tmp_path, "--rpm", "30", "--progress-every", "10")
+    async with provider() as (client, _):
+        assert await main_async(args, client=client) == 0
+    err = capsys.readouterr().err
+    lines = [(int(at), int(eta)) for at, eta in re.findall(r"\| (\d+)s in \| ETA (\d+)s", err)]
+    end = float(re.search(r"makespan (\d+\.\d) s = ", err).group(1))  # type: ignore[union-attr]
+    times = [0, *(at for at, _ in lines), end]
+    assert max(b - a for a, b in itertools.pairwise(times)) <= 11, times
+    assert len([at for at, _ in lines if 15 <= at <= 55]) >= 4  # the wait for the window
+    # Each ETA is within one answer's time of the true end: the window, not the answers
+    # of the first burst, paces the run.
+    assert all(abs(at + eta - end) <= 15 for at, eta in lines), (lines[5:], end)
+    assert "x the steady-rate floor 120.0 s (requests bound; the first 60 s window's" in err
 
 
 async def test_failed_requests_exit_1_and_are_named_in_the_summary(

@@ -51,6 +51,24 @@ def test_the_eta_starts_from_the_floor_and_never_extrapolates_one_early_result(
     assert got == (None if expected is None else pytest.approx(expected, abs=0.05))
 
 
+RATE_BOUND = [
+    # 60 lines at 30 rpm: steady-rate floor 120 s, the first 30 at once, the rest at 60 s
+    pytest.param(1.0, 0, 60, None, 59.0, id="start: to the last window, not the floor"),
+    pytest.param(10.0, 30, 30, 5.0, 55.0, id="burst answered: the window, plus an answer"),
+    pytest.param(62.0, 30, 10, 5.0, 5.0, id="last window: what is left goes at once"),
+    pytest.param(130.0, 20, 35, 5.0, 15.0, id="late: a window's worth at once, the rest at rate"),
+]
+
+
+@pytest.mark.parametrize(("elapsed", "done", "unsent", "latency", "expected"), RATE_BOUND)
+def test_a_rate_bound_eta_counts_the_first_windows_burst(
+    elapsed: float, done: int, unsent: int, latency: float | None, expected: float
+) -> None:
+    got = eta_s(to_send=60, done=done, elapsed_s=elapsed, floor_s=120.0, binding="requests",
+                window_s=60.0, unsent=unsent, latency_s=latency)  # fmt: skip
+    assert got == pytest.approx(expected, abs=0.05)
+
+
 # -- the floor of a run --------------------------------------------------------------------
 
 
@@ -95,12 +113,18 @@ async def test_a_run_announces_the_floor_and_its_first_eta_comes_from_it(
     err = capsys.readouterr().err
     assert "priors: heuristic (--priors heuristic)" in err
     assert "makespan floor 240.0 s (requests bound) for 40 requests" in err
-    etas = [int(m) for m in re.findall(r"\| ETA (\d+)s", err)]
-    # the first result comes within seconds: its ETA is the floor's remainder, not
-    # 39 x those seconds (the first 10 go at once; one window later the next 10)
-    assert 230 <= etas[0] <= 240
-    assert all(eta <= 240 for eta in etas) and etas[-1] == 0
-    assert re.search(r"makespan \d+\.\d s = 0\.\d\d x the floor 240\.0 s \(requests bound\)", err)
+    lines = [(int(at), int(eta)) for at, eta in re.findall(r"\| (\d+)s in \| ETA (\d+)s", err)]
+    end = float(re.search(r"makespan (\d+\.\d) s = ", err).group(1))  # type: ignore[union-attr]
+    # The first 10 go at once, the last 10 three windows later (180 s), not at the
+    # steady-rate floor (240 s); and the first result, within seconds, is not 39 x those
+    # seconds away. Every line's ETA is within one answer's time of the true end.
+    assert 170 <= lines[0][1] <= 200 and lines[-1][1] == 0
+    assert all(abs(at + eta - end) <= 15 for at, eta in lines), (lines, end)
+    assert re.search(
+        r"makespan 1\d\d\.\d s = 0\.\d\d x the steady-rate floor 240\.0 s \(requests bound; "
+        r"the first 60 s window's budget went at once\)",
+        err,
+    )
 
 
 # -- the dry run ---------------------------------------------------------------------------

@@ -218,6 +218,20 @@ def test_preset_with_changes_and_unknown_name() -> None:
     assert "final_adrr_olc" in str(info.value)
 
 
+def test_preset_takes_tenants_and_a_budget_as_it_takes_any_field() -> None:
+    from semisched.core.policy_config import BudgetConfig
+    from semisched.core.tenants.config import TenantConfig, TenantSpec
+
+    tenants = TenantConfig(
+        tenants=(TenantSpec(name="web", weight=2), TenantSpec(name="jobs")), default="web"
+    )
+    config = preset("final_adrr_olc", tenants=tenants, budget=BudgetConfig(rpm=60))
+    assert config.tenants == tenants and config.budget == BudgetConfig(rpm=60)
+    assert config.allocation == PRESETS["final_adrr_olc"].allocation  # the rest is the preset's
+    with pytest.raises(TypeError, match="tenants"):
+        preset("final_adrr_olc", tenants=(TenantSpec(name="web"),))  # a TenantConfig, not specs
+
+
 @pytest.mark.parametrize(
     ("classes", "bucket", "expected"),
     [

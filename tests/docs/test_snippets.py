@@ -6,7 +6,8 @@ A block is one of (the HTML comment on the line before its fence says which):
   mock provider (and the Redis server) that the docs' own set-up commands start; a
   ``text`` block after it marked ``<!-- output -->`` is what it must print, exactly;
 - ``<!-- server -->``: set-up commands. A ``pip install`` line must name extras that
-  exist; every other line is a server, started here until it accepts connections;
+  exist; a ``python -m venv`` line makes and activates the environment (this run has
+  one); every other line is a server, started here until it accepts connections;
 - ``<!-- excerpt: PATH -->``: every line of the block is in ``PATH``, a file that is
   itself run or tested;
 - ``<!-- run by: TEST -->``: the test file ``TEST`` reads this page and runs the block;
@@ -16,9 +17,9 @@ A block is one of (the HTML comment on the line before its fence says which):
   ``python examples/NAME.py`` lines must be run by ``tests/examples`` instead;
 - ``text``, ``toml`` and ``json`` blocks are shown output and files, never run.
 
-The documented ports (8000 for the mock, 8080 for the gateway, 6379 for Redis, 9464 for
-metrics) are replaced
-by free ones, so the tests never collide with a server already running.
+The documented ports (8100 for the mock, 8200 for a mock fleet, 8080 for the gateway, 6379
+for Redis, 9464 for metrics) are replaced by free ones, so the tests never collide with a
+server already running.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.wallclock
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!-- (excerpt|not run|run by|server|output)(?::\s*(.*?))?\s*-->$")
-PORTS = (8000, 8080, 6379, 9464)
+PORTS = (8100, 8200, 8080, 6379, 9464)
 SHOWN = {"text", "toml", "json"}
 
 
@@ -147,6 +148,8 @@ def server_lines(block: Block) -> list[str]:
     servers = []
     for command in commands(block):
         install = re.fullmatch(r"python -m pip install -e \.\[([\w,]+)\]", command)
+        if re.fullmatch(r"python -m venv (\S+) && \. \1/bin/activate", command):
+            continue  # the environment this test already runs in
         if install:
             assert set(install.group(1).split(",")) <= extras, command
         else:
@@ -162,7 +165,7 @@ def ports() -> Iterator[dict[int, int]]:
     (mock,) = server_lines(next(b for b in of("server") if b.path.name == "README.md"))
     (redis,) = server_lines(next(b for b in of("server") if b.path.name == "shared-state.md"))
     (gateway,) = server_lines(next(b for b in of("server") if b.path.name == "gateway.md"))
-    with serving(with_ports(mock, chosen), chosen[8000]):
+    with serving(with_ports(mock, chosen), chosen[8100]):
         with serving(with_ports(redis, chosen), chosen[6379]):
             with serving(with_ports(gateway, chosen), chosen[8080]):
                 yield chosen
@@ -233,3 +236,16 @@ def test_every_block_is_run_or_says_what_it_is() -> None:
     assert all(b.arg for b in of("not run")), "a block not run must say why"
     assert all(b.marker != "output" or b.lang == "text" for b in ALL)
     assert of(None, "python") and of("server")
+
+
+def test_the_readme_quickstart_is_the_getting_started_pages_first_part() -> None:
+    """The README's Quickstart section is on the site word for word (its links made
+    relative to docs/), so the two never drift."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Quickstart\n\n") + len("## Quickstart\n\n")
+    section = readme[start : readme.index("\n## ", start)]
+    shared = section[: section.index("\nStreaming, the gateway")].replace("](docs/", "](")
+    page = (ROOT / "docs/getting-started.md").read_text(encoding="utf-8")
+    begin = "<!-- the README's Quickstart section"
+    inside = page[page.index("\n", page.index(begin)) + 1 : page.index("<!-- /the README's")]
+    assert inside == shared

@@ -348,7 +348,7 @@ def test_the_example_client_fleet_matches_the_example_mock_fleet() -> None:
     mock = load_mock_fleet(root / "fleet.toml")
     assert client.names == mock.names
     for endpoint in client.endpoints:
-        assert endpoint.base_url == f"http://127.0.0.1:8000/{endpoint.name}/v1"
+        assert endpoint.base_url == f"http://127.0.0.1:8200/{endpoint.name}/v1"
     assert client.routing is not None and client.routing.policy == "anticipated_load"
 
 

@@ -563,13 +563,26 @@ def test_scheduler_arguments_are_validated(kwargs: dict[str, Any], match: str) -
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"routing": "ewma"}, r"\['routing'\] are fields of the config: pass config=dataclasses"),
         (
-            {"retry": RetryPolicy()},
-            r"config=dataclasses.replace\(preset\('final_adrr_olc'\), retry",
+            {"tenants": ()},
+            r"^Scheduler\(\) no longer takes tenants=: pass it as "
+            r"config=preset\('final_adrr_olc', tenants=\.\.\.\)$",
         ),
-        ({"seed": 1}, r"\['seed'\] are runtime options: pass options=RuntimeOptions\(seed=...\)"),
-        ({"tenants": (), "max_pending": 3}, r"tenants.*config.*max_pending.*RuntimeOptions"),
+        (
+            {"routing": "ewma", "retry": RetryPolicy()},
+            r"^Scheduler\(\) no longer takes routing= or retry=: pass them as "
+            r"config=preset\('final_adrr_olc', routing=\.\.\., retry=\.\.\.\)$",
+        ),
+        (
+            {"seed": 1},
+            r"^Scheduler\(\) no longer takes seed=: pass it as "
+            r"options=RuntimeOptions\(seed=\.\.\.\)$",
+        ),
+        (
+            {"tenants": (), "max_pending": 3},
+            r"no longer takes tenants= or max_pending=: pass them as config=preset\("
+            r"'final_adrr_olc', tenants=\.\.\.\) and options=RuntimeOptions\(max_pending=\.\.\.\)$",
+        ),
         ({"bogus": 1}, r"unexpected keyword argument\(s\) \['bogus'\]"),
     ],
 )

@@ -141,3 +141,17 @@ async def test_a_weighted_reservation_counts_weight_times_and_a_cancel_takes_it_
     assert not refused.ok and refused.used == (("fleet", 6, 400.0),)
     with pytest.raises(ValueError, match="weight"):
         LocalState(weight=0)
+
+
+def test_state_stats_print_as_one_readable_line() -> None:
+    from semisched.state.base import StateStats
+
+    stats = StateStats(backend="redis", namespace="app", workers=3, reservations=120,
+                       refusals=2, round_trip_p50_ms=0.214, round_trip_p99_ms=0.8)  # fmt: skip
+    assert str(stats) == (
+        "redis 'app': 3 workers, 120 reservations (2 refused), round trip p50 0.21 ms / "
+        "p99 0.80 ms"
+    )
+    lost = StateStats(backend="local", namespace="app", workers=1, reservations=0, refusals=0,
+                      round_trip_p50_ms=0.0, round_trip_p99_ms=0.0, fallbacks=1)  # fmt: skip
+    assert str(lost).startswith("local 'app': 1 worker, ") and str(lost).endswith("; 1 fallbacks")

@@ -1,12 +1,12 @@
 """The fleet's rate books: the key's budget and each endpoint's own.
 
-A fleet has at most one fleet-wide :class:`~semisched.core.budget.RateBudget`
+A fleet has at most one fleet-wide `RateBudget`
 (``SchedulerConfig.budget``: one key shared by every endpoint), and each
-endpoint may have its own (``EndpointSpec.budget``). :class:`Budgets` charges a
+endpoint may have its own (``EndpointSpec.budget``). `Budgets` charges a
 send to both, settles an answer on the provider's count, refunds a send that
 never left, adopts what the provider's headers say, and answers what the
 ordering layer and a shared state read of them. It decides nothing: where a
-request may go is :mod:`semisched.core.fleet.picking`'s. Pure: no clock, no I/O.
+request may go is `semisched.core.fleet.picking`'s. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations

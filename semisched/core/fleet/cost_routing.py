@@ -3,7 +3,7 @@
 Among the endpoints that can take the request now (the fleet has already removed the
 ones that cannot: model, context, circuit, concurrency, budgets), it keeps those whose
 anticipated finish meets the request's deadline and picks the one where the request
-costs least at its price (:class:`~semisched.core.spend.PriceTable`): the prompt
+costs least at its price (`PriceTable`): the prompt
 estimate at the input price plus the output the ordering tests deadlines with (the
 prior's quantile, ``Entry.hopeful``) at the output price. Ties (equal prices, or no
 prices at all) go to the least anticipated drain time (``anticipated_load``), so an
@@ -11,7 +11,7 @@ unpriced fleet routes as that policy does.
 
 The anticipated finish is ``now`` plus the endpoint's fitted latency intercept plus the
 time to drain what it holds and this request
-(:meth:`~semisched.core.fleet.endpoint.EndpointState.anticipated_s`). A request with no
+(`anticipated_s`). A request with no
 deadline can wait anywhere, so it goes to the cheapest endpoint. When no endpoint can
 meet the deadline, it goes where it would finish soonest: the least late.
 

@@ -2,10 +2,10 @@
 
 An *endpoint* is one place a request can be executed: a deployment of a model
 (a region, an Azure deployment, a key with its own limits, a self-hosted vLLM).
-:class:`EndpointSpec` describes it (frozen, validated); :class:`EndpointState`
+`EndpointSpec` describes it (frozen, validated); `EndpointState`
 is what the core learns and counts about it while it runs; the fleet
-(:mod:`semisched.core.fleet.fleet`) decides whether it can take a request, and a
-routing policy (:mod:`semisched.core.fleet.routing`) chooses among those that can.
+(`semisched.core.fleet.fleet`) decides whether it can take a request, and a
+routing policy (`semisched.core.fleet.routing`) chooses among those that can.
 
 Health rules (a circuit breaker per endpoint, after the classic pattern):
 
@@ -19,7 +19,7 @@ Health rules (a circuit breaker per endpoint, after the classic pattern):
 4. An ``insufficient_quota`` answer takes the endpoint out for good (billing
    does not heal with time); a drained endpoint takes nothing new but finishes
    what it has; a removed one is also forgotten.
-5. A refused key (401, 403: :attr:`~semisched.core.FailureKind.AUTH`) opens the
+5. A refused key (401, 403: `AUTH`) opens the
    circuit for the reason ``auth`` and keeps it open ``auth_cooloff_s`` (long:
    a key does not heal by itself, but one probe now and then finds a key that
    was fixed or an access that was granted); a probe refused again opens it
@@ -29,14 +29,14 @@ Health rules (a circuit breaker per endpoint, after the classic pattern):
    one probe goes (rule 3): its answer closes it, another 429 opens it again
    (capped again).
 7. The last endpoint whose circuit is closed never opens it for rules 1 and 5
-   (:mod:`semisched.core.fleet.fleet` rule 6): with nowhere else to send, a
+   (`semisched.core.fleet.fleet` rule 6): with nowhere else to send, a
    failure is paced by the retry policy and a refusal reaches the caller.
 
 ``circuit_reason`` says why a circuit is not closed (``failures``, ``auth``,
 ``rate_limited``; ``""`` while closed).
 
 Learned speed: an exponentially weighted least-squares fit of each answer's
-latency against its output tokens (:class:`SpeedFit`) gives an intercept
+latency against its output tokens (`SpeedFit`) gives an intercept
 (time to first token, network) and a slope (seconds per output token at the
 endpoint's current load). Pure: the caller passes every time.
 """
@@ -69,7 +69,7 @@ class EndpointSpec:
     """What the core needs to know about one endpoint.
 
     Attributes:
-        name: Unique within the fleet; reported in :class:`~semisched.core.Send`.
+        name: Unique within the fleet; reported in `Send`.
         models: Logical model names it serves; ``None`` serves any model.
         max_concurrency: Most requests in flight here at once (``None``: no cap
             of its own; the scheduler's ``max_inflight`` still applies).
@@ -79,8 +79,8 @@ class EndpointSpec:
             (Token-Budget-Aware Pool Routing); ``None`` serves both pools.
         context_tokens: Largest prompt plus output it serves (token-budget routing's
             ``C_max``): a larger request never goes here.
-        price: What it bills (:class:`~semisched.core.spend.PriceTable`; a
-            :class:`~semisched.core.spend.Price`, a table of one price's fields or of
+        price: What it bills (`PriceTable`; a
+            [`Price`][semisched.core.spend.Price], a table of one price's fields or of
             model -> price is turned into one): the ``cost`` routing policy and the
             spend statistics read it. ``None``: not priced (it costs nothing).
     """
@@ -173,7 +173,7 @@ class EndpointState:
         index: Its position in the fleet (stable; round robin follows it).
         cap: The requests it may hold now (``None``: no limit): its explicit
             ``max_concurrency``, or what its concurrency limit learned.
-        limiter: Its concurrency-limit policy (:mod:`semisched.core.fleet.limits`);
+        limiter: Its concurrency-limit policy (`semisched.core.fleet.limits`);
             ``last_limit_change`` and ``limit_changes`` (per rule) tell its changes.
         inflight: Requests sent here and not yet answered.
         left_at: When a request last left it (answered, failed or cancelled).
@@ -239,7 +239,7 @@ class EndpointState:
         self.index = index
         self.weight = spec.weight
         self.cap = spec.max_concurrency
-        #: Its concurrency limit (the fleet sets it: :mod:`semisched.core.fleet.limiting`).
+        #: Its concurrency limit (the fleet sets it: `semisched.core.fleet.limiting`).
         self.limiter: ConcurrencyLimit = FixedLimit(spec.max_concurrency)
         self.last_limit_change: LimitChange | None = None
         self.limit_changes: dict[str, int] = {}  # rule -> changes

@@ -2,13 +2,13 @@
 
 The engine's allocation and ordering layers choose *which* request is sent
 next; the fleet says *where it can go* and asks the routing policy
-(:mod:`semisched.core.fleet.routing`) to choose among those places. It owns the
-per-endpoint state (:mod:`semisched.core.fleet.endpoint`), the fleet-wide rate
+(`semisched.core.fleet.routing`) to choose among those places. It owns the
+per-endpoint state (`semisched.core.fleet.endpoint`), the fleet-wide rate
 budget (``SchedulerConfig.budget``: one key shared by every endpoint) and
 each endpoint's own budget.
 
-Rules (enforced by :meth:`Fleet.pick`, which asks
-:meth:`semisched.core.fleet.picking.Picker.pick`):
+Rules (enforced by `Fleet.pick`, which asks
+`semisched.core.fleet.picking.Picker.pick`):
 
 1. A request can go to an endpoint that serves its model, whose
    ``context_tokens`` hold its estimated total, that is not drained, removed
@@ -19,15 +19,15 @@ Rules (enforced by :meth:`Fleet.pick`, which asks
    time, while another endpoint (one it has not failed at, not throttled)
    could serve it, even if that one must be waited for.
    An endpoint (or the whole fleet) whose shared budget refused a send is
-   paused until the time the shared state named (:meth:`Fleet.pause`).
-3. :meth:`Fleet.pick` returns the endpoint; with none now, :class:`WaitUntil`
-   (a budget refills, a circuit half-opens; :data:`BUSY`: something in flight
-   must finish first); with none that could *ever* serve it, :class:`NoRoute`
+   paused until the time the shared state named (`Fleet.pause`).
+3. `Fleet.pick` returns the endpoint; with none now, `WaitUntil`
+   (a budget refills, a circuit half-opens; `BUSY`: something in flight
+   must finish first); with none that could *ever* serve it, `NoRoute`
    (why), and the engine rejects it.
 4. A single candidate needs no policy; two or more go to the routing policy.
 5. Overload control sees the fleet, not one endpoint: the load and tail
    signals are those of the least loaded endpoint that can still be used
-   (:meth:`Fleet.pressure`), so the scheduler
+   (`Fleet.pressure`), so the scheduler
    defers or rejects only when every eligible endpoint is loaded.
 6. The last endpoint whose circuit is closed never opens it for failures or
    a refused key: with nowhere else to send, failures are paced by the retry
@@ -37,8 +37,8 @@ Rules (enforced by :meth:`Fleet.pick`, which asks
 7. A 429 keeps its endpoint off (and pauses the budget that governs it) until
    its ``retry-after``, at most ``RetryPolicy.max_retry_after_s``: a longer hint
    opens the circuit for the cap only, and then one request goes as a probe
-   (:mod:`semisched.core.fleet.endpoint` rule 6).
-8. A refused key (:attr:`FailureKind.AUTH`) opens the endpoint's circuit for
+   (`semisched.core.fleet.endpoint` rule 6).
+8. A refused key (`FailureKind.AUTH`) opens the endpoint's circuit for
    ``RoutingConfig.auth_cooloff_s`` (endpoint rule 5), so its work goes to the
    others; the failed attempt fails over to one (lifecycle rule 5).
 
@@ -121,7 +121,7 @@ class Fleet:
         self._single: EndpointState | None = None  # pressure's: the one endpoint, if so
         #: The one endpoint, when its signals are the fleet's own (it was alone from the
         #: start): overload control then reads the fleet's signals alone, and no
-        #: fleet pressure (:meth:`pressure`) while its circuit is closed.
+        #: fleet pressure (`pressure`) while its circuit is closed.
         self.alone: EndpointState | None = None
         #: The endpoints with free room (uncapped, or fewer in flight than their cap), in
         #: fleet order: what pick reads first (kept on every send and answer).
@@ -172,7 +172,7 @@ class Fleet:
         """Add an endpoint.
 
         Raises:
-            TypeError: ``spec`` is not an :class:`EndpointSpec`.
+            TypeError: ``spec`` is not an `EndpointSpec`.
             ValueError: An endpoint of that name is already in the fleet.
         """
         if not isinstance(spec, EndpointSpec):
@@ -210,7 +210,7 @@ class Fleet:
 
     def _changed(self) -> None:
         """Membership or availability changed: drop the cached eligible sets and find
-        whether :meth:`pick` may take its fast path (one endpoint, no fleet budget, no
+        whether `pick` may take its fast path (one endpoint, no fleet budget, no
         budget or context limit of its own, any model served)."""
         self._eligible.clear()
         self.room = [e for e in self._endpoints if e.cap is None or e.inflight < e.cap]
@@ -241,7 +241,7 @@ class Fleet:
     # -- where a request can go ------------------------------------------------------------
 
     def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
-        """Where ``entry`` can be sent now (rules 1-4; :meth:`Picker.pick`)."""
+        """Where ``entry`` can be sent now (rules 1-4; `Picker.pick`)."""
         solo = self.solo
         if (  # one plain endpoint (no budget, no context limit, any model) with room
             solo is not None
@@ -256,7 +256,7 @@ class Fleet:
 
     def alternative(self, entry: Entry, failed: EndpointState, now: float) -> bool:
         """Whether an endpoint other than ``failed`` could serve ``entry`` (failover;
-        :meth:`Picker.alternative`)."""
+        `Picker.alternative`)."""
         return self._picker.alternative(entry, failed, now)
 
     # -- bookkeeping --------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """The fleet's concurrency limits: each endpoint's policy fed, its cap kept, its changes told.
 
-Each endpoint holds a :class:`~semisched.core.fleet.limits.ConcurrencyLimit` (built
-by :func:`~semisched.core.fleet.concurrency.make_limit`: its explicit ``max_concurrency``
-wins over ``RoutingConfig.concurrency``). :class:`Limits` hears the fleet's events
+Each endpoint holds a [`ConcurrencyLimit`][semisched.core.fleet.limits.ConcurrencyLimit] (built
+by `make_limit`: its explicit ``max_concurrency``
+wins over ``RoutingConfig.concurrency``). `Limits` hears the fleet's events
 (an answer, its first token's time kept on its entry; a 429; a failure), passes them
 to the endpoint's policy,
 and when the policy's cap moves, sets the endpoint's cap (its room follows) and keeps
-the change as an explained decision (:class:`~semisched.core.fleet.limits.LimitChange`):
+the change as an explained decision ([`LimitChange`][semisched.core.fleet.limits.LimitChange]):
 the last one and a count per rule on the endpoint (its statistics), and the recent
-ones in :attr:`Limits.changes` for a shell to read. It also keeps the fleet's
+ones in `Limits.changes` for a shell to read. It also keeps the fleet's
 *capacity*, the sum of its active endpoints' caps (``None`` while one has none).
 
 Pure: the fleet passes ``now``.
@@ -25,7 +25,7 @@ from semisched.core.queue import Entry
 
 __all__ = ["Limits"]
 
-#: How many recent changes :attr:`Limits.changes` keeps.
+#: How many recent changes `Limits.changes` keeps.
 KEPT_CHANGES = 256
 
 

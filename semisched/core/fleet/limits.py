@@ -1,7 +1,7 @@
 """How many requests one endpoint may hold at once: a fixed cap, or one learned online.
 
-A concurrency-limit policy (:class:`ConcurrencyLimit`) answers one question per
-endpoint, :attr:`~ConcurrencyLimit.cap`, and hears what the client sees of it:
+A concurrency-limit policy (`ConcurrencyLimit`) answers one question per
+endpoint, `cap`, and hears what the client sees of it:
 each answer (its latency, its output tokens, its first token's time when it was
 streamed), each 429 and each failure. The fleet keeps the endpoint's room to its
 cap; the scheduler's total in flight is the sum of its endpoints' caps (and
@@ -9,15 +9,15 @@ cap; the scheduler's total in flight is the sum of its endpoints' caps (and
 but the times it is given.
 
 Two policies (``RoutingConfig.concurrency``; the table and the choice for each
-endpoint are in :mod:`semisched.core.fleet.concurrency`); an endpoint with an
-explicit ``max_concurrency`` always has a :class:`FixedLimit` of that cap:
+endpoint are in `semisched.core.fleet.concurrency`); an endpoint with an
+explicit ``max_concurrency`` always has a `FixedLimit` of that cap:
 
-* ``fixed`` (:class:`FixedLimit`, here): the cap is ``max_concurrency``; none without one.
-* ``learned`` (:class:`~semisched.core.fleet.queue_delay.QueueDelayLimit`): the cap
+* ``fixed`` (`FixedLimit`, here): the cap is ``max_concurrency``; none without one.
+* ``learned`` (`QueueDelayLimit`): the cap
   is learned from queueing delay.
 
-This module is the interface: what a policy hears (:class:`Answered`), what a
-change of limit records (:class:`LimitChange`), the base class.
+This module is the interface: what a policy hears (`Answered`), what a
+change of limit records (`LimitChange`), the base class.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LimitChange:
         old: The cap before (``None``: none).
         new: The cap after.
         rule: Which rule fired: ``limit.probe``, ``limit.queued``, ``limit.throttled``
-            or ``limit.failed`` (:mod:`semisched.core.fleet.limits`).
+            or ``limit.failed`` (`semisched.core.fleet.limits`).
         reason: What the rule saw, in words (values only).
     """
 
@@ -101,7 +101,7 @@ class ConcurrencyLimit(ABC):
 
     @property
     def settled(self) -> bool:
-        """Whether :attr:`cap` is the endpoint's capacity as far as it knows (overload
+        """Whether `cap` is the endpoint's capacity as far as it knows (overload
         control reads in flight over it as load), rather than a probe still growing.
         Read when the cap or the fleet changes."""
         return True

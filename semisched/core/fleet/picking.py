@@ -1,10 +1,10 @@
-"""Where a request can go now: the fleet's rules 1-4 as one object, :class:`Picker`.
+"""Where a request can go now: the fleet's rules 1-4 as one object, `Picker`.
 
-:class:`~semisched.core.fleet.fleet.Fleet` owns the endpoints, their budgets and their
-health; its picker reads them through :class:`PickView` and answers
-:meth:`Picker.pick` with a value: the endpoint, :class:`WaitUntil` (a time to try
-again, :data:`BUSY` when none is known) or :class:`NoRoute` (no endpoint ever can,
-and why). The rules themselves are drawn in :mod:`semisched.core.fleet.fleet`.
+`Fleet` owns the endpoints, their budgets and their
+health; its picker reads them through `PickView` and answers
+`Picker.pick` with a value: the endpoint, `WaitUntil` (a time to try
+again, `BUSY` when none is known) or `NoRoute` (no endpoint ever can,
+and why). The rules themselves are drawn in `semisched.core.fleet.fleet`.
 
 Pure: no clock, no I/O; the engine passes ``now``.
 """
@@ -24,13 +24,13 @@ __all__ = ["BUSY", "NoRoute", "PickView", "Picker", "WaitUntil"]
 
 
 class NoRoute(NamedTuple):
-    """:meth:`Picker.pick`'s answer when no endpoint can ever take the request."""
+    """`Picker.pick`'s answer when no endpoint can ever take the request."""
 
     reason: str
 
 
 class WaitUntil(NamedTuple):
-    """:meth:`Picker.pick`'s answer when no endpoint can take the request now:
+    """`Picker.pick`'s answer when no endpoint can take the request now:
     try again at ``at`` (``None``: no time is known; a completion frees one)."""
 
     at: float | None
@@ -78,9 +78,9 @@ class Picker:
 
     def pick(self, entry: Entry, now: float) -> EndpointState | NoRoute | WaitUntil:
         """Where ``entry`` can be sent now (rules 1-4): the endpoint; else
-        :class:`WaitUntil` (a time to try again, or :data:`BUSY` when none is known)
-        or :class:`NoRoute` (no endpoint ever can; rule 3). (One plain endpoint with
-        room is answered by :meth:`~semisched.core.fleet.fleet.Fleet.pick` itself.)"""
+        `WaitUntil` (a time to try again, or `BUSY` when none is known)
+        or `NoRoute` (no endpoint ever can; rule 3). (One plain endpoint with
+        room is answered by `pick` itself.)"""
         fleet = self._fleet
         if fleet.paused_until > now:
             return WaitUntil(fleet.paused_until)
@@ -112,7 +112,7 @@ class Picker:
     def _pick_roomy(self, entry: Entry, now: float) -> EndpointState | None:
         """The common case, over the endpoints with free room only (a cost that follows
         the free endpoints, not the fleet's size): when none of them is out, paused or
-        throttled, their candidates are exactly :meth:`_pick_among`'s, in the same order,
+        throttled, their candidates are exactly `_pick_among`'s, in the same order,
         with the same budgets asked. ``None``: no candidate, or a case to leave to it."""
         candidates: list[EndpointState] = []
         total = -1.0
@@ -164,7 +164,7 @@ class Picker:
     def _pick_among(
         self, eligible: Sequence[EndpointState], entry: Entry, now: float
     ) -> EndpointState | NoRoute | WaitUntil:
-        """The general case of :meth:`pick` over every eligible endpoint (rules 1-4)."""
+        """The general case of `pick` over every eligible endpoint (rules 1-4)."""
         candidates: list[EndpointState] = []
         later = float("inf")
         alive = 0  # endpoints that could take it, now or later

@@ -1,6 +1,6 @@
 """A concurrency limit learned online from the wait for a slot (``learned``).
 
-The interface it implements is :mod:`semisched.core.fleet.limits`.
+The interface it implements is `semisched.core.fleet.limits`.
 
 Why queueing delay. The classic adaptive limits, TCP Vegas, Netflix's
 concurrency-limits (``VegasLimit``, ``Gradient2Limit``) and Envoy's adaptive
@@ -16,12 +16,12 @@ decode steps (the request's own, so that batching cancels out), the time before 
 first token is a small constant (prefill, the round trip) below the knee and jumps
 by a sizeable part of a whole answer above it.
 
-:class:`QueueDelayLimit`'s rules:
+`QueueDelayLimit`'s rules:
 
 1. *Its evidence.* What an answer spent before decoding, against its *floor*: a
    streamed answer's time to first token; one that was not streamed, its latency
    less its tokens at the endpoint's fitted step
-   (:class:`~semisched.core.fleet.endpoint.SpeedFit`), once the fit has seen
+   (`SpeedFit`), once the fit has seen
    ``mature`` answers (never below zero). The floor is a slowly rising minimum of
    that time, kept apart for streamed and unstreamed answers and for each size class
    of prompt (an eighth of an octave: prefill takes time, on a CPU engine a lot).

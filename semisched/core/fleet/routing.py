@@ -1,11 +1,11 @@
 """Routing layer: which endpoint executes a send.
 
 Routing comes after allocation and ordering (the request is already chosen).
-The fleet (:mod:`semisched.core.fleet.fleet`) hands a policy the endpoints that can
+The fleet (`semisched.core.fleet.fleet`) hands a policy the endpoints that can
 take the request *now* (serving its model, big enough for it, circuit not
 open, below their concurrency, inside their budgets); the policy picks one.
-Policies implement :class:`RoutingPolicy` and are chosen by name through
-:data:`ROUTING_POLICIES`; the fleet never asks which one runs.
+Policies implement `RoutingPolicy` and are chosen by name through
+`ROUTING_POLICIES`; the fleet never asks which one runs.
 
 ``round_robin``
     The next endpoint in fleet order after the last one chosen.
@@ -18,15 +18,15 @@ Policies implement :class:`RoutingPolicy` and are chosen by name through
     "latency-based-routing"): size-blind, it herds onto whichever endpoint
     answered fastest lately.
 ``anticipated_load``
-    Seed 001 (PreServe §4.3.3) read from the client's side: the endpoint whose
+    PreServe §4.3.3 read from the client's side: the endpoint whose
     in-flight work, predicted from the priors and the time each request has
     been running, plus this request's own predicted cost, drains soonest at
     the endpoint's learned decode speed
-    (:meth:`~semisched.core.fleet.endpoint.EndpointState.anticipated_s`). The
+    (`anticipated_s`). The
     server-side memory penalty of the paper has no client analogue (the client
     cannot see KV memory) and is left out.
 ``token_budget``
-    Seed 003 Algorithm 1: the request's estimated total tokens (prompt
+    Token-Budget-Aware Pool Routing, Algorithm 1: the request's estimated total tokens (prompt
     estimate, from the runtime's bytes-per-token EMA, plus ``max_tokens``, or
     the prior's p90 when the call sets no cap) at most
     ``RoutingConfig.short_pool_tokens`` prefers the short pool, else the long
@@ -76,12 +76,13 @@ __all__ = [
 
 
 def total_tokens(entry: Entry) -> float:
-    """Seed 003 eq. 3: prompt tokens plus ``max_tokens`` (the prior's p90 without a cap)."""
+    """Token-Budget-Aware Pool Routing, eq. 3: prompt tokens plus ``max_tokens`` (the
+    prior's p90 without a cap)."""
     return request_total(entry.request)
 
 
 def request_total(request: Request) -> float:
-    """:func:`total_tokens` of a request: its prompt estimate plus its reserved output."""
+    """`total_tokens` of a request: its prompt estimate plus its reserved output."""
     out = request.max_output_tokens
     return request.input_tokens + (out if out is not None else request.prior.p90)
 
@@ -91,7 +92,7 @@ def sends_compressed(request: Request, endpoint: EndpointSpec) -> bool:
 
     The one rule of compress-and-route's send: the request has a compressed prompt
     (``compressed_tokens``) and the endpoint's ``context_tokens`` cannot hold its
-    original total (:func:`request_total`). Anywhere else (a long endpoint it spilled
+    original total (`request_total`). Anywhere else (a long endpoint it spilled
     to, an endpoint without a declared context) the original prompt goes.
     """
     if request.compressed_tokens is None:
@@ -101,7 +102,7 @@ def sends_compressed(request: Request, endpoint: EndpointSpec) -> bool:
 
 
 def smallest_total(entry: Entry) -> float:
-    """:func:`total_tokens` with the compressed prompt, when the request has one: the least
+    """`total_tokens` with the compressed prompt, when the request has one: the least
     context an endpoint needs to take it (compressed, if the original does not fit)."""
     request = entry.request
     compressed = request.compressed_tokens
@@ -113,7 +114,7 @@ def smallest_total(entry: Entry) -> float:
 class RoutingPolicy(ABC):
     """Picks one endpoint of those that can take a request now.
 
-    Subclasses set ``name`` and implement :meth:`choose`. They are built with
+    Subclasses set ``name`` and implement `choose`. They are built with
     ``(config, draw)``: the routing config and a uniform ``[0, 1)`` source.
     """
 
@@ -239,7 +240,7 @@ def _least_anticipated(
 
 @ROUTING.register
 class TokenBudgetRouting(RoutingPolicy):
-    """Seed 003's short and long pools with spillover (module docstring)."""
+    """Token-Budget-Aware Pool Routing's short and long pools with spillover (module docstring)."""
 
     name = "token_budget"
 

@@ -1,11 +1,12 @@
 """Tenants as configuration: who shares this scheduler, with what entitlement and class.
 
-Seed 002 (token pools), client-side. A *tenant* is a customer, team or feature
-sending through one scheduler (often over one API key). Each has an
-*entitlement* (a ``weight``: its share of what the scheduler sends, plus
-optional hard caps on requests and tokens per minute and on concurrency) and a
-*service class* with the meaning of §3.2 of "Token Management in Multi-Tenant AI
-Inference Platforms", read for a client:
+The token pools of "Token Management in Multi-Tenant AI Inference Platforms",
+client-side. A *tenant* is a customer, team or feature sending through one
+scheduler (often over one API key). Each has an *entitlement* (a ``weight``:
+its share of what the scheduler sends, plus optional hard caps on requests and
+tokens per minute and on concurrency) and a *service class* with the meaning of
+§3.2 of "Token Management in Multi-Tenant AI Inference Platforms", read for a
+client:
 
 ==============  =========================================================
 class           what it gets
@@ -13,7 +14,7 @@ class           what it gets
 ``guaranteed``  served before everyone else while inside its entitlement;
                 overload control never sheds it there. Beyond it, it
                 competes like ``elastic`` (give it caps to forbid bursts,
-                the seed's "no burst").
+                the paper's "no burst").
 ``elastic``     its entitlement over time, through debt (below); may use
                 idle share and is shed sooner while it does.
 ``best_effort`` surplus only: sent when no other tenant can send; shed
@@ -24,13 +25,13 @@ Entitlements are ``weight / sum(weights)`` over the guaranteed and elastic
 tenants (they add up to 1; best-effort tenants are weighted among themselves).
 
 Which tenant sends next is the tenant policy's choice
-(:mod:`semisched.core.tenants.policies`), chosen by name through
-:attr:`TenantConfig.policy`. Usage (the work tokens a tenant was served)
+(`semisched.core.tenants.policies`), chosen by name through
+`TenantConfig.policy`. Usage (the work tokens a tenant was served)
 decays with ``half_life_s``: the tenant's *debt* is its decayed usage above its
 entitlement's part of everyone's.
 
 A request names its tenant (``Request.tenant``); one that names none goes to
-:attr:`TenantConfig.default`. An undeclared name is an error, never silently a
+`TenantConfig.default`. An undeclared name is an error, never silently a
 default tenant: a typo must not change who pays. Values only; no I/O.
 """
 
@@ -63,8 +64,8 @@ __all__ = [
 DEFAULT_TENANT = "default"
 
 #: Valid ``TenantConfig.policy`` names: the tenant registry
-#: (:mod:`semisched.core.registry`), which the policies of
-#: :mod:`semisched.core.tenants.policies` fill under their ``name`` as they load.
+#: (`semisched.core.registry`), which the policies of
+#: `semisched.core.tenants.policies` fill under their ``name`` as they load.
 TENANT_POLICY_NAMES: Mapping[str, type] = TENANT
 
 
@@ -83,7 +84,7 @@ class TenantSpec:
     Attributes:
         name: What ``submit(..., tenant=)`` and ``Request.tenant`` call it.
         weight: Relative share of what the scheduler sends (> 0).
-        service: Its :class:`ServiceClass` (or the class's value, e.g. ``"guaranteed"``).
+        service: Its `ServiceClass` (or the class's value, e.g. ``"guaranteed"``).
         rpm: At most this many requests sent per minute (``None``: no cap).
         tpm: At most this many tokens (prompt plus ``max_tokens``, else the
             prior's p90, as a provider counts them) sent per minute.
@@ -130,7 +131,7 @@ class TenantConfig:
             default), ``"fifo"`` (tenant-blind: oldest request first) or
             ``"static_quota"`` (each tenant at most its share of
             ``max_inflight`` in flight, never lent: a fixed per-team cap), or a
-            :class:`~semisched.core.tenants.lanes.TenantPolicy` subclass.
+            `TenantPolicy` subclass.
         half_life_s: Usage (and so debt) halves every this many seconds. Seed
             002's experiment decays debt with an EWMA of factor 0.7 per update
             and sees it return to near zero within ~50 s; 60 s is our default.

@@ -1,7 +1,7 @@
 """The tenant layer: which tenant's queue gets the next send opportunity.
 
 A level above allocation and ordering (the Token Management paper, client-side; the meanings of
-entitlement and service class are in :mod:`semisched.core.tenants.config`). Each
+entitlement and service class are in `semisched.core.tenants.config`). Each
 tenant has its own *lane*: its class queues, its own allocation policy
 instance, its flight and its usage. On a free send opportunity the engine asks
 the tenant policy for a lane, then that lane's allocation policy for a class,
@@ -22,14 +22,14 @@ Rules:
    ``x * 2**(-(now - t) / half_life_s)`` at ``now``.
 3. A tenant's *share* is its decayed usage over everyone's; its *debt* is
    ``usage - entitlement * total``, in work tokens (positive: served beyond its
-   entitlement; negative: owed). Seed 002 defines debt with the opposite sign
+   entitlement; negative: owed). The token-pools paper defines debt with the opposite sign
    (positive when underserved); the ordering it induces is the same.
-4. With a shared state (:mod:`semisched.state`), the other processes' usage of
-   each tenant is added (:meth:`TenantLedger.observe_shared`), so shares and
+4. With a shared state (`semisched.state`), the other processes' usage of
+   each tenant is added (`TenantLedger.observe_shared`), so shares and
    debt are fleet-wide.
 
 The policies that choose among ready lanes are in
-:mod:`semisched.core.tenants.policies`.
+`semisched.core.tenants.policies`.
 
 Pure: no clock, no I/O.
 """
@@ -106,7 +106,7 @@ class TenantView(Protocol):
 
 
 class TenantLane:
-    """One tenant's queues, flight and usage; the :class:`AllocationView` of its classes."""
+    """One tenant's queues, flight and usage; the `AllocationView` of its classes."""
 
     __slots__ = (
         "_backlog",
@@ -363,7 +363,7 @@ class TenantLedger:
         return lane.scaled_usage / scale, self.total / scale
 
     def stats(self, lane: TenantLane, now: float) -> TenantStats:
-        """``lane``'s tenant at ``now`` (:class:`~semisched.core.stats.TenantStats`)."""
+        """``lane``'s tenant at ``now`` ([`TenantStats`][semisched.core.stats.TenantStats])."""
         usage, total = self.decayed(lane, now)
         return TenantStats(
             name=lane.name,

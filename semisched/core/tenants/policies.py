@@ -1,6 +1,6 @@
-"""Tenant policies: which ready tenant lane sends next (:mod:`semisched.core.tenants.lanes`).
+"""Tenant policies: which ready tenant lane sends next (`semisched.core.tenants.lanes`).
 
-Policies (:data:`TENANT_POLICIES`, chosen by ``TenantConfig.policy``):
+Policies (`TENANT_POLICIES`, chosen by ``TenantConfig.policy``):
 
 ``fair_share`` (the Token Management paper)
     Tiers first: guaranteed tenants inside their entitlement, then guaranteed
@@ -212,9 +212,9 @@ TENANT_POLICIES: Mapping[str, type[TenantPolicy]] = TENANT
 
 
 def make_tenant_policy(cfg: TenantConfig) -> TenantPolicy:
-    """Instantiate ``cfg.policy`` (a registered name or a :class:`TenantPolicy` subclass).
+    """Instantiate ``cfg.policy`` (a registered name or a `TenantPolicy` subclass).
 
     Raises:
-        TypeError: A class that is not a :class:`TenantPolicy` subclass.
+        TypeError: A class that is not a `TenantPolicy` subclass.
     """
     return policy_class(cfg.policy, TenantPolicy, TENANT_POLICIES)(cfg)

@@ -1,8 +1,8 @@
 """The tenant layer's books: every tenant's lane, which are ready, and whose turn it is.
 
-:class:`Tenancy` owns the lanes of :mod:`semisched.core.tenants.lanes` (one per
+`Tenancy` owns the lanes of `semisched.core.tenants.lanes` (one per
 declared tenant), the ledger of their usage, the tenant policy and the list of
-lanes that have something queued. It is the :class:`TenantView` a tenant policy
+lanes that have something queued. It is the `TenantView` a tenant policy
 and overload control read: the ledger, the concurrency in force, the flight.
 
 Pure: no clock, no I/O.
@@ -28,7 +28,7 @@ __all__ = ["Tenancy"]
 
 
 class Tenancy:
-    """The lanes, their ledger and the tenant policy; the :class:`TenantView`.
+    """The lanes, their ledger and the tenant policy; the `TenantView`.
 
     Args:
         config: The scheduler's configuration (its tenants, classes, allocation).
@@ -105,7 +105,7 @@ class Tenancy:
 
     def pick(self, blocked: list[TenantLane]) -> TenantLane | None:
         """The tenant policy's pick among the ready lanes that are inside their caps and
-        not ``blocked`` (rule 1 of :mod:`semisched.core.tenants.lanes`)."""
+        not ``blocked`` (rule 1 of `semisched.core.tenants.lanes`)."""
         ready = self.ready
         if self.capped or blocked:
             ready = [
