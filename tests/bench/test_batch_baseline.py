@@ -1,4 +1,5 @@
-"""The cookbook fixed-rate baseline against the in-process mock provider, in compressed time."""
+"""The cookbook fixed-rate baseline against the in-process mock provider, in virtual time
+(trio's autojumping ``MockClock`` drives the mock and the baseline alike)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,12 @@ import pytest
 
 from bench.batch_baseline import run_fixed_rate, token_consumption
 from mockprovider.app import MockConfig, create_app
-from semisched.runtime.clock import ScaledClock
+from semisched.runtime.clock import AnyioClock
 
 pytestmark = pytest.mark.anyio
 
-#: Virtual seconds per wall second, shared by the mock's physics and the baseline's clock.
-SCALE = 200.0
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def words(text: str) -> int:
@@ -79,7 +73,7 @@ async def provider(
     in_flight: InFlight | None = None, **config: Any
 ) -> AsyncIterator[tuple[openai.AsyncOpenAI, Any]]:
     """A fresh mock provider, an AsyncOpenAI client without retries, and the app (for stats)."""
-    app = create_app(MockConfig(time_scale=SCALE, **config))
+    app = create_app(MockConfig(**config), clock=anyio.current_time)
     hooks: dict[str, list[Callable[..., Any]]] = {}
     if in_flight is not None:
         hooks = {"request": [in_flight.on_request], "response": [in_flight.on_response]}
@@ -137,7 +131,7 @@ async def test_a_full_bucket_overshoots_a_sliding_window_then_recovers() -> None
             client=client,
             rpm=20,
             tpm=1e9,
-            clock=ScaledClock(SCALE),
+            clock=AnyioClock(),
             count_tokens=words,
             # Up to ceil(60 / 15) paused rounds can be refused before the window frees.
             max_attempts=8,
@@ -157,7 +151,7 @@ async def test_a_full_bucket_overshoots_a_sliding_window_then_recovers() -> None
 async def test_openais_rate_limit_exceeded_429_pauses_sending_for_15_s() -> None:
     # The correction the benchmark relies on: the recipe's newer test (code == '429') never
     # matches OpenAI's body, whose code is "rate_limit_exceeded"; any 429 must pause sending.
-    clock = ScaledClock(SCALE)
+    clock = AnyioClock()
     sent: list[float] = []
     refused_at: list[float] = []
 
@@ -201,7 +195,7 @@ async def test_a_budget_under_the_limit_is_paced_by_the_refill_without_429() -> 
             client=client,
             rpm=30,
             tpm=1e9,
-            clock=ScaledClock(SCALE),
+            clock=AnyioClock(),
             count_tokens=words,
         )
         stats = app.state.mock_stats()
@@ -225,7 +219,7 @@ async def test_server_errors_are_retried_up_to_max_attempts_then_the_request_fai
             client=client,
             rpm=600,
             tpm=1e9,
-            clock=ScaledClock(SCALE),
+            clock=AnyioClock(),
             count_tokens=words,
             max_attempts=3,
         )
@@ -247,7 +241,7 @@ async def test_a_request_over_the_token_budget_fails_at_once_and_the_rest_go_on(
             client=client,
             rpm=600,
             tpm=100,
-            clock=ScaledClock(SCALE),
+            clock=AnyioClock(),
             count_tokens=words,
         )
         stats = app.state.mock_stats()
@@ -267,7 +261,7 @@ async def test_max_concurrency_caps_calls_in_flight(max_concurrency: int | None,
             client=client,
             rpm=600,
             tpm=1e9,
-            clock=ScaledClock(SCALE),
+            clock=AnyioClock(),
             count_tokens=words,
             max_concurrency=max_concurrency,
         )
@@ -293,6 +287,6 @@ async def test_misuse_is_refused_before_anything_is_sent(
     async with provider() as (client, app):
         with pytest.raises(ValueError, match=match):
             await run_fixed_rate(
-                lines, client=client, clock=ScaledClock(SCALE), count_tokens=words, **args
+                lines, client=client, clock=AnyioClock(), count_tokens=words, **args
             )
         assert app.state.mock_stats().counters.requests == 0
