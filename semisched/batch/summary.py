@@ -14,15 +14,17 @@ Values only: nothing here reads files, sends requests or reads a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from semisched.batch.forecast import eta_s
+from semisched.batch.ledger import TierTally
 from semisched.batch.output import ErrorCode
 from semisched.batch.tenants import tenant_lines
 from semisched.core.stats import EndpointStats, EngineStats, TenantStats
+from semisched.runtime.apis import ApiUsage
 
 if TYPE_CHECKING:
     from semisched.compress.runtime import CompressionStats
@@ -109,6 +111,7 @@ class BatchProgress:
         floor_s: The makespan floor of the requests to send, found before sending
             (:func:`semisched.core.makespan_floor`; ``None``: nothing to send).
         floor_binding: Its binding bound: ``requests``, ``tokens`` or ``serving``.
+        tiers: Lines, spend and deadlines by tier (:mod:`semisched.batch.ledger`).
     """
 
     total: int
@@ -127,6 +130,31 @@ class BatchProgress:
     auth_refused: int = 0
     floor_s: float | None = None
     floor_binding: str | None = None
+    tiers: TierTally = field(default_factory=TierTally)
+
+    def counted(
+        self,
+        *,
+        tier: str,
+        cost: float | None = None,
+        met: bool | None = None,
+        usage: ApiUsage | None = None,
+        code: ErrorCode | None = None,
+    ) -> BatchProgress:
+        """This progress with one more record of ``tier``: an answer with ``usage``
+        costing ``cost``, or an error of ``code``; ``met``: whether it met its deadline
+        (``None``: it had none)."""
+        tiers = self.tiers.plus(tier, cost, met)
+        if code is not None:
+            return replace(self, failed=self.failed.plus(code), tiers=tiers)
+        prompt, output = (0, 0) if usage is None else (usage.prompt_tokens, usage.output_tokens)
+        return replace(
+            self,
+            succeeded=self.succeeded + 1,
+            prompt_tokens=self.prompt_tokens + prompt,
+            completion_tokens=self.completion_tokens + output,
+            tiers=tiers,
+        )
 
     @property
     def finished(self) -> int:
@@ -217,6 +245,7 @@ class BatchSummary(BatchProgress):
             )
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
+        out.extend(self.tiers.lines())
         out.extend(_endpoint_line(e) for e in self.endpoints)
         out.extend(tenant_lines(self.tenants))
         c = self.compression
