@@ -25,6 +25,8 @@ Subcommands:
                   simulated; --live-check adds the noisy neighbour through the SDK
   apis            the quick comparison's strategies over one key spent by chat, the
                   Responses API and embeddings (SDK and mock, virtual time)
+  cost            semisched batch --tier realtime, batch and auto on one job with
+                  deadlines: cost, makespan, deadlines met; a killed auto run resumed
   concurrency     learned per-endpoint concurrency limits vs the true slots told,
                   simulated, and how fast the limit follows a halving
   plan            the capacity planner: plans for the paper's mixes and ShareGPT,
@@ -162,6 +164,9 @@ def _parser() -> argparse.ArgumentParser:
     from bench.apis import add_parser as add_apis
 
     add_apis(sub)
+    from bench.cost import add_parser as add_cost
+
+    add_cost(sub)
     pl = sub.add_parser("plan", help="the capacity planner: plans, analytic vs "
                         "simulated tails, compress-and-route")  # fmt: skip
     pl.add_argument("--out", type=Path, default=Path("results/plan"), help="output folder")
@@ -326,6 +331,12 @@ def _apis(args: argparse.Namespace) -> Path:
     return run(args)
 
 
+def _cost(args: argparse.Namespace) -> Path:
+    from bench.cost import run
+
+    return run(args)
+
+
 def _concurrency(args: argparse.Namespace) -> Path:
     from bench.concurrency_cli import run
 
@@ -403,6 +414,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Path]] = {
     "tenants": _tenants,
     "concurrency": _concurrency,
     "apis": _apis,
+    "cost": _cost,
     "plan": _plan,
     "dashboard": _dashboard,
     **GATEWAY,

@@ -15,6 +15,7 @@ quick         ``docs/results/quick/summary.csv``                    quick
 rate-limits   ``docs/results/rate-limits/summary.csv``              rate-limits
 live-check    ``docs/results/rate-limits/live-check/live_check.csv`` live-check
 batch         ``docs/results/batch-mixed/table.md``                  batch
+cost          ``docs/results/cost/tables.md``                        cost
 default-prior ``docs/results/default-prior/summary.csv``             default-prior
 routing       ``docs/results/routing/summary.csv``                   routing
 shared-budget ``docs/results/shared-budget/summary.csv``             shared-budget
@@ -46,7 +47,9 @@ machine): ``python -m bench perf --baseline 2e91dde --out docs/results/perf``, t
 The batch table is not rerun by ``docs`` (it takes minutes of compressed real
 time): ``python -m bench batch --workload mixed --repeats 3 --out
 docs/results/batch-mixed`` regenerates it, then ``docs --render-only`` (or any
-``docs`` run) re-renders the pages.
+``docs`` run) re-renders the pages. Nor is the Batch API tier's table (real mock and
+``semisched batch`` processes for a few minutes): ``python -m bench cost``, then
+``docs --render-only``.
 """
 
 from __future__ import annotations
@@ -151,6 +154,14 @@ def _batch(root: Path) -> str:
     header, body = rows[0], rows[1:]
     keep = [header.index(name) for name in BATCH_COLUMNS]
     return _table(BATCH_COLUMNS, [[row[i] for i in keep] for row in body])
+
+
+def _cost(root: Path) -> str:
+    """The Batch API tier's table (``docs/results/cost/tables.md``): its rows and verdict."""
+    text = (root / DOCS / "cost" / "tables.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    verdict = [line for line in text.splitlines() if line.startswith("The cheapest plan")]
+    return "\n".join([*rows, "", *verdict])
 
 
 def _seconds(row: Row, metric: str, digits: int) -> str:
@@ -331,6 +342,7 @@ _BLOCKS: dict[str, Callable[[Path], str]] = {
     "rate-limits": _rate_limits,
     "live-check": _live_check,
     "batch": _batch,
+    "cost": _cost,
     "default-prior": _default_prior,
     "routing": _routing,
     "shared-budget": _shared_budget,

@@ -20,6 +20,7 @@ from pathlib import Path
 from semisched.batch.auth import AUTH_FAILURES
 from semisched.batch.options import BatchOptions
 from semisched.batch.tenants import parse_tenant_option, tenant_config
+from semisched.batch.tier_args import add_tier_args, tier_options
 from semisched.command import version
 from semisched.core.config import PRESETS, ROUTING_POLICY_NAMES, RoutingConfig
 from semisched.core.tenants.config import TENANT_POLICY_NAMES, TenantSpec
@@ -64,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     _add_files(batch)
     _add_budgets(batch)
     _add_tenants(batch)
+    add_tier_args(batch)
     _add_run_control(batch)
     # Listed for --help; semisched.command hands `plan ...` and `serve ...` over first.
     sub.add_parser(
@@ -159,7 +161,11 @@ def _add_budgets(batch: argparse.ArgumentParser) -> None:
         "network transit (default 1)",
     )
     batch.add_argument(
-        "--deadline", type=float, metavar="SECONDS", help="finish the job within this time"
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="finish the job within this time: every line's deadline, in seconds from the "
+        "job's start (a line's own body.metadata.deadline_s may be earlier)",
     )
     batch.add_argument(
         "--policy",
@@ -314,4 +320,5 @@ def batch_options(
         time_scale=args.time_scale,
         grace_s=args.grace,
         budget_margin_s=args.budget_margin,
+        **tier_options(args),
     )

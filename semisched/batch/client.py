@@ -28,7 +28,14 @@ if TYPE_CHECKING:
     from semisched.batch.options import BatchOptions
     from semisched.fleet.endpoints import Endpoint
 
-__all__ = ["ClientFactory", "TimedClient", "connect", "make_client", "make_endpoints"]
+__all__ = [
+    "ClientFactory",
+    "TimedClient",
+    "connect",
+    "make_client",
+    "make_endpoints",
+    "openai_factory",
+]
 
 #: ``factory(base_url, api_key)`` -> an OpenAI-compatible async client.
 ClientFactory = Callable[[str, str], Any]
@@ -52,11 +59,11 @@ def make_client(options: BatchOptions, *, factory: ClientFactory | None = None) 
             "variable with --api-key-env)"
         )
     assert options.base_url is not None, "a fleet's clients come from make_endpoints"
-    make = _openai_factory(options) if factory is None else factory
+    make = openai_factory(options) if factory is None else factory
     return make(options.base_url, key)
 
 
-def _openai_factory(options: BatchOptions) -> ClientFactory:
+def openai_factory(options: BatchOptions) -> ClientFactory:
     """``AsyncOpenAI`` clients with the job's timeout and no retries of their own."""
     import openai
 
@@ -88,7 +95,7 @@ def make_endpoints(
         BatchError: An endpoint's key variable is not set (naming the endpoint
             and the variable, every one that is missing).
     """
-    make = _openai_factory(options) if factory is None else factory
+    make = openai_factory(options) if factory is None else factory
 
     def client(base_url: str, api_key: str) -> Any:
         made = make(base_url, api_key)

@@ -8,7 +8,9 @@ size, not its body); `load_body` reads a body again when its line is
 sent, so a job of 100,000 prompts holds a few numbers per line in memory.
 Problems carry their line number (`InvalidLine`). A body's
 ``metadata.tenant`` names the line's tenant (`semisched.batch.tenants`):
-it is checked against the job's tenants here and never reaches the provider.
+it is checked against the job's tenants here and never reaches the provider;
+``metadata.deadline_s`` says when its answer is due (`semisched.batch.deadlines`),
+and never reaches the provider either.
 
 This module is not the output (`semisched.batch.output`) and sends
 nothing (`semisched.batch.run`). It holds `BatchError`, the one
@@ -26,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO
 
+from semisched.batch.deadlines import read_deadline, take_deadline
 from semisched.batch.tenants import line_tenant_problem, take_tenant
 from semisched.core.errors import SemischedError
 from semisched.core.tenants.config import TenantConfig
@@ -64,6 +67,8 @@ class BatchLine:
         url: The line's ``url`` (a key of `SUPPORTED_URLS`).
         offset: Byte offset of the line in the file.
         size: Length of the line in bytes, newline included.
+        deadline_s: Its ``metadata.deadline_s``: seconds from the job's start
+            (``None``: none).
     """
 
     line: int
@@ -71,6 +76,7 @@ class BatchLine:
     url: str
     offset: int
     size: int
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,8 @@ def check_body(endpoint: str, body: Mapping[str, Any]) -> None:
     own = sorted(SCHEDULER_ARGS & params.keys())
     if own:
         hint = " (a line's tenant goes in metadata.tenant)" if "tenant" in own else ""
+        if "deadline" in own:
+            hint += " (a line's deadline goes in metadata.deadline_s)"
         raise TypeError(f"{own} are scheduler arguments, not API parameters{hint}")
     spec = APIS[endpoint]
     if spec.prompt_field not in params:
@@ -192,6 +200,7 @@ def _check_line_body(
     body = dict(body)
     try:
         tenant = take_tenant(body)  # validated without it: the provider never sees it
+        take_deadline(body)  # the same
     except ValueError as exc:
         return InvalidLine(number, custom_id, str(exc))
     if default_model is not None:
@@ -233,7 +242,8 @@ def _check_line(
         )
     if problem is not None:
         return problem
-    return BatchLine(number, obj["custom_id"], obj["url"], offset, len(text))
+    deadline = read_deadline(obj["body"])
+    return BatchLine(number, obj["custom_id"], obj["url"], offset, len(text), deadline)
 
 
 def read_input(
@@ -302,8 +312,8 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
 
     Returns:
         The keyword arguments of ``Scheduler.submit``: the body, with its
-        ``metadata.tenant`` moved out of ``metadata`` to ``tenant``, and ``api``
-        the API its ``url`` names.
+        ``metadata.tenant`` moved out of ``metadata`` to ``tenant``, its
+        ``metadata.deadline_s`` removed, and ``api`` the API its ``url`` names.
 
     Raises:
         BatchError: The input changed since it was validated.
@@ -314,6 +324,7 @@ def load_body(handle: BinaryIO, line: BatchLine, default_model: str | None) -> d
         obj = json.loads(raw)
         body = dict(obj["body"])
         tenant = take_tenant(body)
+        take_deadline(body)
         if obj["custom_id"] != line.custom_id:
             raise ValueError
     except (ValueError, KeyError, TypeError):

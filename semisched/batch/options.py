@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from semisched.batch.input import ModelCheck
+from semisched.batch.tier import TIERS
 from semisched.core.checks import check_choice, check_instance, check_int, check_number, check_str
 from semisched.core.config import PRESETS, BudgetConfig, RoutingConfig, SchedulerConfig, preset
+from semisched.core.spend import Price
 from semisched.core.tenants.config import TenantConfig
 from semisched.fleet.fleetfile import EndpointDef, check_unique
 from semisched.state.address import check_namespace, check_state_url
@@ -35,6 +37,10 @@ class BatchOptions:
     in the namespace (``--state``, ``--namespace``). ``tenants`` (``--tenant``,
     ``--tenant-policy``, ``--default-tenant``) replaces the preset's one tenant;
     each line names its own in ``metadata.tenant`` (`semisched.batch.tenants`).
+    ``tier`` (``--tier``) chooses who answers each line: real-time through the scheduler,
+    the provider's Batch API, or each line by its deadline (`semisched.batch.tier`,
+    with ``batch_turnaround_s``, ``batch_safety`` and ``batch_poll_s``); ``price``
+    (``--price``) is the one endpoint's (a fleet's are its endpoints').
     """
 
     input: Path
@@ -61,6 +67,11 @@ class BatchOptions:
     max_attempts: int = 6
     window: int = 2000
     request_timeout_s: float = 600.0
+    tier: str = "realtime"
+    batch_turnaround_s: float = 3600.0
+    batch_safety: float = 1.5
+    batch_poll_s: float = 60.0
+    price: Price | None = None
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -77,6 +88,13 @@ class BatchOptions:
         for name in ("time_scale", "request_timeout_s"):
             check_number(name, getattr(self, name), minimum=0, strict_min=True)
         check_number("grace_s", self.grace_s, minimum=0)
+        check_choice("tier", self.tier, TIERS)
+        for name in ("batch_turnaround_s", "batch_poll_s"):
+            check_number(name, getattr(self, name), minimum=0, strict_min=True)
+        check_number("batch_safety", self.batch_safety, minimum=1)
+        check_instance("price", self.price, Price, optional=True)
+        if self.price is not None and self.endpoints:
+            raise ValueError("price is the one endpoint's: a fleet's endpoints name their own")
         self.scheduler_config()  # the budget's own checks (rpm, tpm, margin)
 
     def _check_target(self) -> None:
@@ -111,6 +129,11 @@ class BatchOptions:
     def fleet(self) -> bool:
         """Whether the job goes to a fleet of endpoints (not one ``base_url``)."""
         return bool(self.endpoints)
+
+    @property
+    def tiered(self) -> bool:
+        """Whether the Batch API may answer lines (``tier`` is ``batch`` or ``auto``)."""
+        return self.tier != "realtime"
 
     @property
     def margin_s(self) -> float:

@@ -13,19 +13,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Final, TypeVar
 
 import anyio
 
-from semisched.batch.forecast import PriorsChoice
-from semisched.batch.input import BatchError, BatchLine, InvalidLine
+from semisched.batch.forecast import (
+    BatchForecast,
+    PriorsChoice,
+    batch_floor,
+    median_prompt_tokens,
+    plan_requests,
+)
+from semisched.batch.input import BatchError, BatchLine, InvalidLine, open_input
 from semisched.batch.options import BatchOptions
 from semisched.batch.output import Answered
 from semisched.core.request import Request
 from semisched.priors.default import choose_priors
-from semisched.priors.sources import PriorSource
+from semisched.priors.sources import Heuristic, PriorSource
 
-__all__ = ["BatchPlan", "load_priors", "off_loop", "planned"]
+__all__ = ["STREAMING", "BatchPlan", "load_priors", "off_loop", "plan_job", "planned"]
+
+#: The priors line's reason while the model loads in the background.
+STREAMING: Final = (
+    "loading while the first requests go out with the max_tokens heuristic's priors"
+)
 
 _T = TypeVar("_T")
 
@@ -89,3 +101,40 @@ async def planned(work: Callable[[], list[Request]], *, model: bool) -> list[Req
         raise BatchError(
             f"the length model failed while planning ({exc!r}); --priors heuristic avoids it"
         ) from exc
+
+
+async def plan_job(
+    opts: BatchOptions, plan: BatchPlan, *, streamed: bool = False
+) -> tuple[BatchForecast, list[Request]]:
+    """Plan the lines to send: the forecast and each line's request (with its prior). A
+    dry run loads the priors it names and plans with them (the model in a worker thread);
+    a run that streams the model's priors (``streamed``) plans with the heuristic's."""
+    todo = plan.todo
+    source: PriorSource = Heuristic()
+    choice = PriorsChoice(name="heuristic", reason="nothing to send")
+    if streamed:
+        choice = PriorsChoice(name="learned", reason=STREAMING)
+    elif todo:
+        load = partial(load_priors, opts)
+        source, choice = await off_loop(load, thread=opts.priors != "heuristic")
+    config = opts.scheduler_config()
+    with open_input(opts.input) as handle:
+        work = partial(
+            plan_requests, handle, todo, default_model=opts.model, priors=source, config=config
+        )
+        requests = await planned(work, model=not isinstance(source, Heuristic))
+    forecast = BatchForecast(
+        to_send=len(todo),
+        already_done=len(plan.lines) - len(todo),
+        invalid=len(plan.invalid),
+        priors=choice,
+        floor=batch_floor(requests, config),
+        median_prompt_tokens=median_prompt_tokens(requests),
+        rpm=opts.rpm,
+        tpm=opts.tpm,
+        max_inflight=config.max_inflight,
+        s_per_token=config.signals.initial_s_per_token,
+        window_s=config.budget.window_s if config.budget is not None else 60.0,
+        time_scale=opts.time_scale,
+    )
+    return forecast, requests

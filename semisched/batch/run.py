@@ -1,28 +1,26 @@
 """One ``semisched batch`` run: the scheduler, the budgets, progress and stopping.
 
-`BatchRun` reads the input and the output so far
-(`semisched.batch.input`, `semisched.batch.output`), then sends
-every request that has no result through one [`semisched.Scheduler`][semisched.Scheduler]:
-allocation and ordering on the predicted cost (learned priors when the ml
-extra is installed, else the ``max_tokens`` heuristic), the concurrency cap,
-and a rate budget (`semisched.core.budget`) that keeps requests and
-tokens per minute within ``rpm`` / ``tpm`` and follows the provider's
-``x-ratelimit-*`` headers and 429s. Retries belong to the scheduler. Each
-result is appended as it completes; `BatchRun.stop` (Ctrl-C in the CLI)
-pauses dispatching, waits up to ``grace_s`` for calls in flight and returns
-with ``interrupted`` set.
+`BatchRun` reads the input and the output so far (`semisched.batch.input`,
+`semisched.batch.output`), then sends every request that has no result through one
+[`semisched.Scheduler`][semisched.Scheduler]: allocation and ordering on the predicted cost
+(learned priors when the ml extra is installed, else the ``max_tokens`` heuristic), the
+concurrency cap, and a rate budget (`semisched.core.budget`) that keeps requests and tokens
+per minute within ``rpm`` / ``tpm`` and follows the provider's ``x-ratelimit-*`` headers and
+429s. Retries belong to the scheduler. Each result is appended as it completes;
+`BatchRun.stop` (Ctrl-C in the CLI) pauses dispatching, waits up to ``grace_s`` for calls in
+flight and returns with ``interrupted`` set.
 
-Before sending, the run loads its prior source once (the learned model only
-when asked for, lazily, timed) and plans every request it will send
-(`semisched.batch.forecast`): the priors found there go to ``submit``,
-so the model reads each prompt once, and the same requests give the makespan
-floor that the progress ETA and the summary report. `BatchRun.dry_run`
-does all of that and stops: it sends nothing and changes no file.
+Before sending, the run loads its prior source once (the learned model only when asked for,
+lazily, timed) and plans every request it will send (`semisched.batch.forecast`): the priors
+found there go to ``submit``, so the model reads each prompt once, and the same requests give
+the makespan floor that the progress ETA and the summary report. `BatchRun.dry_run` does all
+of that and stops: it sends nothing and changes no file.
 
-It decides nothing about scheduling and draws nothing (the CLI shows
-`BatchProgress`). A job goes to one endpoint
-(``base_url``) or a fleet (``endpoints``). API keys are read from the variables
-the options name and are never written to the output, logs or progress.
+It decides nothing about scheduling and draws nothing (the CLI shows `BatchProgress`). A job
+goes to one endpoint (``base_url``) or a fleet (``endpoints``); with ``--tier batch`` or
+``auto`` some lines go through the provider's Batch API instead
+(`semisched.batch.tiered_job`). API keys are read from the environment, never written to the
+output, logs or progress.
 """
 
 from __future__ import annotations
@@ -37,13 +35,8 @@ import anyio
 
 from semisched.batch.auth import AuthGuard
 from semisched.batch.client import ClientFactory, connect
-from semisched.batch.forecast import (
-    BatchForecast,
-    PriorsChoice,
-    batch_floor,
-    median_prompt_tokens,
-    plan_requests,
-)
+from semisched.batch.deadlines import Deadlines
+from semisched.batch.forecast import BatchForecast
 from semisched.batch.input import (
     BatchError,
     BatchLine,
@@ -52,6 +45,7 @@ from semisched.batch.input import (
     open_input,
     read_input,
 )
+from semisched.batch.ledger import Prices, annotate
 from semisched.batch.options import BatchOptions
 from semisched.batch.output import (
     ErrorCode,
@@ -64,17 +58,17 @@ from semisched.batch.output import (
     read_answered,
     success_record,
 )
-from semisched.batch.planning import BatchPlan, load_priors, off_loop, planned
+from semisched.batch.planning import STREAMING, BatchPlan, load_priors, plan_job
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
+from semisched.batch.tiered_job import TieredJob
 from semisched.batch.timing import BatchTiming
 from semisched.compress.runtime import CompressionStats
-from semisched.core.request import Prior
+from semisched.core.request import Prior, Request
 from semisched.core.stats import EngineStats
 from semisched.errors import RequestError
 from semisched.fleet.endpoints import Endpoint
 from semisched.priors.default import model_unavailable
-from semisched.priors.sources import Heuristic, PriorSource
 from semisched.runtime.apis import APIS
 from semisched.runtime.calls import scheduler_config
 from semisched.runtime.clock import AnyioClock, Clock
@@ -83,13 +77,10 @@ from semisched.runtime.scheduler import RetryPolicy, Scheduler
 from semisched.state.base import StateUnavailable
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
     from prometheus_client import CollectorRegistry
 
 __all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
-
-#: The priors line's reason while the model loads in the background.
-STREAMING = "loading while the first requests go out with the max_tokens heuristic's priors"
-
 
 @dataclass(frozen=True, slots=True)
 class _Sending:
@@ -99,7 +90,7 @@ class _Sending:
     source: BinaryIO
     writer: ResultWriter
     window: anyio.Semaphore
-    job_deadline: float | None
+    deadlines: Deadlines
     timing: BatchTiming
 
 
@@ -157,6 +148,9 @@ class BatchRun:
         self._streamed: StreamedPriors | None = None
         self._auth = AuthGuard()
         self._hints: dict[str, None] = {}  # ProviderError.hint of the failures, in order
+        self._requests: list[Request] = []
+        self._prices = Prices(options)
+        self._tiers: TieredJob | None = None
 
     def __repr__(self) -> str:
         progress = self._progress
@@ -239,38 +233,10 @@ class BatchRun:
     async def _plan(
         self, plan: BatchPlan, *, streamed: bool = False
     ) -> tuple[BatchForecast, list[Prior]]:
-        """Plan the lines to send: the forecast and each line's prior. A dry run loads
-        the priors it names and plans with them (the model in a worker thread); a run
-        that streams the model's priors (``streamed``) plans with the heuristic's."""
-        opts = self.options
-        todo = plan.todo
-        source: PriorSource = Heuristic()
-        choice = PriorsChoice(name="heuristic", reason="nothing to send")
-        if streamed:
-            choice = PriorsChoice(name="learned", reason=STREAMING)
-        elif todo:
-            load = partial(load_priors, opts)
-            source, choice = await off_loop(load, thread=opts.priors != "heuristic")
-        config = opts.scheduler_config()
-        with open_input(opts.input) as handle:
-            work = partial(
-                plan_requests, handle, todo, default_model=opts.model, priors=source, config=config
-            )
-            requests = await planned(work, model=not isinstance(source, Heuristic))
-        forecast = BatchForecast(
-            to_send=len(todo),
-            already_done=len(plan.lines) - len(todo),
-            invalid=len(plan.invalid),
-            priors=choice,
-            floor=batch_floor(requests, config),
-            median_prompt_tokens=median_prompt_tokens(requests),
-            rpm=opts.rpm,
-            tpm=opts.tpm,
-            max_inflight=config.max_inflight,
-            s_per_token=config.signals.initial_s_per_token,
-            window_s=config.budget.window_s if config.budget is not None else 60.0,
-            time_scale=opts.time_scale,
-        )
+        """Plan the lines to send (:func:`~semisched.batch.planning.plan_job`): the forecast
+        and each line's prior; the requests are kept for the Batch API tier."""
+        forecast, requests = await plan_job(self.options, plan, streamed=streamed)
+        self._requests = requests
         return forecast, [request.prior for request in requests]
 
     async def run(self) -> BatchSummary:
@@ -294,7 +260,7 @@ class BatchRun:
             )
         check_writable(opts.output)  # before the priors: loading and planning take time
         streamed = None
-        if todo and opts.priors != "heuristic":
+        if todo and opts.priors != "heuristic" and not opts.tiered:
             missing = model_unavailable()
             if missing is not None and opts.priors == "learned":
                 raise BatchError(f"--priors learned: {missing}")
@@ -319,12 +285,16 @@ class BatchRun:
             for problem in plan.new_invalid:
                 writer.write(invalid_line_record(problem))
             if target is not None:
+                if opts.tiered:  # the journal, and the Batch API endpoint's client
+                    self._tiers = TieredJob.open(self, todo, priors, self._requests)
                 if self._on_start is not None:
                     self._on_start(self.forecast)
                 with open_input(opts.input) as source:
                     await self._send_all(todo, priors, source, target, writer)
         finally:
             writer.close()
+            if self._tiers is not None:
+                self._tiers.close()
         summary = self.summary()
         assert summary is not None
         return summary
@@ -360,9 +330,10 @@ class BatchRun:
         timing = BatchTiming(self.clock.now())
         scheduler = self.scheduler = self._scheduler(target, timing)
         self._started = start = timing.started
-        job_deadline = None if opts.deadline_s is None else start + opts.deadline_s
-        window = anyio.Semaphore(opts.window)
-        sending = _Sending(scheduler, source, writer, window, job_deadline, timing)
+        tiers = self._tiers
+        job_start = start if tiers is None else tiers.job_start()
+        deadlines, window = Deadlines(job_start, opts.deadline_s), anyio.Semaphore(opts.window)
+        sending = _Sending(scheduler, source, writer, window, deadlines, timing)
         stop = self._stop = anyio.Event()
         if self._stopping:
             stop.set()
@@ -373,23 +344,18 @@ class BatchRun:
                 if streamed is not None:
                     tg.start_soon(streamed.run, opts.input)
                 async with anyio.create_task_group() as sends:
-                    for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
-                        if streamed is not None:
-                            # Rule 2 of semisched.batch.streamed: past the look-ahead, wait for
-                            # this line's prior (or a finished request) before adding more.
-                            while not (streamed.done or streamed.ready(line)) and (
-                                opts.window - window.value >= streamed.lookahead
-                            ):
-                                await streamed.changed()
-                            prior = streamed.take(i, line, prior)
-                        await window.acquire()
-                        if self._stopping:
-                            window.release()
-                            break
-                        sends.start_soon(self._send_one, line, prior, sending)
+                    launch = partial(self._launch, sending=sending, sends=sends)
+                    if tiers is not None:
+                        await tiers.drive(tg, launch, partial(self._emit, sending))
+                    else:
+                        for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
+                            if not await launch(i, line, prior):
+                                break
                 tg.cancel_scope.cancel()
         except StateUnavailable as exc:  # only entering can raise it (later: a fallback)
             raise BatchError(f"the shared state cannot be reached: {exc}") from None
+        if tiers is not None and tiers.failure is not None:
+            raise tiers.failure
         if not self._auth.tripped:
             self._write_held(writer)
         self._sync(scheduler)
@@ -402,6 +368,37 @@ class BatchRun:
                 auth_status=self._auth.status if tripped else None,
                 auth_refused=self._auth.dropped,
             )
+
+    async def _launch(
+        self, i: int, line: BatchLine, prior: Prior, *, sending: _Sending, sends: TaskGroup
+    ) -> bool:
+        """Start sending ``line`` (the ``i``-th to send) when the window has room; ``False``:
+        stopping, not sent."""
+        streamed, window = self._streamed, sending.window
+        if streamed is not None:  # semisched.batch.streamed's rule 2: past the look-ahead,
+            # wait for this line's prior (or a finished request) before adding more
+            while not (streamed.done or streamed.ready(line)) and (
+                self.options.window - window.value >= streamed.lookahead
+            ):
+                await streamed.changed()
+            prior = streamed.take(i, line, prior)
+        await window.acquire()
+        if self._stopping:
+            window.release()
+            return False
+        sends.start_soon(self._send_one, line, prior, sending)
+        return True
+
+    def _emit(
+        self, sending: _Sending, record: dict[str, Any], count: Callable[[BatchProgress], Any]
+    ) -> None:
+        """Write a record the Batch API answered, counted by ``count``."""
+        assert self._progress is not None
+        self._progress = count(self._progress)
+        sending.writer.write(record)
+        self._sync(sending.scheduler)
+        if self._on_result is not None:
+            self._on_result(self._progress)
 
     async def _watch_stop(self, scheduler: Scheduler, scope: anyio.CancelScope) -> None:
         assert self._stop is not None
@@ -436,18 +433,17 @@ class BatchRun:
     async def _answer(
         self, line: BatchLine, prior: Prior, sending: _Sending
     ) -> dict[str, Any] | None:
-        """Send ``line`` with its planned ``prior``; return its record (counted in the
-        progress), or ``None`` for a 401/403 the auth guard holds back."""
-        deadline = None
-        if sending.job_deadline is not None:
-            deadline = sending.job_deadline - self.clock.now()
-            if deadline <= 0:
-                note = "the job deadline passed before it was sent"
-                return self._failure(line, ErrorCode.DEADLINE_EXCEEDED, note)
+        """Send ``line`` with its planned ``prior``; its record (counted), or ``None`` for a
+        401/403 the auth guard holds back."""
+        due = sending.deadlines.of(line.deadline_s)
+        deadline = None if due is None else due - self.clock.now()
+        if deadline is not None and deadline <= 0:
+            note = "its deadline passed before it was sent"
+            return self._failure(line, ErrorCode.DEADLINE_EXCEEDED, note, due)
         try:
             body = load_body(sending.source, line, self.options.model)
         except BatchError as exc:
-            return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc))
+            return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc), due)
         try:
             with sending.timing.track(line.custom_id) as timed:
                 response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
@@ -455,25 +451,29 @@ class BatchRun:
             code, status = error_code(exc)
             record = error_record(line.custom_id, code, str(exc), status)
             self._hints.setdefault(getattr(exc, "hint", None) or "")  # the summary's, once
-            return None if self._auth.hold(record, code, status) else self._counted(record, code)
+            held = self._auth.hold(record, code, status)
+            return None if held else self._counted(record, code, due)
         usage = APIS[body["api"]].usage(response)  # each API reports it its own way
+        cost = self._prices.cost(timed.endpoint, body["model"], usage)
+        met = None if due is None else self.clock.now() <= due
         assert self._progress is not None
-        self._progress = replace(
-            self._progress,
-            succeeded=self._progress.succeeded + 1,
-            prompt_tokens=self._progress.prompt_tokens + usage.prompt_tokens,
-            completion_tokens=self._progress.completion_tokens + usage.output_tokens,
-        )
-        return success_record(line.custom_id, response, timed.record())
+        self._progress = self._progress.counted(tier="realtime", cost=cost, met=met, usage=usage)
+        return annotate(success_record(line.custom_id, response, timed.record()), "realtime", cost)
 
-    def _failure(self, line: BatchLine, code: ErrorCode, message: str) -> dict[str, Any]:
-        return self._counted(error_record(line.custom_id, code, message), code)
+    def _failure(
+        self, line: BatchLine, code: ErrorCode, message: str, due: float | None
+    ) -> dict[str, Any]:
+        return self._counted(error_record(line.custom_id, code, message), code, due)
 
-    def _counted(self, record: dict[str, Any], code: ErrorCode) -> dict[str, Any]:
-        """``record``, an error of ``code``, counted in the progress."""
+    def _counted(
+        self, record: dict[str, Any], code: ErrorCode, due: float | None = None
+    ) -> dict[str, Any]:
+        """``record``, an error of ``code`` sent real-time (``due``: its line's deadline),
+        counted in the progress."""
         assert self._progress is not None
-        self._progress = replace(self._progress, failed=self._progress.failed.plus(code))
-        return record
+        met = None if due is None else False
+        self._progress = self._progress.counted(tier="realtime", met=met, code=code)
+        return annotate(record, "realtime", None)
 
     def _write_held(self, writer: ResultWriter) -> None:
         for record, code in self._auth.release():

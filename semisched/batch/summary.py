@@ -14,15 +14,17 @@ Values only: nothing here reads files, sends requests or reads a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from semisched.batch.forecast import eta_s
+from semisched.batch.ledger import TierTally
 from semisched.batch.output import ErrorCode
 from semisched.batch.tenants import tenant_lines
 from semisched.core.stats import EndpointStats, EngineStats, TenantStats
+from semisched.runtime.apis import ApiUsage
 
 if TYPE_CHECKING:
     from semisched.compress.runtime import CompressionStats
@@ -114,6 +116,7 @@ class BatchProgress:
             first one's budget at once.
         unsent: Requests not sent yet (not submitted, or queued in the scheduler).
         latency_s: Mean send -> answer time of the last answers (``None``: none yet).
+        tiers: Lines, spend and deadlines by tier (`semisched.batch.ledger`).
     """
 
     total: int
@@ -135,6 +138,7 @@ class BatchProgress:
     window_s: float = 60.0
     unsent: int = 0
     latency_s: float | None = None
+    tiers: TierTally = field(default_factory=TierTally)
 
     def synced(
         self, stats: SchedulerStats, elapsed_s: float, latencies: Sequence[float]
@@ -149,6 +153,30 @@ class BatchProgress:
             elapsed_s=elapsed_s,
             unsent=self.to_send - stats.counters.submitted + sum(stats.queued.values()),
             latency_s=sum(recent) / len(recent) if recent else None,
+        )
+
+    def counted(
+        self,
+        *,
+        tier: str,
+        cost: float | None = None,
+        met: bool | None = None,
+        usage: ApiUsage | None = None,
+        code: ErrorCode | None = None,
+    ) -> BatchProgress:
+        """This progress with one more record of ``tier``: an answer with ``usage``
+        costing ``cost``, or an error of ``code``; ``met``: whether it met its deadline
+        (``None``: it had none)."""
+        tiers = self.tiers.plus(tier, cost, met)
+        if code is not None:
+            return replace(self, failed=self.failed.plus(code), tiers=tiers)
+        prompt, output = (0, 0) if usage is None else (usage.prompt_tokens, usage.output_tokens)
+        return replace(
+            self,
+            succeeded=self.succeeded + 1,
+            prompt_tokens=self.prompt_tokens + prompt,
+            completion_tokens=self.completion_tokens + output,
+            tiers=tiers,
         )
 
     @property
@@ -248,6 +276,7 @@ class BatchSummary(BatchProgress):
             )
         if p50 is not None and p95 is not None:
             out.append(f"  call latency p50 {p50:.2f} s, p95 {p95:.2f} s; priors: {self.priors}")
+        out.extend(self.tiers.lines())
         out.extend(_endpoint_line(e) for e in self.endpoints)
         out.extend(tenant_lines(self.tenants))
         c = self.compression
