@@ -1,17 +1,17 @@
 """The provider's Files and Batch APIs, as ``semisched batch`` uses them (``openai``'s client).
 
-* :func:`submit_batch`: journal the upload, upload the input file
+* `submit_batch`: journal the upload, upload the input file
   (``client.files.create(purpose="batch")``), journal its id, create the batch
   (``client.batches.create``, ``completion_window="24h"``, the upload's id in
-  ``metadata``), journal its id (:mod:`semisched.batch.journal`'s order).
-* :func:`find_batch`: the batch made of an upload whose batch id was never journaled
+  ``metadata``), journal its id (`semisched.batch.journal`'s order).
+* `find_batch`: the batch made of an upload whose batch id was never journaled
   (``client.batches.list``, matched by ``metadata``).
-* :func:`read_lines`: an output or error file's lines (``client.files.content``).
-* :func:`line_outcome`: what one of those lines means: answered, failed for good, or not
+* `read_lines`: an output or error file's lines (``client.files.content``).
+* `line_outcome`: what one of those lines means: answered, failed for good, or not
   run (sent real-time instead).
 
-What this module is not: it decides nothing about tiers (:mod:`semisched.batch.tier`) and
-writes no output record (:mod:`semisched.batch.tiered`).
+What this module is not: it decides nothing about tiers (`semisched.batch.tier`) and
+writes no output record (`semisched.batch.tiered`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
 UPLOAD_KEY: Final = "semisched_upload"
 #: The statuses a batch never leaves.
 TERMINAL: Final = frozenset({"completed", "failed", "expired", "cancelled"})
-#: How many of the newest batches :func:`find_batch` looks through.
+#: How many of the newest batches `find_batch` looks through.
 FIND_LIMIT: Final = 1000
 
 
@@ -84,7 +84,7 @@ async def submit_batch(
 
 
 async def find_batch(client: Any, upload: str) -> Any | None:
-    """The batch whose ``metadata`` names ``upload`` among the newest :data:`FIND_LIMIT`
+    """The batch whose ``metadata`` names ``upload`` among the newest `FIND_LIMIT`
     (``None``: none).
 
     Raises:

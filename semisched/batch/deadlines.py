@@ -1,23 +1,25 @@
 """Deadlines in ``semisched batch``: each line's ``metadata.deadline_s`` and ``--deadline``.
 
 A line may say by when its answer is due, in seconds from the job's start, in its body's
-``metadata`` (OpenAI's metadata values are strings, so ``"600"`` as well as ``600``)::
+``metadata`` (OpenAI's metadata values are strings, so ``"600"`` as well as ``600``):
 
-    {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
-     "body": {"model": "gpt-4o-mini", "messages": [...], "metadata": {"deadline_s": "600"}}}
+```python
+{"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+ "body": {"model": "gpt-4o-mini", "messages": [...], "metadata": {"deadline_s": "600"}}}
+```
 
 Rules:
 
-1. ``metadata.deadline_s`` is the scheduler's, never the provider's: :func:`take_deadline`
+1. ``metadata.deadline_s`` is the scheduler's, never the provider's: `take_deadline`
    removes it from the body before it is validated, sent or uploaded (like
    ``metadata.tenant``), and drops ``metadata`` when nothing else is left in it.
 2. A line's deadline is the earlier of its own and the job's ``--deadline`` (both counted
-   from the job's start): :meth:`Deadlines.of`. Real-time, it is the scheduler's deadline
+   from the job's start): `Deadlines.of`. Real-time, it is the scheduler's deadline
    (an answer later than it is useless: the line expires, ``deadline_exceeded``); through
-   the Batch API it decides the tier (:mod:`semisched.batch.tier`) and when a batch is
+   the Batch API it decides the tier (`semisched.batch.tier`) and when a batch is
    cancelled.
 3. The job's start is this run's start for a real-time job; with ``--tier batch`` or
-   ``auto`` it is the first run's, kept in the journal (:mod:`semisched.batch.journal`),
+   ``auto`` it is the first run's, kept in the journal (`semisched.batch.journal`),
    so a resumed job keeps its deadlines.
 
 What this module is not: it reads no file and decides no tier.

@@ -6,7 +6,7 @@ before the step it announces, so that after ``kill -9`` a rerun never pays twice
 line. The entries, by ``event``:
 
 * ``start``: ``{"started_unix"}``: when the job first started (its deadlines count from
-  it, :mod:`semisched.batch.deadlines`); the journal's first line.
+  it, `semisched.batch.deadlines`); the journal's first line.
 * ``upload``: ``{"upload", "url", "custom_ids"}``: written *before* the input file is
   uploaded. ``upload`` is a fresh id of the client's own (``semisched-<hex>``), which the
   batch carries in its ``metadata`` (``semisched_upload``).
@@ -16,7 +16,7 @@ line. The entries, by ``event``:
   the lines it did not answer are free again (sent real-time).
 * ``abandoned``: ``{"upload"}``: no batch was made of the upload; its lines are free.
 
-Resume rules (:class:`JournalState`): a line of an upload that is neither closed nor
+Resume rules (`JournalState`): a line of an upload that is neither closed nor
 abandoned belongs to its batch: it is neither sent real-time nor uploaded again. The run
 retrieves that batch and goes on with it; an upload whose batch id was never written is
 looked for among the provider's batches (``GET /v1/batches``) by its ``metadata``: found,
@@ -24,7 +24,7 @@ the run goes on with it; not found, no batch was ever made of it (nothing was bi
 its lines are free. A torn last line (a kill mid-write) is ignored: the step it announced
 had not started.
 
-What this module is not: it talks to no provider (:mod:`semisched.batch.batch_api`).
+What this module is not: it talks to no provider (`semisched.batch.batch_api`).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Journal:
     """The journal of one output: read on opening, appended to after (module docstring).
 
     Args:
-        output: The output file (the journal is :func:`journal_path` of it).
+        output: The output file (the journal is `journal_path` of it).
         wall: Unix seconds (the job's start, when the journal is new).
 
     Raises:

@@ -1,14 +1,16 @@
 """What each line of ``semisched batch`` cost, which tier answered it, and its deadline.
 
-Every record of the output says which tier answered it and what it cost::
+Every record of the output says which tier answered it and what it cost:
 
-    "tier": "realtime" | "batch", "cost_usd": 0.000123
+```text
+"tier": "realtime" | "batch", "cost_usd": 0.000123
+```
 
 ``cost_usd`` is the answer's ``usage`` at its endpoint's price
-(:class:`~semisched.Price`: ``--price`` for one endpoint, each endpoint's ``price`` in a
+([`Price`][semisched.Price]: ``--price`` for one endpoint, each endpoint's ``price`` in a
 fleet file): its prompt tokens, the cached ones at the cached price, and its output;
 through the Batch API the price's ``batch_discount`` is taken off. It is ``null`` for an
-error record and where the endpoint is not priced. :class:`TierTally` adds the lines, the
+error record and where the endpoint is not priced. `TierTally` adds the lines, the
 spend and the deadlines met and missed by tier, for the summary: a line with a deadline
 meets it when its record is written by then (an error record misses it).
 

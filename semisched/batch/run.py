@@ -233,7 +233,7 @@ class BatchRun:
     async def _plan(
         self, plan: BatchPlan, *, streamed: bool = False
     ) -> tuple[BatchForecast, list[Prior]]:
-        """Plan the lines to send (:func:`~semisched.batch.planning.plan_job`): the forecast
+        """Plan the lines to send (`plan_job`): the forecast
         and each line's prior; the requests are kept for the Batch API tier."""
         forecast, requests = await plan_job(self.options, plan, streamed=streamed)
         self._requests = requests

@@ -4,11 +4,11 @@
 ``--tier batch`` uploads every line to the provider's Batch API (``/v1/files``, then
 ``/v1/batches``) at its discount; ``--tier auto`` chooses per line:
 
-1. **The tier rule** (:func:`choose_tier`). A line goes through the Batch API when its
-   deadline (:mod:`semisched.batch.deadlines`) leaves more slack than the batch
+1. **The tier rule** (`choose_tier`). A line goes through the Batch API when its
+   deadline (`semisched.batch.deadlines`) leaves more slack than the batch
    turnaround estimate, or when it has no deadline; the rest go real-time, under the
    key's budgets, as a real-time job does.
-2. **The turnaround estimate** (:class:`Turnaround`) is ``safety`` times the typical
+2. **The turnaround estimate** (`Turnaround`) is ``safety`` times the typical
    turnaround. The typical turnaround starts at the prior (``--batch-turnaround``,
    default 3600 s) and moves towards the slowest turnaround this job has seen
    (``completed_at - created_at`` of each batch that completed; a batch still unfinished,
@@ -18,19 +18,19 @@
    only little by little (the prior weighs as two batches), so one lucky batch cannot
    send urgent lines to the Batch API. The safety factor (``--batch-safety``, default
    1.5) covers the spread of turnarounds around the typical one.
-3. **The slack rule** (:func:`must_cancel`). A batch's slack is the earliest deadline
+3. **The slack rule** (`must_cancel`). A batch's slack is the earliest deadline
    among its unanswered lines minus the time those lines would need real-time
-   (:func:`realtime_need_s`: twice their makespan floor under the key's budgets, plus a
-   minute) and minus the time a cancel takes to complete (:data:`CANCEL_SHARE` of the
+   (`realtime_need_s`: twice their makespan floor under the key's budgets, plus a
+   minute) and minus the time a cancel takes to complete (`CANCEL_SHARE` of the
    typical turnaround). When the slack is within one poll interval of now, the batch is
    cancelled: what it finished is kept (read from its output file once the cancel
    completes) and the rest is sent real-time.
-4. **Grouping** (:func:`group_lines`): one batch per endpoint URL
+4. **Grouping** (`group_lines`): one batch per endpoint URL
    (``/v1/chat/completions``, ``/v1/responses``, ``/v1/embeddings``, ...), each at most
-   :data:`MAX_BATCH_LINES` lines and :data:`MAX_BATCH_BYTES` bytes (OpenAI's limits),
+   `MAX_BATCH_LINES` lines and `MAX_BATCH_BYTES` bytes (OpenAI's limits),
    in input order.
 
-What this module is not: it sends, uploads and reads nothing (:mod:`semisched.batch.tiered`).
+What this module is not: it sends, uploads and reads nothing (`semisched.batch.tiered`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ MAX_BATCH_LINES: Final = 50_000
 MAX_BATCH_BYTES: Final = 200 * 1024 * 1024
 #: How many batches the turnaround prior weighs as (rule 2).
 PRIOR_WEIGHT: Final = 2.0
-#: The real-time need: this many times the makespan floor, plus :data:`NEED_MARGIN_S`.
+#: The real-time need: this many times the makespan floor, plus `NEED_MARGIN_S`.
 NEED_FACTOR: Final = 2.0
 NEED_MARGIN_S: Final = 60.0
 #: How long a cancel takes to complete, as a share of the typical turnaround (rule 3).

@@ -1,11 +1,11 @@
 """The ``semisched batch`` arguments of tiers and prices: ``--tier``, ``--batch-*``, ``--price``.
 
-:func:`add_tier_args` adds them to the ``batch`` parser; :func:`tier_options` turns them
-into :class:`~semisched.batch.BatchOptions` fields; :func:`parse_price` reads ``--price``
+`add_tier_args` adds them to the ``batch`` parser; `tier_options` turns them
+into `BatchOptions` fields; `parse_price` reads ``--price``
 (``input=0.15,output=0.60[,cached_input=0.075][,batch_discount=0.5]``, US dollars per
 million tokens, as a fleet file's ``price`` table).
 
-What this module is not: it decides no tier (:mod:`semisched.batch.tier`).
+What this module is not: it decides no tier (`semisched.batch.tier`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def add_tier_args(batch: argparse.ArgumentParser) -> None:
 
 
 def tier_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~semisched.batch.BatchOptions` fields of these arguments."""
+    """The `BatchOptions` fields of these arguments."""
     return {
         "tier": args.tier,
         "batch_turnaround_s": args.batch_turnaround,

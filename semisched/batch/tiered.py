@@ -1,20 +1,20 @@
 """The Batch API tier of ``semisched batch``: its batches uploaded, polled, cancelled, read.
 
-:class:`BatchTier` holds the job's batches in progress (:mod:`semisched.batch.tier` says
-which lines go there, :mod:`semisched.batch.batch_api` talks to the provider):
+`BatchTier` holds the job's batches in progress (`semisched.batch.tier` says
+which lines go there, `semisched.batch.batch_api` talks to the provider):
 
-1. :meth:`BatchTier.submit` groups lines into batches (one per endpoint URL, within
-   OpenAI's limits) and uploads each, journaled first (:mod:`semisched.batch.journal`). A
+1. `BatchTier.submit` groups lines into batches (one per endpoint URL, within
+   OpenAI's limits) and uploads each, journaled first (`semisched.batch.journal`). A
    refused upload's lines are sent real-time.
-2. :meth:`BatchTier.resume` takes back the batches a killed run left open: each one's
+2. `BatchTier.resume` takes back the batches a killed run left open: each one's
    lines without a record stay with it; an upload whose batch is unknown is looked for by
    its ``metadata``, and its lines are free (returned) when no batch was made of it.
-3. :meth:`BatchTier.run` polls every batch each ``poll_s`` on the job's clock. A batch that
+3. `BatchTier.run` polls every batch each ``poll_s`` on the job's clock. A batch that
    ended (completed, expired, cancelled, failed) has its output and error files read:
-   each answered line's record is written (:class:`TierHost.batch_answer`); a line it did
-   not run, or answered with a server error, is sent real-time (:class:`TierHost.resend`);
+   each answered line's record is written (`TierHost.batch_answer`); a line it did
+   not run, or answered with a server error, is sent real-time (`TierHost.resend`);
    then the journal closes it. A batch whose slack runs out
-   (:func:`~semisched.batch.tier.must_cancel`) is cancelled, and read once the cancel
+   (`must_cancel`) is cancelled, and read once the cancel
    completes (``--tier auto`` only: with ``--tier batch`` a batch runs to its end). A
    completed batch's turnaround (``completed_at - created_at``) updates the
    estimate; one unfinished after ``t`` seconds counts as at least ``t``.
@@ -58,7 +58,7 @@ class TierHost(Protocol):
         """``line``'s body as the provider takes it."""
 
     def need_s(self, lines: Sequence[BatchLine]) -> float:
-        """The time ``lines`` need real-time (:func:`~semisched.batch.tier.realtime_need_s`)."""
+        """The time ``lines`` need real-time (`realtime_need_s`)."""
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ class BatchTier:
         return f"<BatchTier active={len(self.active)} created={self.created}>"
 
     async def submit(self, lines: Sequence[BatchLine], **limits: int) -> None:
-        """Upload ``lines`` as batches (``limits``: :func:`group_lines`' ``max_lines``,
+        """Upload ``lines`` as batches (``limits``: `group_lines`' ``max_lines``,
         ``max_bytes``)."""
         groups = group_lines(lines, url=lambda x: x.url, size=lambda x: x.size, **limits)
         for group in groups:

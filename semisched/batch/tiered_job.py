@@ -1,20 +1,20 @@
 """A ``semisched batch`` job with ``--tier batch`` or ``auto``: its journal, its split, its feed.
 
-:class:`TieredJob` is what :class:`~semisched.batch.BatchRun` adds for a tiered job:
+`TieredJob` is what `BatchRun` adds for a tiered job:
 
-1. **Opening** (:meth:`TieredJob.open`): the output's journal
-   (:mod:`semisched.batch.journal`), whose first entry fixes the job's start for every
-   later run (:mod:`semisched.batch.deadlines`, rule 3), and a client of the Batch API
+1. **Opening** (`TieredJob.open`): the output's journal
+   (`semisched.batch.journal`), whose first entry fixes the job's start for every
+   later run (`semisched.batch.deadlines`, rule 3), and a client of the Batch API
    endpoint: the one endpoint's, or a fleet's first endpoint's.
-2. **Driving** (:meth:`TieredJob.drive`), beside the real-time sends: the batches a killed
-   run left open are taken back (:meth:`~semisched.batch.tiered.BatchTier.resume`); every
-   other line without a record goes to its tier (:func:`~semisched.batch.tier.choose_tier`
+2. **Driving** (`TieredJob.drive`), beside the real-time sends: the batches a killed
+   run left open are taken back (`resume`); every
+   other line without a record goes to its tier (`choose_tier`
    at the start): the real-time ones first, the earliest deadline first, into the feed the
    run sends from, the rest uploaded as batches, polled until each is read. Lines a batch
    hands back go into the same feed. The feed closes when the last batch is read.
-3. **Recording** a line a batch answered (:meth:`TieredJob.batch_answer`): the output
+3. **Recording** a line a batch answered (`TieredJob.batch_answer`): the output
    line's ``response`` as it came, with ``tier``, ``cost_usd`` (the usage at the Batch API
-   price, :mod:`semisched.batch.ledger`) and ``batch_id``.
+   price, `semisched.batch.ledger`) and ``batch_id``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def batch_client(
 
 
 class TieredJob:
-    """A tiered job's journal, split and feed (module docstring); made by :meth:`open`."""
+    """A tiered job's journal, split and feed (module docstring); made by `open`."""
 
     def __init__(
         self, run: BatchRun, todo: Sequence[BatchLine], priors: Sequence[Prior],
