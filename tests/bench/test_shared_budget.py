@@ -115,5 +115,5 @@ def test_a_tiny_run_writes_every_condition(tmp_path: Path) -> None:
     with (out / "runs.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == 6
     tables = (out / "tables.md").read_text()
-    assert "| 2 | static |" in tables and "## The issue's targets, as measured" in tables
+    assert "| 2 | static |" in tables and "## The benchmark's targets, as measured" in tables
     assert (out / "makespan.png").stat().st_size > 0
