@@ -14,8 +14,10 @@ when the run has spend caps or the endpoint has a price:
    price, and its output; a stream closed early is charged its reservation (what it
    generated is unknown). The reservation is settled to that cost, and the cost is
    counted by tenant and endpoint (`SpendStats`, ``Finished.cost_usd``).
-3. **When the attempt fails or is refused** by the rate budgets, its reservation is
-   released.
+3. **When the attempt fails, is cancelled or is refused** by the rate budgets, its
+   reservation is released; a cancel that lands while the store answers the
+   reservation releases whatever it charged, by the request's id in each cap's current
+   period.
 
 Calendar periods run on the wall clock (Unix time, UTC) even when the scheduler's
 clock is virtual: a cap per day means a day of the calendar.
@@ -192,7 +194,11 @@ class SpendLayer:
         caps = spending.caps_for(request.tenant) if price is not None else ()
         if caps and price is not None:
             estimate = estimated_cost(price, request)
-            grant = await spending.books.reserve_spend(pending.id, estimate, caps)
+            try:
+                grant = await spending.books.reserve_spend(pending.id, estimate, caps)
+            except BaseException:  # cancelled while the store answered: it may hold a charge
+                self.spawn(spending.books.release_spend, pending.id, caps)
+                raise
             if not grant.ok:
                 spending.refused()
                 assert grant.cap is not None

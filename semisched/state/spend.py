@@ -102,6 +102,10 @@ class SpendBackend(Protocol):
     async def record_spend(self, usd: float, caps: Sequence[SpendCap]) -> None:
         """Add ``usd`` already spent (without the books) to every cap's current period."""
 
+    async def release_spend(self, request_id: str, caps: Sequence[SpendCap]) -> None:
+        """Release the request's reservation, if it holds one, in every cap's current period
+        (a reservation whose answer was lost to a cancel)."""
+
 
 class LocalSpend:
     """Spend books in this process (module docstring), on ``wall`` (Unix seconds).
@@ -157,6 +161,13 @@ class LocalSpend:
         now = self._wall()
         for cap in caps:
             self._book(cap, now)[1][""] += nano(usd)
+
+    async def release_spend(self, request_id: str, caps: Sequence[SpendCap]) -> None:
+        now = self._wall()
+        for cap in caps:
+            book = self._book(cap, now)[1]
+            if request_id in book:
+                book[""] -= book.pop(request_id)
 
     def outstanding(self) -> int:
         """Reservations not yet settled or released, in every period's book."""
@@ -231,6 +242,13 @@ class SpendGuard:
 
     async def record_spend(self, usd: float, caps: Sequence[SpendCap]) -> None:
         await self.shared.record_spend(usd, caps)
+
+    async def release_spend(self, request_id: str, caps: Sequence[SpendCap]) -> None:
+        if self._local is not None:
+            await self._local.release_spend(request_id, caps)
+            return
+        with suppress(StateUnavailable):  # else its reservation stands: it overcounts, never under
+            await self.shared.release_spend(request_id, caps)
 
     def _lose(self, caps: Sequence[SpendCap]) -> None:
         self.fallbacks += 1

@@ -21,7 +21,7 @@ from semisched.core.spend import SpendCap
 from semisched.state.redis import RedisState
 from semisched.state.spend import NANO, SpendGrant, nano
 
-__all__ = ["RESERVE_SPEND", "SETTLE_SPEND", "RedisSpend"]
+__all__ = ["RELEASE_SPEND", "RESERVE_SPEND", "SETTLE_SPEND", "RedisSpend"]
 
 _PERIOD = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -99,6 +99,21 @@ end
 """
 
 
+# ARGV: member, then per cap: key prefix, period.
+RELEASE_SPEND = _PERIOD + """
+local member = ARGV[1]
+for i = 2, #ARGV, 2 do
+  local s = period(ARGV[i + 1], now)
+  local book = ARGV[i] .. ':' .. s
+  local held = tonumber(redis.call('HGET', book, member))
+  if held then
+    redis.call('HDEL', book, member)
+    redis.call('HINCRBY', book, 'total', -held)
+  end
+end
+"""
+
+
 class RedisSpend:
     """Spend books on ``state``'s Redis (module docstring): open ``state`` first."""
 
@@ -149,6 +164,13 @@ class RedisSpend:
             args += [self._prefix(cap), cap.per]
         if caps:
             await self._run("record_spend", RECORD_SPEND, [], args)
+
+    async def release_spend(self, request_id: str, caps: Sequence[SpendCap]) -> None:
+        args: list[Any] = [self._member(request_id)]
+        for cap in caps:
+            args += [self._prefix(cap), cap.per]
+        if caps:
+            await self._run("release_spend", RELEASE_SPEND, [], args)
 
     def _member(self, request_id: str) -> str:
         return f"{self.state.worker}:{request_id}"

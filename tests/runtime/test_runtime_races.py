@@ -60,6 +60,7 @@ from semisched.errors import RequestError
 from semisched.runtime.calls import scheduler_config
 from semisched.state.base import Grant
 from semisched.state.local import LocalState
+from semisched.state.spend import LocalSpend
 
 _URL = "http://upstream.test/v1/chat/completions"
 
@@ -174,6 +175,28 @@ class DrivenState(LocalState):
 
     def leases(self) -> int:
         return sum(len(scope.leases) for scope in self._scopes.values())
+
+    @property
+    def spend_books(self) -> LocalSpend:
+        books = self.__dict__.get("_gated_spend")
+        if books is None:
+            books = self.__dict__["_gated_spend"] = GatedSpend(self)
+        return books
+
+
+class GatedSpend(LocalSpend):
+    """Spend books whose answer the test can hold after the charge is made: a cancel
+    landing then must not leave the charge behind."""
+
+    def __init__(self, state: DrivenState) -> None:
+        super().__init__()
+        self.state = state
+
+    async def reserve_spend(self, request_id: str, usd: float, caps: Any) -> Any:
+        grant = await super().reserve_spend(request_id, usd, caps)
+        if self.state.gate is not None:
+            await self.state.gate.wait()  # the store charged it; its answer is on the way
+        return grant
 
 
 @dataclass

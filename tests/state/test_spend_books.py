@@ -43,6 +43,11 @@ async def _books_follow_the_rules(books: LocalSpend | RedisSpend) -> None:
     # settling twice changes nothing the second time
     await books.settle_spend("r1", 5.0, first.keys)
     assert not (await books.reserve_spend("r6", 0.2, [KEY_DAY])).ok
+    # a reservation whose answer was lost (a cancel) is released by its caps
+    await books.release_spend("r4", [KEY_DAY])
+    assert (await books.reserve_spend("r7", 0.6, [KEY_DAY])).ok
+    await books.release_spend("r4", [KEY_DAY])  # again: nothing held, nothing changes
+    assert not (await books.reserve_spend("r8", 0.2, [KEY_DAY])).ok
 
 
 async def test_local_books_reserve_settle_and_release() -> None:
@@ -115,6 +120,9 @@ class _Lost:
         if self.down:
             raise StateUnavailable("down")
         await self.inner.settle_spend(request_id, usd, keys)
+
+    async def release_spend(self, request_id, caps):  # type: ignore[no-untyped-def]
+        await self.inner.release_spend(request_id, caps)
 
     async def record_spend(self, usd, caps):  # type: ignore[no-untyped-def]
         if self.down:
