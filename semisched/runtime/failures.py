@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
@@ -210,36 +211,23 @@ def failure_outcome(
     return error
 
 
-def reject_outcome(reject: Reject, *, request_id: str) -> RequestRejected:
-    """The caller's exception for the core's `Reject`."""
-    error = RequestRejected(
-        f"rejected: {reject.reason}",
-        request_id=request_id,
-        klass=reject.request.klass,
-        reason=reject.reason,
-        bucket=reject.request.bucket.value,
-        severity=reject.severity,
-        retry_after=reject.retry_after,
-    )
-    error.explanation = reject.explanation
-    return error
-
-
-def spend_outcome(reject: Reject, declined: Declined, *, request_id: str) -> SpendCapExceeded:
-    """The caller's exception for a request a spend cap refused (rule ``spend.cap``)."""
-    error = SpendCapExceeded(
-        f"rejected: {reject.reason}",
-        cap=declined.cap.describe(),
-        limit_usd=declined.cap.usd,
-        spent_usd=declined.spent_usd,
-        reset_at=declined.reset_at,
-        request_id=request_id,
-        klass=reject.request.klass,
-        reason=reject.reason,
-        bucket=reject.request.bucket.value,
-        severity=reject.severity,
-        retry_after=reject.retry_after,
-    )
+def reject_outcome(
+    reject: Reject, *, request_id: str, declined: Declined | None = None
+) -> RequestRejected:
+    """The caller's exception for the core's `Reject`: a `SpendCapExceeded` naming the
+    cap when a spend cap refused it (``declined``), else a `RequestRejected`."""
+    rejected: dict[str, Any] = {
+        "request_id": request_id, "klass": reject.request.klass, "reason": reject.reason,
+        "bucket": reject.request.bucket.value, "severity": reject.severity,
+        "retry_after": reject.retry_after,
+    }  # fmt: skip
+    message = f"rejected: {reject.reason}"
+    if declined is None:
+        error = RequestRejected(message, **rejected)
+    else:
+        error = SpendCapExceeded(message, cap=declined.cap.describe(), limit_usd=declined.cap.usd,
+                                 spent_usd=declined.spent_usd, reset_at=declined.reset_at,
+                                 **rejected)  # fmt: skip
     error.explanation = reject.explanation
     return error
 
@@ -288,9 +276,7 @@ def decided_outcome(
     runtime counter it counts in (``failure``: the last failed attempt, if any;
     ``declined``: the spend cap that refused it, if one did)."""
     if isinstance(action, Reject):
-        if declined is not None:
-            return spend_outcome(action, declined, request_id=request_id), "rejected"
-        return reject_outcome(action, request_id=request_id), "rejected"
+        return reject_outcome(action, request_id=request_id, declined=declined), "rejected"
     cause = None if failure is None else failure[1]
     if isinstance(action, Expire):
         error = expire_outcome(action, request_id=request_id, attempts=attempts, cause=cause)

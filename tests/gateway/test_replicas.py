@@ -50,6 +50,23 @@ def config(tmp_path: Path, upstream: str) -> Path:
     return path
 
 
+def start_replicas(
+    path: Path, redis_url: str, count: int = 2
+) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+    """``count`` `semisched serve` processes on ``path`` and one Redis, each accepting
+    connections (their ports, and the processes: the caller stops them)."""
+    env = {**os.environ, "UPSTREAM_KEY": UPSTREAM_SECRET}
+    ports = [free_port() for _ in range(count)]
+    procs = [subprocess.Popen([sys.executable, "-m", "semisched", "serve", "--config", str(path),
+                               "--port", str(p), "--state", redis_url, "--log-level", "warning"],
+                              env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for p in ports]  # fmt: skip
+    for port, proc in zip(ports, procs, strict=True):
+        wait_for(lambda p=port, c=proc: accepting(p) or c.poll() is not None, 60)
+        assert proc.poll() is None
+    return ports, procs
+
+
 def accepting(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -63,17 +80,8 @@ def test_two_replicas_on_one_key_never_draw_a_429(tmp_path: Path, redis_url: str
     with servers() as s:
         app = mock_app(api_key=UPSTREAM_SECRET, rpm=RPM)
         upstream = s.serve_app(app) + "/v1"
-        env = {**os.environ, "UPSTREAM_KEY": UPSTREAM_SECRET}
-        ports = [free_port(), free_port()]
-        path = str(config(tmp_path, upstream))
-        procs = [subprocess.Popen([sys.executable, "-m", "semisched", "serve", "--config", path,
-                                   "--port", str(p), "--state", redis_url, "--log-level",
-                                   "warning"], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for p in ports]  # fmt: skip
+        ports, procs = start_replicas(config(tmp_path, upstream), redis_url)
         try:
-            for port, proc in zip(ports, procs, strict=True):
-                wait_for(lambda p=port, c=proc: accepting(p) or c.poll() is not None, 60)
-                assert proc.poll() is None
             start = time.monotonic()
 
             def call(i: int) -> int:

@@ -4,19 +4,15 @@ more than the cap plus one request's slack, and the requests past it get an Open
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
 import pytest
-from gateway_kit import UPSTREAM_SECRET, mock_app, servers, wait_for
-from test_replicas import accepting, redis_url  # noqa: F401 (a fixture)
+from gateway_kit import UPSTREAM_SECRET, mock_app, servers
+from test_replicas import redis_url, start_replicas  # noqa: F401 (a fixture)
 
-from mockprovider.launch import free_port
 from semisched import Price
 from semisched.gateway.keys import key_hash
 
@@ -45,17 +41,8 @@ def test_two_replicas_hold_one_spend_cap(tmp_path: Path, redis_url: str) -> None
     with servers() as s:
         app = mock_app(api_key=UPSTREAM_SECRET)
         upstream = s.serve_app(app) + "/v1"
-        env = {**os.environ, "UPSTREAM_KEY": UPSTREAM_SECRET}
-        ports = [free_port(), free_port()]
-        path = str(config(tmp_path, upstream))
-        procs = [subprocess.Popen([sys.executable, "-m", "semisched", "serve", "--config", path,
-                                   "--port", str(p), "--state", redis_url, "--log-level",
-                                   "warning"], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for p in ports]  # fmt: skip
+        ports, procs = start_replicas(config(tmp_path, upstream), redis_url)
         try:
-            for port, proc in zip(ports, procs, strict=True):
-                wait_for(lambda p=port, c=proc: accepting(p) or c.poll() is not None, 60)
-                assert proc.poll() is None
 
             def call(i: int) -> httpx2.Response:
                 url = f"http://127.0.0.1:{ports[i % 2]}/v1/chat/completions"
