@@ -87,6 +87,8 @@ from semisched.core.fleet.limits import Answered, ConcurrencyLimit, LimitVerdict
 
 __all__ = ["QueueDelayLimit"]
 
+_log2 = math.log2
+
 
 class QueueDelayLimit(ConcurrencyLimit):
     """A limit learned from the wait for a slot (module rules)."""
@@ -172,26 +174,31 @@ class QueueDelayLimit(ConcurrencyLimit):
         return int(self.limit)
 
     def answered(self, answer: Answered) -> LimitVerdict:
-        self._rounds += 1.0 / self.limit
-        self._tokens += max(0.05, 1.0 / (self._rounds * self.limit + 1.0)) * (
-            answer.tokens - self._tokens)
+        limit = self.limit
+        rounds = self._rounds = self._rounds + 1.0 / limit
+        gain = 1.0 / (rounds * limit + 1.0)  # a plain mean of the first answers, then moving
+        self._tokens += (gain if gain > 0.05 else 0.05) * (answer.tokens - self._tokens)
         reading = self._wait_steps(answer)
         if reading is None:  # nothing to read yet: slow start grows (it ends at a queue)
-            if self.limit < self._slow_until and not answer.left:
-                return self._probe(answer, 0.0)
+            if limit < self._slow_until and not answer.left:
+                return self._grow(answer.held, answer.now, 0.0)
             return None
         waited, scatter, threshold, wait_end = reading
         streamed = answer.first_token_s is not None
         if streamed:  # what its unqueued first tokens scatter by (prompts of every length)
             threshold += self.spread * self._dev
-        if (waited <= threshold or answer.held <= 1  # alone, it waited for nothing of ours
+        held = answer.held
+        if (waited <= threshold or held <= 1  # alone, it waited for nothing of ours
                 or answer.left == 0):  # fmt: skip
             # nothing of ours left before its first token: no slot of ours freed for it
             if streamed:  # a plain mean of the first twenty, then a moving one
-                self._readings += 1
-                self._dev += max(0.05, 1.0 / self._readings) * (scatter - self._dev)
-            return self._probe(answer, waited)
-        return self._queued(answer.sent_at, answer.now, answer.held, waited, threshold,
+                readings = self._readings = self._readings + 1
+                gain = 1.0 / readings
+                self._dev += (gain if gain > 0.05 else 0.05) * (scatter - self._dev)
+            if held < int(limit):  # not binding: nothing to probe (rule 3)
+                return None
+            return self._grow(held, answer.now, waited)
+        return self._queued(answer.sent_at, answer.now, held, waited, threshold,
                             wait_end, answer.left)  # fmt: skip
 
     def first_token(
@@ -243,10 +250,6 @@ class QueueDelayLimit(ConcurrencyLimit):
         return "limit.queued", (f"waited {waited:.1f} decode steps for a slot (more than "
                                 f"{threshold:.1f}), sent with {held} in flight")  # fmt: skip
 
-    def _probe(self, answer: Answered, waited: float) -> LimitVerdict:
-        """Rule 3: an answer that did not queue."""
-        return self._grow(answer.held, answer.now, waited)
-
     def _grow(self, held: int, now: float, waited: float) -> LimitVerdict:
         if held < self.cap:  # it was not binding
             return None
@@ -284,43 +287,52 @@ class QueueDelayLimit(ConcurrencyLimit):
         """Rule 1: the answer's wait for a slot in decode steps, its time before decoding
         over its floor (the same, unbounded by a departure), the threshold above which
         the wait is a queue, and when it ended; ``None``: nothing to read."""
-        latency = answer.now - answer.sent_at
-        ttft = answer.first_token_s
+        sent_at, ttft, tokens = answer.sent_at, answer.first_token_s, answer.tokens
         if ttft is not None:
-            if answer.tokens >= 2 and latency > ttft:  # its own step, at its batch
-                step = (latency - ttft) / (answer.tokens - 1)
-                self._step = max(step, self._step * 0.98)  # the recent slowest: a full batch's
+            latency = answer.now - sent_at
+            if tokens >= 2 and latency > ttft:  # its own step, at its batch
+                step = (latency - ttft) / (tokens - 1)
+                recent = self._step * 0.98  # the recent slowest: a full batch's
+                self._step = step if step > recent else recent
             elif self._step <= 0.0:
                 return None
             step = self._step
             before, slack = ttft, 0.0
         else:
-            if answer.answers < self.mature or answer.step_s <= 0.0:
-                return None  # a young fit's step says too little of one answer's wait
             step = answer.step_s
+            if answer.answers < self.mature or step <= 0.0:
+                return None  # a young fit's step says too little of one answer's wait
             # < 0: its batch ran faster than the fit's average step (no reading below 0)
-            before = max(0.0, latency - answer.tokens * step)
-            slack = answer.tokens * self.token_slack
-        key = (ttft is not None, self._size_class(answer.prompt_tokens))
-        floor = self._floors.get(key)
-        if floor is None and ttft is not None:  # the first of its size: its floor, no reading
-            self._floors[key] = before
-            return None
-        if floor is None or before < floor:
-            self._floors[key] = floor = before
+            before = answer.now - sent_at - tokens * step
+            if not before > 0.0:
+                before = 0.0
+            slack = tokens * self.token_slack
+        # The prompt's size class: an eighth of an octave (its prefill takes time).
+        key = (ttft is not None, int(8.0 * _log2(answer.prompt_tokens + 128.0)))
+        floors = self._floors
+        floor = floors.get(key)
+        if floor is None:
+            floors[key] = before
+            if ttft is not None:  # the first of its size: its floor, no reading
+                return None
+            floor = before
+        elif before < floor:
+            floors[key] = floor = before
         else:
-            self._floors[key] = floor + 0.01 * (before - floor)
+            floors[key] = floor + 0.01 * (before - floor)
         over = (before - floor) / step if before > floor else 0.0
-        if answer.left is None:
-            return over, over, self.tolerance + slack, answer.sent_at + before
-        # it waited for a slot until a departure at most: what came after was not a queue
-        waited = min(over, answer.left_by_s / step)
-        return waited, over, self.tolerance + slack, answer.sent_at + before
+        left = answer.left
+        waited = over
+        if left is not None:  # it waited for a slot until a departure at most
+            by = answer.left_by_s / step
+            if by < over:
+                waited = by
+        return waited, over, self.tolerance + slack, sent_at + before
 
     @staticmethod
     def _size_class(prompt_tokens: float) -> int:
         """A prompt's size class: an eighth of an octave (its prefill takes time)."""
-        return int(8.0 * math.log2(prompt_tokens + 128.0))
+        return int(8.0 * _log2(prompt_tokens + 128.0))
 
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
