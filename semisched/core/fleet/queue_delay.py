@@ -207,7 +207,7 @@ class QueueDelayLimit(ConcurrencyLimit):
     ) -> LimitVerdict:
         """A streamed answer's first token: its wait read at once, against the recent
         answers' step (a queue is seen a whole answer sooner; rule 1)."""
-        key = (True, self._size_class(prompt_tokens))
+        key = (True, int(8.0 * _log2(prompt_tokens + 128.0)))  # its size class
         floor = self._floors.get(key)
         if left == 0:  # it had a slot: its time is a floor; S >= held
             if floor is None or now - sent_at < floor:
@@ -328,11 +328,6 @@ class QueueDelayLimit(ConcurrencyLimit):
             if by < over:
                 waited = by
         return waited, over, self.tolerance + slack, sent_at + before
-
-    @staticmethod
-    def _size_class(prompt_tokens: float) -> int:
-        """A prompt's size class: an eighth of an octave (its prefill takes time)."""
-        return int(8.0 * _log2(prompt_tokens + 128.0))
 
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
