@@ -255,6 +255,33 @@ class TenantLane:
         return True
 
 
+def count_sent(entry: Entry, klass: str, now: float) -> None:
+    """``entry`` of class ``klass`` was sent at ``now``: its lane's flight and rate cap
+    count it."""
+    lane = entry.lane
+    lane.outstanding += 1
+    lane.inflight_by_class[klass] += 1
+    lane.sent += 1
+    if lane.budget is not None:
+        lane.budget.charge(now, entry.request.id, entry.charge)
+
+
+def count_completed(
+    entry: Entry, output_tokens: int, input_token_weight: float, charged_tokens: float | None,
+    now: float,
+) -> float:
+    """``entry`` was answered at ``now``: its lane's counts and rate cap; returns the work
+    it served (`work_tokens`)."""
+    lane = entry.lane
+    work = output_tokens + input_token_weight * entry.request.input_tokens  # work_tokens
+    lane.completed += 1
+    lane.served_tokens += work
+    lane.output_tokens += output_tokens
+    if lane.budget is not None and charged_tokens is not None:
+        lane.budget.settle(entry.request.id, charged_tokens, now)
+    return work
+
+
 class TenantLedger:
     """Every tenant's lane and the decaying usage scale they share (module rules 2-4)."""
 
@@ -307,14 +334,8 @@ class TenantLedger:
     def sent(self, entry: Entry, klass: str, now: float) -> None:
         """``entry`` of class ``klass`` was sent at ``now``: its lane's flight, caps
         and usage count it (its estimate, until it completes)."""
-        lane = entry.lane
-        assert lane is not None
-        lane.outstanding += 1
-        lane.inflight_by_class[klass] += 1
-        lane.sent += 1
-        if lane.budget is not None:
-            lane.budget.charge(now, entry.request.id, entry.charge)
-        self.charge(lane, entry.cost, now)
+        count_sent(entry, klass, now)
+        self.charge(entry.lane, entry.cost, now)
 
     def completed(
         self,
@@ -326,15 +347,9 @@ class TenantLedger:
     ) -> None:
         """``entry`` was answered: the estimate charged at its send becomes what was
         served, still counted from the send (rule 2)."""
-        lane = entry.lane
-        assert lane is not None and entry.sent_at is not None
-        work = output_tokens + input_token_weight * entry.request.input_tokens  # work_tokens
-        self.charge(lane, work - entry.cost, entry.sent_at)
-        lane.completed += 1
-        lane.served_tokens += work
-        lane.output_tokens += output_tokens
-        if lane.budget is not None and charged_tokens is not None:
-            lane.budget.settle(entry.request.id, charged_tokens, now)
+        assert entry.sent_at is not None
+        work = count_completed(entry, output_tokens, input_token_weight, charged_tokens, now)
+        self.charge(entry.lane, work - entry.cost, entry.sent_at)
 
     def refund(self, entry: Entry, *, sent: bool) -> None:
         """``entry``'s attempt served nothing: its usage charge is taken back, and with
@@ -407,6 +422,10 @@ class SoloLedger(TenantLedger):
 
     def charge(self, lane: TenantLane, tokens: float, at: float) -> None:
         """Nothing: one tenant's usage is not kept."""
+
+    # A send and an answer only count (no usage to charge).
+    sent = staticmethod(count_sent)
+    completed = staticmethod(count_completed)  # type: ignore[assignment]
 
     def observe_shared(self, lane: TenantLane, fleet_usage: float, now: float) -> None:
         """Nothing: one tenant's usage is not kept."""
