@@ -59,7 +59,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -106,12 +106,16 @@ def fleet_slots(n: int, seed: int) -> list[int]:
     return [rng.choice(SLOT_CHOICES) for _ in range(n)]
 
 
-def _jobs(physics: Sequence[PhysicsParams], seed: int, requests: int) -> list[SimJob]:
-    """The balanced mix at congestion ``high`` (1.1x) of the fleet's summed capacity."""
+def _jobs(
+    physics: Sequence[PhysicsParams], seed: int, requests: int, stream: bool = True
+) -> list[SimJob]:
+    """The balanced mix at congestion ``high`` (1.1x) of the fleet's summed capacity, its
+    calls streamed (``Request.stream``) or not."""
     capacity = sum(p.capacity_tokens_per_s() for p in physics)
     source = information_source("coarse", seed=seed)
     reg = regime(REGIME, requests=requests)
-    return generate(reg, seed, source, physics[0], capacity_tokens_per_s=capacity)
+    jobs = generate(reg, seed, source, physics[0], capacity_tokens_per_s=capacity)
+    return [replace(job, request=replace(job.request, stream=stream)) for job in jobs]
 
 
 def _config(condition: str) -> SchedulerConfig:
@@ -176,12 +180,13 @@ def run_cell(cell: Cell) -> dict[str, object]:
     """Simulate one run; its metrics, its fleet's slots and final limits."""
     slots = fleet_slots(cell.n, cell.seed)
     physics = [PhysicsParams(slots=s) for s in slots]
-    jobs = _jobs(physics, cell.seed, cell.requests)
+    streamed = cell.condition != "learned-nostream"
+    jobs = _jobs(physics, cell.seed, cell.requests, stream=streamed)
     fleet = [
         SimEndpoint(spec=spec, physics=p)
         for spec, p in zip(_specs(cell.condition, slots), physics, strict=True)
     ]
-    sim = _simulator(_config(cell.condition), fleet, streamed=cell.condition != "learned-nostream")
+    sim = _simulator(_config(cell.condition), fleet, streamed=streamed)
     result = sim.run(jobs)
     limits = [e.limit for e in result.engine.endpoints]
     mae, bias = _limit_errors(limits, slots)

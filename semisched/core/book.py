@@ -22,11 +22,12 @@ from semisched.core.actions import Wake
 from semisched.core.queue import Entry, EntryState
 from semisched.core.states import Event, advance
 
-__all__ = ["DEADLINE", "WAKE", "Book"]
+__all__ = ["DEADLINE", "OVERDUE", "WAKE", "Book"]
 
-#: Timer kinds: a deferred entry's return, a deadline.
+#: Timer kinds: a deferred entry's return, a deadline, a sent entry's first token late.
 WAKE = 0
 DEADLINE = 1
+OVERDUE = 2
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT = EntryState.INFLIGHT
 _SEND, _DEFER = Event.SEND, Event.DEFER
@@ -117,6 +118,8 @@ class Book:
         at, _, kind, entry = timer
         if kind == WAKE:
             return entry.state == _DEFERRED and entry.wake_at == at
+        if kind == OVERDUE:
+            return entry.state == _INFLIGHT and entry.overdue_at == at
         return entry.state == _QUEUED or entry.state == _DEFERRED
 
     def due(self, now: float) -> Timer | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Reject, Retry, Send
 from semisched.core.admission import AdmissionLayer
-from semisched.core.book import DEADLINE, Book
+from semisched.core.book import DEADLINE, OVERDUE, Book
 from semisched.core.buckets import Bucket
 from semisched.core.explain import Decision, Explainer, Explanation
 from semisched.core.fleet.endpoint import EndpointState
@@ -75,6 +75,9 @@ class Decider:
             if timer is None:
                 return
             _, _, kind, entry = timer
+            if kind == OVERDUE:  # a sent entry's first token is late (a learning limit)
+                self.overdue(entry, now)
+                continue
             deadline = entry.request.deadline
             if kind == DEADLINE or (deadline is not None and deadline <= now):
                 if entry.state == _QUEUED:
@@ -177,9 +180,7 @@ class Decider:
                 break
             if not is_feasible(entry, now, self._estimate):
                 self._counters.infeasible_sends += 1
-            self._mark_sent(entry, klass, now)
-            fleet.on_send(endpoint, entry, now)
-            actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
+            self._send(entry, klass, endpoint, now, actions)
             if not book.queued or not fleet.room or not book.has_capacity(0.0):
                 break
 
@@ -191,6 +192,18 @@ class Decider:
 
     # -- moves in the books ---------------------------------------------------------
 
+    def _send(
+        self, entry: Entry, klass: str, endpoint: EndpointState, now: float,
+        actions: list[Action],
+    ) -> None:  # fmt: skip
+        """``entry``, the head of its lane's ``klass``, is sent to ``endpoint`` at ``now``."""
+        self._mark_sent(entry, klass, now)
+        due = self._fleet.on_send(endpoint, entry, now)
+        if due is not None:  # its first token is awaited: checked for lateness then
+            entry.overdue_at = due
+            self._book.push_timer(due, OVERDUE, entry)
+        actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
+
     def _mark_sent(self, entry: Entry, klass: str, now: float) -> None:
         """``entry``, the head of its lane's ``klass``, goes in flight at ``now``."""
         # Charge before dequeuing: a class emptied by this send then forfeits
@@ -200,6 +213,14 @@ class Decider:
         self._book.sent(entry, now)
         self._ledger.sent(entry, klass, now)
         self._counters.sent += 1
+
+    def overdue(self, entry: Entry, now: float) -> None:
+        """``entry``'s first token was due by ``now`` (its learning limit reads a late one),
+        or is due later now: checked again then."""
+        again = self._fleet.limits.overdue(entry, now)
+        entry.overdue_at = again
+        if again is not None:
+            self._book.push_timer(again, OVERDUE, entry)
 
     def take(self, request_id: str) -> Entry:
         """Take the in-flight ``request_id`` out of flight (the book's counts, its

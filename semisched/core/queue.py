@@ -65,6 +65,10 @@ class Entry:
         left_during: Requests that left its endpoint between that send and its first
             token (``None`` until then): one queued for a slot waits for one to leave.
         left_by_s: Seconds from that send to the last of them.
+        awaiting_s: While a streamed request's first token is awaited at a learning
+            endpoint, the first-token time it is counted with there (`Limits`);
+            ``None`` otherwise.
+        overdue_at: When its first token is next checked for lateness (``None``: not).
         wake_at: Time a deferred entry is due back.
         skip_admission: Re-enter the queue without an overload check (retries).
         charge: What a rate budget charges for it: prompt estimate plus
@@ -90,6 +94,8 @@ class Entry:
     left_before: int = 0
     left_during: int | None = None
     left_by_s: float = 0.0
+    awaiting_s: float | None = None
+    overdue_at: float | None = None
     wake_at: float | None = None
     skip_admission: bool = field(default=False)
     charge: float = 0.0

@@ -127,6 +127,9 @@ class Request:
             none; [`RoutingConfig`][semisched.core.config.RoutingConfig] ``compress_band``).
             An endpoint whose context holds the compressed request but not the
             original may take it; the caller then sends the compressed prompt.
+        stream: The call streams its answer, so the shell reports its first token
+            (`Engine.first_token`); a learned concurrency limit then also reads a first
+            token that is late.
     """
 
     id: str
@@ -139,6 +142,7 @@ class Request:
     model: str = ""
     tenant: str = ""
     compressed_tokens: float | None = None
+    stream: bool = False
     bucket: Bucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,4 +162,6 @@ class Request:
         if self.compressed_tokens is not None:
             check_number("compressed_tokens", self.compressed_tokens, minimum=0,
                          maximum=self.input_tokens)  # fmt: skip
+        if type(self.stream) is not bool:
+            raise ValueError(f"stream={self.stream!r} must be a bool")
         object.__setattr__(self, "bucket", self.prior.routing_bucket)

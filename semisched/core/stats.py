@@ -160,8 +160,9 @@ class EndpointStats:
         limit: The requests it may hold now (``None``: no limit): its
             ``max_concurrency``, or its learned concurrency limit.
         limit_policy: ``fixed`` or ``learned`` (`semisched.core.fleet.limits`).
-        limit_changes: How often its limit changed, by rule (``limit.probe``,
-            ``limit.queued``, ``limit.throttled``, ``limit.failed``).
+        limit_changes: How often its limit changed, by rule (``limit.start``,
+            ``limit.probe``, ``limit.queued``, ``limit.overdue``, ``limit.throttled``,
+            ``limit.failed``).
         last_limit_change: Its latest change, explained.
     """
 

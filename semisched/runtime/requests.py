@@ -60,5 +60,6 @@ async def core_request(
         max_output_tokens=call.output_cap,
         model=call.model,
         tenant=call.tenant,
+        stream=call.stream,
     )
     return request, calibrated

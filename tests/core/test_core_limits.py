@@ -32,6 +32,7 @@ from semisched.core import (
     RoutingConfig,
     SchedulerConfig,
     Send,
+    Wake,
     preset,
 )
 
@@ -112,6 +113,88 @@ def test_slow_start_grows_at_each_first_token_that_proves_a_free_slot() -> None:
     assert limit.cap == 6
 
 
+def test_a_streamed_endpoint_starts_low_and_an_unstreamed_one_at_eight() -> None:
+    limit = QueueDelayLimit()
+    verdict = limit.streamed()  # first tokens will show a slot within a prefill
+    assert verdict is not None and verdict[0] == "limit.start" and limit.cap == 2
+    assert limit.streamed() is None  # once
+    read = QueueDelayLimit()
+    read.answered(answer(0.0, 0.02, 1.0, 100, held=1))
+    assert read.streamed() is None and read.cap == 8  # something was read: no restart
+    for stream, cap in ((True, 2), (False, 8)):
+        engine = Engine(_one_class(), endpoints=[EndpointSpec(name="a")])
+        engine.submit(_request("r", 0.0, stream=stream), 0.0)
+        assert engine.statistics().endpoints[0].limit == cap
+
+
+def test_a_first_token_past_its_due_time_cuts_to_what_decodes() -> None:
+    limit = QueueDelayLimit()
+    for held in (1, 2):  # two first tokens had a slot: it serves at least 2
+        limit.first_token(0.0, 0.1, held=held, prompt_tokens=100.0, left=0, left_by_s=0.0)
+    floor, allowance = limit.first_token_due(100.0) or (0.0, 0.0)
+    assert floor == 0.1 and allowance > 0.0
+    # one sent with 2 in flight waited for nothing a first token did not prove served
+    assert limit.overdue(1.0, 2.0, held=2, inflight=2, awaiting=1) is None
+    verdict = limit.overdue(1.0, 2.0, held=3, inflight=3, awaiting=1)  # 2 decode, it waits
+    assert verdict is not None and verdict[0] == "limit.overdue" and limit.cap == 4  # halved
+    assert limit.overdue(1.5, 2.5, held=4, inflight=4, awaiting=2) is None  # sent before
+    verdict = limit.overdue(2.5, 3.0, held=4, inflight=4, awaiting=2)
+    assert verdict is not None and limit.cap == 2  # what decodes
+
+
+@pytest.mark.parametrize(("token_at", "cut"), [(0.55, False), (None, True)])
+def test_the_engine_checks_a_streamed_first_token_when_it_is_due(
+    token_at: float | None, cut: bool
+) -> None:
+    engine = Engine(_one_class(), endpoints=[EndpointSpec(name="a")])
+    for i in range(2):
+        engine.submit(_request(f"r{i}", 0.0, stream=True), 0.0)
+    for i in range(2):  # slots proved; slow start grows the binding limit to 3
+        engine.first_token(f"r{i}", 0.1)
+    actions = engine.submit(_request("late", 0.2, stream=True), 0.2)
+    assert any(isinstance(a, Send) and a.request.id == "late" for a in actions)
+    # due at its send + the floor (0.1) + 3 x the longest first token that had a slot
+    wakes = [a.at for a in actions if isinstance(a, Wake)]
+    assert wakes and wakes[0] == pytest.approx(0.6)
+    if token_at is not None:
+        engine.first_token("late", token_at)
+    engine.poll(wakes[0])
+    e = engine.statistics().endpoints[0]
+    assert (e.limit_changes.get("limit.overdue", 0) == 1) is cut
+    assert e.limit == (2 if cut else 4)  # in time, it proved a third slot: slow start grows
+
+
+def test_prefill_awaited_before_it_delays_a_first_tokens_due_time() -> None:
+    engine = Engine(_one_class(), endpoints=[EndpointSpec(name="a")])
+    for i in range(2):
+        engine.submit(_request(f"r{i}", 0.0, stream=True), 0.0)
+    for i in range(2):
+        engine.first_token(f"r{i}", 0.1)
+    engine.completed("r0", 0.2, output_tokens=1)
+    engine.completed("r1", 0.2, output_tokens=1)
+    sent = [engine.submit(_request(f"b{i}", 0.3, stream=True), 0.3) for i in range(3)]
+    assert all(any(isinstance(a, Send) for a in actions) for actions in sent)
+    # three prompts in prefill together: the last is not late until theirs are done too
+    for now in (0.6, 0.8):
+        engine.poll(now)
+    assert engine.statistics().endpoints[0].limit_changes.get("limit.overdue", 0) == 0
+
+
+def _one_class() -> SchedulerConfig:
+    return SchedulerConfig(
+        classes=(ClassSpec(name="batch"),),
+        allocation=AllocationConfig(policy="fifo"),
+        ordering=OrderingConfig(policy="fifo"),
+        overload=OverloadConfig(policy="none"),
+    )
+
+
+def _request(rid: str, now: float, *, stream: bool = False, tokens: int = 100) -> Request:
+    prior = Prior(p50=tokens, p90=tokens * 2)
+    return Request(id=rid, klass="batch", arrival=now, prior=prior, input_tokens=100.0,
+                   stream=stream)  # fmt: skip
+
+
 def test_the_knee_holds_then_probes_resume_one_a_round() -> None:
     limit = QueueDelayLimit(initial=16.0, ceiling_rounds=5.0)
     limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))
@@ -190,6 +273,8 @@ class LearningFleet(RuleBasedStateMachine):
         self.n = 0
         self.inflight: dict[str, str] = {}  # id -> endpoint
         self.live: set[str] = set()
+        self.streamed: set[str] = set()
+        self.awaiting: set[str] = set()  # sent, streamed, no first token yet
 
     def _apply(self, actions: list[object]) -> None:
         sent_to = set()
@@ -197,21 +282,26 @@ class LearningFleet(RuleBasedStateMachine):
             if isinstance(action, Send):
                 self.inflight[action.request.id] = action.endpoint
                 sent_to.add(action.endpoint)
+                if action.request.id in self.streamed:
+                    self.awaiting.add(action.request.id)
             elif hasattr(action, "request") and not hasattr(action, "until"):
                 rid = action.request.id  # type: ignore[attr-defined]
                 self.inflight.pop(rid, None)
+                self.awaiting.discard(rid)
                 if type(action).__name__ != "Retry":
                     self.live.discard(rid)
         for e in self.engine.statistics().endpoints:  # no send beyond an endpoint's limit
             assert e.name not in sent_to or e.limit is None or e.inflight <= e.limit
 
-    @rule(tokens=st.integers(1, 400))
-    def submit(self, tokens: int) -> None:
+    @rule(tokens=st.integers(1, 400), stream=st.booleans())
+    def submit(self, tokens: int, stream: bool) -> None:
         self.n += 1
         rid = f"r{self.n}"
         self.live.add(rid)
+        if stream:
+            self.streamed.add(rid)
         prior = Prior(p50=tokens, p90=tokens * 2)
-        request = Request(id=rid, klass="batch", arrival=self.now, prior=prior)
+        request = Request(id=rid, klass="batch", arrival=self.now, prior=prior, stream=stream)
         self._apply(self.engine.submit(request, self.now))
 
     @rule(dt=st.floats(0.0, 5.0))
@@ -225,6 +315,7 @@ class LearningFleet(RuleBasedStateMachine):
         rid = sorted(self.inflight)[i % len(self.inflight)]
         self.now += wait
         self.engine.first_token(rid, self.now)
+        self.awaiting.discard(rid)
 
     @precondition(lambda self: self.inflight)
     @rule(i=st.integers(0, 10**6), tokens=st.integers(0, 500), dt=st.floats(0.0, 10.0))
@@ -233,6 +324,7 @@ class LearningFleet(RuleBasedStateMachine):
         self.now += dt
         del self.inflight[rid]
         self.live.discard(rid)
+        self.awaiting.discard(rid)
         self._apply(self.engine.completed(rid, self.now, output_tokens=tokens))
 
     @precondition(lambda self: self.inflight)
@@ -241,6 +333,7 @@ class LearningFleet(RuleBasedStateMachine):
     def fail(self, i: int, kind: FailureKind) -> None:
         rid = sorted(self.inflight)[i % len(self.inflight)]
         del self.inflight[rid]
+        self.awaiting.discard(rid)
         self._apply(self.engine.failed(rid, self.now, kind, retry_after=0.5))
 
     @precondition(lambda self: self.live)
@@ -249,6 +342,7 @@ class LearningFleet(RuleBasedStateMachine):
         rid = sorted(self.live)[i % len(self.live)]
         self.inflight.pop(rid, None)
         self.live.discard(rid)
+        self.awaiting.discard(rid)
         self._apply(self.engine.cancel(rid, self.now))
 
     @invariant()
@@ -259,6 +353,9 @@ class LearningFleet(RuleBasedStateMachine):
             held = sum(1 for where in self.inflight.values() if where == e.name)
             assert e.inflight == held
         assert stats.inflight == len(self.inflight)
+        for state in self.engine._fleet.endpoints:  # the first tokens it awaits, exactly
+            waits = sum(1 for rid in self.awaiting if self.inflight.get(rid) == state.name)
+            assert state.awaiting == waits and state.awaiting_s >= 0.0
 
     def teardown(self) -> None:
         for rid in list(self.live):  # what is left is answered: the books go back to zero
@@ -272,6 +369,7 @@ class LearningFleet(RuleBasedStateMachine):
         stats = self.engine.statistics()
         assert stats.inflight == 0 and sum(stats.queued.values()) == 0
         assert all(e.inflight == 0 for e in stats.endpoints)
+        assert all(e.awaiting == 0 and e.awaiting_s == 0.0 for e in self.engine._fleet.endpoints)
 
 
 LearningFleet.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -177,6 +177,9 @@ class EndpointState:
             ``last_limit_change`` and ``limit_changes`` (per rule) tell its changes.
         inflight: Requests sent here and not yet answered.
         left_at: When a request last left it (answered, failed or cancelled).
+        awaiting, awaiting_s: The streamed requests in flight here whose first token
+            has not come (a learning limit's books, `semisched.core.fleet.limiting`), and
+            the sum of the first-token times each is expected to take alone.
         inflight_cost: Sum of the in-flight requests' estimated costs
             (prior p50 plus weighted prompt tokens).
         sent_at_sum: Sum of their send times (the anticipated load is linear in it).
@@ -199,6 +202,8 @@ class EndpointState:
     """
 
     __slots__ = (
+        "awaiting",
+        "awaiting_s",
         "budget",
         "cap",
         "circuit",
@@ -245,6 +250,8 @@ class EndpointState:
         self.limit_changes: dict[str, int] = {}  # rule -> changes
         self.inflight = 0
         self.left_at = float("-inf")
+        self.awaiting = 0
+        self.awaiting_s = 0.0
         self.inflight_cost = 0.0
         self.sent_at_sum = 0.0
         self.sent = 0

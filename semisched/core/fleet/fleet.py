@@ -261,8 +261,9 @@ class Fleet:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
-        """``entry`` is sent to ``endpoint`` at ``now``."""
+    def on_send(self, endpoint: EndpointState, entry: Entry, now: float) -> float | None:
+        """``entry`` is sent to ``endpoint`` at ``now``; returns when its first token is
+        late, for a learning limit to check (`Limits.sent`), or ``None``."""
         entry.endpoint = endpoint
         endpoint.inflight += 1
         entry.held = endpoint.inflight
@@ -271,17 +272,19 @@ class Fleet:
         endpoint.inflight_cost += entry.cost
         endpoint.sent_at_sum += now
         endpoint.sent += 1
-        self.limits.sent(endpoint, entry)
         if endpoint.circuit is Circuit.HALF_OPEN:
             endpoint.probing = True
         if endpoint.budget is not None or self.budget is not None:
             self.budgets.charge(endpoint, now, entry.request.id, entry.charge)
+        return self.limits.sent(endpoint, entry)
 
     def release(self, entry: Entry, now: float) -> EndpointState:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
         endpoint: EndpointState = entry.endpoint
         assert endpoint is not None and entry.sent_at is not None
         endpoint.left_at = now
+        if entry.awaiting_s is not None:  # it left before its first token
+            Limits.arrived(endpoint, entry)
         endpoint.probing = False  # a probe that ends without a verdict (cancelled) frees the next
         endpoint.inflight -= 1
         cap, room = endpoint.cap, self.room

@@ -45,13 +45,59 @@ class Limits:
         """The fleet's membership changed."""
         self.learning = any(e.limiter.learns for e in endpoints)
 
-    @staticmethod
-    def sent(endpoint: EndpointState, entry: Entry) -> None:
+    def sent(self, endpoint: EndpointState, entry: Entry) -> float | None:
         """``entry`` was sent to ``endpoint`` (counted in its ``sent`` and ``inflight``): what
-        its first token will be read against."""
+        its first token will be read against. A streamed one at a learning endpoint is
+        counted as awaiting its first token; returns when that token is late (the
+        caller checks then: `overdue`), or ``None``."""
         entry.first_token_s = entry.left_during = None
         entry.left_by_s = 0.0
         entry.left_before = endpoint.sent - endpoint.inflight  # departures so far
+        now = entry.sent_at
+        if not (entry.request.stream and self.learning) or now is None:
+            return None
+        limiter = endpoint.limiter
+        due = limiter.first_token_due(entry.request.input_tokens)
+        if due is None:  # nothing read yet
+            self._apply(endpoint, now, limiter.streamed())
+        alone = 0.0 if due is None else due[0]
+        entry.awaiting_s = alone
+        endpoint.awaiting += 1
+        endpoint.awaiting_s += alone
+        # The first tokens awaited before it may come first (their prefill): a wait for them
+        # is no queue.
+        return None if due is None else now + endpoint.awaiting_s + due[1]
+
+    @staticmethod
+    def arrived(endpoint: EndpointState, entry: Entry) -> None:
+        """``entry``'s first token came, or it left ``endpoint``: it awaits nothing there."""
+        entry.overdue_at = None
+        alone = entry.awaiting_s
+        if alone is not None:
+            entry.awaiting_s = None
+            endpoint.awaiting -= 1
+            left = endpoint.awaiting_s - alone
+            endpoint.awaiting_s = left if endpoint.awaiting and left > 0.0 else 0.0
+
+    def overdue(self, entry: Entry, now: float) -> float | None:
+        """``entry``'s first-token check is due at ``now`` (`sent`): when its first token is
+        late after all, its endpoint's limit reads it; else returns the later time it
+        is due by now (what it waits behind changed)."""
+        endpoint: EndpointState = entry.endpoint
+        alone = entry.awaiting_s
+        if alone is None or entry.sent_at is None or not self.learning:
+            return None
+        due = endpoint.limiter.first_token_due(entry.request.input_tokens)
+        if due is None:
+            return None
+        others = endpoint.awaiting_s - alone
+        at = entry.sent_at + due[0] + due[1] + (others if others > 0.0 else 0.0)
+        if now < at:
+            return at
+        verdict = endpoint.limiter.overdue(entry.sent_at, now, entry.held, endpoint.inflight,
+                                           endpoint.awaiting)  # fmt: skip
+        self._apply(endpoint, now, verdict)
+        return None
 
     def answered(self, endpoint: EndpointState, entry: Entry, now: float, tokens: int) -> None:
         """An answer from ``endpoint`` (its fit already holds it)."""
@@ -67,6 +113,7 @@ class Limits:
     def first_token(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
         """The first token of ``entry``'s answer from ``endpoint`` (streamed)."""
         if self.learning and entry.sent_at is not None:
+            self.arrived(endpoint, entry)
             left = entry.left_during = endpoint.sent - endpoint.inflight - entry.left_before
             by = entry.left_by_s = max(0.0, endpoint.left_at - entry.sent_at) if left else 0.0
             prompt = entry.request.input_tokens

@@ -69,7 +69,8 @@ class LimitChange:
         at: When (engine seconds).
         old: The cap before (``None``: none).
         new: The cap after.
-        rule: Which rule fired: ``limit.probe``, ``limit.queued``, ``limit.throttled``
+        rule: Which rule fired: ``limit.start``, ``limit.probe``, ``limit.queued``,
+            ``limit.overdue``, ``limit.throttled``
             or ``limit.failed`` (`semisched.core.fleet.limits`).
         reason: What the rule saw, in words (values only).
     """
@@ -117,6 +118,26 @@ class ConcurrencyLimit(ABC):
         """A streamed answer's first token arrived (``held``: in flight at its send, itself
         included; ``prompt_tokens``: its prompt's estimate; ``left``: requests that left
         the endpoint between its send and now, the last ``left_by_s`` after its send)."""
+        return None
+
+    def streamed(self) -> LimitVerdict:
+        """A streamed request is being sent, and `first_token_due` has no expectation yet
+        (a limit may start lower where first tokens will tell it more)."""
+        return None
+
+    def first_token_due(self, prompt_tokens: float) -> tuple[float, float] | None:
+        """When a streamed answer's first token is late: the seconds it takes with nothing
+        ahead of it (a prompt of ``prompt_tokens``) and the allowance beyond them, or
+        ``None`` (no expectation: `overdue` is never asked)."""
+        return None
+
+    def overdue(
+        self, sent_at: float, now: float, held: int, inflight: int, awaiting: int
+    ) -> LimitVerdict:
+        """A streamed request sent at ``sent_at`` with ``held`` in flight has no first
+        token at ``now``, past its due time (`first_token_due`, plus what the other
+        awaited first tokens take first). ``inflight``: in flight at the endpoint now;
+        ``awaiting``: how many of them, itself included, await their first token."""
         return None
 
     def throttled(self, sent_at: float, now: float) -> LimitVerdict:

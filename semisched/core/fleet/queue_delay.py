@@ -57,6 +57,19 @@ by a sizeable part of a whole answer above it.
    what it held again for
    ``ceiling_rounds`` rounds (a request queued in the server is one the client can
    no longer order). Any queued reading ends slow start.
+2b. *Overdue.* A streamed request's first token that has not come is read too, without
+   waiting for it (only a request the shell marks as streamed, ``Request.stream``, is
+   expected to show one). It is due after the floor of its size class (or, before one
+   is known, the longest first token that had a slot), plus ``strong`` times the
+   streamed threshold in the recent step (before any answer, ``strong`` times that
+   longest first token), plus the floors of this client's other requests whose first
+   tokens the endpoint still owes (their prefill may come first). Past that, one sent
+   with more in flight than any first token proved served (a first token that no
+   departure preceded proves its ``held``) waits in the server's queue: the endpoint
+   serves what it holds whose first tokens came. The limit goes there (at least what
+   was proved, at most one below what it held, at most halved at once, once a round),
+   and slow start ends. This sees a queue a whole answer before the first departure
+   could, which is what a server smaller than the starting limit costs.
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
    in flight as the limit allows), adds to it: one (slow start: the limit doubles
    each round) until the first queue or throttle, then ``1 / limit`` (one a round),
@@ -75,8 +88,11 @@ by a sizeable part of a whole answer above it.
    costs throughput.
 5. *Failed.* A 5xx, a timeout or a lost connection takes a tenth off, once per round.
 6. The limit stays within ``[minimum, maximum]``; it starts at ``initial`` (8: a
-   small server is sent few to queue, and slow start reaches 64 in three rounds, at
-   the pace of first tokens when streamed).
+   small server is sent few to queue, and slow start reaches 64 in three rounds), or
+   at ``streamed_initial`` (2) when the first request sent to it is streamed before
+   anything was read there: first tokens prove a slot within a prefill, so slow start
+   at their pace reaches 64 in five prefills, while an unstreamed answer proves one
+   only when it ends.
 """
 
 from __future__ import annotations
@@ -95,11 +111,13 @@ class QueueDelayLimit(ConcurrencyLimit):
 
     name = "learned"
     __slots__ = (
+        "_alone",
         "_ceiling",
         "_ceiling_at",
         "_decreased_at",
         "_dev",
         "_floors",
+        "_proven",
         "_readings",
         "_rounds",
         "_slow_until",
@@ -115,6 +133,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         "maximum",
         "minimum",
         "spread",
+        "streamed_initial",
         "strong",
         "throttle_s",
         "token_slack",
@@ -125,6 +144,7 @@ class QueueDelayLimit(ConcurrencyLimit):
         self,
         *,
         initial: float = 8.0,
+        streamed_initial: float = 2.0,
         minimum: float = 1.0,
         maximum: float = 1024.0,
         tolerance: float = 4.0,
@@ -140,6 +160,7 @@ class QueueDelayLimit(ConcurrencyLimit):
             raise ValueError(f"need 1 <= minimum <= initial <= maximum, got "
                              f"{minimum}, {initial}, {maximum}")  # fmt: skip
         self.limit = initial
+        self.streamed_initial = streamed_initial
         self.minimum = minimum
         self.maximum = maximum
         self.tolerance = tolerance
@@ -164,6 +185,8 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._ceiling = math.inf  # rule 4
         self._ceiling_at = 0.0  # rounds counted when it was set
         self._rounds = 0.0  # answers, each 1 / limit of a round
+        self._proven = 0  # most held by a first token that had a slot, since a decrease
+        self._alone = 0.0  # the longest first token that had a slot (any prompt size)
 
     def __repr__(self) -> str:
         slow = " slow start" if self.limit < self._slow_until else ""
@@ -210,6 +233,10 @@ class QueueDelayLimit(ConcurrencyLimit):
         key = (True, int(8.0 * _log2(prompt_tokens + 128.0)))  # its size class
         floor = self._floors.get(key)
         if left == 0:  # it had a slot: its time is a floor; S >= held
+            if held > self._proven:
+                self._proven = held
+            if now - sent_at > self._alone:
+                self._alone = now - sent_at
             if floor is None or now - sent_at < floor:
                 self._floors[key] = now - sent_at
             if self.limit < self._slow_until:  # slow start at the pace of first tokens
@@ -222,6 +249,45 @@ class QueueDelayLimit(ConcurrencyLimit):
         if waited <= threshold:
             return None  # read again, with its own step, when it is answered
         return self._queued(sent_at, now, held, waited, threshold, now, left)
+
+    def streamed(self) -> LimitVerdict:
+        """Rule 6: a streamed request is sent before anything was read here: slow start
+        begins at ``streamed_initial`` (first tokens show a slot within a prefill)."""
+        if self._rounds or self._alone or self.limit <= self.streamed_initial:
+            return None
+        old, self.limit = self.limit, max(self.minimum, self.streamed_initial)
+        return "limit.start", (f"streamed answers show their slot at the first token: slow "
+                               f"start from {self.limit:.0f}, not {old:.0f}")  # fmt: skip
+
+    def first_token_due(self, prompt_tokens: float) -> tuple[float, float] | None:
+        """Rule 2b: a first token is late past its size class's floor by ``strong`` times
+        the streamed threshold, in the recent step."""
+        alone = self._alone
+        if alone <= 0.0:
+            return None  # no first token had a slot yet
+        floor = self._floors.get((True, int(8.0 * _log2(prompt_tokens + 128.0))), alone)
+        if self._step <= 0.0:  # no answer yet: the longest first token that had a slot
+            return floor, self.strong * alone
+        return floor, self.strong * (self.tolerance + self.spread * self._dev) * self._step
+
+    def overdue(
+        self, sent_at: float, now: float, held: int, inflight: int, awaiting: int
+    ) -> LimitVerdict:
+        """Rule 2b: no first token past its due time. Sent with ``held`` in flight, more
+        than a first token proved served, it waits in the server's queue: the endpoint
+        serves what it holds whose first tokens came, at least what was proved."""
+        if sent_at <= self._decreased_at or held <= self._proven:
+            return None
+        serving = inflight - awaiting  # its requests whose first tokens came: in slots
+        knee = min(self.limit, held) - 1.0
+        old = self.limit
+        self._set(max(min(knee, max(serving, self._proven)), self.limit * 0.5), now)
+        self._slow_until = self.limit
+        self._ceiling, self._ceiling_at = max(self.limit, knee), self._rounds
+        return "limit.overdue", (f"no first token {now - sent_at:.2f} s after its send "
+                                 f"with {held} in flight, {awaiting - 1} more awaited and "
+                                 f"{serving} decoding: {old:.1f} was more than it "
+                                 "serves")  # fmt: skip
 
     def _queued(self, sent_at: float, now: float, held: int, waited: float, threshold: float,
                 wait_end: float, left: int | None) -> LimitVerdict:  # fmt: skip
@@ -332,6 +398,7 @@ class QueueDelayLimit(ConcurrencyLimit):
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
         self._decreased_at = now
+        self._proven = 0  # what was proved served before a decrease may be gone
 
 
 #: ``RoutingConfig.concurrency`` names and their policies.
