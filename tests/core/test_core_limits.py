@@ -115,16 +115,26 @@ def test_slow_start_grows_at_each_first_token_that_proves_a_free_slot() -> None:
 
 def test_a_streamed_endpoint_starts_low_and_an_unstreamed_one_at_eight() -> None:
     limit = QueueDelayLimit()
-    verdict = limit.streamed()  # first tokens will show a slot within a prefill
+    verdict = limit.streamed(held=1)  # first tokens will show a slot within a prefill
     assert verdict is not None and verdict[0] == "limit.start" and limit.cap == 2
-    assert limit.streamed() is None  # once
+    assert limit.streamed(held=1) is None  # once
+    busy = QueueDelayLimit()
+    busy.streamed(held=5)  # not below what it already holds
+    assert busy.cap == 5
     read = QueueDelayLimit()
     read.answered(answer(0.0, 0.02, 1.0, 100, held=1))
-    assert read.streamed() is None and read.cap == 8  # something was read: no restart
+    assert read.streamed(held=1) is None and read.cap == 8  # something was read
     for stream, cap in ((True, 2), (False, 8)):
         engine = Engine(_one_class(), endpoints=[EndpointSpec(name="a")])
         engine.submit(_request("r", 0.0, stream=stream), 0.0)
         assert engine.statistics().endpoints[0].limit == cap
+
+
+def test_a_request_says_whether_it_streams() -> None:
+    prior = Prior(p50=10, p90=20)
+    assert Request(id="r", klass="batch", prior=prior).stream is False
+    with pytest.raises(ValueError, match="stream"):
+        Request(id="r", klass="batch", prior=prior, stream=1)  # type: ignore[arg-type]
 
 
 def test_a_first_token_past_its_due_time_cuts_to_what_decodes() -> None:

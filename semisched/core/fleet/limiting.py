@@ -59,7 +59,7 @@ class Limits:
         limiter = endpoint.limiter
         due = limiter.first_token_due(entry.request.input_tokens)
         if due is None:  # nothing read yet
-            self._apply(endpoint, now, limiter.streamed())
+            self._apply(endpoint, now, limiter.streamed(entry.held))
         alone = 0.0 if due is None else due[0]
         entry.awaiting_s = alone
         endpoint.awaiting += 1

@@ -120,9 +120,10 @@ class ConcurrencyLimit(ABC):
         the endpoint between its send and now, the last ``left_by_s`` after its send)."""
         return None
 
-    def streamed(self) -> LimitVerdict:
-        """A streamed request is being sent, and `first_token_due` has no expectation yet
-        (a limit may start lower where first tokens will tell it more)."""
+    def streamed(self, held: int) -> LimitVerdict:
+        """A streamed request is sent with ``held`` in flight, itself included, and
+        `first_token_due` has no expectation yet (a limit may start lower where first
+        tokens will tell it more; not below ``held``)."""
         return None
 
     def first_token_due(self, prompt_tokens: float) -> tuple[float, float] | None:

@@ -60,16 +60,19 @@ by a sizeable part of a whole answer above it.
 2b. *Overdue.* A streamed request's first token that has not come is read too, without
    waiting for it (only a request the shell marks as streamed, ``Request.stream``, is
    expected to show one). It is due after the floor of its size class (or, before one
-   is known, the longest first token that had a slot), plus ``strong`` times the
-   streamed threshold in the recent step (before any answer, ``strong`` times that
-   longest first token), plus the floors of this client's other requests whose first
-   tokens the endpoint still owes (their prefill may come first). Past that, one sent
-   with more in flight than any first token proved served (a first token that no
-   departure preceded proves its ``held``) waits in the server's queue: the endpoint
-   serves what it holds whose first tokens came. The limit goes there (at least what
-   was proved, at most one below what it held, at most halved at once, once a round),
-   and slow start ends. This sees a queue a whole answer before the first departure
-   could, which is what a server smaller than the starting limit costs.
+   is known, the slowest first token that had a slot, scaled to its prompt: prefill
+   grows with it), plus ``strong`` times the streamed threshold in the recent step
+   (before any answer, ``strong`` times that floor), plus the floors of this client's
+   other requests whose first tokens the endpoint still owes (their prefill may come
+   first). Past that, one sent
+   with more in flight than any first token proved served (a first token proves its
+   ``held`` less the requests that left before it) waits in the server's queue: the
+   endpoint serves what it holds whose first tokens came. The limit goes there (never
+   below what was proved, at most one below what it held, at most halved at once,
+   once a round), and slow start ends. A late first token is no reading at a count
+   proved served: a server whose capacity shrank is followed by rule 2. This sees a
+   queue a whole answer before the first departure could, which is what a server
+   smaller than the starting limit costs.
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
    in flight as the limit allows), adds to it: one (slow start: the limit doubles
    each round) until the first queue or throttle, then ``1 / limit`` (one a round),
@@ -185,8 +188,8 @@ class QueueDelayLimit(ConcurrencyLimit):
         self._ceiling = math.inf  # rule 4
         self._ceiling_at = 0.0  # rounds counted when it was set
         self._rounds = 0.0  # answers, each 1 / limit of a round
-        self._proven = 0  # most held by a first token that had a slot, since a decrease
-        self._alone = 0.0  # the longest first token that had a slot (any prompt size)
+        self._proven = 0  # the most a first token proved it serves at once (held - left)
+        self._alone = 0.0  # the slowest first token that had a slot, per prompt token + 128
 
     def __repr__(self) -> str:
         slow = " slow start" if self.limit < self._slow_until else ""
@@ -232,11 +235,12 @@ class QueueDelayLimit(ConcurrencyLimit):
         answers' step (a queue is seen a whole answer sooner; rule 1)."""
         key = (True, int(8.0 * _log2(prompt_tokens + 128.0)))  # its size class
         floor = self._floors.get(key)
+        if held - left > self._proven:  # it waited for at most ``left``: S >= held - left
+            self._proven = held - left
         if left == 0:  # it had a slot: its time is a floor; S >= held
-            if held > self._proven:
-                self._proven = held
-            if now - sent_at > self._alone:
-                self._alone = now - sent_at
+            rate = (now - sent_at) / (prompt_tokens + 128.0)
+            if rate > self._alone:
+                self._alone = rate
             if floor is None or now - sent_at < floor:
                 self._floors[key] = now - sent_at
             if self.limit < self._slow_until:  # slow start at the pace of first tokens
@@ -250,24 +254,28 @@ class QueueDelayLimit(ConcurrencyLimit):
             return None  # read again, with its own step, when it is answered
         return self._queued(sent_at, now, held, waited, threshold, now, left)
 
-    def streamed(self) -> LimitVerdict:
+    def streamed(self, held: int) -> LimitVerdict:
         """Rule 6: a streamed request is sent before anything was read here: slow start
-        begins at ``streamed_initial`` (first tokens show a slot within a prefill)."""
-        if self._rounds or self._alone or self.limit <= self.streamed_initial:
+        begins at ``streamed_initial`` (first tokens show a slot within a prefill), or
+        at what it holds with this one."""
+        start = max(self.minimum, self.streamed_initial, held)
+        if self._rounds or self._alone or self.limit <= start:
             return None
-        old, self.limit = self.limit, max(self.minimum, self.streamed_initial)
+        old, self.limit = self.limit, start
         return "limit.start", (f"streamed answers show their slot at the first token: slow "
                                f"start from {self.limit:.0f}, not {old:.0f}")  # fmt: skip
 
     def first_token_due(self, prompt_tokens: float) -> tuple[float, float] | None:
         """Rule 2b: a first token is late past its size class's floor by ``strong`` times
         the streamed threshold, in the recent step."""
-        alone = self._alone
-        if alone <= 0.0:
+        if self._alone <= 0.0:
             return None  # no first token had a slot yet
-        floor = self._floors.get((True, int(8.0 * _log2(prompt_tokens + 128.0))), alone)
-        if self._step <= 0.0:  # no answer yet: the longest first token that had a slot
-            return floor, self.strong * alone
+        sized = prompt_tokens + 128.0
+        floor = self._floors.get((True, int(8.0 * _log2(sized))))
+        if floor is None:  # none of its size yet: the slowest that had a slot, to its size
+            floor = self._alone * sized
+        if self._step <= 0.0:  # no answer yet: no step to count an allowance in
+            return floor, self.strong * floor
         return floor, self.strong * (self.tolerance + self.spread * self._dev) * self._step
 
     def overdue(
@@ -398,7 +406,6 @@ class QueueDelayLimit(ConcurrencyLimit):
     def _set(self, limit: float, now: float) -> None:
         self.limit = min(self.maximum, max(self.minimum, limit))
         self._decreased_at = now
-        self._proven = 0  # what was proved served before a decrease may be gone
 
 
 #: ``RoutingConfig.concurrency`` names and their policies.
