@@ -264,6 +264,41 @@ def test_nothing_told_the_scheduler_finds_a_servers_slots(slots: int) -> None:
     assert stats.limit_changes.get("limit.queued", 0) >= 1
 
 
+def _peak_held(stream: bool, seed: int) -> int:
+    """The most requests a 2-slot server beside an 8-slot one ever held, nothing told,
+    round robin, the balanced mix at 1.1x the pair's capacity (simulated)."""
+    from dataclasses import replace
+
+    from bench.workloads import generate, regime
+    from predictors.priors import Coarse
+    from semisched.sim.model import SimEndpoint
+    from semisched.sim.simulator import Simulator
+
+    fast, slow = PhysicsParams(slots=8), PhysicsParams(slots=2)
+    capacity = fast.capacity_tokens_per_s() + slow.capacity_tokens_per_s()
+    jobs = generate(regime("balanced/high", requests=200), seed, Coarse(), fast,
+                    capacity_tokens_per_s=capacity)  # fmt: skip
+    jobs = [replace(j, request=replace(j.request, stream=stream)) for j in jobs]
+    config = preset("final_adrr_olc").with_(routing=RoutingConfig(policy="round_robin"))
+    fleet = [SimEndpoint(spec=EndpointSpec(name=n), physics=p)
+             for n, p in (("fast", fast), ("slow", slow))]  # fmt: skip
+    rows = [r for r in Simulator(config, None, fleet=fleet).run(jobs).rows
+            if r.endpoint == "slow" and r.first_send is not None and r.end is not None]  # fmt: skip
+    held = peak = 0
+    for _, step in sorted([(r.first_send, 1) for r in rows] + [(r.end, -1) for r in rows]):
+        held += step
+        peak = max(peak, held)
+    return peak
+
+
+def test_a_small_server_is_found_before_it_is_sent_more_than_its_slots_and_one() -> None:
+    """Streamed calls: slow start from 2 at the pace of first tokens, and a late first
+    token cuts the limit before any answer could. Unstreamed, the same server is sent
+    up to the starting 8 before its first answers tell it anything."""
+    assert max(_peak_held(True, seed) for seed in range(3)) <= 3
+    assert max(_peak_held(False, seed) for seed in range(3)) > 3
+
+
 class LearningFleet(RuleBasedStateMachine):
     """Two learning endpoints under sends, first tokens, answers, 429s, 5xx and cancels."""
 
