@@ -4,10 +4,11 @@ Runs two mock providers in process, in virtual time (trio's ``MockClock``, as in
 ``examples/virtual_time.py``: what it prints does not depend on how busy the machine
 is): ``small`` serves 4 requests at once and queues the rest, ``large`` serves 12.
 One ``Scheduler`` sends to both, with no ``max_concurrency`` and no ``max_inflight``:
-each endpoint's limit is learned from the wait for a slot that each streamed answer's
-first token shows (``RoutingConfig(concurrency="learned")``, the default). Prints each
-endpoint's slots, the limit it learned, why it last changed, and how often each rule
-fired.
+each endpoint's limit is learned from each answer's wait for a slot, its latency less
+its tokens at the endpoint's learned step (``RoutingConfig(concurrency="learned")``, the
+default; calls made with ``stream=True`` are read at their first token, and sooner).
+Prints each endpoint's slots, the limit it learned, why it last changed, and how often
+each rule fired.
 
     python examples/learned_limits.py
 """
