@@ -11,6 +11,9 @@ to zero.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -35,6 +38,9 @@ from semisched.core import (
     Wake,
     preset,
 )
+from semisched.core.fleet.endpoint import EndpointState
+from semisched.core.fleet.routing import RoutingPolicy
+from semisched.core.queue import Entry
 
 
 def answer(sent_at: float, ttft: float, latency: float, tokens: int, held: int) -> Answered:
@@ -188,6 +194,40 @@ def test_prefill_awaited_before_it_delays_a_first_tokens_due_time() -> None:
     for now in (0.6, 0.8):
         engine.poll(now)
     assert engine.statistics().endpoints[0].limit_changes.get("limit.overdue", 0) == 0
+
+
+class FirstListed(RoutingPolicy):
+    """Routes to the first candidate in fleet order (a test's policy)."""
+
+    name = "first_listed"
+
+    def choose(
+        self, entry: Entry, candidates: Sequence[EndpointState], now: float
+    ) -> EndpointState:
+        return candidates[0]
+
+
+def test_a_probe_takes_a_request_only_when_no_endpoint_has_room_it_has_shown() -> None:
+    cfg = replace(_one_class(), max_inflight=None,
+                  routing=RoutingConfig(policy=FirstListed))  # fmt: skip
+    engine = Engine(cfg, endpoints=[EndpointSpec(name="a"), EndpointSpec(name="b",
+                                                                          max_concurrency=1)])
+    sent = {}
+    for i in range(3):  # a starts streamed at 2; the third goes to b
+        for action in engine.submit(_request(f"s{i}", 0.0, stream=True), 0.0):
+            if isinstance(action, Send):
+                sent[action.request.id] = action.endpoint
+    assert sent == {"s0": "a", "s1": "a", "s2": "b"}
+    for i in range(2):  # both had a slot at a: it serves 2; slow start probes a third
+        engine.first_token(f"s{i}", 0.1)
+    engine.completed("s2", 0.2, output_tokens=10)  # b has room again
+    assert engine.statistics().endpoints[0].limit == 3
+    # the policy prefers a, but a's third slot is a probe and b has a slot it has shown
+    actions = engine.submit(_request("s3", 0.3, stream=True), 0.3)
+    assert [a.endpoint for a in actions if isinstance(a, Send)] == ["b"]
+    # with b full, the probe is the only room: it is used
+    actions = engine.submit(_request("s4", 0.3, stream=True), 0.3)
+    assert [a.endpoint for a in actions if isinstance(a, Send)] == ["a"]
 
 
 def _one_class() -> SchedulerConfig:

@@ -173,6 +173,8 @@ class EndpointState:
         index: Its position in the fleet (stable; round robin follows it).
         cap: The requests it may hold now (``None``: no limit): its explicit
             ``max_concurrency``, or what its concurrency limit learned.
+        sure: The part of ``cap`` it has shown it serves at once (``None``: no limit);
+            what lies between is a learned limit's probe (`ConcurrencyLimit.sure`).
         limiter: Its concurrency-limit policy (`semisched.core.fleet.limits`);
             ``last_limit_change`` and ``limit_changes`` (per rule) tell its changes.
         inflight: Requests sent here and not yet answered.
@@ -231,6 +233,7 @@ class EndpointState:
         "sent_at_sum",
         "signals",
         "spec",
+        "sure",
         "throttled",
         "throttled_until",
         "weight",
@@ -243,7 +246,7 @@ class EndpointState:
         self.name = spec.name
         self.index = index
         self.weight = spec.weight
-        self.cap = spec.max_concurrency
+        self.cap = self.sure = spec.max_concurrency
         #: Its concurrency limit (the fleet sets it: `semisched.core.fleet.limiting`).
         self.limiter: ConcurrencyLimit = FixedLimit(spec.max_concurrency)
         self.last_limit_change: LimitChange | None = None

@@ -41,6 +41,12 @@ Rules (enforced by `Fleet.pick`, which asks
 8. A refused key (`FailureKind.AUTH`) opens the endpoint's circuit for
    ``RoutingConfig.auth_cooloff_s`` (endpoint rule 5), so its work goes to the
    others; the failed attempt fails over to one (lifecycle rule 5).
+9. Of two or more candidates, the routing policy is offered those below the part of
+   their limit they have shown they serve (`EndpointState.sure`), when there are
+   any: a learned limit's probe above it (`semisched.core.fleet.queue_delay` rule 7)
+   takes a request only when no endpoint has room it has shown, so a probe never
+   queues a request inside one server while another has a slot for it. A fixed
+   limit is shown whole.
 
 Pure: no clock, no I/O; the engine passes ``now``.
 """
@@ -182,6 +188,7 @@ class Fleet:
         state = EndpointState(spec, self._next_index, self._cfg.signals, self._routing.speed_decay)
         state.limiter = make_limit(self._routing.concurrency, spec.max_concurrency)
         state.cap = state.limiter.cap
+        state.sure = state.limiter.sure
         if self._sharer is not None:  # a second endpoint: the first takes its own signals
             self._sharer.signals = self.signals.split()
             self._sharer = None
@@ -299,8 +306,10 @@ class Fleet:
         return endpoint
 
     def set_cap(self, endpoint: EndpointState, cap: int | None) -> None:
-        """``endpoint`` may now hold ``cap`` requests (its room and the capacity follow)."""
+        """``endpoint`` may now hold ``cap`` requests (its room, the part of it shown and the
+        capacity follow)."""
         endpoint.cap = cap
+        endpoint.sure = endpoint.limiter.sure
         room = self.room
         has_room = (cap is None or endpoint.inflight < cap) and not endpoint.removed
         if has_room and endpoint not in room:

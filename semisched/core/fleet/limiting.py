@@ -117,9 +117,10 @@ class Limits:
             left = entry.left_during = endpoint.sent - endpoint.inflight - entry.left_before
             by = entry.left_by_s = max(0.0, endpoint.left_at - entry.sent_at) if left else 0.0
             prompt = entry.request.input_tokens
-            verdict = endpoint.limiter.first_token(entry.sent_at, now, entry.held, prompt,
-                                                   left, by)  # fmt: skip
+            limiter = endpoint.limiter
+            verdict = limiter.first_token(entry.sent_at, now, entry.held, prompt, left, by)
             self._apply(endpoint, now, verdict)
+            endpoint.sure = limiter.sure  # what it proved may have grown
 
     def throttled(self, endpoint: EndpointState, entry: Entry, now: float) -> None:
         """A 429 from ``endpoint`` for ``entry``."""

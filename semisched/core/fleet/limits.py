@@ -101,6 +101,13 @@ class ConcurrencyLimit(ABC):
         """The requests the endpoint may hold now (``None``: no limit)."""
 
     @property
+    def sure(self) -> int | None:
+        """The part of `cap` the endpoint has shown it serves at once (at most `cap`):
+        the rest is a probe, which the fleet uses only when no other endpoint has room
+        it has shown. Read whenever the cap moves or a first token comes."""
+        return self.cap
+
+    @property
     def settled(self) -> bool:
         """Whether `cap` is the endpoint's capacity as far as it knows (overload
         control reads in flight over it as load), rather than a probe still growing.

@@ -4,7 +4,8 @@
 health; its picker reads them through `PickView` and answers
 `Picker.pick` with a value: the endpoint, `WaitUntil` (a time to try
 again, `BUSY` when none is known) or `NoRoute` (no endpoint ever can,
-and why). The rules themselves are drawn in `semisched.core.fleet.fleet`.
+and why). The rules themselves are drawn in `semisched.core.fleet.fleet`; `shown`
+is its rule 9 (a probe last).
 
 Pure: no clock, no I/O; the engine passes ``now``.
 """
@@ -20,7 +21,7 @@ from semisched.core.fleet.routing import RoutingPolicy, smallest_total
 from semisched.core.queue import Entry
 from semisched.core.stats import EngineTally
 
-__all__ = ["BUSY", "NoRoute", "PickView", "Picker", "WaitUntil"]
+__all__ = ["BUSY", "NoRoute", "PickView", "Picker", "WaitUntil", "shown"]
 
 
 class NoRoute(NamedTuple):
@@ -65,6 +66,15 @@ class PickView(Protocol):
     def eligible(self, model: str) -> tuple[EndpointState, ...]:
         """Endpoints that serve ``model`` and take new work."""
         ...
+
+
+def shown(candidates: list[EndpointState]) -> list[EndpointState]:
+    """Rule 9: of ``candidates`` (two or more), those with room below the part of their
+    limit they have shown (``sure``), when any has; else all of them."""
+    found = [e for e in candidates if e.sure is None or e.inflight < e.sure]
+    if len(found) == len(candidates) or not found:
+        return candidates
+    return found
 
 
 class Picker:
@@ -138,7 +148,7 @@ class Picker:
             return None
         if len(candidates) == 1:
             return candidates[0]
-        return self._fleet.policy.choose(entry, candidates, now)
+        return self._fleet.policy.choose(entry, shown(candidates), now)
 
     def _pick_one(
         self, endpoint: EndpointState, entry: Entry, now: float
@@ -210,7 +220,7 @@ class Picker:
             return BUSY if later == float("inf") else WaitUntil(later)
         if len(candidates) == 1:
             return candidates[0]
-        return self._fleet.policy.choose(entry, candidates, now)
+        return self._fleet.policy.choose(entry, shown(candidates), now)
 
     @staticmethod
     def _out_until(endpoint: EndpointState, now: float) -> float | None:

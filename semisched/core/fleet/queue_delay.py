@@ -96,6 +96,12 @@ by a sizeable part of a whole answer above it.
    anything was read there: first tokens prove a slot within a prefill, so slow start
    at their pace reaches 64 in five prefills, while an unstreamed answer proves one
    only when it ends.
+7. *Shown.* What first tokens proved served (rule 2b's proof, ``held - left``), at
+   most the limit, is the part of it the endpoint has *shown* (`sure`); the rest is
+   a probe. A fleet sends a request into a probe only when no other endpoint has
+   room it has shown (`semisched.core.fleet.fleet` rule 9), so a probe queues no
+   request inside a server while another server has a slot for it. Before any first
+   token proved a slot (an endpoint not streamed to), the whole limit counts as shown.
 """
 
 from __future__ import annotations
@@ -198,6 +204,13 @@ class QueueDelayLimit(ConcurrencyLimit):
     @property
     def cap(self) -> int:
         return int(self.limit)
+
+    @property
+    def sure(self) -> int:
+        """Rule 7: what first tokens proved served (``held - left``), at most the cap; the
+        cap itself before any did (an endpoint not streamed to shows no probe apart)."""
+        cap, proven = int(self.limit), self._proven
+        return proven if 0 < proven < cap else cap
 
     def answered(self, answer: Answered) -> LimitVerdict:
         limit = self.limit
