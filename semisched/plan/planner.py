@@ -30,6 +30,10 @@ context divided by powers of two and by 1.5 times powers of two (8192, 6144,
 4096, 3072, ... for an 8K unit: 8K, 4K and 1.5K are the paper's), where a
 short slot count exceeds the long one and both pools get traffic.
 
+The per-request numbers the sweep reuses (sorted by routed tokens) and the
+demand of any part of them are `semisched.plan.demand`'s; this module is the
+sweep and its answer.
+
 Pure numpy; no clock, no I/O.
 """
 
@@ -43,17 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from semisched.core.checks import check_fraction, check_number
-from semisched.plan.pools import (
-    Histogram,
-    Infeasible,
-    PoolDemand,
-    PoolPlan,
-    Unit,
-    bin_index,
-    bin_values,
-    evaluate,
-    size_pool,
-)
+from semisched.plan.demand import Requests
+from semisched.plan.pools import Infeasible, PoolDemand, PoolPlan, Unit, evaluate, size_pool
 from semisched.plan.profile import UnitProfile
 from semisched.plan.slo import Slo
 from semisched.plan.workload import Workload
@@ -179,99 +174,6 @@ def candidates(profile: UnitProfile, route_tokens: IntArray) -> tuple[int, ...]:
     return tuple(keep)
 
 
-class _Requests:
-    """The workload's per-request numbers the sweep reuses, sorted by routed tokens.
-
-    Sorted, a boundary's short pool is a prefix and ``(γB, ∞)`` a suffix: their
-    sums come from prefix sums and their histograms from contiguous slices.
-    """
-
-    def __init__(self, workload: Workload, profile: UnitProfile, p_c: float, seed: int) -> None:
-        order = np.argsort(workload.route_tokens, kind="stable")
-        self.chunk = profile.prefill_chunk
-        self.prompt = workload.prompt_tokens[order]
-        self.output = workload.output_tokens[order]
-        self.reserve = workload.reserve_tokens[order]
-        self.route = workload.route_tokens[order]
-        self.classes = workload.classes[order]
-        self.names = workload.class_names
-        self.n = len(workload)
-        self.floor = None if workload.floor_tokens is None else workload.floor_tokens[order]
-        self.draw = (np.random.default_rng(seed).random(self.n) < p_c)[order]
-        self.ttft_bins, self.e2e_bins, iters = self.iterations(self.prompt, self.output)
-        self.bins = int(max(self.ttft_bins.max(), self.e2e_bins.max())) + 64
-        self.values = bin_values(self.bins)
-        self.keyed_ttft = self.classes * self.bins + self.ttft_bins
-        self.keyed_e2e = self.classes * self.bins + self.e2e_bins
-        as_float = iters.astype(np.float64)
-        self.sum1 = np.concatenate([[0.0], np.cumsum(as_float)])
-        self.sum2 = np.concatenate([[0.0], np.cumsum(as_float * as_float)])
-
-    def index(self, tokens: float) -> int:
-        """How many requests route at most ``tokens``."""
-        return int(np.searchsorted(self.route, tokens, side="right"))
-
-    def iterations(self, prompt: IntArray, output: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-        prefill = -(-prompt // self.chunk)
-        e2e = np.maximum(1, prefill + output)
-        ttft = np.maximum(1, prefill + (output >= 1))
-        return bin_index(ttft), bin_index(e2e), e2e
-
-    def counts(self, keyed: IntArray) -> npt.NDArray[np.float64]:
-        size = len(self.names) * self.bins
-        return np.bincount(keyed, minlength=size).astype(np.float64)
-
-    def part(self, start: int, stop: int, picked: IntArray | None = None, budget: int = 0) -> _Part:
-        """Requests ``start:stop`` (or, with ``picked``, those indices compressed to ``budget``)."""
-        if picked is None:
-            return _Part(
-                stop - start,
-                float(self.sum1[stop] - self.sum1[start]),
-                float(self.sum2[stop] - self.sum2[start]),
-                self.counts(self.keyed_ttft[start:stop]),
-                self.counts(self.keyed_e2e[start:stop]),
-            )
-        prompt = self.prompt[picked]
-        if budget:
-            prompt = np.minimum(prompt, budget - self.reserve[picked])
-        ttft, e2e, iters = self.iterations(prompt, self.output[picked])
-        classes = self.classes[picked] * self.bins
-        as_float = iters.astype(np.float64)
-        return _Part(
-            len(picked),
-            float(as_float.sum()),
-            float(as_float @ as_float),
-            self.counts(classes + ttft),
-            self.counts(classes + e2e),
-        )
-
-    def demand(self, rate: float, parts: Sequence[_Part]) -> PoolDemand:
-        """The demand of the union of ``parts``."""
-        count = sum(p.count for p in parts)
-        mean = sum(p.sum1 for p in parts) / count
-        scv = max(0.0, sum(p.sum2 for p in parts) / count - mean * mean) / (mean * mean)
-        ttft = np.sum([p.ttft for p in parts], axis=0).reshape(len(self.names), self.bins)
-        e2e = np.sum([p.e2e for p in parts], axis=0).reshape(len(self.names), self.bins)
-        return PoolDemand(
-            rate=rate * count / self.n,
-            mean_iterations=mean,
-            scv=scv,
-            ttft={name: Histogram(self.values, ttft[i]) for i, name in enumerate(self.names)},
-            e2e={name: Histogram(self.values, e2e[i]) for i, name in enumerate(self.names)},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    """Some requests' count, iteration sums and keyed histograms (class-major)."""
-
-    count: int
-    sum1: float
-    sum2: float
-    ttft: npt.NDArray[np.float64]
-    e2e: npt.NDArray[np.float64]
-
-
 def _unit(profile: UnitProfile, context: int) -> Unit:
     return Unit(
         w=profile.base_iter_ms / 1e3,
@@ -316,7 +218,7 @@ def make_plan(
         Infeasible: No one-pool fleet meets the SLOs (the message says what it would take).
     """
     _check_plan(workload, rate, slos, profile, compressibility, max_utilisation)
-    reqs = _Requests(workload, profile, compressibility, seed)
+    reqs = Requests(workload, profile, compressibility, seed)
     sweep = _Sweep(reqs, rate, tuple(slos), profile, max_utilisation)
     one = sweep.size(reqs.demand(rate, [reqs.part(0, reqs.n)]), sweep.full)
     compress = workload.floor_tokens is not None or compressibility > 0.0
@@ -390,7 +292,7 @@ class _Sweep:
 
     def __init__(
         self,
-        reqs: _Requests,
+        reqs: Requests,
         rate: float,
         slos: tuple[Slo, ...],
         profile: UnitProfile,
@@ -464,7 +366,7 @@ def predict_pool(
 ) -> PoolPlan:
     """The model's state and tails of ``units`` units (configured for ``context_tokens``)
     serving every request of ``workload`` at ``rate`` (no search: what-if for one size)."""
-    reqs = _Requests(workload, profile, 0.0, 0)
+    reqs = Requests(workload, profile, 0.0, 0)
     demand = reqs.demand(rate, [reqs.part(0, reqs.n)])
     return evaluate(demand, _unit(profile, context_tokens), units, tuple(slos))
 
