@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.plan import SETTINGS, Case, PoolRun, _pool_task, _Task, measured, plan_case, sample
+from bench.plan import SETTINGS, Case, PoolRun, _pool_task, _Task, plan_case, sample
 from bench.plan_report import summary_lines, write_plan_report
+from bench.plan_sim import measured
 
 SMALL = Case("balanced", 20.0, ("ttft_p99<=1", "interactive:e2e_p95<=4"), 6_000)
 

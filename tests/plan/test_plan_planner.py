@@ -71,7 +71,7 @@ def test_slo_parsing_and_labels() -> None:
 
 
 def _sim_tail(workload: Workload, rate: float, units: int, slo: Slo) -> float:
-    from bench.plan import simulate_pool
+    from bench.plan_sim import simulate_pool
 
     arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / rate, len(workload)))
     timed = replace(workload, arrivals=arrivals)
