@@ -71,7 +71,7 @@ import numpy as np
 from bench.redis_server import RedisServer, running_redis
 from bench.report import write_csv
 from bench.shared_budget_report import FAULT_METRICS, draw, fault_table, summarize, tables
-from bench.shared_worker import command, probe_command, worker_fleet
+from bench.shared_launch import command, probe_command, worker_fleet
 from mockprovider.launch import running_server
 
 __all__ = [

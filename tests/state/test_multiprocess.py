@@ -31,7 +31,7 @@ import pytest
 import redis
 
 from bench.shared_budget import SharedBudgetConfig, measure, mock_counters, run_fault, skewed_counts
-from bench.shared_worker import command, worker_fleet
+from bench.shared_launch import command, worker_fleet
 from mockprovider.launch import running_server
 
 pytestmark = pytest.mark.wallclock  # real processes, a real server, real signals
