@@ -22,7 +22,9 @@ completion), plus a capacity loss at a time and other traffic on the same key.
 Every failed attempt goes to ``Engine.failed`` as a
 [`FailureKind`][semisched.core.FailureKind], so retries are decided by the same core
 code as in the async runtime; the rate-limit state of each answer reaches the
-engine as the ``x-ratelimit-*`` headers would (``observe_limits``).
+engine as the ``x-ratelimit-*`` headers would (``observe_limits``). That side of the
+shell, each endpoint's door, a send through it and the events it schedules, is
+`semisched.sim.door`.
 
 A *fleet* (``Simulator(..., fleet=[SimEndpoint(...), ...])``) runs one
 physics and one gate per endpoint, each with its own limits, faults, outage
@@ -47,8 +49,7 @@ import random
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from mockprovider.faults import Fault, capacity_slots
-from mockprovider.gate import GateVerdict, ProviderGate
+from mockprovider.gate import ProviderGate
 from mockprovider.physics import COMPLETED, FIRST_TOKEN, PhysicsParams, ProviderPhysics
 from semisched.core.actions import Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
 from semisched.core.buckets import bucket_for_tokens
@@ -56,10 +57,18 @@ from semisched.core.budget import ProviderLimits
 from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.fleet.fleet import DEFAULT_ENDPOINT
-from semisched.core.fleet.routing import sends_compressed
 from semisched.core.lifecycle import FailureKind
 from semisched.core.request import Request
 from semisched.priors.calibration import Calibrated, LengthCalibration
+from semisched.sim.door import (
+    Backend,
+    ShellEvent,
+    observe,
+    only_background_left,
+    schedule_provider_events,
+    send,
+    shell_event,
+)
 from semisched.sim.model import (
     PLAIN,
     Outcome,
@@ -69,7 +78,6 @@ from semisched.sim.model import (
     SimResult,
     TraceRow,
     check_fleet,
-    gate_limits,
 )
 from semisched.sim.plain import is_plain, run_plain
 
@@ -83,42 +91,6 @@ __all__ = [
     "TraceRow",
     "simulate",
 ]
-
-
-# Shell events: answers that are not the physics' (429s, 5xx, hang timeouts,
-# dropped connections), other traffic on the key, capacity loss.
-_FAIL, _OTHER, _CAPACITY = 0, 1, 2
-
-
-class _Backend:
-    """One endpoint's physics and door, and when its physics next has an event."""
-
-    __slots__ = ("dirty", "gate", "model", "name", "open_door", "physics", "spec", "t_next")
-
-    def __init__(self, endpoint: SimEndpoint) -> None:
-        self.name = endpoint.spec.name
-        self.spec = endpoint.spec
-        self.physics = ProviderPhysics(endpoint.physics)
-        self.model = endpoint.provider
-        self.gate = ProviderGate(endpoint.provider.gate)
-        g = endpoint.provider.gate
-        # Nothing to check at the door: skip it (the paper's experiments, the hot path).
-        self.open_door = (
-            g.rpm is None
-            and g.tpm is None
-            and g.quota_tokens is None
-            and not g.outages
-            and g.error_rate == g.hang_rate == g.drop_rate == 0.0
-        )
-        self.dirty = True  # the next event time only changes when the physics is touched
-        self.t_next = float("inf")
-
-    def next_time(self) -> float:
-        if self.dirty:
-            nxt = self.physics.next_event_time()
-            self.t_next = float("inf") if nxt is None else nxt
-            self.dirty = False
-        return self.t_next
 
 
 class Simulator:
@@ -155,7 +127,7 @@ class Simulator:
         # As the runtime: corrects each prior on arrival, learns from each completion.
         self.calibration = calibration
         self._calibrated: dict[str, Calibrated] = {}
-        self._backends = [_Backend(e) for e in fleet]
+        self._backends = [Backend(e) for e in fleet]
         self._by_name = {b.name: b for b in self._backends}
         first = self._backends[0]
         self.provider = first.physics  # the one-endpoint case's names
@@ -163,7 +135,7 @@ class Simulator:
         self.gate = first.gate
         self._heap: list[tuple[float, int]] = []  # engine wake-ups (time, seq)
         # (time, seq, kind, request id or backend name, failure kind, retry-after)
-        self._shell: list[tuple[float, int, int, str, FailureKind | None, float | None]] = []
+        self._shell: list[ShellEvent] = []
         self._arrivals: deque[SimJob] = deque()  # by (arrival, id)
         self._seq = 0
         self._rows: dict[str, TraceRow] = {}
@@ -194,17 +166,6 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (time, self._seq))
 
-    def _push_shell(
-        self,
-        time: float,
-        kind: int,
-        rid: str = "",
-        failure: FailureKind | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        self._seq += 1
-        heapq.heappush(self._shell, (time, self._seq, kind, rid, failure, retry_after))
-
     def run(self, jobs: Iterable[SimJob]) -> SimResult:
         """Simulate ``jobs`` to completion and return the trace.
 
@@ -213,7 +174,7 @@ class Simulator:
             RuntimeError: If a job ended in no terminal outcome or in several.
         """
         self._load(jobs)
-        self._schedule_provider_events()
+        schedule_provider_events(self)
         if is_plain(self):
             run_plain(self)
         else:
@@ -243,7 +204,7 @@ class Simulator:
                 backend = single
                 t_prov = single.next_time()
             else:
-                backend = min(backends, key=_Backend.next_time)
+                backend = min(backends, key=Backend.next_time)
                 t_prov = backend.t_next
             if t_prov <= t_shell and t_prov <= t_arrival and t_prov <= t_wake:
                 if t_prov == inf:
@@ -253,7 +214,7 @@ class Simulator:
                 continue
             events += 1
             if t_shell <= t_arrival and t_shell <= t_wake:
-                self._shell_event(heapq.heappop(shell))
+                shell_event(self, heapq.heappop(shell))
             elif t_arrival <= t_wake:
                 self._now = t_arrival
                 self._apply(engine.submit(self._arriving(arrivals.popleft()), t_arrival))
@@ -261,7 +222,7 @@ class Simulator:
                 heapq.heappop(heap)
                 self._now = t_wake
                 self._apply(engine.poll(t_wake))
-            if not arrivals and not heap and self._only_background_left():
+            if not arrivals and not heap and only_background_left(self):
                 break
         self._events += events
 
@@ -315,19 +276,7 @@ class Simulator:
         row.klass, row.routing_bucket = klass, str(request.bucket)
         return request
 
-    def _schedule_provider_events(self) -> None:
-        for backend in self._backends:
-            model = backend.model
-            if model.capacity_loss is not None:
-                self._push_shell(model.capacity_loss[0], _CAPACITY, backend.name)
-            if model.other_traffic > 0.0 and self._arrivals:
-                self._push_shell(self._arrivals[0].request.arrival, _OTHER, backend.name)
-
-    def _only_background_left(self) -> bool:
-        """Only other traffic is left to simulate: every job has its outcome."""
-        return self._terminal == len(self._rows) and all(e[2] == _OTHER for e in self._shell)
-
-    def _physics_events(self, backend: _Backend, t: float) -> None:
+    def _physics_events(self, backend: Backend, t: float) -> None:
         self._now = t
         backend.dirty = True
         rows, engine, dropped = self._rows, self.engine, self._dropped
@@ -338,7 +287,7 @@ class Simulator:
                     row.first_token = time
                     engine.first_token(rid, time)
                 continue
-            self._observe(rid, time)
+            observe(self, rid, time)
             if code == COMPLETED and rid not in dropped:
                 backend.gate.bill(input_tokens + output_tokens)
                 if rid in self._calibrated:
@@ -350,98 +299,12 @@ class Simulator:
                 kind = FailureKind.CONNECTION if code == COMPLETED else FailureKind.TIMEOUT
                 self._failed(rid, time, kind, None)
 
-    def _shell_event(
-        self, event: tuple[float, int, int, str, FailureKind | None, float | None]
-    ) -> None:
-        time, _, kind, rid, failure, retry_after = event
-        self._now = time
-        if kind == _FAIL:
-            assert failure is not None
-            self._observe(rid, time)
-            self._failed(rid, time, failure, retry_after)
-            return
-        backend = self._by_name[rid]
-        if kind == _CAPACITY:
-            assert backend.model.capacity_loss is not None
-            physics = backend.physics
-            slots = capacity_slots(physics.params.slots, backend.model.capacity_loss[1])
-            physics.set_slots(time, slots)
-            backend.dirty = True
-        else:
-            self._other_traffic(backend, time)
-
-    def _other_traffic(self, backend: _Backend, time: float) -> None:
-        """One request of the key's other clients, then the next one."""
-        gate = backend.model.gate
-        share = backend.model.other_traffic
-        rate = share * (gate.rpm if gate.rpm is not None else 60.0) / gate.window_s
-        tokens = 0 if gate.tpm is None or gate.rpm is None else round(gate.tpm / gate.rpm)
-        backend.gate.limiter.acquire(time, tokens)  # refused or not, it is not ours
-        self._push_shell(time + 1.0 / rate, _OTHER, backend.name)
-
     def _failed(self, rid: str, time: float, kind: FailureKind, retry_after: float | None) -> None:
         row = self._rows[rid]
         row.failures += 1
         if kind is FailureKind.RATE_LIMITED:
             row.throttled += 1
         self._apply(self.engine.failed(rid, time, kind, retry_after=retry_after))
-
-    def _observe(self, rid: str, time: float) -> None:
-        """The answer's rate-limit headers reach the engine, as the runtime reads them."""
-        limits = self._limits.pop(rid, None)
-        if limits is None:
-            return
-        engine = self.engine
-        fractions = [
-            remaining / limit
-            for limit, remaining in (
-                (limits.limit_requests, limits.remaining_requests),
-                (limits.limit_tokens, limits.remaining_tokens),
-            )
-            if limit and remaining is not None
-        ]
-        if fractions:
-            engine.observe_headroom(min(fractions), time, rid)
-        engine.observe_limits(rid, time, limits)
-
-    def _send(self, request: Request, now: float, endpoint: str) -> None:
-        rid = request.id
-        job = self._jobs[rid]
-        backend = self._by_name[endpoint]
-        tokens = job.input_tokens
-        if job.compressed_input_tokens is not None:  # compress-and-route: which prompt goes
-            row = self._rows[rid]
-            row.compressed = sends_compressed(request, backend.spec)
-            tokens = row.input_tokens = job.compressed_input_tokens if row.compressed else tokens
-        if backend.open_door:
-            backend.physics.submit(now, rid, tokens, job.output_tokens)
-            backend.dirty = True
-            return
-        out_cap = request.max_output_tokens
-        charge = tokens + (out_cap if out_cap is not None else job.output_tokens)
-        decision = backend.gate.admit(now, charge)
-        verdict = decision.verdict
-        if verdict is GateVerdict.UNAVAILABLE:  # an outage: a 503 at once, no headers
-            self._push_shell(now, _FAIL, rid, FailureKind.SERVER_ERROR, None)
-            return
-        self._limits[rid] = gate_limits(decision)
-        if verdict is GateVerdict.ADMITTED and decision.fault is not Fault.ERROR:
-            if decision.fault is Fault.HANG:  # never answered: the client's timeout ends it
-                timeout = backend.physics.params.timeout_s
-                self._push_shell(now + timeout, _FAIL, rid, FailureKind.TIMEOUT)
-                return
-            if decision.fault is Fault.DROP:
-                self._dropped.add(rid)
-            backend.physics.submit(now, rid, tokens, job.output_tokens)
-            backend.dirty = True
-            return
-        if verdict is GateVerdict.ADMITTED:  # an injected 5xx, answered at once
-            failure, hint = FailureKind.SERVER_ERROR, None
-        elif verdict is GateVerdict.QUOTA_EXHAUSTED:
-            failure, hint = FailureKind.QUOTA_EXHAUSTED, None
-        else:  # a 429 (with a retry-after unless the request can never fit)
-            failure, hint = FailureKind.RATE_LIMITED, decision.retry_after_s
-        self._push_shell(now, _FAIL, rid, failure, hint)
 
     def _end(self, row: TraceRow, outcome: str, time: float) -> None:
         if row.outcome:
@@ -460,7 +323,7 @@ class Simulator:
                     row.first_send = now
                 row.attempts += 1
                 row.endpoint = action.endpoint
-                self._send(action.request, now, action.endpoint)
+                send(self, action.request, now, action.endpoint)
             elif isinstance(action, Wake):
                 self._push_wake(action.at)
             else:
