@@ -23,7 +23,7 @@
    progress ETA and ends in the summary as makespan / floor.
    `BatchRun.dry_run` (``--dry-run``) stops here: nothing is sent and
    no file is changed.
-4. **Send through** [`semisched.Scheduler`][semisched.Scheduler] (`semisched.batch.run`),
+4. **Send through** [`semisched.Scheduler`][semisched.Scheduler] (`semisched.batch.sending`),
    within the concurrency cap and the ``rpm`` / ``tpm`` rate budget.
 5. **Append and flush each result as it completes**: after ``kill -9`` every
    finished result is on disk, and a rerun sends only what has no result.

@@ -8,7 +8,10 @@ concurrency cap, and a rate budget (`semisched.core.budget`) that keeps requests
 per minute within ``rpm`` / ``tpm`` and follows the provider's ``x-ratelimit-*`` headers and
 429s. Retries belong to the scheduler. Each result is appended as it completes;
 `BatchRun.stop` (Ctrl-C in the CLI) pauses dispatching, waits up to ``grace_s`` for calls in
-flight and returns with ``interrupted`` set.
+flight and returns with ``interrupted`` set. The sends themselves (the scheduler, the
+window, each answer's record, counted, and the stop's watcher) live in
+`semisched.batch.sending`; this module keeps the job's life around them: prepare, plan, run,
+stop, progress, summary.
 
 Before sending, the run loads its prior source once (the learned model only when asked for,
 lazily, timed) and plans every request it will send (`semisched.batch.forecast`): the priors
@@ -27,71 +30,44 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from semisched.batch.auth import AuthGuard
 from semisched.batch.client import ClientFactory, connect
-from semisched.batch.deadlines import Deadlines
 from semisched.batch.forecast import BatchForecast
 from semisched.batch.input import (
     BatchError,
-    BatchLine,
     InvalidInput,
-    load_body,
     open_input,
     read_input,
 )
-from semisched.batch.ledger import Prices, annotate
+from semisched.batch.ledger import Prices
 from semisched.batch.options import BatchOptions
 from semisched.batch.output import (
-    ErrorCode,
     ResultWriter,
     check_writable,
     drop_errors,
-    error_code,
-    error_record,
     invalid_line_record,
     read_answered,
-    success_record,
 )
 from semisched.batch.planning import STREAMING, BatchPlan, load_priors, plan_job
+from semisched.batch.sending import send_all
 from semisched.batch.streamed import StreamedPriors
 from semisched.batch.summary import BatchProgress, BatchSummary, engine_parts
 from semisched.batch.tiered_job import TieredJob
-from semisched.batch.timing import BatchTiming
 from semisched.compress.runtime import CompressionStats
 from semisched.core.request import Prior, Request
 from semisched.core.stats import EngineStats
-from semisched.errors import RequestError
-from semisched.fleet.endpoints import Endpoint
 from semisched.priors.default import model_unavailable
-from semisched.runtime.apis import APIS
-from semisched.runtime.calls import scheduler_config
 from semisched.runtime.clock import AnyioClock, Clock
-from semisched.runtime.options import RuntimeOptions
-from semisched.runtime.scheduler import RetryPolicy, Scheduler
-from semisched.state.base import StateUnavailable
+from semisched.runtime.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
     from prometheus_client import CollectorRegistry
 
 __all__ = ["STREAMING", "BatchPlan", "BatchRun", "load_priors", "run_batch"]
-
-@dataclass(frozen=True, slots=True)
-class _Sending:
-    """What every send of one run shares."""
-
-    scheduler: Scheduler
-    source: BinaryIO
-    writer: ResultWriter
-    window: anyio.Semaphore
-    deadlines: Deadlines
-    timing: BatchTiming
 
 
 class BatchRun:
@@ -290,7 +266,7 @@ class BatchRun:
                 if self._on_start is not None:
                     self._on_start(self.forecast)
                 with open_input(opts.input) as source:
-                    await self._send_all(todo, priors, source, target, writer)
+                    await send_all(self, todo, priors, source, target, writer)
         finally:
             writer.close()
             if self._tiers is not None:
@@ -298,186 +274,6 @@ class BatchRun:
         summary = self.summary()
         assert summary is not None
         return summary
-
-    def _scheduler(self, target: Any | list[Endpoint], timing: BatchTiming) -> Scheduler:
-        """The run's scheduler over one client or a fleet (routing: the config's); every
-        call brings its planned prior, so it needs no source; ``timing`` observes it."""
-        opts = self.options
-        client, endpoints = (None, target) if isinstance(target, list) else (target, None)
-        return Scheduler(
-            client,
-            endpoints=endpoints,
-            priors="heuristic",
-            clock=self.clock,
-            state=opts.state,
-            metrics=False if self._metrics is None else self._metrics,
-            observers=(timing,),
-            config=scheduler_config(
-                opts.scheduler_config(), retry=RetryPolicy(max_attempts=opts.max_attempts)
-            ),
-            options=RuntimeOptions(max_pending=None, namespace=opts.namespace),
-        )
-
-    async def _send_all(
-        self,
-        todo: list[BatchLine],
-        priors: list[Prior],
-        source: BinaryIO,
-        target: Any | list[Endpoint],
-        writer: ResultWriter,
-    ) -> None:
-        opts = self.options
-        timing = BatchTiming(self.clock.now())
-        scheduler = self.scheduler = self._scheduler(target, timing)
-        self._started = start = timing.started
-        tiers = self._tiers
-        job_start = start if tiers is None else tiers.job_start()
-        deadlines, window = Deadlines(job_start, opts.deadline_s), anyio.Semaphore(opts.window)
-        sending = _Sending(scheduler, source, writer, window, deadlines, timing)
-        stop = self._stop = anyio.Event()
-        if self._stopping:
-            stop.set()
-        streamed = self._streamed
-        try:
-            async with scheduler, anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_stop, scheduler, tg.cancel_scope)
-                if streamed is not None:
-                    tg.start_soon(streamed.run, opts.input)
-                async with anyio.create_task_group() as sends:
-                    launch = partial(self._launch, sending=sending, sends=sends)
-                    if tiers is not None:
-                        await tiers.drive(tg, launch, partial(self._emit, sending))
-                    else:
-                        for i, (line, prior) in enumerate(zip(todo, priors, strict=True)):
-                            if not await launch(i, line, prior):
-                                break
-                tg.cancel_scope.cancel()
-        except StateUnavailable as exc:  # only entering can raise it (later: a fallback)
-            raise BatchError(f"the shared state cannot be reached: {exc}") from None
-        if tiers is not None and tiers.failure is not None:
-            raise tiers.failure
-        if not self._auth.tripped:
-            self._write_held(writer)
-        self._sync(scheduler)
-        assert self._progress is not None
-        if self._stopping and self._progress.finished < self._progress.to_send:
-            tripped = self._auth.tripped
-            self._progress = replace(
-                self._progress,
-                interrupted=True,
-                auth_status=self._auth.status if tripped else None,
-                auth_refused=self._auth.dropped,
-            )
-
-    async def _launch(
-        self, i: int, line: BatchLine, prior: Prior, *, sending: _Sending, sends: TaskGroup
-    ) -> bool:
-        """Start sending ``line`` (the ``i``-th to send) when the window has room; ``False``:
-        stopping, not sent."""
-        streamed, window = self._streamed, sending.window
-        if streamed is not None:  # semisched.batch.streamed's rule 2: past the look-ahead,
-            # wait for this line's prior (or a finished request) before adding more
-            while not (streamed.done or streamed.ready(line)) and (
-                self.options.window - window.value >= streamed.lookahead
-            ):
-                await streamed.changed()
-            prior = streamed.take(i, line, prior)
-        await window.acquire()
-        if self._stopping:
-            window.release()
-            return False
-        sends.start_soon(self._send_one, line, prior, sending)
-        return True
-
-    def _emit(
-        self, sending: _Sending, record: dict[str, Any], count: Callable[[BatchProgress], Any]
-    ) -> None:
-        """Write a record the Batch API answered, counted by ``count``."""
-        assert self._progress is not None
-        self._progress = count(self._progress)
-        sending.writer.write(record)
-        self._sync(sending.scheduler)
-        if self._on_result is not None:
-            self._on_result(self._progress)
-
-    async def _watch_stop(self, scheduler: Scheduler, scope: anyio.CancelScope) -> None:
-        assert self._stop is not None
-        await self._stop.wait()
-        scheduler.pause()
-        # Calls in flight may finish and be recorded; nothing new is sent.
-        with anyio.move_on_after(self.clock.to_wall(self.options.grace_s)):
-            while scheduler.statistics().inflight:
-                await anyio.sleep(0.05)
-        scope.cancel()
-
-    async def _send_one(self, line: BatchLine, prior: Prior, sending: _Sending) -> None:
-        try:
-            record = await self._answer(line, prior, sending)
-            if record is None:  # a 401/403, held back (semisched.batch.auth)
-                if self._auth.tripped and not self._stopping:
-                    sending.scheduler.pause()  # now: the stop's watcher runs later
-                    self.stop()
-                return
-            if record.get("error") is None:  # the key works: what was held is recorded
-                self._write_held(sending.writer)
-            sending.writer.write(record)
-            self._sync(sending.scheduler)
-            if self._on_result is not None:
-                assert self._progress is not None
-                self._on_result(self._progress)
-        finally:
-            sending.window.release()
-            if self._streamed is not None:
-                self._streamed.poke()
-
-    async def _answer(
-        self, line: BatchLine, prior: Prior, sending: _Sending
-    ) -> dict[str, Any] | None:
-        """Send ``line`` with its planned ``prior``; its record (counted), or ``None`` for a
-        401/403 the auth guard holds back."""
-        due = sending.deadlines.of(line.deadline_s)
-        deadline = None if due is None else due - self.clock.now()
-        if deadline is not None and deadline <= 0:
-            note = "its deadline passed before it was sent"
-            return self._failure(line, ErrorCode.DEADLINE_EXCEEDED, note, due)
-        try:
-            body = load_body(sending.source, line, self.options.model)
-        except BatchError as exc:
-            return self._failure(line, ErrorCode.INPUT_CHANGED, str(exc), due)
-        try:
-            with sending.timing.track(line.custom_id) as timed:
-                response = await sending.scheduler.submit(deadline=deadline, prior=prior, **body)
-        except RequestError as exc:
-            code, status = error_code(exc)
-            record = error_record(line.custom_id, code, str(exc), status)
-            self._hints.setdefault(getattr(exc, "hint", None) or "")  # the summary's, once
-            held = self._auth.hold(record, code, status)
-            return None if held else self._counted(record, code, due)
-        usage = APIS[body["api"]].usage(response)  # each API reports it its own way
-        cost = self._prices.cost(timed.endpoint, body["model"], usage)
-        met = None if due is None else self.clock.now() <= due
-        assert self._progress is not None
-        self._progress = self._progress.counted(tier="realtime", cost=cost, met=met, usage=usage)
-        return annotate(success_record(line.custom_id, response, timed.record()), "realtime", cost)
-
-    def _failure(
-        self, line: BatchLine, code: ErrorCode, message: str, due: float | None
-    ) -> dict[str, Any]:
-        return self._counted(error_record(line.custom_id, code, message), code, due)
-
-    def _counted(
-        self, record: dict[str, Any], code: ErrorCode, due: float | None = None
-    ) -> dict[str, Any]:
-        """``record``, an error of ``code`` sent real-time (``due``: its line's deadline),
-        counted in the progress."""
-        assert self._progress is not None
-        met = None if due is None else False
-        self._progress = self._progress.counted(tier="realtime", met=met, code=code)
-        return annotate(record, "realtime", None)
-
-    def _write_held(self, writer: ResultWriter) -> None:
-        for record, code in self._auth.release():
-            writer.write(self._counted(record, code))
 
     def _sync(self, scheduler: Scheduler) -> None:
         """Copy the scheduler's counters and the elapsed time into the progress."""

@@ -21,7 +21,7 @@ run's scheduler. The scheduler names requests ``req-N`` as they come; the
 line a request belongs to is bound when it is submitted, from inside
 `BatchTiming.track` (a context variable: ``submit`` tells the
 observers in the caller's own task). This module decides nothing and writes
-nothing: `semisched.batch.run` puts `Tracked.record` in the
+nothing: `semisched.batch.sending` puts `Tracked.record` in the
 output record.
 """
 
