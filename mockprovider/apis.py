@@ -2,10 +2,11 @@
 the `Answer` that says it in its API's shapes (pure).
 
 What it is: `parse_request` for ``/v1/chat/completions`` and ``/v1/completions``
-(``mockprovider.wire``, ``mockprovider.bodies``), ``/v1/responses`` (here) and
-``/v1/embeddings`` (``mockprovider.embeddings``). Every API goes through the same gate,
-physics and statistics (``mockprovider.app``, ``mockprovider.responses``); only the parsing
-and the bodies differ. Nothing here touches Starlette, a socket, a clock or the physics.
+(``mockprovider.completions`` over ``mockprovider.wire``, ``mockprovider.bodies``),
+``/v1/responses`` (here) and ``/v1/embeddings`` (``mockprovider.embeddings``). Every API goes
+through the same gate, physics and statistics (``mockprovider.app``,
+``mockprovider.responses``); only the parsing and the bodies differ. Nothing here touches
+Starlette, a socket, a clock or the physics.
 
 Responses (``POST /v1/responses``). Prompt tokens: ``instructions`` plus every text of
 ``input`` (a string, or input items whose ``content`` is a string or a list of parts with a
@@ -45,9 +46,10 @@ from mockprovider.bodies import (
     stream_tail,
     text_pieces,
 )
+from mockprovider.completions import parse_job
 from mockprovider.embeddings import EmbeddingsAnswer, parse_embeddings
 from mockprovider.prefix_cache import PrefixCache
-from mockprovider.wire import Api, BadRequest, Job, opt_int, parse_job, request_body, shape_job
+from mockprovider.wire import Api, BadRequest, Job, opt_int, request_body, shape_job
 
 __all__ = ["CompletionAnswer", "ResponsesAnswer", "parse_request"]
 

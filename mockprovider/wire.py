@@ -3,7 +3,9 @@
 What it is: everything the mock says or reads on the wire, as plain functions over bytes,
 header mappings and dictionaries: request validation into a `Job`, completion and
 chunk bodies, SSE encoding (the bodies live in ``mockprovider.bodies`` and are re-exported
-here; what a refusal says is in ``mockprovider.errors``). Nothing here
+here; what a refusal says is in ``mockprovider.errors``; what only the chat and legacy
+completions requests read, their prompt, ``stream_options``, ``n`` and cap, is in
+``mockprovider.completions``, whose `parse_job` applies the rules below). Nothing here
 touches Starlette, a socket, a clock or the physics; ``mockprovider.app`` and
 ``mockprovider.responses`` send what these functions build.
 
@@ -30,8 +32,9 @@ tokens (or its output length without one).
 A streamed answer is the first word with the role, then up to four content chunks, the finish
 chunk, the usage chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
 
-The Responses and Embeddings APIs (``mockprovider.apis``) read their requests with the same
-helpers: `request_body`, and `shape_job` for the length rules above.
+The chat and legacy completions requests (``mockprovider.completions``) and the Responses
+and Embeddings APIs (``mockprovider.apis``) read their requests with the same helpers:
+`request_body`, and `shape_job` for the length rules above.
 """
 
 from __future__ import annotations
@@ -68,7 +71,6 @@ __all__ = [
     "forced_fault",
     "header_int",
     "opt_int",
-    "parse_job",
     "raw_headers",
     "request_body",
     "shape_job",
@@ -195,68 +197,6 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text.encode("utf-8")) / 4))
 
 
-def _message_text(message: object, param: str, parts: list[str]) -> None:
-    if not isinstance(message, dict):
-        raise BadRequest(f"Invalid '{param}': expected an object.", param, "invalid_type")
-    if not isinstance(message.get("role"), str):
-        raise BadRequest(f"Invalid '{param}.role': expected a string.", f"{param}.role")
-    content = message.get("content")
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for part in content:
-            if not isinstance(part, dict):
-                raise BadRequest(
-                    f"Invalid '{param}.content': expected an array of objects.",
-                    f"{param}.content",
-                    "invalid_type",
-                )
-            text = part.get("text")
-            if isinstance(text, str):
-                parts.append(text)
-    elif content is not None:
-        raise BadRequest(
-            f"Invalid '{param}.content': expected a string, an array or null.",
-            f"{param}.content",
-            "invalid_type",
-        )
-
-
-def _chat_prompt(body: Mapping[str, Any]) -> str:
-    messages = body.get("messages")
-    if messages is None:
-        raise BadRequest("Missing required parameter: 'messages'.", "messages", "missing")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("Invalid 'messages': expected a non-empty array.", "messages")
-    parts: list[str] = []
-    for i, message in enumerate(messages):
-        _message_text(message, f"messages[{i}]", parts)
-    return "\n".join(parts)
-
-
-def _completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
-    """(text, extra tokens given as token ids)."""
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing")
-    if isinstance(prompt, str):
-        return prompt, 0
-    bad = BadRequest(
-        "Invalid 'prompt': expected a string, an array of strings or an array of token arrays.",
-        "prompt",
-        "invalid_type",
-    )
-    if not isinstance(prompt, list) or not prompt:
-        raise bad
-    if all(isinstance(p, str) for p in prompt):
-        return "".join(prompt), 0
-    if all(_is_int(p) for p in prompt):
-        return "", len(prompt)
-    if all(isinstance(p, list) and all(_is_int(x) for x in p) for p in prompt):
-        return "", sum(len(p) for p in prompt)
-    raise bad
-
-
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
@@ -271,32 +211,6 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _include_usage(body: Mapping[str, Any]) -> bool:
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise BadRequest("Invalid 'stream': expected a boolean.", "stream", "invalid_type")
-    options = body.get("stream_options")
-    if options is None:
-        return False
-    if not isinstance(options, dict):
-        raise BadRequest(
-            "Invalid 'stream_options': expected an object.", "stream_options", "invalid_type"
-        )
-    if not stream:
-        raise BadRequest(
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-            "stream_options",
-        )
-    usage = options.get("include_usage")
-    if usage is not None and not isinstance(usage, bool):
-        raise BadRequest(
-            "Invalid 'stream_options.include_usage': expected a boolean.",
-            "stream_options.include_usage",
-            "invalid_type",
-        )
-    return bool(usage)
-
-
 def forced_fault(headers: Mapping[str, str]) -> Fault | None:
     """The ``x-mock-fault`` header's fault, or ``None`` when absent."""
     raw = headers.get("x-mock-fault")
@@ -308,17 +222,6 @@ def forced_fault(headers: Mapping[str, str]) -> Fault | None:
         raise BadRequest(
             "Header x-mock-fault must be one of none, error, hang, drop.", "x-mock-fault"
         ) from None
-
-
-def _cap(body: Mapping[str, Any], chat: bool) -> tuple[str, int | None]:
-    """The output cap's name and value: ``max_completion_tokens``, else ``max_tokens``."""
-    if chat:
-        newer = opt_int(body, "max_completion_tokens")
-        legacy = opt_int(body, "max_tokens")
-        if newer is not None or legacy is None:
-            return "max_completion_tokens", newer
-        return "max_tokens", legacy
-    return "max_tokens", opt_int(body, "max_tokens")
 
 
 def _check_context(
@@ -419,46 +322,4 @@ def shape_job(
         api=api,
         cached_tokens=cached,
         prompt_text=text,
-    )
-
-
-def parse_job(
-    headers: Mapping[str, str],
-    raw: bytes,
-    *,
-    chat: bool,
-    default_output: int,
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-    cache: PrefixCache | None = None,
-) -> Job:
-    """Validate one completion request (see the module docstring for the length rules).
-
-    Args:
-        headers: The request headers, looked up by lower-case name (a case-insensitive
-            mapping such as Starlette's ``Headers``, or a dict with lower-case keys).
-        raw: The raw request body.
-        chat: ``/v1/chat/completions`` (else ``/v1/completions``).
-        default_output: Output length when neither a hint nor max tokens is given.
-        context_tokens: The model's context window: prompt plus output tokens.
-        cache: The prefix cache its cached tokens are looked up in, or ``None``.
-
-    Raises:
-        BadRequest: The request is not one the mock (or OpenAI) accepts.
-    """
-    body, model = request_body(raw)
-    include_usage = _include_usage(body)
-    n = body.get("n")
-    if n is not None and (not _is_int(n) or n != 1):
-        raise BadRequest("Invalid 'n': the mock provider supports only n=1.", "n")
-    return shape_job(
-        headers,
-        body,
-        api="chat.completions" if chat else "completions",
-        model=model,
-        prompt=(_chat_prompt(body), 0) if chat else _completion_prompt(body),
-        cap=_cap(body, chat),
-        default_output=default_output,
-        context_tokens=context_tokens,
-        include_usage=include_usage,
-        cache=cache,
     )

@@ -1,4 +1,5 @@
-"""The mock's wire format without a server: parsing and bodies (mockprovider.wire)."""
+"""The mock's wire format without a server: parsing and bodies (mockprovider.wire,
+mockprovider.completions)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from mockprovider.completions import parse_job
 from mockprovider.faults import Fault
-from mockprovider.wire import BadRequest, Job, completion_body, parse_job, stream_head, stream_tail
+from mockprovider.wire import BadRequest, Job, completion_body, stream_head, stream_tail
 
 MESSAGES: Any = [{"role": "user", "content": "x" * 40}]  # 10 prompt tokens
 
