@@ -4,12 +4,12 @@
 ``mockprovider.faults`` holds the pure rate-limit, quota and fault bookkeeping and
 ``mockprovider.gate`` the decisions made from it; ``mockprovider.stats`` names what the mock
 reports (``MockStats``, also for HTTP clients via ``MockStats.from_json``). The HTTP app
-(``create_app``, ``MockConfig``; ``mockprovider.wire``, ``apis``, ``errors``, ``driver`` and
-``responses`` behind it) needs the ``mock`` extra (starlette; uvicorn to serve it with
-``python -m mockprovider``) and is imported lazily, so importing this package for the physics
-alone does not load starlette. So is ``mockprovider.fleet`` (``FleetConfig``, ``load_fleet``,
-``create_fleet_app``): several endpoints on one port under path prefixes
-(``python -m mockprovider --fleet FILE.toml``).
+(``create_app``, ``MockConfig``; ``mockprovider.provider``, ``wire``, ``completions``,
+``apis``, ``errors``, ``driver`` and ``responses`` behind it) needs the ``mock`` extra
+(starlette; uvicorn to serve it with ``python -m mockprovider``) and is imported lazily, so
+importing this package for the physics alone does not load starlette. So is
+``mockprovider.fleet`` (``FleetConfig``, ``load_fleet``, ``create_fleet_app``): several
+endpoints on one port under path prefixes (``python -m mockprovider --fleet FILE.toml``).
 """
 
 from __future__ import annotations
