@@ -24,7 +24,7 @@ Rules:
    (or a gateway client) passed is never repeated back in full.
 
 Pure: no I/O; imports only `math`, `numbers`, `reprlib` and
-(for one type hint) `collections.abc`.
+(for type hints) `collections.abc`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import math
 import numbers
 import operator
 import reprlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Final
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
     "check_int",
     "check_named",
     "check_number",
+    "check_policy",
+    "check_positive",
     "check_str",
     "short_repr",
     "token_count",
@@ -184,6 +186,13 @@ def check_fraction(
     )
 
 
+def check_positive(
+    name: str, value: object, *, allow_zero: bool = False, optional: bool = False
+) -> None:
+    """A finite number > 0 (``>= 0`` with ``allow_zero``): most of the configs' knobs."""
+    check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
+
+
 def check_bool(name: str, value: object) -> None:
     """Require a real ``bool`` (``0``/``1`` and other truthy values are refused).
 
@@ -214,6 +223,15 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> None:
     """
     if not isinstance(value, str) or value not in choices:
         raise _fail(name, value, f"one of {sorted(choices)}", False)
+
+
+def check_policy(policy: object, names: Mapping[str, object]) -> None:
+    """A built-in policy's name, or a policy class (its factory checks the base class)."""
+    if isinstance(policy, type):
+        if not isinstance(getattr(policy, "name", None), str):
+            raise ValueError(f"policy={policy!r} must have a str class attribute 'name'")
+        return
+    check_choice("policy", policy, names)
 
 
 def check_instance(

@@ -28,6 +28,7 @@ from semisched.core.checks import (
     check_instance,
     check_int,
     check_named,
+    check_positive,
 )
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.policy_config import (
@@ -36,16 +37,14 @@ from semisched.core.policy_config import (
     ORDERING_POLICY_NAMES,
     OVERLOAD_LEVELS,
     OVERLOAD_POLICY_NAMES,
-    ROUTING_POLICY_NAMES,
     AllocationConfig,
     BudgetConfig,
     ClassSpec,
     OrderingConfig,
     OverloadConfig,
-    RoutingConfig,
     SignalsConfig,
-    _positive,
 )
+from semisched.core.routing_config import ROUTING_POLICY_NAMES, RoutingConfig
 from semisched.core.tenants.config import TenantConfig
 
 __all__ = [
@@ -117,8 +116,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         check_named("classes", self.classes, ClassSpec, "class")
         check_int("max_inflight", self.max_inflight, minimum=1, optional=True)
-        _positive("max_inflight_tokens", self.max_inflight_tokens, optional=True)
-        _positive("input_token_weight", self.input_token_weight, allow_zero=True)
+        check_positive("max_inflight_tokens", self.max_inflight_tokens, optional=True)
+        check_positive("input_token_weight", self.input_token_weight, allow_zero=True)
         check_instance("budget", self.budget, BudgetConfig, optional=True)
         check_instance("retry", self.retry, RetryPolicy)
         check_instance("routing", self.routing, RoutingConfig)

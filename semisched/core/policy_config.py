@@ -1,10 +1,11 @@
 """The policy layers' configuration: classes, allocation, ordering, overload control,
-signals, the rate budget and routing, with the names of the built-in policies.
+signals and the rate budget, with the names of their built-in policies.
 
 Frozen, keyword-only, validated dataclasses (`semisched.core.checks`); the
-scheduler's own config and the presets that combine these are in
-`semisched.core.config`, which re-exports every name here. Values only: it
-decides nothing and does no I/O.
+routing layer's config is `semisched.core.routing_config`, re-exported here
+(`RoutingConfig`) beside the others. The scheduler's own config and the presets
+that combine these are in `semisched.core.config`, which re-exports every name
+here. Values only: it decides nothing and does no I/O.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from semisched.core.checks import (
     check_fraction,
     check_int,
     check_number,
+    check_policy,
+    check_positive,
     check_str,
 )
-from semisched.core.fleet.concurrency import CONCURRENCY_POLICIES
-from semisched.core.fleet.limits import ConcurrencyLimit
-from semisched.core.registry import ALLOCATION, ORDERING, ROUTING
+from semisched.core.registry import ALLOCATION, ORDERING
+from semisched.core.routing_config import RoutingConfig
 
 __all__ = [
     "ALLOCATION_POLICY_NAMES",
@@ -32,7 +34,6 @@ __all__ = [
     "ORDERING_POLICY_NAMES",
     "OVERLOAD_LEVELS",
     "OVERLOAD_POLICY_NAMES",
-    "ROUTING_POLICY_NAMES",
     "AllocationConfig",
     "BudgetConfig",
     "ClassSpec",
@@ -49,8 +50,6 @@ __all__ = [
 ALLOCATION_POLICY_NAMES: Mapping[str, type] = ALLOCATION
 #: Valid ``OrderingConfig.policy`` names (the ordering registry).
 ORDERING_POLICY_NAMES: Mapping[str, type] = ORDERING
-#: Valid ``RoutingConfig.policy`` names (the routing registry).
-ROUTING_POLICY_NAMES: Mapping[str, type] = ROUTING
 
 #: Ladder level per bucket, by ``OverloadConfig.policy`` name
 #: (`semisched.core.overload`); a missing bucket is never shed. Read-only.
@@ -65,22 +64,6 @@ OVERLOAD_LEVELS: Mapping[str, Mapping[Bucket, int]] = MappingProxyType({
 })  # fmt: skip
 #: Valid ``OverloadConfig.policy`` names.
 OVERLOAD_POLICY_NAMES: Mapping[str, Mapping[Bucket, int]] = OVERLOAD_LEVELS
-
-
-def _positive(
-    name: str, value: object, *, allow_zero: bool = False, optional: bool = False
-) -> None:
-    """A finite number > 0 (``>= 0`` with ``allow_zero``): most of this module's knobs."""
-    check_number(name, value, minimum=0, strict_min=not allow_zero, optional=optional)
-
-
-def _check_policy(policy: object, names: Mapping[str, object]) -> None:
-    """A built-in policy's name, or a policy class (its factory checks the base class)."""
-    if isinstance(policy, type):
-        if not isinstance(getattr(policy, "name", None), str):
-            raise ValueError(f"policy={policy!r} must have a str class attribute 'name'")
-        return
-    check_choice("policy", policy, names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +104,13 @@ class ClassSpec:
 
     def __post_init__(self) -> None:
         check_str("name", self.name)
-        _positive("weight", self.weight)
+        check_positive("weight", self.weight)
         check_bool("interactive", self.interactive)
         check_fraction("quota", self.quota, strict_min=True, optional=True)
         check_int("tier", self.tier, minimum=0)
         check_fraction("min_share", self.min_share, strict_min=True, strict_max=True,
                        optional=True)  # fmt: skip
-        _positive("deadline_s", self.deadline_s, optional=True)
+        check_positive("deadline_s", self.deadline_s, optional=True)
 
 
 #: The paper's two lanes: interactive (short work) and batch (everything heavier).
@@ -174,10 +157,10 @@ class AllocationConfig:
     request_tokens: float | None = None
 
     def __post_init__(self) -> None:
-        _check_policy(self.policy, ALLOCATION_POLICY_NAMES)
-        _positive("quantum_tokens", self.quantum_tokens)
-        _positive("congestion_gain", self.congestion_gain, allow_zero=True)
-        _positive("request_tokens", self.request_tokens, allow_zero=True, optional=True)
+        check_policy(self.policy, ALLOCATION_POLICY_NAMES)
+        check_positive("quantum_tokens", self.quantum_tokens)
+        check_positive("congestion_gain", self.congestion_gain, allow_zero=True)
+        check_positive("request_tokens", self.request_tokens, allow_zero=True, optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,12 +216,12 @@ class OrderingConfig:
     feasibility_quantile: float = 0.25
 
     def __post_init__(self) -> None:
-        _check_policy(self.policy, ORDERING_POLICY_NAMES)
-        _positive("w_wait", self.w_wait, allow_zero=True)
-        _positive("w_size", self.w_size, allow_zero=True)
-        _positive("w_urgency", self.w_urgency, allow_zero=True)
-        _positive("size_ref_tokens", self.size_ref_tokens)
-        _positive("urgency_horizon_s", self.urgency_horizon_s)
+        check_policy(self.policy, ORDERING_POLICY_NAMES)
+        check_positive("w_wait", self.w_wait, allow_zero=True)
+        check_positive("w_size", self.w_size, allow_zero=True)
+        check_positive("w_urgency", self.w_urgency, allow_zero=True)
+        check_positive("size_ref_tokens", self.size_ref_tokens)
+        check_positive("urgency_horizon_s", self.urgency_horizon_s)
         check_fraction("feasibility_quantile", self.feasibility_quantile, strict_min=True,
                        strict_max=True)  # fmt: skip
         check_number("band_ratio", self.band_ratio, minimum=1, strict_min=True)
@@ -286,7 +269,7 @@ class OverloadConfig:
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, OVERLOAD_POLICY_NAMES)
         for name in ("w_load", "w_queue", "w_tail"):
-            _positive(name, getattr(self, name), allow_zero=True)
+            check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("defer_threshold", "reject_xlong_threshold", "reject_long_threshold"):
             check_fraction(name, getattr(self, name))
         if not (self.defer_threshold <= self.reject_xlong_threshold <= self.reject_long_threshold):
@@ -295,13 +278,13 @@ class OverloadConfig:
                 f"{self.reject_xlong_threshold!r} <= reject_long_threshold="
                 f"{self.reject_long_threshold!r} must hold (the ladder is progressive)"
             )
-        _positive("backoff_s", self.backoff_s)
-        _positive("max_backoff_s", self.max_backoff_s)
+        check_positive("backoff_s", self.backoff_s)
+        check_positive("max_backoff_s", self.max_backoff_s)
         if self.max_backoff_s < self.backoff_s:
             raise ValueError(
                 f"max_backoff_s={self.max_backoff_s!r} must be >= backoff_s={self.backoff_s!r}"
             )
-        _positive("retry_after_s", self.retry_after_s, allow_zero=True)
+        check_positive("retry_after_s", self.retry_after_s, allow_zero=True)
         check_int("max_defers", self.max_defers, minimum=0)
 
 
@@ -337,8 +320,8 @@ class SignalsConfig:
         check_int("tail_window", self.tail_window, minimum=1)
         check_fraction("tail_quantile", self.tail_quantile)
         check_number("tail_ratio_full", self.tail_ratio_full, minimum=1, strict_min=True)
-        _positive("queue_ref_s", self.queue_ref_s)
-        _positive("initial_s_per_token", self.initial_s_per_token)
+        check_positive("queue_ref_s", self.queue_ref_s)
+        check_positive("initial_s_per_token", self.initial_s_per_token)
         check_fraction("headroom_low", self.headroom_low, strict_min=True)
 
 
@@ -365,103 +348,6 @@ class BudgetConfig:
     def __post_init__(self) -> None:
         check_int("rpm", self.rpm, minimum=1, optional=True)
         check_int("tpm", self.tpm, minimum=1, optional=True)
-        _positive("window_s", self.window_s)
-        _positive("margin_s", self.margin_s, allow_zero=True)
+        check_positive("window_s", self.window_s)
+        check_positive("margin_s", self.margin_s, allow_zero=True)
         check_bool("adapt", self.adapt)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoutingConfig:
-    """Routing layer: which endpoint executes a send (`semisched.core.fleet.routing`).
-
-    Routing comes after allocation and ordering: it never changes *which*
-    request is sent next, only *where*. With one endpoint it has nothing to
-    choose, and only the circuit breaker and failover rules below apply.
-
-    Attributes:
-        policy: ``round_robin``; ``random`` (weighted by ``weight``: LiteLLM's
-            default simple-shuffle); ``least_outstanding`` (fewest in flight per
-            unit of weight: LiteLLM's least-busy); ``latency_ewma`` (lowest EWMA
-            of observed seconds per output token: LiteLLM's latency-based);
-            ``anticipated_load`` (PreServe §4.3.3, read client-side:
-            least predicted remaining work in flight, from the priors and the
-            elapsed time, over the endpoint's learned decode speed);
-            ``token_budget`` (Token-Budget-Aware Pool Routing, Algorithm 1: short
-            and long pools split at ``short_pool_tokens``, with spillover); or your own
-            [`RoutingPolicy`][semisched.core.RoutingPolicy] subclass (the class itself).
-        failover: A failed attempt that is retried goes at once to another
-            endpoint when one can serve it (no back-off: the back-off is for the
-            endpoint that failed). ``insufficient_quota`` is then retried too.
-        failure_threshold: Consecutive failed attempts (5xx, timeouts,
-            connection errors) that open an endpoint's circuit. 5: LiteLLM's
-            ``allowed_fails`` default is 3 per minute; consecutive failures are
-            a stricter count, so a little more.
-        cooloff_s: How long an open circuit sends nothing; then one probe is
-            let through (half-open): success closes it, failure opens it again.
-            30 s: a typical gateway cool-off (LiteLLM's default is 5 s per
-            deployment, Envoy's outlier ejection 30 s).
-        auth_cooloff_s: How long a circuit opened by a refused key (401, 403)
-            sends nothing before one probe (`semisched.core.fleet.endpoint`
-            rule 5). 600 s: a key does not heal by itself, so its endpoint's
-            work goes elsewhere; a probe every ten minutes costs one refused
-            attempt (which fails over) and finds a fixed key or a granted access.
-        speed_decay: Per-observation decay of the exponentially weighted
-            least-squares fit of latency against output tokens behind each
-            endpoint's decode speed (0.98: an effective memory of ~50 answers).
-        short_pool_tokens: ``token_budget``'s B_short: a request whose estimated
-            total (prompt tokens plus ``max_tokens``, or the prior's p90 when
-            the call sets no cap) is at most this prefers the short pool. 8192:
-            Token-Budget-Aware Pool Routing §2.2's starting point.
-        spill_outstanding: ``token_budget``'s spillover limit, token-budget routing's
-            queue depth read client-side: a pool is overloaded when each of its
-            endpoints has this many requests in flight (or its
-            ``max_concurrency``, whichever is smaller); a request then goes
-            to the other pool if that pool is not overloaded too.
-        pool_policy: ``token_budget``'s choice inside a pool: any other policy
-            name. ``anticipated_load`` balances predicted work;
-            ``least_outstanding`` balances requests, which keeps each unit's
-            batch (and so its per-token time) even: what ``semisched plan``
-            writes, since its model assumes evenly loaded units.
-        compress_band: ``token_budget``'s compress-and-route bandwidth γ (seed
-            000 §5): a request whose total is in ``(B_short, γ B_short]`` and
-            whose prompt compresses to fit ``B_short`` goes to the short pool,
-            sent compressed. 1.0 (the default) turns it off.
-        concurrency: How many requests each endpoint without a ``max_concurrency``
-            may hold (`semisched.core.fleet.limits`): ``learned`` (the default:
-            a limit learned online from the wait for a slot, 429s and failures, in
-            the spirit of TCP Vegas), ``fixed`` (no limit of its own), or your own
-            [`ConcurrencyLimit`][semisched.core.ConcurrencyLimit] subclass (the class). An
-            endpoint's explicit ``max_concurrency`` always wins; the scheduler's
-            total is the sum of its endpoints' limits, ``max_inflight`` a ceiling.
-    """
-
-    policy: str | type = "anticipated_load"
-    failover: bool = True
-    failure_threshold: int = 5
-    cooloff_s: float = 30.0
-    auth_cooloff_s: float = 600.0
-    speed_decay: float = 0.98
-    short_pool_tokens: float = 8192.0
-    spill_outstanding: int = 16
-    pool_policy: str = "anticipated_load"
-    compress_band: float = 1.0
-    concurrency: str | type[ConcurrencyLimit] = "learned"
-
-    def __post_init__(self) -> None:
-        _check_policy(self.policy, ROUTING_POLICY_NAMES)
-        own = isinstance(self.concurrency, type) and issubclass(self.concurrency, ConcurrencyLimit)
-        if not own:
-            check_choice("concurrency", self.concurrency, tuple(CONCURRENCY_POLICIES))
-        check_bool("failover", self.failover)
-        check_int("failure_threshold", self.failure_threshold, minimum=1)
-        _positive("cooloff_s", self.cooloff_s)
-        _positive("auth_cooloff_s", self.auth_cooloff_s)
-        check_fraction("speed_decay", self.speed_decay, strict_min=True, strict_max=True)
-        _positive("short_pool_tokens", self.short_pool_tokens)
-        check_int("spill_outstanding", self.spill_outstanding, minimum=1)
-        check_choice(
-            "pool_policy",
-            self.pool_policy,
-            [n for n in ROUTING_POLICY_NAMES if n != "token_budget"],
-        )
-        check_number("compress_band", self.compress_band, minimum=1.0)

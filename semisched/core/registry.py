@@ -3,9 +3,10 @@
 Each layer (allocation, ordering, routing, tenants) has one `Registry` here, at the
 bottom of the core: its built-in policies add themselves as their module loads
 (``@ROUTING.register``), under their class attribute ``name``, which is the only place a
-built-in policy's name is written. The configs (`semisched.core.policy_config`, below
-the policies) check a name against the registry when they are built, without importing a
-policy; by then `semisched.core` has loaded every policy module. A config names a
+built-in policy's name is written. The configs (`semisched.core.policy_config` and
+`semisched.core.routing_config`, below the policies) check a name against the registry
+when they are built, without importing a policy; by then `semisched.core` has loaded
+every policy module. A config names a
 built-in policy or passes a policy class of its own; `policy_class` resolves either
 to the class the layer's factory (``make_allocation``, ``make_ordering``,
 ``make_routing``, ``make_tenant_policy``) then builds with its own arguments. Pure: no I/O.
