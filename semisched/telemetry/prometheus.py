@@ -88,11 +88,11 @@ prompt, parameter, model name or key ever becomes a label.
 Several schedulers on one registry (the default one, say) share one set of
 metrics: `PrometheusMetrics` registers them in a registry once and each
 scheduler's observer updates the same counters and histograms. The gauges
-combine every live scheduler of the registry: queue depth, deferred, in
-flight and debt are summed, severity is the highest, headroom the lowest,
-entitlement the highest, and share is weighted by each scheduler's usage (one
-scheduler's own share, alone). A scheduler stops counting in the gauges once
-it is garbage.
+(their collector: `semisched.telemetry.gauges`) combine every live scheduler of
+the registry: queue depth, deferred, in flight and debt are summed, severity is
+the highest, headroom the lowest, entitlement the highest, and share is weighted
+by each scheduler's usage (one scheduler's own share, alone). A scheduler stops
+counting in the gauges once it is garbage.
 
 What this module is not: it decides nothing and serves nothing; it writes no
 exposition format itself (``prometheus_client`` does).
@@ -101,23 +101,19 @@ exposition format itself (``prometheus_client`` does).
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from semisched.core.budget import BudgetSnapshot
 from semisched.core.explain import Decision, Explanation
 from semisched.core.request import Request
 from semisched.core.tenants.config import DEFAULT_TENANT
+from semisched.telemetry.gauges import LOCK, Gauges
 from semisched.telemetry.observe import Finished, RequestObserver
 from semisched.telemetry.table import METRICS, SECONDS_BUCKETS, TOKEN_BUCKETS, MetricSpec
 
@@ -131,28 +127,12 @@ __all__ = [
     "TOKEN_BUCKETS",
     "MetricSpec",
     "PrometheusMetrics",
-    "headroom",
 ]
-
-_log = logging.getLogger("semisched.observe")
 
 #: Longest wait (wall seconds) of a scrape from another thread for a scheduler's event
 #: loop to take its statistics; past it, that scrape leaves the scheduler's gauges out.
 LOOP_TIMEOUT_S = 2.0
 _RETRIED = {Decision.RETRY, Decision.FAILOVER}
-
-
-def headroom(budget: BudgetSnapshot, now: float) -> float | None:
-    """The smallest ``1 - used/limit`` of ``budget``'s limited windows, in [0, 1]; 0 while a
-    429 pauses it at ``now``; ``None`` when it limits nothing."""
-    pairs = ((budget.limit_requests, budget.used_requests),
-             (budget.limit_tokens, budget.used_tokens))  # fmt: skip
-    fractions = [min(1.0, max(0.0, 1.0 - used / limit)) for limit, used in pairs if limit]
-    if not fractions:
-        return None
-    if budget.paused_until is not None and budget.paused_until > now:
-        return 0.0
-    return min(fractions)
 
 
 def _call_soon() -> Callable[[Callable[[], object]], object] | None:
@@ -176,111 +156,6 @@ def _tenant(name: str) -> str:
     return name or DEFAULT_TENANT
 
 
-class _Gauges(Collector):
-    """The gauges, read from every live scheduler of one registry at scrape time."""
-
-    def __init__(self) -> None:
-        self.sources: weakref.WeakSet[PrometheusMetrics] = weakref.WeakSet()
-        self._complained = False
-
-    def describe(self) -> Iterable[Metric]:
-        return list(_Reading().families())
-
-    def collect(self) -> Iterable[Metric]:
-        reading = _Reading()
-        with _LOCK:
-            sources = list(self.sources)
-        for source in sources:
-            stats = self._read(source)
-            if stats is not None:
-                reading.add(stats)
-        return list(reading.families())
-
-    def _read(self, source: PrometheusMetrics) -> SchedulerStats | None:
-        try:
-            return source.read_statistics()
-        except Exception:
-            if not self._complained:
-                self._complained = True
-                _log.warning("metrics: statistics() of %r failed", source, exc_info=True)
-            return None
-
-
-@dataclass
-class _Reading:
-    """The gauges' values combined over the schedulers of one scrape (module docstring)."""
-
-    queue_depth: dict[str, float] = field(default_factory=dict)
-    deferred: float = 0.0
-    inflight: dict[str, float] = field(default_factory=dict)
-    limit: dict[str, float] = field(default_factory=dict)
-    severity: float = 0.0
-    headroom: dict[str, float] = field(default_factory=dict)
-    entitlement: dict[str, float] = field(default_factory=dict)
-    debt: dict[str, float] = field(default_factory=dict)
-    weighted_share: dict[str, float] = field(default_factory=dict)
-    share: dict[str, float] = field(default_factory=dict)
-    usage: float = 0.0
-    internal_errors: dict[str, float] = field(default_factory=lambda: {"request": 0, "task": 0})
-
-    def add(self, stats: SchedulerStats) -> None:
-        self.internal_errors["request"] += stats.counters.internal_errors
-        self.internal_errors["task"] += stats.counters.task_errors
-        engine = stats.engine
-        for klass, n in engine.queued.items():
-            self.queue_depth[klass] = self.queue_depth.get(klass, 0.0) + n
-        self.deferred += engine.deferred
-        for endpoint in engine.endpoints:
-            self.inflight[endpoint.name] = self.inflight.get(endpoint.name, 0.0) + endpoint.inflight
-            if endpoint.limit is not None:
-                self.limit[endpoint.name] = self.limit.get(endpoint.name, 0.0) + endpoint.limit
-        if not engine.endpoints:
-            self.inflight[""] = self.inflight.get("", 0.0) + engine.inflight
-        self.severity = max(self.severity, engine.signals.severity)
-        budgets = [("fleet", engine.budget)] + [(e.name, e.budget) for e in engine.endpoints]
-        for name, budget in budgets:
-            value = None if budget is None else headroom(budget, engine.now)
-            if value is not None:
-                self.headroom[name] = min(self.headroom.get(name, 1.0), value)
-        usage = sum(t.usage for t in engine.tenants)
-        self.usage += usage
-        for t in engine.tenants:
-            self.entitlement[t.name] = max(self.entitlement.get(t.name, 0.0), t.entitlement)
-            self.debt[t.name] = self.debt.get(t.name, 0.0) + t.debt
-            self.share[t.name] = self.share.get(t.name, 0.0) + t.share
-            self.weighted_share[t.name] = self.weighted_share.get(t.name, 0.0) + t.share * usage
-
-    def families(self) -> Iterator[Metric]:
-        if self.usage > 0:
-            share = {name: w / self.usage for name, w in self.weighted_share.items()}
-        else:
-            share = self.share
-        errors = CounterMetricFamily("semisched_internal_errors",
-                                     METRICS["semisched_internal_errors_total"].help,
-                                     labels=("where",))  # fmt: skip
-        for where, count in self.internal_errors.items():
-            errors.add_metric([where], count)
-        yield errors
-        yield _gauge("semisched_queue_depth", self.queue_depth)
-        yield _gauge("semisched_deferred", {"": self.deferred})
-        yield _gauge("semisched_inflight", self.inflight)
-        yield _gauge("semisched_concurrency_limit", self.limit)
-        yield _gauge("semisched_severity", {"": self.severity})
-        yield _gauge("semisched_budget_headroom", self.headroom)
-        yield _gauge("semisched_tenant_share", share)
-        yield _gauge("semisched_tenant_entitlement", self.entitlement)
-        yield _gauge("semisched_tenant_debt_tokens", self.debt)
-
-
-def _gauge(name: str, values: dict[str, float]) -> Metric:
-    """Gauge ``name`` (`METRICS`) with a value per label value (``""``: no label)."""
-    spec = METRICS[name]
-    family = GaugeMetricFamily(name, spec.help, labels=spec.labels)
-    for key, value in values.items():
-        family.add_metric([key] if spec.labels else [], value)
-    return family
-
-
 class _Instruments:
     """One registry's counters, histograms and gauge collector (shared by its schedulers)."""
 
@@ -294,7 +169,7 @@ class _Instruments:
         self.duration = _histogram("semisched_request_duration_seconds", registry, SECONDS_BUCKETS)
         self.prompt_tokens = _histogram("semisched_prompt_tokens", registry, TOKEN_BUCKETS)
         self.output_tokens = _histogram("semisched_output_tokens", registry, TOKEN_BUCKETS)
-        self.gauges = _Gauges()
+        self.gauges = Gauges()
         registry.register(self.gauges)
 
 
@@ -308,14 +183,13 @@ def _histogram(name: str, registry: CollectorRegistry, buckets: tuple[float, ...
     return Histogram(name, spec.help, spec.labels, registry=registry, buckets=buckets)
 
 
-_LOCK = threading.Lock()
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def _instruments(registry: CollectorRegistry) -> _Instruments:
-    with _LOCK:
+    with LOCK:
         found = _BY_REGISTRY.get(registry)
         if found is None:
             found = _BY_REGISTRY[registry] = _Instruments(registry)
@@ -361,7 +235,7 @@ class PrometheusMetrics(RequestObserver):
             self._statistics = lambda: statistics
         self.registry = REGISTRY if registry is None else registry
         self._m = _instruments(self.registry)
-        with _LOCK:
+        with LOCK:
             self._m.gauges.sources.add(self)
         self._open: dict[str, _Open] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

@@ -44,7 +44,8 @@ from semisched.core.explain import RULES
 from semisched.core.lifecycle import RetryPolicy
 from semisched.runtime.calls import scheduler_config
 from semisched.telemetry import prometheus
-from semisched.telemetry.prometheus import METRICS, PrometheusMetrics, headroom
+from semisched.telemetry.gauges import headroom
+from semisched.telemetry.prometheus import METRICS, PrometheusMetrics
 
 pytestmark = [
     pytest.mark.anyio,
