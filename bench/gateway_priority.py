@@ -225,7 +225,7 @@ def gateway(folder: Path, upstream: str, variant: Variant, slots: int) -> Iterat
         semisched.gateway.config.GatewayConfigError: The gateway refuses the file.
         RuntimeError: The process exited, or ``/healthz`` did not answer 200 in 30 s.
     """
-    from semisched.gateway.config import load_config
+    from semisched.gateway.configfile import load_config
 
     path = folder / f"gateway-{len(list(folder.iterdir()))}.toml"
     path.write_text(gateway_toml(upstream, variant, max_inflight=slots))

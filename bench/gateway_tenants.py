@@ -50,7 +50,7 @@ from bench.tenants import PHYSICS, Load, load_jobs, tenant_of
 from mockprovider.launch import free_port, running_process
 from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.tenants.config import TenantSpec
-from semisched.gateway.config import load_config
+from semisched.gateway.configfile import load_config
 from semisched.gateway.keys import key_hash
 from semisched.sim.simulator import SimJob, Simulator
 

@@ -23,7 +23,8 @@ from typing import Any, TextIO
 from semisched.core.config import PRESETS
 from semisched.extras import MissingDependency, needs
 from semisched.fleet.fleetfile import FleetFileError
-from semisched.gateway.config import GatewayConfig, GatewayConfigError, config_from_dict, read_toml
+from semisched.gateway.config import GatewayConfig, GatewayConfigError
+from semisched.gateway.configfile import config_from_dict, read_toml
 from semisched.gateway.keys import key_hash
 from semisched.priors.default import PRIOR_CHOICES
 

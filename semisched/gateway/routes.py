@@ -14,7 +14,7 @@ then the upstream's answer as it came (JSON, or SSE in the API's framing:
 
 What differs between APIs is data, looked up by the API's name: its forwarded
 fields (`API_FIELDS`), their checks
-(`API_RULES`); its stream's framing is its spec's
+(`API_RULES`: `semisched.gateway.field_rules`); its stream's framing is its spec's
 (``ApiSpec.typed_events``). The route's name is the
 API's: the ``route`` label of ``semisched_gateway_responses_total`` and the
 access log's first word.

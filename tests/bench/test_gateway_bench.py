@@ -27,7 +27,7 @@ from bench.gateway_tenants import (
 )
 from bench.report import write_csv
 from bench.tenants import load_jobs
-from semisched.gateway.config import load_config
+from semisched.gateway.configfile import load_config
 from semisched.gateway.keys import KeyTable, bearer_key
 
 NODE = shutil.which("node")

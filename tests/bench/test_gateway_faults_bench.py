@@ -17,7 +17,7 @@ from bench.__main__ import main
 from bench.gateway_faults import KEY, SCENARIOS, chat, gateway_file
 from bench.gateway_faults_report import TITLES, markdown
 from bench.gateway_faults_upstream import FaultyUpstream, exchange
-from semisched.gateway.config import load_config
+from semisched.gateway.configfile import load_config
 from semisched.gateway.keys import KeyTable
 
 

@@ -37,7 +37,8 @@ from bench.gateway_priority_report import (
     write_results,
 )
 from bench.gateway_priority_upstream import SlotUpstream, answer
-from semisched.gateway.config import GatewayConfigError, config_from_dict
+from semisched.gateway.config import GatewayConfigError
+from semisched.gateway.configfile import config_from_dict
 
 UPSTREAM = "http://127.0.0.1:9/v1"
 

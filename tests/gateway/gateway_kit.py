@@ -23,7 +23,8 @@ import uvicorn
 from mockprovider.app import MockConfig, create_app
 from mockprovider.launch import free_port
 from semisched.gateway.app import Gateway
-from semisched.gateway.config import GatewayConfig, config_from_dict
+from semisched.gateway.config import GatewayConfig
+from semisched.gateway.configfile import config_from_dict
 from semisched.gateway.keys import key_hash
 from semisched.gateway.server import GatewayServer, uvicorn_config
 from semisched.runtime.apis import APIS

@@ -21,7 +21,8 @@ import pytest
 from gateway_kit import UPSTREAM_SECRET, Servers, gateway_config, mock_app, servers, wait_for
 
 from semisched.gateway.app import Gateway
-from semisched.gateway.config import GatewayConfigError, config_from_dict
+from semisched.gateway.config import GatewayConfigError
+from semisched.gateway.configfile import config_from_dict
 from semisched.gateway.limits import Refused, json_depth_exceeds, parse_json
 
 pytestmark = pytest.mark.wallclock

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from semisched.gateway.cli import build_config, parser
-from semisched.gateway.config import GatewayConfigError, config_from_dict, load_config
+from semisched.gateway.config import GatewayConfigError
+from semisched.gateway.configfile import config_from_dict, load_config
 from semisched.gateway.keys import KeyTable, key_hash
 
 ENDPOINT = {"endpoint": [{"name": "a", "base_url": "http://127.0.0.1:1/v1"}]}

@@ -18,7 +18,7 @@ from semisched.core.lifecycle import FailureKind
 from semisched.errors import ProviderError
 from semisched.gateway.answers import outcome_response
 from semisched.gateway.app import Gateway
-from semisched.gateway.config import config_from_dict
+from semisched.gateway.configfile import config_from_dict
 from semisched.gateway.keys import key_hash
 
 pytestmark = pytest.mark.wallclock

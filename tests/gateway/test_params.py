@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from semisched.gateway.config import GatewayConfigError, config_from_dict
+from semisched.gateway.config import GatewayConfigError
+from semisched.gateway.configfile import config_from_dict
+from semisched.gateway.field_rules import (
+    API_RULES,
+    CHAT_RULES,
+    COMPLETION_RULES,
+    MAX_OUTPUT_TOKENS,
+)
 from semisched.gateway.hints import (
     API_FIELDS,
     CHAT_FIELDS,
@@ -22,10 +29,6 @@ from semisched.gateway.hints import (
 )
 from semisched.gateway.limits import Refused
 from semisched.gateway.params import (
-    API_RULES,
-    CHAT_RULES,
-    COMPLETION_RULES,
-    MAX_OUTPUT_TOKENS,
     QUOTE_CHARS,
     RequestChecks,
     declared_models,

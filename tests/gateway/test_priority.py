@@ -25,12 +25,8 @@ from prometheus_client import CollectorRegistry
 
 from semisched.core.buckets import Bucket
 from semisched.gateway.app import Gateway
-from semisched.gateway.config import (
-    GatewayConfig,
-    GatewayConfigError,
-    config_from_dict,
-    load_config,
-)
+from semisched.gateway.config import GatewayConfig, GatewayConfigError
+from semisched.gateway.configfile import config_from_dict, load_config
 from semisched.gateway.hints import BadHint
 from semisched.gateway.keys import key_hash
 from semisched.gateway.priority import PriorityRules

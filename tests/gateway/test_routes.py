@@ -14,7 +14,7 @@ from gateway_kit import KEYS, UPSTREAM_SECRET, Capture, Servers, mock_app, serve
 
 from semisched.gateway.app import Gateway
 from semisched.gateway.cli import build_config, parser
-from semisched.gateway.config import config_from_dict
+from semisched.gateway.configfile import config_from_dict
 from semisched.gateway.hints import BadRequest
 from semisched.gateway.keys import key_hash
 from semisched.gateway.params import RequestChecks
