@@ -86,10 +86,10 @@ class RoutingConfig:
             ``least_outstanding`` balances requests, which keeps each unit's
             batch (and so its per-token time) even: what ``semisched plan``
             writes, since its model assumes evenly loaded units.
-        compress_band: ``token_budget``'s compress-and-route bandwidth γ (seed
-            000 §5): a request whose total is in ``(B_short, γ B_short]`` and
-            whose prompt compresses to fit ``B_short`` goes to the short pool,
-            sent compressed. 1.0 (the default) turns it off.
+        compress_band: ``token_budget``'s compress-and-route bandwidth γ ("FleetOpt:
+            Analytical Fleet Provisioning for LLM Inference", §5): a request whose
+            total is in ``(B_short, γ B_short]`` and whose prompt compresses to fit
+            ``B_short`` goes to the short pool, sent compressed. 1.0 (the default) turns it off.
         concurrency: How many requests each endpoint without a ``max_concurrency``
             may hold (`semisched.core.fleet.limits`): ``learned`` (the default:
             a limit learned online from the wait for a slot, 429s and failures, in

@@ -200,9 +200,13 @@ async def test_gauges_show_the_state_at_scrape_time() -> None:
 async def test_the_exposition_holds_exactly_the_documented_metrics_and_labels() -> None:
     registry = CollectorRegistry()
     await mixed_run(registry)
-    async with client() as c:  # a priced endpoint beside it: what its calls cost
+    # A priced endpoint beside it (what its calls cost), under a rate budget: still
+    # referenced at the scrape, so a budget's headroom is there whenever the garbage
+    # collector takes the closed scheduler above.
+    async with client() as c:
         endpoint = Endpoint("priced", c, price=Price(input=1.0, output=4.0))
-        async with Scheduler(endpoints=[endpoint], metrics=registry) as s:
+        config = preset("final_adrr_olc", budget=BudgetConfig(rpm=1000))
+        async with Scheduler(endpoints=[endpoint], config=config, metrics=registry) as s:
             await s.submit(**chat(SECRET_PROMPT, max_tokens=5))
     _, samples = scrape(registry)
     seen: dict[str, set[str]] = {}
