@@ -23,7 +23,8 @@ The engine is the driver of parts it owns, each with one job: the flight book
 layer's lanes (`semisched.core.tenants.tenancy`), the fleet
 (`semisched.core.fleet.fleet`), admission (`semisched.core.admission`),
 the retry layer (`semisched.core.retrying`) and the views the policies read
-(`semisched.core.views`). It hands a policy a view, never itself.
+(`semisched.core.views`), built and wired by `semisched.core.assembly`. It hands a
+policy a view, never itself.
 
 Rules:
 
@@ -72,26 +73,19 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 from semisched.core.actions import Action, Defer, Expire, Fail, Pause, Reject, Retry, Send, Wake
-from semisched.core.admission import AdmissionLayer
-from semisched.core.book import Book
+from semisched.core.assembly import assemble, snapshot
 from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.checks import check_instance, check_number, check_str, token_count
 from semisched.core.config import SchedulerConfig
-from semisched.core.decide import Decider
-from semisched.core.explain import Decision, Explainer
+from semisched.core.explain import Decision
 from semisched.core.fleet.endpoint import EndpointSpec
-from semisched.core.fleet.fleet import DEFAULT_ENDPOINT, Fleet
+from semisched.core.fleet.fleet import DEFAULT_ENDPOINT
 from semisched.core.lifecycle import FailureKind, JitterSource
-from semisched.core.ordering import OrderingPolicy, make_ordering
-from semisched.core.overload import OverloadController
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
-from semisched.core.retrying import Retrying
 from semisched.core.signals import SignalSnapshot
 from semisched.core.states import Event
-from semisched.core.stats import EngineStats, EngineTally
-from semisched.core.tenants.tenancy import Tenancy
-from semisched.core.views import Packing, Pressure
+from semisched.core.stats import EngineStats
 
 __all__ = [
     "Action",
@@ -137,34 +131,19 @@ class Engine:
         """
         cfg = config if config is not None else SchedulerConfig()
         self.config = cfg
-        self._counters = EngineTally()
-        self._book = book = Book(cfg.max_inflight, cfg.max_inflight_tokens)
         specs = endpoints if endpoints is not None else (DEFAULT_ENDPOINT,)
-        self._fleet = fleet = Fleet(cfg, specs, self._counters, jitter)
+        self._parts = parts = assemble(cfg, specs, jitter)
+        self._counters, self._book, self._fleet = parts.tally, parts.book, parts.fleet
+        self._order, self._pressure, self._tenancy = parts.order, parts.pressure, parts.tenancy
+        self._admission, self._decide = parts.admission, parts.decide
         # The fleet's aggregate: latency averages for ordering and queue pressure. The
         # tail signal comes from the endpoints' own Signals (Fleet.pressure).
-        self._signals = fleet.signals
-        # Bound once: the ordering layer calls it for every candidate it scores.
-        self._estimate = fleet.signals.estimate_latency
-        self._order: OrderingPolicy = make_ordering(cfg.ordering)
-        self._order.attach(Packing(book, fleet))
-        self._pressure = pressure = Pressure(cfg, book, fleet, self._order)
-        self._tenancy = tenancy = Tenancy(cfg, pressure, book)
-        book.on_ready = tenancy.renew  # a lane's queue emptied or filled: the ready lanes
-        self._ledger = tenancy.ledger
+        self._signals = parts.fleet.signals
+        self._ledger = parts.tenancy.ledger
         # The standard score of the quantile the ordering tests deadlines with.
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._class_names = tuple(c.name for c in cfg.classes)
         self._input_weight = cfg.input_token_weight
-        self._explain = Explainer(pressure.snapshot)  # explained decisions, counted by rule
-        self._retrying = retrying = Retrying(cfg, fleet, self._counters, jitter)
-        overload = OverloadController(cfg.overload)
-        self._admission = admission = AdmissionLayer(
-            overload, tenancy.policy, tenancy, pressure.current, self._signals, self._explain
-        )
-        self._decide = Decider(
-            book, tenancy, fleet, pressure, admission, self._explain, retrying, self._counters
-        )
 
     def __repr__(self) -> str:
         book = self._book
@@ -454,29 +433,7 @@ class Engine:
 
     def statistics(self) -> EngineStats:
         """A frozen snapshot of queues, flight, signals and counters."""
-        book, lanes, names, now = self._book, self._tenancy.lanes, self._class_names, self._book.now
-        return EngineStats(
-            now=now,
-            queued={n: sum(len(lane.queues[n]) for lane in lanes) for n in names},
-            queued_tokens=book.queued_tokens,
-            deferred=book.deferred,
-            inflight=book.inflight,
-            inflight_by_class={n: sum(lane.inflight_by_class[n] for lane in lanes) for n in names},
-            inflight_tokens=book.inflight_tokens,
-            signals=self._pressure.snapshot(),
-            s_per_token=self._signals.s_per_token,
-            counters=self._counters.freeze(),
-            failures=self._retrying.counts(),
-            rejects_by_bucket=self._decide.rejects(),
-            defers_by_bucket=self._decide.defers(),
-            allocation_state=self._tenancy.alloc.state(),
-            request_tokens=self._pressure.request_tokens,
-            budget=self._fleet.budgets.snapshot(now),
-            held=self._decide.held,
-            endpoints=self._fleet.statistics(now),
-            tenants=tuple(self._ledger.stats(lane, now) for lane in lanes),
-            decisions=self._explain.counts(),
-        )
+        return snapshot(self._parts, self._class_names)
 
     def tenant_usage(self, tenant: str, now: float | None = None) -> float:
         """This process's own decayed usage of ``tenant`` at ``now`` (default: the last

@@ -51,7 +51,7 @@ class Retrying:
         """``entry``'s attempt at ``endpoint`` failed by ``kind``: the retry decision,
         whether the retry goes elsewhere at once, and the pause of ``endpoint``."""
         fleet = self._fleet
-        opened = fleet.on_failed(endpoint, entry, now, kind)
+        opened = fleet.health.failed(endpoint, entry, now, kind)
         self._counts[kind] = self._counts.get(kind, 0) + 1
         if kind is _RATE_LIMITED:
             self._tally.throttled += 1
@@ -72,7 +72,7 @@ class Retrying:
                 until: float | None = now + retry_after
             else:  # no hint: the back-off's time, unless the retry goes elsewhere at once
                 until = None if elsewhere else decision.retry_at
-            until = fleet.throttle(endpoint, until, now)  # capped: then a probe
+            until = fleet.health.throttle(endpoint, until, now)  # capped: then a probe
             if retry_after is not None and until is not None:
                 pause = Pause(endpoint.name, until, "rate_limited")
         elif opened is not None:

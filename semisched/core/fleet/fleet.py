@@ -48,6 +48,9 @@ Rules (enforced by `Fleet.pick`, which asks
    queues a request inside one server while another has a slot for it. A fixed
    limit is shown whole.
 
+Rules 6-8 on failures and 429s are carried out by `Health`
+(`semisched.core.fleet.health`), which the fleet owns (`Fleet.health`).
+
 Pure: no clock, no I/O; the engine passes ``now``.
 """
 
@@ -61,17 +64,12 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.fleet import cost_routing  # noqa: F401  (registers the cost policy)
 from semisched.core.fleet.budgets import Budgets
 from semisched.core.fleet.concurrency import make_limit
-from semisched.core.fleet.endpoint import (
-    AUTH,
-    RATE_LIMITED,
-    Circuit,
-    EndpointSpec,
-    EndpointState,
-)
+from semisched.core.fleet.endpoint import RATE_LIMITED, Circuit, EndpointSpec, EndpointState
+from semisched.core.fleet.health import Health
 from semisched.core.fleet.limiting import Limits, capacity
 from semisched.core.fleet.picking import BUSY, NoRoute, Picker, WaitUntil
 from semisched.core.fleet.routing import RoutingPolicy, make_routing
-from semisched.core.lifecycle import FailureKind, JitterSource
+from semisched.core.lifecycle import JitterSource
 from semisched.core.queue import Entry
 from semisched.core.signals import Signals
 from semisched.core.stats import EndpointStats, EngineTally
@@ -84,8 +82,6 @@ _fleet_order = attrgetter("index")
 
 #: The one endpoint of a scheduler built around a single client.
 DEFAULT_ENDPOINT = EndpointSpec(name="default")
-
-_HEALTH_KINDS = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.CONNECTION})
 
 
 def _golden_draw() -> JitterSource:
@@ -143,6 +139,9 @@ class Fleet:
         # answer), until a second endpoint joins.
         self.signals = Signals(config.signals, track_tail=len(endpoints) == 1)
         self._sharer: EndpointState | None = None
+        #: Failed attempts and 429s: their endpoint's signals, circuit, quota and limit.
+        self.health = Health(config, self._endpoints, self.signals, self.limits, self.budgets,
+                             self._changed)  # fmt: skip
         if not endpoints:
             raise ValueError("endpoints=[] must name at least one endpoint")
         for spec in endpoints:
@@ -355,73 +354,6 @@ class Fleet:
         for each in self._endpoints if endpoint is None else (endpoint,):
             if each.signals is not self.signals:
                 each.signals.record_headroom(fraction)
-
-    def on_failed(
-        self, endpoint: EndpointState, entry: Entry, now: float, kind: FailureKind
-    ) -> float | None:
-        """``entry``'s failed attempt at ``endpoint``: its signals, circuit or quota, its
-        concurrency limit (module rules).
-
-        Returns:
-            The time its circuit stays open until, when this failure opened it; else ``None``.
-        """
-        endpoint.failed_attempts += 1
-        if kind is FailureKind.RATE_LIMITED:
-            endpoint.throttled += 1
-            endpoint.signals.record_throttle()
-            if endpoint.signals is not self.signals:
-                self.signals.record_throttle()
-            self.limits.throttled(endpoint, entry, now)
-            return None
-        endpoint.signals.record_failure()
-        if endpoint.signals is not self.signals:
-            self.signals.record_failure()
-        if kind is FailureKind.QUOTA_EXHAUSTED:
-            endpoint.out_reason = "insufficient_quota"
-            self._changed()
-        elif kind is FailureKind.AUTH:  # rules 6 and 8
-            if self._elsewhere(endpoint):
-                return endpoint.open_circuit(now + self._routing.auth_cooloff_s, AUTH)
-            if endpoint.circuit is Circuit.HALF_OPEN:  # a refused probe, nowhere else
-                endpoint.on_success()  # closed (rule 6): the refusals reach the callers
-        elif kind in _HEALTH_KINDS:
-            self.limits.failed(endpoint, entry, now)
-            opens = endpoint.circuit_opens
-            # Rule 6: the last closed circuit never opens (nowhere else to send).
-            threshold = self._routing.failure_threshold if self._elsewhere(endpoint) else None
-            endpoint.on_failure(now, threshold, self._routing.cooloff_s)
-            if endpoint.circuit_opens != opens:
-                return endpoint.open_until
-        return None
-
-    def _elsewhere(self, endpoint: EndpointState) -> bool:
-        """Whether another endpoint takes work with its circuit closed (rule 6)."""
-        return any(
-            e is not endpoint and not e.out_reason and e.circuit is Circuit.CLOSED
-            for e in self._endpoints
-        )
-
-    def throttle(self, endpoint: EndpointState, until: float | None, now: float) -> float | None:
-        """A 429 from ``endpoint``: it is avoided until ``until``, at most the cap of rule 7
-        (past it, a probe); the budget that governs it (its own, else the fleet's: one
-        key) sends nothing before then.
-
-        Returns:
-            The time it is kept off until (``until`` capped), or ``None`` when no time
-            was given.
-        """
-        if until is None:
-            endpoint.throttled_until = now
-            return None
-        cap = now + self._cfg.retry.max_retry_after_s
-        probing = endpoint.circuit is not _CLOSED and endpoint.circuit_reason == RATE_LIMITED
-        if until > cap or probing:  # rule 7: pause for the cap at most, then probe
-            until = endpoint.open_circuit(min(until, cap), RATE_LIMITED)
-        endpoint.throttled_until = until
-        governing = self.budgets.governing(endpoint)
-        if governing is not None:
-            governing.pause_until(until)
-        return until
 
     def pause(self, endpoint: EndpointState | None, until: float) -> None:
         """A shared budget refused a send: nothing goes to ``endpoint`` (``None``: the
