@@ -59,7 +59,9 @@ SHELLS = (
 #: The scheduler's driver: what composes the capability packages, never what they import.
 DRIVER = (
     "semisched.runtime.scheduler",
+    "semisched.runtime.intake",
     "semisched.runtime.dispatch",
+    "semisched.runtime.answers",
     "semisched.runtime.layers",
     "semisched.runtime.facade",
     "semisched.batch",

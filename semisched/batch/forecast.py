@@ -44,7 +44,8 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.floor import MakespanFloor, makespan_floor
 from semisched.core.request import Prior, Request
 from semisched.priors.sources import BatchPriorSource, PriorQuery, PriorsChoice, PriorSource
-from semisched.runtime.calls import CallArgs, PreparedCall, prepare_call
+from semisched.runtime.callargs import CallArgs, PreparedCall
+from semisched.runtime.calls import prepare_call
 from semisched.runtime.estimate import TokenEstimator
 
 __all__ = [

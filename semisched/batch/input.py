@@ -33,7 +33,8 @@ from semisched.batch.tenants import line_tenant_problem, take_tenant
 from semisched.core.errors import SemischedError
 from semisched.core.tenants.config import TenantConfig
 from semisched.runtime.apis import APIS
-from semisched.runtime.calls import SCHEDULER_ARGS, accepted_params, prepare_call
+from semisched.runtime.callargs import SCHEDULER_ARGS
+from semisched.runtime.calls import accepted_params, prepare_call
 
 __all__ = [
     "SUPPORTED_URLS",

@@ -55,7 +55,7 @@ from semisched.core.config import RoutingConfig
 from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.fleet.routing import request_total, sends_compressed
 from semisched.core.request import Request
-from semisched.runtime.calls import PreparedCall
+from semisched.runtime.callargs import PreparedCall
 from semisched.runtime.estimate import TokenEstimator, prompt_bytes
 
 if TYPE_CHECKING:

@@ -5,9 +5,11 @@ no client and no event loop, so the async runtime and the batch CLI validate a
 call with the same code. It checks the arguments a caller passes to
 ``Scheduler.submit`` (or puts in a batch line), separates the scheduler-only
 ones (``klass``, ``deadline``, ``prior``, ``tenant``) from what goes to the
-provider, and returns a frozen `PreparedCall`. (`scheduler_config`
-and `with_tenants`, the scheduler's configuration, live in
-`semisched.runtime.configure` and are importable from here.)
+provider, and returns a frozen `PreparedCall`. (The call as a caller writes
+it, `CallArgs`, and as validated, `PreparedCall`, live in
+`semisched.runtime.callargs`; `scheduler_config` and `with_tenants`, the
+scheduler's configuration, live in `semisched.runtime.configure` and are
+importable from here.)
 
 Rules:
 
@@ -50,39 +52,27 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from semisched.core.checks import check_instance, short_repr
 from semisched.core.request import Prior
 from semisched.core.tenants.config import TenantConfig
-from semisched.priors.sources import PriorQuery
 from semisched.runtime.apis import APIS, ApiSpec, prompt_token_ids
+from semisched.runtime.callargs import NAMED_ARGS, CallArgs, PreparedCall
 from semisched.runtime.configure import scheduler_config, with_tenants
-from semisched.runtime.estimate import TokenEstimator
 
 __all__ = [
     "MAX_DEADLINE_S",
     "MAX_OUTPUT_TOKENS",
-    "SCHEDULER_ARGS",
-    "Api",
-    "CallArgs",
-    "PreparedCall",
     "accepted_params",
-    "call_signature",
     "output_cap",
     "prepare_call",
     "scheduler_config",
     "with_tenants",
 ]
 
-
-R = TypeVar("R")
-
-#: Which scheduled API a call uses: a name in `APIS`.
-Api = str
 
 #: An API that generates nothing is asked for no prior: one token, its least.
 _NO_OUTPUT = Prior(p50=1.0, p90=1.0)
@@ -94,159 +84,6 @@ MAX_OUTPUT_TOKENS: Final = 100_000_000
 #: The longest ``deadline`` (seconds from submission; module rule 7): about three
 #: years, far above any wait and far below an absolute timestamp (~1.7e9).
 MAX_DEADLINE_S: Final = 1e8
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PreparedCall:
-    """A validated call, before it becomes a core request.
-
-    Attributes:
-        api: The scheduled API's name (`APIS`):
-            ``"chat"`` (``messages``), ``"completions"`` (``prompt``),
-            ``"responses"`` or ``"embeddings"`` (``input``).
-        params: Exactly what goes to the provider's ``create``: the caller's
-            provider arguments plus ``model`` and ``messages``/``prompt``, and
-            ``stream_options.include_usage`` when semisched added it (read-only).
-        klass: The requested scheduling class, or ``None`` (chosen from the prior).
-        deadline_s: Seconds from submission, or ``None``.
-        prior: The caller's own prior, or ``None`` (a prior source answers).
-        added_usage: semisched asked for ``include_usage`` on a stream; the
-            usage-only final chunk is hidden from the caller.
-        prompt_nbytes: UTF-8 bytes of the prompt text (for the token estimate).
-        prompt_kind: Content kind of the prompt (``prose``, ``code``, ``cjk``).
-        output_cap: The call's output cap (module rule 3), or ``None``.
-        tenant: The tenant it is sent for: the declared tenant it names, or
-            the default tenant when it names none; when no tenants were
-            given to check it against, the name as given (``""``: none).
-        prompt_tokens: The prompt's exact tokens when it is given as token ids
-            (embeddings), else ``None`` (estimated from its bytes).
-    """
-
-    api: Api
-    params: Mapping[str, Any]
-    klass: str | None
-    deadline_s: float | None
-    prior: Prior | None
-    added_usage: bool
-    prompt_nbytes: int
-    prompt_kind: str
-    output_cap: int | None
-    tenant: str = ""
-    prompt_tokens: int | None = None
-
-    @property
-    def spec(self) -> ApiSpec:
-        """The scheduled API it calls."""
-        return APIS[self.api]
-
-    def input_tokens(self, estimator: TokenEstimator) -> float:
-        """Its prompt's tokens: counted when given as token ids, else ``estimator``'s
-        estimate from its bytes."""
-        if self.prompt_tokens is not None:
-            return float(self.prompt_tokens)
-        return estimator.estimate(self.model, self.prompt_kind, self.prompt_nbytes)
-
-    @property
-    def model(self) -> str:
-        """The provider model name."""
-        model: str = self.params["model"]
-        return model
-
-    @property
-    def stream(self) -> bool:
-        """Whether the caller asked for a streamed response."""
-        return bool(self.params.get("stream", False))
-
-    def prior_query(self, request_id: str) -> PriorQuery:
-        """What a prior source sees for this call: its messages (chat messages, or a
-        Responses input's items), else its text prompt."""
-        value = self.params.get(self.spec.prompt_field)
-        items = isinstance(value, list | tuple) and all(isinstance(v, Mapping) for v in value)
-        return PriorQuery(
-            request_id=request_id,
-            messages=tuple(value) if items and value else None,
-            prompt=value if isinstance(value, str) else None,
-            max_tokens=self.output_cap,
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallArgs:
-    """One call's arguments as a caller writes them: the one definition of the per-call
-    signature (``Scheduler.submit``, ``Scheduler.check``, the facade's ``create`` and
-    `prepare_call` all take exactly these, plus provider ``**params``).
-
-    Adding a scheduling hint is adding a field here.
-
-    Attributes:
-        model: Provider model name.
-        messages: Chat messages (chat completions).
-        prompt: Prompt (completions).
-        input: Input (the Responses API: a string or a list of input items;
-            embeddings: a string, a list of strings or of token ids).
-        api: The scheduled API (`APIS`); ``None``:
-            the one the prompt argument names (``input``: the Responses API).
-        klass: Scheduling class; default ``interactive`` for short priors, else
-            the batch class.
-        deadline: Seconds from now (on the scheduler's clock) after which the
-            answer is useless: a finite number in ``(0, 1e8]``
-            (`MAX_DEADLINE_S`); ``None``: no deadline.
-        prior: Output-length prior (a [`Prior`][semisched.core.Prior] or
-            ``(p50, p90)`` output tokens, ``1 <= p50 <= p90 <= 10**8``:
-            `MAX_OUTPUT_TOKENS`); default from the scheduler's prior source.
-        tenant: The declared tenant it is sent for (and charged to); ``None``:
-            the default tenant. An undeclared name raises ``ValueError``.
-        params: Passed to the provider unchanged (``max_completion_tokens``,
-            ``max_tokens``, ``temperature``, ``stream``, ``extra_headers``, ...);
-            an output cap is an int in ``[1, 10**8]`` (`MAX_OUTPUT_TOKENS`).
-    """
-
-    model: str
-    messages: Sequence[Mapping[str, Any]] | None = None
-    prompt: Any = None
-    input: Any = None
-    api: str | None = None
-    klass: str | None = None
-    deadline: float | None = None
-    prior: Prior | tuple[float, float] | None = None
-    tenant: str | None = None
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, kwargs: Mapping[str, Any]) -> CallArgs:
-        """Split a call's keyword arguments into the named ones and the provider's.
-
-        Raises:
-            TypeError: ``model`` missing.
-        """
-        named = {k: v for k, v in kwargs.items() if k in _FIELDS}
-        params = {k: v for k, v in kwargs.items() if k not in _FIELDS}
-        if "model" not in named:
-            raise TypeError("missing required keyword argument: 'model'")
-        return cls(**named, params=params)
-
-
-#: The fields of `CallArgs` a caller names (everything but ``params``).
-_FIELDS: Final = frozenset(f.name for f in fields(CallArgs)) - {"params"}
-#: Keyword arguments that belong to the scheduler and never reach the provider.
-SCHEDULER_ARGS: Final = _FIELDS - {"model", "messages", "prompt", "input"}
-_NAMED: Final = _FIELDS
-
-
-def call_signature(func: Callable[..., R]) -> Callable[..., R]:
-    """Give ``func(self, **call)`` the signature of `CallArgs` (for ``help()``
-    and editors); the arguments themselves are read with `CallArgs.of`."""
-    own = inspect.signature(func)
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    for f in fields(CallArgs):
-        if f.name == "params":
-            continue
-        default = inspect.Parameter.empty if f.name == "model" else f.default
-        params.append(inspect.Parameter(f.name, keyword, default=default, annotation=f.type))
-    params.append(inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
-    func.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
-    return func
 
 
 def prepare_call(
@@ -370,7 +207,7 @@ def accepted_params(target: Any) -> frozenset[str] | None:
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
         return None
-    return frozenset(sig.parameters) - _NAMED
+    return frozenset(sig.parameters) - NAMED_ARGS
 
 
 def _api(a: CallArgs, allowed_params: Mapping[str, object] | None) -> ApiSpec:
@@ -398,7 +235,7 @@ def _api(a: CallArgs, allowed_params: Mapping[str, object] | None) -> ApiSpec:
 def _check_params(
     endpoint: str, params: Mapping[str, Any], allowed_params: Mapping[str, object] | None
 ) -> None:
-    overlap = sorted(_NAMED & set(params))
+    overlap = sorted(NAMED_ARGS & set(params))
     if overlap:
         raise TypeError(f"params must not repeat the named argument(s) {overlap}")
     allowed = None if allowed_params is None else allowed_params[endpoint]

@@ -24,9 +24,12 @@ Each attempt goes to its endpoint's stack of layers around the provider seam
 usage learning, rate-limit headers) and comes back as a result the dispatcher
 feeds to the engine: an answer (``completed``), a refusal by the shared state
 (``refused``: nothing was sent), an exception (``failed`` with the kind from
-`semisched.runtime.failures.classify_failure`) or its deadline (``expire``). It
-resolves each caller exactly once and never compares engine state before and
-after a call: what to do next is always in the actions the engine returned.
+`semisched.runtime.failures.classify_failure`) or its deadline (``expire``). What
+an answer becomes (a response settled and handed over, a stream counted open
+until it ends, an answer whose caller is gone closed unread) is `Answers`'
+(`semisched.runtime.answers`). It resolves each caller exactly once and never
+compares engine state before and after a call: what to do next is always in the
+actions the engine returned.
 
 Rules:
 
@@ -50,7 +53,8 @@ Rules:
    task is logged and survived. Nothing but cancellation ends the task group.
 
 What this module is not: it validates nothing, builds no request and picks no
-prior (that is [`Scheduler`][semisched.Scheduler]), and it decides nothing.
+prior (that is [`Scheduler`][semisched.Scheduler]'s intake, `semisched.runtime.intake`),
+and it decides nothing.
 """
 
 from __future__ import annotations
@@ -69,11 +73,11 @@ from semisched.core.engine import Engine
 from semisched.core.explain import Explanation
 from semisched.core.lifecycle import FailureKind
 from semisched.errors import InternalError, RequestError
+from semisched.runtime.answers import Answers
 from semisched.runtime.clock import Clock, loop_time
 from semisched.runtime.failures import classify_failure, decided_outcome
-from semisched.runtime.layers import Answer, Configured, Ended, Stacks
+from semisched.runtime.layers import Answer, Configured, Stacks
 from semisched.runtime.pending import Pending
-from semisched.runtime.provider import Usage, usage_of
 from semisched.runtime.seam import Declined
 from semisched.runtime.stats import RuntimeTally
 from semisched.runtime.streams import ScheduledStream
@@ -117,7 +121,6 @@ class Dispatcher:
         self.supervisor = Supervisor(tally)
         self.cancel_late = cancel_late
         self.pending: dict[str, Pending] = {}
-        self.open_streams = 0
         self._last_now = -math.inf
         self._tg: TaskGroup | None = None
         self.timer = Timer(clock, self.now, self._poll, self.execute, engine.next_wakeup,
@@ -125,9 +128,14 @@ class Dispatcher:
         self._idle = anyio.Event()
         self.stacks = Stacks(configured, engine, now=self.now, clock_per_wall=self._clock_per_wall,
                              spawn=self._spawn, execute=self.execute)  # fmt: skip
+        self.answers = Answers(engine, self.stacks, self.events, tally, clock,
+                               cancel_late=cancel_late, now=self.now, execute=self.execute,
+                               resolve=self._resolve, finished=self._finished,
+                               tell_cancel=self._tell_cancel, spawn=self._spawn,
+                               crashed=self._crashed, check_idle=self._check_idle)  # fmt: skip
 
     def __repr__(self) -> str:
-        return (f"<Dispatcher pending={len(self.pending)} streams={self.open_streams} "
+        return (f"<Dispatcher pending={len(self.pending)} streams={self.answers.open_streams} "
                 f"wake_at={self.timer.at}>")  # fmt: skip
 
     # -- what the scheduler calls ------------------------------------------------------------
@@ -188,7 +196,7 @@ class Dispatcher:
 
     async def wait_idle(self) -> None:
         """Wait until no request is pending and no stream is open."""
-        while self.pending or self.open_streams:
+        while self.pending or self.answers.open_streams:
             self._idle = anyio.Event()
             await self._idle.wait()
 
@@ -311,7 +319,7 @@ class Dispatcher:
             self._check_idle()
 
     def _check_idle(self) -> None:
-        if not self.pending and not self.open_streams:
+        if not self.pending and not self.answers.open_streams:
             self._idle.set()
 
     # -- one attempt -------------------------------------------------------------------------
@@ -361,9 +369,9 @@ class Dispatcher:
         elif scope.cancelled_caught:  # the caller gave up: the call was aborted
             self._tell_cancel(pending)
         elif isinstance(result, Answer) and pending.resolved:
-            self._unread(pending, result.response)
+            self.answers.unread(pending, result.response)
         elif isinstance(result, Answer):
-            self._deliver(pending, result.response)
+            self.answers.deliver(pending, result.response)
         elif pending.resolved:  # refused by the shared state, and nobody waits any more
             self._tell_cancel(pending)
         elif isinstance(result, Declined):  # a spend cap refused it: rejected, not sent
@@ -375,85 +383,6 @@ class Dispatcher:
                 pending.id, result.at, result.until, fleet_wide=result.fleet_wide
             )
             self.execute(refused)
-
-    def _deliver(self, pending: Pending, response: Any) -> None:
-        call = pending.call
-        self.tally.succeeded += 1
-        if call.stream:
-            self.open_streams += 1
-            request, events = pending.request, self.events
-
-            def first() -> None:  # a learned concurrency limit reads its wait; observers see it
-                now = self.now()
-                self.engine.first_token(request.id, now)
-                events.first_token(request, now)
-
-            stream = ScheduledStream(
-                response, api=call.spec,
-                hide_usage=call.added_usage,
-                on_end=lambda tokens, complete: self._stream_ended(pending, tokens, complete),
-                on_first=first,
-                request=pending.request,
-                wall_left_s=None if pending.request.deadline is None or not self.cancel_late
-                else self.clock.to_wall(pending.request.deadline - self.now()),
-            )
-            self._resolve(pending, value=stream, keep_inflight=True)
-            return
-        usage = self._settle(pending, response)
-        self._resolve(pending, value=response)
-        if usage.known:
-            self._finished(pending, Outcome.COMPLETED, prompt_tokens=usage.prompt_tokens,
-                           output_tokens=usage.output_tokens)  # fmt: skip
-        else:
-            self._finished(pending, Outcome.COMPLETED)
-
-    def _settle(self, pending: Pending, response: Any) -> Usage:
-        """An answer's usage, told to the endpoint's layers and the engine (``completed``)."""
-        usage = usage_of(response, pending.call.api)
-        charged = None
-        if usage.known:  # what the provider's token window charged: prompt + the cap
-            cap = pending.call.output_cap
-            charged = usage.prompt_tokens + (cap if cap is not None else usage.output_tokens)
-        output = usage.output_tokens if usage.known else None
-        end = Ended(True, usage.prompt_tokens, output, charged, usage.cached_tokens)
-        self.stacks[pending.endpoint].ended(pending, end)
-        actions = self.engine.completed(
-            pending.id, self.now(), output_tokens=usage.output_tokens, charged_tokens=charged
-        )
-        self.execute(actions)
-        return usage
-
-    def _unread(self, pending: Pending, response: Any) -> None:
-        """An answer for a request whose caller is gone: accounted, closed, never handed
-        over (rule 4)."""
-        if not pending.call.stream:
-            self._settle(pending, response)
-            return
-        # Its tokens are unknown until read; closing it stops the provider generating more.
-        self.stacks[pending.endpoint].ended(pending, Ended(False, 0, None))
-        self._tell_cancel(pending)
-        stream = ScheduledStream(response, hide_usage=True, on_end=lambda *_: None,
-                                 api=pending.call.spec)  # fmt: skip
-        self._spawn(stream.aclose)
-
-    def _stream_ended(self, pending: Pending, tokens: int | None, complete: bool) -> None:
-        self.open_streams -= 1
-        try:
-            end = Ended(complete, 0, tokens if complete else None)
-            self.stacks[pending.endpoint].ended(pending, end)
-            now = self.now()
-            if pending.id not in self.engine:  # already told: a failure there (rule 5)
-                return
-            if complete:
-                self.execute(self.engine.completed(pending.id, now, output_tokens=tokens or 0))
-                self._finished(pending, Outcome.COMPLETED, output_tokens=tokens)
-            else:
-                self.execute(self.engine.cancel(pending.id, now))
-                self._finished(pending, Outcome.CANCELLED)
-        except Exception as exc:  # rule 5: the caller's stream is not the place to raise it
-            self._crashed(pending, exc)
-        finally:
-            self._check_idle()
 
     def _crashed(self, pending: Pending, exc: Exception) -> None:
         """An unexpected exception in ``pending``'s work: it alone ends (rule 5)."""

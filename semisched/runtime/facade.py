@@ -5,7 +5,7 @@ Existing code that calls ``client.chat.completions.create(...)``,
 ``client.embeddings.create(...)`` changes one line: use ``scheduler.client`` in
 its place. Every such call goes through `semisched.Scheduler.submit` (the
 scheduled APIs are those of `semisched.runtime.apis.APIS`), so it also
-accepts the scheduling hints of `semisched.runtime.calls.CallArgs`.
+accepts the scheduling hints of `semisched.runtime.callargs.CallArgs`.
 
 Every other part of the wrapped client (``models``, ``files``, ``batches``,
 ``audio``, ``images``, ``chat.completions.parse``, ``responses.retrieve``, ...)
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from semisched.runtime.apis import APIS, ApiSpec
-from semisched.runtime.calls import call_signature
+from semisched.runtime.callargs import call_signature
 
 if TYPE_CHECKING:
     from semisched.runtime.scheduler import Scheduler

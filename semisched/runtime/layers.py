@@ -58,7 +58,7 @@ from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.request import Request
 from semisched.fleet.endpoints import Deployments
 from semisched.priors.calibration import LengthCalibration
-from semisched.runtime.calls import PreparedCall
+from semisched.runtime.callargs import PreparedCall
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.failures import classify_failure
 from semisched.runtime.headers import parse_rate_limits

@@ -16,7 +16,7 @@ import anyio
 from semisched.compress.runtime import CompressedPrompt
 from semisched.core.request import Request
 from semisched.priors.calibration import Calibrated
-from semisched.runtime.calls import PreparedCall
+from semisched.runtime.callargs import PreparedCall
 from semisched.runtime.failures import ProviderFailure
 from semisched.runtime.seam import Declined
 

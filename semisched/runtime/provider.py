@@ -17,7 +17,8 @@ from typing import Any
 
 from semisched.runtime.apis import APIS
 from semisched.runtime.apis import ApiUsage as Usage
-from semisched.runtime.calls import Api, accepted_params
+from semisched.runtime.callargs import Api
+from semisched.runtime.calls import accepted_params
 
 __all__ = ["Provider", "Usage", "usage_of"]
 

@@ -15,7 +15,7 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.request import Request
 from semisched.priors.batching import PriorResolver
 from semisched.priors.calibration import Calibrated, LengthCalibration
-from semisched.runtime.calls import PreparedCall
+from semisched.runtime.callargs import PreparedCall
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.stats import RuntimeTally
 

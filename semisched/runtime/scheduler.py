@@ -7,7 +7,7 @@ decides nothing itself. It
   [`SchedulerConfig`][semisched.core.config.SchedulerConfig] (every scheduling decision,
   retry, routing and tenants included), runtime objects (priors, state, clock,
   telemetry) and [`RuntimeOptions`][semisched.runtime.options.RuntimeOptions],
-- validates a call (`semisched.runtime.calls.CallArgs`,
+- validates a call (`semisched.runtime.callargs.CallArgs`,
   `semisched.runtime.calls.prepare_call`) and builds the
   core's [`Request`][semisched.core.Request] (prior from a
   [`PriorSource`][semisched.priors.sources.PriorSource] via `semisched.priors.batching`,
@@ -30,19 +30,21 @@ releases its send opportunity. Time comes from a [`Clock`][semisched.runtime.clo
 (by default the event loop's, so trio's ``MockClock`` runs it in virtual time).
 
 This module holds the public `Scheduler`: its arguments, its context
-manager, ``submit``/``check``/``pause``/``resume``/``statistics``, and the
-building of the core's request. What it is not: it executes no action itself
-(`semisched.runtime.dispatch`), makes no scheduling decision and no retry
-arithmetic (`semisched.core`), reads no ``openai`` exception
-(`semisched.runtime.failures`). Streams are in `semisched.runtime.streams`, the
-drop-in facade in `semisched.runtime.facade`, statistics in `semisched.runtime.stats`.
+manager, ``submit``/``check``/``pause``/``resume``/``statistics`` and the
+fleet's changes. A call's way in (validation, room under ``max_pending``, its
+id, the building of the core's request) is `semisched.runtime.intake`; how the
+task group's errors leave it, `semisched.runtime.supervise`. What it is not: it
+executes no action itself (`semisched.runtime.dispatch`), makes no scheduling
+decision and no retry arithmetic (`semisched.core`), reads no ``openai``
+exception (`semisched.runtime.failures`). Streams are in
+`semisched.runtime.streams`, the drop-in facade in `semisched.runtime.facade`,
+statistics in `semisched.runtime.stats`.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Never
 
@@ -55,32 +57,27 @@ from semisched.core.config import SchedulerConfig
 from semisched.core.engine import Engine
 from semisched.core.lifecycle import RetryPolicy
 from semisched.core.spend import SpendCap
-from semisched.errors import QueueFull, SchedulerClosed
+from semisched.errors import SchedulerClosed
 from semisched.fleet.endpoints import Deployments, Endpoint
 from semisched.priors.batching import PriorResolver
 from semisched.priors.default import scheduler_priors
 from semisched.priors.sources import Heuristic, PriorSource
-from semisched.runtime.calls import (
-    CallArgs,
-    PreparedCall,
-    call_signature,
-    prepare_call,
-    scheduler_config,
-)
+from semisched.runtime.callargs import call_signature
+from semisched.runtime.calls import scheduler_config
 from semisched.runtime.clock import AnyioClock, Clock
 from semisched.runtime.dispatch import Dispatcher
 from semisched.runtime.estimate import TokenEstimator
 from semisched.runtime.facade import ScheduledClient
+from semisched.runtime.intake import Intake
 from semisched.runtime.layers import Configured
 from semisched.runtime.options import (
     RuntimeOptions,
     check_runtime_objects,
     removed_argument,
 )
-from semisched.runtime.pending import Pending
-from semisched.runtime.requests import core_request
 from semisched.runtime.spending import run_spending
 from semisched.runtime.stats import RuntimeCounters, RuntimeTally, SchedulerStats
+from semisched.runtime.supervise import leave_group
 from semisched.state.base import StateBackend
 from semisched.state.guard import SharedBudget, backend_for
 from semisched.telemetry.observe import RequestObserver, build_observers
@@ -218,7 +215,6 @@ class Scheduler:
         self.options = options
         source, self._prior_choice, self._load_priors = scheduler_priors(priors)
         self._deployments = Deployments.of(client, endpoints)
-        self._class_names = tuple(c.name for c in self.config.classes)
         self._engine = Engine(
             self.config,
             jitter=random.Random(options.seed).random,
@@ -245,8 +241,8 @@ class Scheduler:
                                 spending=self._spending)  # fmt: skip
         self._dispatch = Dispatcher(self._engine, configured, self._clock, self._tally,
                                     cancel_late=options.cancel_late)  # fmt: skip
-        self._ids = itertools.count(1)
-        self._preparing = 0
+        self._intake = Intake(self.config, options, self._deployments, self._dispatch,
+                              self._tally, self._calibration, self._estimator)  # fmt: skip
         self._tg: TaskGroup | None = None
         self._closed = False
         self.client = ScheduledClient(self, client)
@@ -298,7 +294,7 @@ class Scheduler:
             self._tg.cancel_scope.cancel()
             self._priors.close()
             try:
-                error = await _leave(self._tg, exc_type, exc, tb)
+                error = await leave_group(self._tg, exc_type, exc, tb)
             finally:
                 if self._shared is not None:
                     with anyio.CancelScope(shield=True):
@@ -339,28 +335,11 @@ class Scheduler:
                 ``(0, 1e8]`` seconds (`semisched.runtime.calls`, rule 7).
             RequestError: An outcome (see `semisched.errors`).
         """
-        prepared = self._prepare(call)
+        prepared = self._intake.prepare(call)
         if self._tg is None or self._closed:
             raise SchedulerClosed("the scheduler is not running (use `async with Scheduler(...)`)",
                                   request_id="", klass=prepared.klass or "")  # fmt: skip
-        rid = f"req-{next(self._ids)}"
-        self._tally.submitted += 1
-        self._check_room(rid, prepared)
-        self._preparing += 1  # counts towards max_pending while its prior is resolved
-        try:
-            request, calibrated = await core_request(
-                rid, prepared, self._priors, self._calibration, self._estimator, self.config,
-                self._tally, self._dispatch.now,
-            )  # fmt: skip
-            request, compressed = await self._dispatch.stacks.prepare(request, prepared)
-        except BaseException:  # only cancellation: the prior resolver never fails
-            self._tally.cancelled += 1
-            raise
-        finally:
-            self._preparing -= 1
-        pending = Pending(id=rid, call=prepared, request=request, calibrated=calibrated,
-                          compressed=compressed)  # fmt: skip
-        return await self._dispatch.run(pending)
+        return await self._intake.submit(prepared, self._priors)
 
     @call_signature
     def check(self, **call: Any) -> str:
@@ -372,25 +351,12 @@ class Scheduler:
         Raises:
             ValueError, TypeError: What `submit` would raise for it.
         """
-        return self._prepare(call).api
+        return self._intake.prepare(call).api
 
     def spent(self, tokens: int, endpoint: str | None = None) -> None:
         """A call this scheduler did not send spent ``tokens`` of the key (an
         unscheduled call's usage; the facade tells it): the rate budgets count them."""
         self._engine.spent(tokens, self._dispatch.now(), endpoint)
-
-    def _check_room(self, rid: str, call: PreparedCall) -> None:
-        """Raise `QueueFull` when ``options.max_pending`` requests already wait."""
-        limit = self.options.max_pending
-        waiting = len(self._dispatch.pending) + self._preparing
-        if limit is not None and waiting >= limit:
-            self._tally.queue_full += 1
-            raise QueueFull(
-                f"{waiting} requests pending (max_pending={limit})",
-                request_id=rid,
-                klass=call.klass or "",
-                limit=limit,
-            )
 
     def pause(self) -> None:
         """Send nothing more until `resume`; queued requests wait (deadlines still apply).
@@ -450,7 +416,7 @@ class Scheduler:
         """
         return SchedulerStats(
             pending=len(self._dispatch.pending),
-            open_streams=self._dispatch.open_streams,
+            open_streams=self._dispatch.answers.open_streams,
             counters=self._tally.freeze(),
             engine=self._engine.statistics(),
             rate_limits=self._dispatch.rate_limits,
@@ -462,32 +428,3 @@ class Scheduler:
             compression=self._compression.statistics(),
             spend=None if self._spending is None else self._spending.statistics(),
         )
-
-    # -- building the core's request -------------------------------------------------------
-
-    def _prepare(self, call: Mapping[str, Any]) -> PreparedCall:
-        prepared = prepare_call(
-            CallArgs.of(call),
-            allowed_params=self._deployments.allowed_params,
-            class_names=self._class_names,
-            tenants=self.config.tenants,
-        )
-        self._deployments.check_model(prepared.model)
-        return prepared
-
-
-async def _leave(
-    tg: TaskGroup,
-    exc_type: type[BaseException] | None,
-    exc: BaseException | None,
-    tb: TracebackType | None,
-) -> BaseException | None:
-    """Leave the task group; the one error of a group of one is returned, not raised
-    (``Scheduler``'s rule: the caller meets it as itself). Several are raised as the group."""
-    try:
-        await tg.__aexit__(exc_type, exc, tb)
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        return group.exceptions[0]
-    return None

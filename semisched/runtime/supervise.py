@@ -16,6 +16,10 @@ every request after it (and a gateway would answer 503 for good). The
    ``semisched.runtime``. A request's log line names its id and class, never its
    prompt or parameters.
 4. Cancellation is never caught: it is how the scheduler closes.
+5. Leaving the task group (`leave_group`), a lone error (the ``async with``
+   block's own, or a bug or an interrupt in the scheduler's own tasks) comes out
+   as itself, never wrapped in a group of one; several come out together as the
+   group, so that none is lost.
 
 What this module is not: it decides nothing about the request (the engine does,
 told by the dispatcher) and restarts nothing.
@@ -25,11 +29,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any
+
+from anyio.abc import TaskGroup
 
 from semisched.runtime.stats import RuntimeTally
 
-__all__ = ["Supervisor", "logger"]
+__all__ = ["Supervisor", "leave_group", "logger"]
 
 logger = logging.getLogger("semisched.runtime")
 
@@ -69,3 +76,20 @@ class Supervisor:
                 self.task_failed(where, exc)
 
         return run
+
+
+async def leave_group(
+    tg: TaskGroup,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> BaseException | None:
+    """Leave the task group; the one error of a group of one is returned, not raised
+    (``Scheduler``'s rule: the caller meets it as itself). Several are raised as the group."""
+    try:
+        await tg.__aexit__(exc_type, exc, tb)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        return group.exceptions[0]
+    return None

@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 
 from semisched.core import Prior
-from semisched.runtime.calls import (
-    SCHEDULER_ARGS,
-    PreparedCall,
-    accepted_params,
-    output_cap,
-    prepare_call,
-)
+from semisched.runtime.callargs import SCHEDULER_ARGS, PreparedCall
+from semisched.runtime.calls import accepted_params, output_cap, prepare_call
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -175,7 +170,7 @@ def test_the_per_call_signature_is_written_once() -> None:
     import inspect
 
     from semisched import Scheduler
-    from semisched.runtime.calls import CallArgs
+    from semisched.runtime.callargs import CallArgs
     from semisched.runtime.facade import ScheduledClient
 
     names = [f for f in CallArgs.__dataclass_fields__ if f != "params"]

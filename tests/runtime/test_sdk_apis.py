@@ -14,7 +14,8 @@ from semisched import Scheduler
 from semisched.core import preset
 from semisched.core.config import BudgetConfig
 from semisched.runtime.apis import APIS, api_for_path
-from semisched.runtime.calls import CallArgs, prepare_call
+from semisched.runtime.callargs import CallArgs
+from semisched.runtime.calls import prepare_call
 
 pytestmark = [
     pytest.mark.anyio,
