@@ -1,7 +1,8 @@
 """A request a caller is waiting for: the runtime's record of it between submit and outcome.
 
 `Pending` is what [`Scheduler`][semisched.Scheduler] hands the
-`Dispatcher` and what the dispatcher resolves exactly
+`Dispatcher` (through its intake, `semisched.runtime.intake`) and what the dispatcher
+resolves exactly
 once (a response, a stream or an outcome). Values and an event; no I/O.
 """
 
