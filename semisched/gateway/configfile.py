@@ -27,7 +27,7 @@ from semisched.core.tenants.config import TenantConfig, TenantSpec
 from semisched.fleet.fleetfile import FLEET_FIELDS, fleet_from_dict
 from semisched.gateway.config import GatewayConfig, GatewayConfigError
 from semisched.gateway.keys import check_hash
-from semisched.gateway.priority_config import read_settings
+from semisched.gateway.priority_config import known_fields, read_settings
 
 __all__ = ["GATEWAY_FIELDS", "config_from_dict", "load_config", "read_toml"]
 
@@ -52,14 +52,13 @@ def _fail(message: str) -> GatewayConfigError:
 
 
 def _table(where: str, data: object, known: Sequence[str]) -> dict[str, Any]:
+    """An optional table's known fields (`known_fields`; absent: none)."""
     if data is None:
         return {}
-    if not isinstance(data, dict):
-        raise _fail(f"{where} must be a table")
-    for key in data:
-        if key not in known:
-            raise _fail(f"{where}: unknown field {key!r} (known: {', '.join(known)})")
-    return dict(data)
+    try:
+        return known_fields(where, data, known)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _hashes(where: str, value: object) -> list[str]:

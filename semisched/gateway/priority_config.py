@@ -59,7 +59,7 @@ from semisched.core.checks import short_repr
 from semisched.core.config import ClassSpec
 from semisched.gateway.keys import check_hash
 
-__all__ = ["CLASS_FIELDS", "PRIORITY_FIELDS", "PrioritySettings", "read_settings"]
+__all__ = ["CLASS_FIELDS", "PRIORITY_FIELDS", "PrioritySettings", "known_fields", "read_settings"]
 
 #: Keys of a ``[[class]]`` table: [`ClassSpec`][semisched.core.config.ClassSpec]'s.
 CLASS_FIELDS: Final = ("name", "weight", "interactive", "quota", "tier", "min_share",
@@ -126,7 +126,12 @@ def _seconds(where: str, value: object) -> float:
     return float(value)
 
 
-def _fields(where: str, table: object, known: Sequence[str]) -> dict[str, Any]:
+def known_fields(where: str, table: object, known: Sequence[str]) -> dict[str, Any]:
+    """``table`` (a TOML table at ``where``) as a dict of the ``known`` fields only.
+
+    Raises:
+        ValueError: It is not a table, or it has a field not in ``known``.
+    """
     if not isinstance(table, dict):
         raise ValueError(f"{where} must be a table")
     for key in table:
@@ -142,7 +147,7 @@ def _classes(tables: object) -> tuple[tuple[ClassSpec, ...], dict[str, float]]:
     specs: list[ClassSpec] = []
     deadlines: dict[str, float] = {}
     for i, table in enumerate(tables, 1):
-        table = _fields(f"class #{i}", table, CLASS_FIELDS)
+        table = known_fields(f"class #{i}", table, CLASS_FIELDS)
         label = f"class #{i} ({table.get('name')!r})"
         deadline = table.get("deadline_s")
         if deadline is not None:
@@ -177,7 +182,7 @@ def _levels(value: object) -> tuple[tuple[int, str], ...]:
 
 def _priority(table: object) -> dict[str, Any]:
     """``[priority]`` as `PrioritySettings` fields."""
-    table = _fields("[priority]", table, PRIORITY_FIELDS)
+    table = known_fields("[priority]", table, PRIORITY_FIELDS)
     out: dict[str, Any] = {}
     if "levels" in table:
         out["levels"] = _levels(table["levels"])
