@@ -131,7 +131,10 @@ class RoutingPolicy(ABC):
     def choose(
         self, entry: Entry, candidates: Sequence[EndpointState], now: float
     ) -> EndpointState:
-        """Return one of ``candidates`` (at least two, in fleet order) for ``entry``."""
+        """Return one of ``candidates`` (in fleet order) for ``entry``. They are two or
+        more endpoints that can take it now, or the one left with room it has shown while
+        others have only a probe (`semisched.core.fleet.fleet` rule 9): a policy that keeps
+        state, such as round robin's turn, sees that choice too."""
 
 
 @ROUTING.register
