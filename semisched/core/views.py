@@ -36,7 +36,6 @@ class Pressure:
 
     __slots__ = (
         "_book",
-        "_ceiling",
         "_config",
         "_estimate",
         "_fleet",
@@ -51,7 +50,6 @@ class Pressure:
         self, config: SchedulerConfig, book: Book, fleet: Fleet, order: OrderingPolicy
     ) -> None:
         self._config = config
-        self._ceiling = config.max_inflight
         self._request_tokens = config.allocation.request_tokens
         self._weights = config.overload
         self._book = book
@@ -65,10 +63,7 @@ class Pressure:
     def max_inflight(self) -> int | None:
         """The concurrency in force: the sum of the endpoints' caps when each has one
         (learned or set), at most ``config.max_inflight``; ``None``: no limit."""
-        ceiling, total = self._ceiling, self._fleet.capacity
-        if total is None:
-            return ceiling
-        return total if ceiling is None or total < ceiling else ceiling
+        return self._fleet.in_force
 
     @property
     def request_tokens(self) -> float:
@@ -93,12 +88,12 @@ class Pressure:
         alone = self._fleet.alone
         if alone is not None and alone.circuit is _CLOSED:
             return self._signals.severity(
-                book.inflight, self.max_inflight, book.queued_tokens, self._weights
+                book.inflight, self._fleet.in_force, book.queued_tokens, self._weights
             )
         tail, load = self._fleet.pressure(book.now)
         # positional: the hot path of admission and dispatch
         return self._signals.severity(
-            book.inflight, self.max_inflight, book.queued_tokens, self._weights, tail, load
+            book.inflight, self._fleet.in_force, book.queued_tokens, self._weights, tail, load
         )
 
     def refresh(self) -> float:

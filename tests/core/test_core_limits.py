@@ -245,6 +245,25 @@ def _request(rid: str, now: float, *, stream: bool = False, tokens: int = 100) -
                    stream=stream)  # fmt: skip
 
 
+@pytest.mark.parametrize("ceiling", [1, 2])
+def test_a_ceiling_of_one_request_leaves_the_limit_unfed(ceiling: int) -> None:
+    # With max_inflight=1 no endpoint ever holds more than one: no limit can bind, so
+    # none is fed (it stays where it started); a ceiling of two feeds it as usual.
+    config = replace(_one_class(), max_inflight=ceiling)
+    engine = Engine(config, endpoints=[EndpointSpec(name="a")])
+    actions = [a for i in range(2) for a in engine.submit(_request(f"r{i}", 0.0, stream=True), 0.0)]
+    assert sum(isinstance(a, Send) for a in actions) == ceiling
+    assert not any(isinstance(a, Wake) for a in actions)  # no first token to check
+    engine.first_token("r0", 0.1)
+    engine.failed("r0", 0.2, FailureKind.RATE_LIMITED, retry_after=0.5)
+    e = engine.statistics().endpoints[0]
+    if ceiling == 1:
+        assert (e.limit, e.limit_changes) == (8, {})
+    else:
+        assert e.limit_changes.get("limit.start") == 1
+        assert e.limit_changes.get("limit.throttled") == 1
+
+
 def test_the_knee_holds_then_probes_resume_one_a_round() -> None:
     limit = QueueDelayLimit(initial=16.0, ceiling_rounds=5.0)
     limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))

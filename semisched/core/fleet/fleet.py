@@ -130,9 +130,12 @@ class Fleet:
         self.room: list[EndpointState] = []
         self.count = 0  # endpoints in the fleet (removed ones excluded)
         #: Every endpoint's concurrency limit, fed and applied.
-        self.limits = Limits(self.set_cap)
+        self.limits = Limits(self.set_cap, config.max_inflight)
         #: The sum of the active endpoints' caps (``None`` while one has none).
         self.capacity: int | None = None
+        #: The concurrency in force: `capacity`, at most the scheduler's ``max_inflight``
+        #: (``None``: no limit); kept with the capacity, read on every decision.
+        self.in_force: int | None = config.max_inflight
         self._picker = Picker(self, tally)
         # The aggregate of every endpoint's answers: latency averages for ordering and
         # queue pressure. A fleet of one shares it with its endpoint (one update per
@@ -221,7 +224,7 @@ class Fleet:
         self._eligible.clear()
         self.room = [e for e in self._endpoints if e.cap is None or e.inflight < e.cap]
         self.count = len(self._endpoints)
-        self.capacity = capacity(self._endpoints)
+        self._recount()
         self.limits.added(self._endpoints)
         live = [e for e in self._endpoints if not e.out_reason]
         only = live[0] if len(live) == 1 and len(self._endpoints) == 1 else None
@@ -282,7 +285,10 @@ class Fleet:
             endpoint.probing = True
         if endpoint.budget is not None or self.budget is not None:
             self.budgets.charge(endpoint, now, entry.request.id, entry.charge)
-        return self.limits.sent(endpoint, entry)
+        limits = self.limits
+        # A limit that is not fed reads nothing of this send (an entry sent meanwhile goes
+        # to an endpoint whose limit does not learn, or nothing is ever fed: `Limits`).
+        return limits.sent(endpoint, entry) if limits.learning else None
 
     def release(self, entry: Entry, now: float) -> EndpointState:
         """``entry`` leaves flight (answered, failed or cancelled); returns where it was."""
@@ -315,7 +321,14 @@ class Fleet:
             insort(room, endpoint, key=_fleet_order)
         elif not has_room and endpoint in room:
             room.remove(endpoint)
-        self.capacity = capacity(self._endpoints)
+        self._recount()
+
+    def _recount(self) -> None:
+        """The caps or the endpoints changed: the capacity and the concurrency in force."""
+        total = self.capacity = capacity(self._endpoints)
+        ceiling = self._cfg.max_inflight
+        self.in_force = ceiling if total is None or (ceiling is not None and ceiling <= total) \
+            else total
 
     def on_completed(
         self,

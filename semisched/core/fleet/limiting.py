@@ -11,6 +11,11 @@ the last one and a count per rule on the endpoint (its statistics), and the rece
 ones in `Limits.changes` for a shell to read. It also keeps the fleet's
 *capacity*, the sum of its active endpoints' caps (``None`` while one has none).
 
+A limit is fed only where it can move and bind: when no endpoint's limit learns
+(`ConcurrencyLimit.learns`), or the scheduler's ceiling (``max_inflight``) is one
+request, so that no endpoint ever holds more than a cap's least (one), every event is
+skipped and each limit stays where it started.
+
 Pure: the fleet passes ``now``.
 """
 
@@ -32,18 +37,21 @@ KEPT_CHANGES = 256
 class Limits:
     """Every endpoint's concurrency limit, fed and applied (module rules)."""
 
-    __slots__ = ("_set_cap", "changes", "learning")
+    __slots__ = ("_ceiling", "_set_cap", "changes", "learning")
 
-    def __init__(self, set_cap: Callable[[EndpointState, int | None], None]) -> None:
+    def __init__(
+        self, set_cap: Callable[[EndpointState, int | None], None], ceiling: int | None = None
+    ) -> None:
         self._set_cap = set_cap
+        self._ceiling = ceiling
         #: The most recent changes, oldest first.
         self.changes: deque[LimitChange] = deque(maxlen=KEPT_CHANGES)
-        #: Whether any endpoint's limit can move (else every event is skipped).
+        #: Whether any endpoint's limit can move and bind (else every event is skipped).
         self.learning = False
 
     def added(self, endpoints: Iterable[EndpointState]) -> None:
-        """The fleet's membership changed."""
-        self.learning = any(e.limiter.learns for e in endpoints)
+        """The fleet's membership changed: whether any limit is fed (module rule)."""
+        self.learning = self._ceiling != 1 and any(e.limiter.learns for e in endpoints)
 
     def sent(self, endpoint: EndpointState, entry: Entry) -> float | None:
         """``entry`` was sent to ``endpoint`` (counted in its ``sent`` and ``inflight``): what

@@ -98,7 +98,7 @@ class ConcurrencyLimit(ABC):
     @property
     @abstractmethod
     def cap(self) -> int | None:
-        """The requests the endpoint may hold now (``None``: no limit)."""
+        """The requests the endpoint may hold now, at least one (``None``: no limit)."""
 
     @property
     def sure(self) -> int | None:
