@@ -327,10 +327,12 @@ def _perf(root: Path) -> str:
         rows.append({k: (None if v == "-" else float(v) if k in _PERF_NUMBERS else v)
                      for k, v in r.items()})  # fmt: skip
     commits = meta["commits"]
+    counted = (" Instructions: one count per side by valgrind's cachegrind (the load does "
+               "not move it)." if meta.get("instructions") else "")  # fmt: skip
     return (
         f"{table(rows)}\n\nBaseline {commits['baseline']}, current {commits['current']}; "
         f"{meta['rounds']} rounds each, alternating, medians; {meta['machine']['cpus']} CPUs "
-        f"(load average {meta['load_average'][0]:.1f} at the end)."
+        f"(load average {meta['load_average'][0]:.1f} at the end).{counted}"
     )
 
 

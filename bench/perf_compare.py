@@ -16,9 +16,11 @@ Measures (each the median over the rounds, per side):
 * one routing pick at 16 endpoints and 10k queued: p99 per policy and the worst
   (``bench.perf.routing_cost``; ``-`` where the baseline has no fleets).
 
-A ratio is current over baseline; ``better`` says which way is good. After the
-rounds, ``sim_profile.md`` says where this tree's simulator spends its time
-(`bench.perf_profile`).
+A ratio is current over baseline; ``better`` says which way is good. With
+``instructions``, each side's CPU instructions per decision and per simulated
+request are counted once, by valgrind's cachegrind (`bench.perf_count`): a count
+the machine's load does not move. After the rounds, ``sim_profile.md`` says where
+this tree's simulator spends its time (`bench.perf_profile`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +38,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench.perf_count import COUNTS, count_instructions
 
 __all__ = ["MEASURES", "perf_compare", "ratio_rows"]
 
@@ -137,6 +142,7 @@ def ratio_rows(
     is ``None``, and so is its ratio."""
     rows: list[dict[str, Any]] = []
     labels = {fig: (label, better) for _, fig, label, better in MEASURES}
+    labels.update({fig: (label, "lower") for fig, label, _ in COUNTS})
     extra = sorted({k for r in samples["current"] for k in r if k.startswith("pick_p99_us.")})
     for fig in [*labels, *extra]:
         if fig in labels:
@@ -166,17 +172,22 @@ def perf_compare(
     requests: int = 20_000,
     progress: bool = True,
     profile: bool = True,
+    instructions: bool = False,
 ) -> list[dict[str, Any]]:
     """Measure ``current`` (default: this tree) against ``baseline`` in ``rounds`` rounds,
     the sides taking turns (which one goes first alternates too); write
     ``out/perf.csv`` and ``out/perf.json`` (commits, machine, rounds) and, with
-    ``profile``, ``out/sim_profile.md`` (`bench.perf_profile`); return the rows.
+    ``profile``, ``out/sim_profile.md`` (`bench.perf_profile`); return the rows. With
+    ``instructions``, each side's instruction counts join the table (`bench.perf_count`).
 
     Raises:
         ValueError: ``rounds`` < 1, or a baseline that is neither folder nor commit.
+        RuntimeError: ``instructions`` without valgrind on ``PATH``.
     """
     if rounds < 1:
         raise ValueError(f"rounds={rounds!r} must be >= 1")
+    if instructions and shutil.which("valgrind") is None:
+        raise RuntimeError("instructions=True needs valgrind on PATH (apt install valgrind)")
     here = (current or Path(__file__).resolve().parent.parent).resolve()
     got: dict[str, list[dict[str, float]]] = {"baseline": [], "current": []}
     with baseline_tree(baseline, here) as base:
@@ -192,6 +203,11 @@ def perf_compare(
                         _run_probe(trees[side], probe, samples=samples, requests=requests)
                     )
                 got[side].append(figures)
+        if instructions:  # once per side: a count does not drift between rounds
+            for side, tree in trees.items():
+                if progress:
+                    print(f"perf: counting instructions, {side}", flush=True)
+                got[side][0].update(count_instructions(tree))
         commits = {side: _commit(tree) for side, tree in trees.items()}
     rows = ratio_rows(got)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,6 +219,7 @@ def perf_compare(
     meta = {
         "commits": commits,
         "rounds": rounds,
+        "instructions": instructions,
         "samples": samples,
         "requests": requests,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -48,6 +48,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     pf.add_argument("--rounds", type=int, default=2, help="rounds per side (default 2)")
     pf.add_argument("--samples", type=int, default=3000, help="decisions timed per measure")
     pf.add_argument("--requests", type=int, default=20_000, help="requests the simulator runs")
+    pf.add_argument("--instructions", action="store_true",
+                    help="also count each side's instructions per decision and per simulated "
+                         "request with valgrind (one run per side; the machine's load does "
+                         "not move a count)")  # fmt: skip
     o = sub.add_parser("sdk-overhead", help="what the SDK adds over bare AsyncOpenAI (benchmark)")
     o.add_argument("--out", type=Path, default=Path("results/perf"), help="output folder")
     o.add_argument("--samples", type=int, default=2000, help="latency iterations (2000)")
@@ -122,7 +126,7 @@ def _perf(args: argparse.Namespace) -> Path:
 
     rows = perf_compare(
         Path(args.out), args.baseline, rounds=args.rounds, samples=args.samples,
-        requests=args.requests,
+        requests=args.requests, instructions=args.instructions,
     )  # fmt: skip
     print(table(rows))
     return Path(args.out) / "perf.csv"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,43 @@ def test_the_simulator_profile_names_our_functions_and_their_shares(tmp_path: Pa
     text = write_sim_profile(tmp_path, requests=300).read_text()
     table = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(table) == TOP and "| function | calls | own s |" in text
+
+
+def test_instruction_counts_join_the_table_lower_is_better() -> None:
+    rows = ratio_rows(
+        {
+            "baseline": [{"decision_instructions": 100_000.0, "sim_instructions": 300_000.0}],
+            "current": [{"decision_instructions": 150_000.0, "sim_instructions": 390_000.0}],
+        }
+    )
+    by = {r["measure"]: r for r in rows}
+    decision = by["decision at 10k queued: instructions per arrival and dispatch"]
+    assert decision["ratio"] == pytest.approx(1.5) and decision["better"] == "lower"
+    assert by["simulator: instructions per request"]["ratio"] == pytest.approx(1.3)
+
+
+def test_counting_refuses_an_unknown_figure_and_says_when_valgrind_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import perf_count
+
+    with pytest.raises(ValueError, match="figure='wall' must be one of"):
+        perf_count.instructions_per_step(tmp_path, "wall", 10)
+    with pytest.raises(ValueError, match="steps=0 must be >= 1"):
+        perf_count.instructions_per_step(tmp_path, "sim_instructions", 0)
+    monkeypatch.setattr(perf_count.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="valgrind is not on PATH"):
+        perf_count.instructions_per_step(tmp_path, "sim_instructions", 10)
+    with pytest.raises(RuntimeError, match="needs valgrind"):
+        perf_compare(tmp_path, str(tmp_path), instructions=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="counting needs valgrind")
+def test_an_instruction_count_is_the_same_on_a_rerun() -> None:
+    from bench.perf_count import instructions_per_step
+
+    root = Path(__file__).resolve().parents[2]
+    first, again = (instructions_per_step(root, "sim_instructions", 20) for _ in range(2))
+    assert first > 10_000  # a simulated request runs the whole stack
+    assert again == pytest.approx(first, rel=0.01)
