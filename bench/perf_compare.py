@@ -238,9 +238,17 @@ def perf_compare(
 def _cell(value: object) -> object:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
+    if isinstance(value, float):  # large figures whole (an instruction count to the unit)
+        return f"{value:.0f}" if abs(value) >= 1_000 else f"{value:.4g}"
     return value
+
+
+def _shown(value: object) -> object:
+    """A cell as the table shows it: large figures (instructions, requests per second)
+    whole, with thousands separators; the rest as in the CSV."""
+    if isinstance(value, float) and abs(value) >= 1_000:
+        return f"{value:,.0f}"
+    return _cell(value)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -250,6 +258,6 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for r in rows:
-        cells = [_cell(r[k]) for k in ("baseline", "current", "ratio")]
+        cells = [_shown(r[k]) for k in ("baseline", "current", "ratio")]
         lines.append(f"| {r['measure']} | {r['better']} | " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
