@@ -141,16 +141,9 @@ def observe(sim: Simulator, rid: str, time: float) -> None:
     if limits is None:
         return
     engine = sim.engine
-    fractions = [
-        remaining / limit
-        for limit, remaining in (
-            (limits.limit_requests, limits.remaining_requests),
-            (limits.limit_tokens, limits.remaining_tokens),
-        )
-        if limit and remaining is not None
-    ]
-    if fractions:
-        engine.observe_headroom(min(fractions), time, rid)
+    headroom = limits.headroom  # what the runtime reads from the same headers
+    if headroom is not None:
+        engine.observe_headroom(headroom, time, rid)
     engine.observe_limits(rid, time, limits)
 
 
