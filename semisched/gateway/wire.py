@@ -21,11 +21,21 @@ Rules:
 4. Each read waits at most ``timeout_s`` (between a stream's chunks, too), a
    new connection ``connect_timeout_s``: `TimeoutError` past them. A
    connection that fails raises `WireError` and is never reused.
+5. A request whose *reused* connection closes before any byte of its answer came
+   is sent once more at once, on a new connection (counted in `Wire.resent`).
+   HTTP/1.1 lets either side close an idle connection at any time, and an upstream
+   that closes one idle for its keep-alive timeout (llama.cpp's server: 5 s, as
+   long as this side's) can do so just as a request goes out on it. That is not a
+   failure of the upstream, and the scheduler should not read it as one (its
+   retry policy would resend the request anyway, after a back-off, and count a
+   failure against the endpoint's health and concurrency limit). A new
+   connection that fails raises `WireError`, as does a failure once an answer
+   began.
 
 What this module is not: no redirects, cookies, proxies (an upstream behind one
-goes through `.proxied`), compression or retries; it reads no JSON and
-raises no ``openai`` exception (the upstream client maps failures). It runs on
-asyncio only (the gateway runs on uvicorn).
+goes through `.proxied`), compression or retries (rule 5's one resend aside); it
+reads no JSON and raises no ``openai`` exception (the upstream client maps
+failures). It runs on asyncio only (the gateway runs on uvicorn).
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ class _Connection(asyncio.Protocol):
         self._begin()
 
     def _begin(self) -> None:
+        self.heard = False  # a byte of the current answer came (rule 5)
         self.status = 0
         self.headers: dict[str, str] = {}
         self.head = False
@@ -78,6 +89,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
+        self.heard = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -272,6 +284,8 @@ class Wire:
         self._slots: asyncio.Semaphore | None = None
         self._max = max_connections
         self.open = 0
+        #: Requests sent once more after their reused connection closed first (rule 5).
+        self.resent = 0
         self.closed = False
 
     def __repr__(self) -> str:
@@ -289,15 +303,22 @@ class Wire:
             self._slots = asyncio.Semaphore(self._max)
         target = self.prefix + path.lstrip("/")
         head = f"{method} {target} HTTP/1.1\r\n{self._head}content-length: {len(body)}\r\n\r\n"
+        data = head.encode("latin-1") + body
         slots = self._slots
         await slots.acquire()  # held until the answer is read or closed (rule 3)
         conn = None
         try:
-            conn = await self._connection()
-            assert conn.transport is not None
-            conn.transport.write(head.encode("latin-1") + body)
-            while not conn.head:
-                await conn.wait(self.timeout_s)
+            conn, reused = await self._connection()
+            try:
+                await self._send(conn, data)
+            except WireError:
+                if not reused or conn.heard:
+                    raise
+                self._drop(conn)  # closed idle as the request went out: once more (rule 5)
+                conn = None
+                conn, _ = await self._connection(fresh=True)
+                self.resent += 1
+                await self._send(conn, data)
         except BaseException:
             if conn is not None:
                 self._drop(conn)
@@ -305,13 +326,22 @@ class Wire:
             raise
         return Reply(self, conn)
 
-    async def _connection(self) -> _Connection:
+    async def _send(self, conn: _Connection, data: bytes) -> None:
+        """Write one request on ``conn`` and wait for its answer's head."""
+        assert conn.transport is not None
+        conn.transport.write(data)
+        while not conn.head:
+            await conn.wait(self.timeout_s)
+
+    async def _connection(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        """An idle connection that is still good (rule 2), else a new one (``fresh``:
+        always a new one); and whether it is reused."""
         now = time.monotonic()
-        while self._idle:
+        while self._idle and not fresh:
             conn = self._idle.pop()
             if not conn.stale(now, self.keepalive_s):
                 conn._begin()
-                return conn
+                return conn, True
             self._drop(conn)
         loop = asyncio.get_running_loop()
         context = self._ssl_context() if self.tls else None
@@ -323,7 +353,7 @@ class Wire:
         except OSError as exc:
             raise WireError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self.open += 1
-        return conn
+        return conn, False
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:

@@ -127,7 +127,7 @@ class Dispatcher:
                            self.supervisor)  # fmt: skip
         self._idle = anyio.Event()
         self.stacks = Stacks(configured, engine, now=self.now, clock_per_wall=self._clock_per_wall,
-                             spawn=self._spawn, execute=self.execute)  # fmt: skip
+                             spawn=self._spawn, execute=self.execute, tally=tally)  # fmt: skip
         self.answers = Answers(engine, self.stacks, self.events, tally, clock,
                                cancel_late=cancel_late, now=self.now, execute=self.execute,
                                resolve=self._resolve, finished=self._finished,

@@ -36,6 +36,16 @@ are mapped in exactly one place):
    and `Expire`. Each outcome carries the core's
    explanation (``err.explanation``).
 
+3. `closed_unanswered`: whether a failed attempt's connection closed before any
+   byte of its answer came (httpx's ``RemoteProtocolError`` "Server disconnected
+   without sending a response", under ``openai.APIConnectionError``). HTTP/1.1
+   lets either side close an idle kept-alive connection at any time; a server
+   that closes one idle for its keep-alive timeout (llama.cpp's server: 5 s, as
+   long as httpx's own pool expiry) can do so just as a request goes out on it.
+   The provider seam sends such an attempt once more at once
+   (`semisched.runtime.layers.ProviderSeam`), as openai-python's own retries
+   (which the scheduler turns off) would have: it is no failure of the endpoint.
+
 What this module is not: it decides nothing. Whether and when to retry is the
 core's `semisched.core.lifecycle`; the runtime executes it.
 """
@@ -66,6 +76,7 @@ from semisched.runtime.seam import Declined
 __all__ = [
     "ProviderFailure",
     "classify_failure",
+    "closed_unanswered",
     "expire_outcome",
     "failure_hint",
     "failure_outcome",
@@ -171,6 +182,27 @@ def classify_failure(exc: BaseException) -> ProviderFailure:
         kind = FailureKind.UNKNOWN
     hint = failure_hint(exc, kind, None)
     return ProviderFailure(kind, None, None, {}, f"{type(exc).__name__}: {exc}", hint)
+
+
+#: httpcore's words (httpx's and httpx2's) for a connection that closed before any byte
+#: of its answer came.
+_UNANSWERED = "Server disconnected without sending a response"
+
+
+def closed_unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` is an attempt whose connection closed before any byte of its
+    answer came (module item 3): an ``openai.APIConnectionError`` caused by httpx's
+    ``RemoteProtocolError`` with httpcore's words for it."""
+    if not isinstance(exc, openai.APIConnectionError) or isinstance(exc, openai.APITimeoutError):
+        return False
+    cause = exc.__cause__
+    for _ in range(4):  # openai's error, from httpx's, from httpcore's
+        if cause is None:
+            return False
+        if type(cause).__name__ == "RemoteProtocolError" and str(cause).startswith(_UNANSWERED):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def failure_outcome(

@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import openai
+
 from semisched.compress.runtime import CompressedPrompt, PromptCompression
 from semisched.core.actions import Action
 from semisched.core.budget import ProviderLimits, rate_tokens
@@ -60,12 +62,13 @@ from semisched.fleet.endpoints import Deployments
 from semisched.priors.calibration import LengthCalibration
 from semisched.runtime.callargs import PreparedCall
 from semisched.runtime.estimate import TokenEstimator
-from semisched.runtime.failures import classify_failure
+from semisched.runtime.failures import classify_failure, closed_unanswered
 from semisched.runtime.headers import parse_rate_limits
 from semisched.runtime.pending import Pending
 from semisched.runtime.provider import Provider
 from semisched.runtime.seam import Answer, Declined, Ended, Refused, Seam
 from semisched.runtime.spending import Spending, SpendLayer
+from semisched.runtime.stats import RuntimeTally
 from semisched.state.guard import SharedBudget
 from semisched.state.usage import SharedUsage
 from semisched.telemetry.observe import Observers
@@ -89,20 +92,38 @@ __all__ = [
 
 
 class ProviderSeam:
-    """The innermost seam: the endpoint's model name, then ``Provider.create``."""
+    """The innermost seam: the endpoint's model name, then ``Provider.create``.
+
+    An attempt whose connection closed before any byte of its answer came (a kept-alive
+    connection the server closed idle as the request went out on it:
+    `semisched.runtime.failures.closed_unanswered`) is sent once more at once, and
+    counted in ``tally.resent``, not as a failure: the core never sees it. A second
+    such close is the attempt's failure.
+    """
 
     def __init__(
-        self, provider: Provider, params_for: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+        self,
+        provider: Provider,
+        params_for: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+        tally: RuntimeTally,
     ) -> None:
         self.provider = provider
         self.params_for = params_for
+        self.tally = tally
 
     def __repr__(self) -> str:
         return f"<ProviderSeam {self.provider!r}>"
 
     async def send(self, pending: Pending) -> Answer | Refused | Declined:
         params = self.params_for(pending.params)
-        response, headers = await self.provider.create(pending.call.api, params)
+        api = pending.call.api
+        try:
+            response, headers = await self.provider.create(api, params)
+        except openai.APIConnectionError as exc:
+            if not closed_unanswered(exc):
+                raise
+            self.tally.resent += 1
+            response, headers = await self.provider.create(api, params)
         return Answer(response, headers)
 
     def ended(self, pending: Pending, end: Ended) -> None:
@@ -304,6 +325,7 @@ class Stacks:
         clock_per_wall: Clock seconds per wall second.
         spawn: Runs a coroutine function in the background (the scheduler's task group).
         execute: Executes actions the shared tenants' usage lets go.
+        tally: The runtime's counters (an attempt sent once more counts in ``resent``).
 
     Attributes:
         limits: What rate-limit headers said.
@@ -319,8 +341,10 @@ class Stacks:
         clock_per_wall: Callable[[], float],
         spawn: Callable[..., None],
         execute: Callable[[list[Action]], None],
+        tally: RuntimeTally,
     ) -> None:
         self.configured = configured
+        self.tally = tally
         self.now = now
         self.spawn = spawn
         self.limits = RateLimits(engine, now, clock_per_wall)
@@ -377,7 +401,8 @@ class Stacks:
         def params_for(params: Mapping[str, Any]) -> Mapping[str, Any]:
             return deployments.params_for(name, params)
 
-        seam: Seam = HeaderLayer(ProviderSeam(deployments.provider(name), params_for), self.limits)
+        provider = ProviderSeam(deployments.provider(name), params_for, self.tally)
+        seam: Seam = HeaderLayer(provider, self.limits)
         seam = LearningLayer(seam, c.estimator, c.calibration)
         if c.observers and c.observers.give_context:  # no layer (an await) for no context
             seam = ObserverLayer(seam, c.observers)

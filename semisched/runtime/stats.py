@@ -58,6 +58,10 @@ class RuntimeCounters:
         retries: Failed attempts the core scheduled again.
         throttled: Attempts answered 429 ``rate_limit_exceeded`` (retried or
             not; an exhausted quota's 429 counts in ``quota_exceeded``).
+        resent: Attempts sent once more at once because their connection closed
+            before any byte of the answer came (a kept-alive connection the server
+            closed idle as the request went out on it): not failures, so neither
+            retries nor the endpoint's failures count them.
         prior_fallbacks: Requests whose prior came from the fallback source
             (the configured source was slow or failed).
         internal_errors: Requests ended by an unexpected exception inside
@@ -79,6 +83,7 @@ class RuntimeCounters:
     cancelled: int = 0
     retries: int = 0
     throttled: int = 0
+    resent: int = 0
     prior_fallbacks: int = 0
     internal_errors: int = 0
     task_errors: int = 0
@@ -117,6 +122,7 @@ class RuntimeTally:
         "quota_exceeded",
         "rate_limited",
         "rejected",
+        "resent",
         "retries",
         "submitted",
         "succeeded",
@@ -127,7 +133,7 @@ class RuntimeTally:
     def __init__(self) -> None:
         self.submitted = self.succeeded = self.rejected = self.deadline_exceeded = 0
         self.queue_full = self.rate_limited = self.quota_exceeded = self.provider_errors = 0
-        self.closed = self.cancelled = self.retries = self.throttled = 0
+        self.closed = self.cancelled = self.retries = self.throttled = self.resent = 0
         self.prior_fallbacks = self.internal_errors = self.task_errors = 0
 
     def freeze(self) -> RuntimeCounters:

@@ -22,9 +22,13 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 Answer = Callable[[bytes], bytes | None]
 
 
+#: An answer that closes the connection without a byte sent.
+DROP = b""
+
+
 class Upstream:
     """Answers each request (its head and body, as read) with ``answer(request)``;
-    ``None``: never answers."""
+    ``None``: never answers; `DROP`: closes the connection unanswered."""
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
@@ -41,6 +45,8 @@ class Upstream:
                 request = head + await reader.readexactly(length)
                 self.requests.append(request)
                 reply = self.answer(request)
+                if reply == DROP:
+                    break
                 if reply is None:
                     await asyncio.sleep(3600)
                     return
@@ -166,3 +172,47 @@ def test_requests_beyond_max_connections_wait_for_an_answer_to_finish() -> None:
 
     upstream = run(lambda _: OK, body, max_connections=1)
     assert (upstream.connections, len(upstream.requests)) == (1, 2)
+
+
+def test_a_kept_alive_connection_closed_as_a_request_goes_out_is_resent_once() -> None:
+    """An upstream that closes an idle connection just as the next request arrives on
+    it (a keep-alive timeout racing the request): the request goes again on a new
+    connection, and the caller gets its answer."""
+    answers = iter([OK, DROP, OK])
+
+    async def body(wire: Wire, upstream: Upstream) -> None:
+        assert (await (await wire.request("POST", "chat/completions", b"{}")).read()) == b"{}"
+        reply = await wire.request("POST", "chat/completions", b'{"n": 2}')
+        assert reply.status == 200 and await reply.read() == b"{}"
+        assert wire.resent == 1
+
+    upstream = run(lambda request: next(answers), body)
+    assert upstream.connections == 2  # the first, closed on the second request; a new one
+    assert [r.endswith(b'{"n": 2}') for r in upstream.requests] == [False, True, True]
+
+
+def test_a_new_connection_closed_unanswered_is_a_wire_error_sent_once() -> None:
+    """Without a reused connection to blame, a close before any answer is the upstream's
+    failure: raised, not resent (the retry policy decides what comes next)."""
+
+    async def body(wire: Wire, upstream: Upstream) -> None:
+        with pytest.raises(WireError):
+            await wire.request("POST", "chat/completions", b"{}")
+        assert wire.resent == 0 and wire.open == 0
+
+    upstream = run(lambda request: DROP, body)
+    assert len(upstream.requests) == 1 and upstream.connections == 1
+
+
+def test_a_resent_request_closed_again_is_a_wire_error() -> None:
+    """The one resend closed unanswered too: the upstream is failing, and that is raised."""
+    answers = iter([OK, DROP, DROP])
+
+    async def body(wire: Wire, upstream: Upstream) -> None:
+        await (await wire.request("POST", "chat/completions", b"{}")).read()
+        with pytest.raises(WireError):
+            await wire.request("POST", "chat/completions", b"{}")
+        assert wire.resent == 1 and wire.open == 0
+
+    upstream = run(lambda request: next(answers), body)
+    assert len(upstream.requests) == 3  # the first, and the second twice: never a third

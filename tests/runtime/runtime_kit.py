@@ -28,6 +28,9 @@ from mockprovider.stats import MockStats
 #: Virtual seconds per wall second in the ``wallclock`` tests (a real server).
 SCALE = 200.0
 
+#: A `Scripted` status: the connection closes unanswered.
+CLOSED = 0
+
 #: Output tokens of a call that stays in flight until the test cancels it
 #: (~1870 virtual seconds of decoding).
 FOREVER = 100_000
@@ -54,7 +57,9 @@ class Exchange:
 
 @dataclass(frozen=True)
 class Scripted:
-    """A failure the recorder answers itself, before the mock sees anything."""
+    """A failure the recorder answers itself, before the mock sees anything; ``status``
+    `CLOSED`: the connection closes before any byte of an answer (httpx's
+    ``RemoteProtocolError``, as a kept-alive connection the server closed idle raises)."""
 
     status: int
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -71,6 +76,8 @@ class Recorder(httpx2.AsyncBaseTransport):
         self._answered: dict[int, Exchange] = {}
         self._sent = 0
         self.bodies: list[dict[str, Any]] = []
+        #: When each request of a scheduled API left the client, answered or not.
+        self.sent: list[float] = []
 
     @property
     def log(self) -> list[Exchange]:
@@ -87,8 +94,11 @@ class Recorder(httpx2.AsyncBaseTransport):
         self.bodies.append(json.loads(await request.aread() or b"{}"))
         at, seq = anyio.current_time(), self._sent
         self._sent += 1
+        self.sent.append(at)
         if self.script:
             step = self.script.pop(0)
+            if step.status == CLOSED:
+                raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
             body = {"error": {"message": f"scripted {step.status}", "type": step.code,
                               "code": step.code, "param": None}}  # fmt: skip
             await request.aread()
