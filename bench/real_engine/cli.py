@@ -125,6 +125,18 @@ def caps(text: str) -> tuple[str, ...]:
     return names
 
 
+def policies(text: str) -> tuple[str, ...]:
+    """A comma-separated list of the routing run's policies (an argparse type)."""
+    from bench.real_engine.routing_engine import POLICIES
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names or any(n not in POLICIES for n in names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: each policy must be one of {', '.join(POLICIES)}"
+        )
+    return names
+
+
 def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
     step.add_argument("--seeds", type=positive, default=3, help="seeds 0..N-1 (3)")
     step.add_argument("--requests", type=positive, default=300, help="requests per run (300)")
@@ -138,6 +150,10 @@ def _matrix_arguments(step: argparse.ArgumentParser, name: str) -> None:
 
         step.add_argument("--load", choices=sorted(CONGESTION), default="medium",
                           help="congestion of the pair's joint capacity (medium)")  # fmt: skip
+        from bench.real_engine.routing_engine import POLICIES
+
+        step.add_argument("--policies", type=policies, default=POLICIES,
+                          help=f"routing policies, comma-separated ({','.join(POLICIES)})")
         step.add_argument("--caps", type=caps, default=("slots", "learned"),
                           help="endpoint caps, comma-separated: slots (each endpoint at most "
                           "its slots), learned (nothing told: each endpoint's limit learned), "
@@ -204,7 +220,7 @@ def _run(args: argparse.Namespace) -> Path:
 
         return routing_main(out, seeds=range(args.seeds), load=args.load,
                             requests=args.requests, caps=args.caps,
-                            profile=args.profile)  # fmt: skip
+                            profile=args.profile, policies=args.policies)  # fmt: skip
     if args.step == "setup":
         from bench.real_engine.setup import setup_main
 

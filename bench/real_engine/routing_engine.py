@@ -44,8 +44,10 @@ time the run took (first arrival to last answer), over the same capacity.
 
 Written: ``routing.csv`` (per caps, policy and seed: short P95, global P95, completion,
 satisfaction, goodput, each endpoint's share of the completions and its concurrency limit
-at the end (``limit_<name>``: its cap, or the limit it learned; empty for none), the
-intended and achieved load, on the engine and, as ``sim_*``, in the simulator),
+at the end (``limit_<name>``: its cap, or the limit it learned; empty for none) and how
+its limit changed (``changes_<name>``: the count of each rule's changes, such as
+``limit.probe 9 limit.queued 1``; empty for none), the intended and achieved load, on
+the engine and, as ``sim_*``, in the simulator),
 ``routing.md`` (medians over seeds, engine / sim) and ``routing_run.json`` (the run's
 machine load, fleet and profile).
 """
@@ -167,9 +169,16 @@ def endpoint_shares(stats: Any, names: Sequence[str]) -> dict[str, float]:
 def endpoint_limits(engine: Any, names: Sequence[str]) -> dict[str, object]:
     """Each endpoint's concurrency limit at the end, from the engine's statistics (the
     scheduler's ``statistics().engine``, a simulation's ``engine``): its cap, or the limit
-    it learned; ``""`` for none."""
+    it learned (``""`` for none); and its changes, the count of each rule's
+    (``changes_<name>``: ``limit.probe 9 limit.queued 1``)."""
     limits = {e.name: e.limit for e in engine.endpoints}
-    return {f"limit_{n}": "" if limits.get(n) is None else limits[n] for n in names}
+    changes = {e.name: " ".join(f"{rule} {n}" for rule, n in sorted(e.limit_changes.items()))
+               for e in engine.endpoints}  # fmt: skip
+    found: dict[str, object] = {
+        f"limit_{n}": "" if limits.get(n) is None else limits[n] for n in names
+    }
+    found.update({f"changes_{n}": changes.get(n, "") for n in names})
+    return found
 
 
 def routing_markdown(
@@ -281,14 +290,22 @@ def routing_main(
     requests: int,
     caps: Sequence[str] = CAPS,
     profile: str = "machine",
+    policies: Sequence[str] = POLICIES,
 ) -> Path:
-    """Run every policy and seed on the two servers, under each of ``caps``, the load sized
-    by ``profile`` (`bench.real_engine.profiles.engine_profile`); write the files
-    (module docstring). Returns ``routing.md``."""
+    """Run each of ``policies`` and seeds on the two servers, under each of ``caps``, the
+    load sized by ``profile`` (`bench.real_engine.profiles.engine_profile`); write the
+    files (module docstring). Returns ``routing.md``.
+
+    Raises:
+        ValueError: An unknown cap or policy (before any engine starts).
+    """
     from dataclasses import asdict
 
     from bench.real_engine.profiles import engine_profile
 
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"policies={list(policies)} must name some of {', '.join(POLICIES)}")
     for cap in caps:
         routing_config(POLICIES[0], cap)  # an unknown cap stops before any engine starts
     chosen = engine_profile(out, profile, FLEET["fast"])
@@ -299,11 +316,12 @@ def routing_main(
     with _servers(FLEET) as urls:
         for seed in seeds:
             _one_seed(urls, chosen.physics, seed, load=load, requests=requests, caps=caps,
-                      rows=rows, out=out)  # fmt: skip
+                      policies=policies, rows=rows, out=out)  # fmt: skip
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": [round(x, 2) for x in os.getloadavg()],
            "cores": os.cpu_count(), "fleet": dict(FLEET), "pools": dict(POOLS),
            "short_pool_tokens": SHORT_POOL_TOKENS, "caps": list(caps),
+           "policies": list(policies),
            "profile": asdict(chosen.physics), "profile_source": source}  # fmt: skip
     (out / "routing_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     text = routing_markdown(rows, list(FLEET), source)
@@ -314,7 +332,7 @@ def routing_main(
 
 def _one_seed(
     urls: Mapping[str, str], physics: Any, seed: int, *, load: str, requests: int,
-    caps: Sequence[str], rows: list[dict[str, object]], out: Path,
+    caps: Sequence[str], policies: Sequence[str], rows: list[dict[str, object]], out: Path,
 ) -> None:  # fmt: skip
     """Every caps and policy on one seed's workload, engine and sim; the rows appended, the
     csv rewritten after each run."""
@@ -341,7 +359,7 @@ def _one_seed(
     jobs, rate = engine_jobs(physics, source, load=load, requests=requests, seed=seed,
                              vocab=vocab, capacity=capacity)  # fmt: skip
     work = offered_work_s(physics, jobs)
-    for cap, policy in ((c, p) for c in caps for p in POLICIES):
+    for cap, policy in ((c, p) for c in caps for p in policies):
         t0 = time.perf_counter()
         slots, config = endpoint_caps(cap), routing_config(policy, cap)
         records, stats = anyio.run(partial(engine_run, stream=True), urls, jobs, config, seed,

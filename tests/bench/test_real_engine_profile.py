@@ -31,6 +31,7 @@ from bench.real_engine.routing_engine import (
     endpoint_caps,
     endpoint_limits,
     routing_config,
+    routing_main,
     routing_markdown,
     simulated_row,
 )
@@ -81,13 +82,24 @@ def test_the_headline_fixes_the_client_cap_and_leaves_direct_dispatch_uncapped()
 
 
 def _stats(**limits: int | None) -> SimpleNamespace:
-    return SimpleNamespace(endpoints=tuple(SimpleNamespace(name=n, limit=v)
-                                           for n, v in limits.items()))  # fmt: skip
+    changes = {"fast": {"limit.queued": 1, "limit.probe": 9}}
+    return SimpleNamespace(endpoints=tuple(
+        SimpleNamespace(name=n, limit=v, limit_changes=changes.get(n, {}))
+        for n, v in limits.items()))  # fmt: skip
 
 
-def test_each_endpoints_final_limit_is_recorded_and_none_is_empty() -> None:
+def test_each_endpoints_final_limit_and_its_changes_are_recorded_and_none_is_empty() -> None:
     assert endpoint_limits(_stats(fast=8, slow=None), ["fast", "slow"]) == {
-        "limit_fast": 8, "limit_slow": ""}  # fmt: skip
+        "limit_fast": 8, "limit_slow": "",
+        "changes_fast": "limit.probe 9 limit.queued 1", "changes_slow": ""}  # fmt: skip
+
+
+def test_the_routing_run_refuses_an_unknown_policy_before_any_engine_starts(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="must name some of round_robin"):
+        routing_main(tmp_path, seeds=[0], load="high", requests=10, policies=["fastest"])
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_simulated_twin_runs_the_same_caps_and_reports_each_limit() -> None:
@@ -101,6 +113,8 @@ def test_the_simulated_twin_runs_the_same_caps_and_reports_each_limit() -> None:
     assert (rows["none"]["sim_limit_fast"], rows["none"]["sim_limit_slow"]) == ("", "")
     learned = (rows["learned"]["sim_limit_fast"], rows["learned"]["sim_limit_slow"])
     assert all(isinstance(limit, int) and limit >= 1 for limit in learned)
+    assert "limit.start" in rows["learned"]["sim_changes_fast"]  # streamed: slow start from 2
+    assert rows["slots"]["sim_changes_fast"] == ""  # a told cap never changes
     assert all(row["sim_completion_rate"] == 1.0 for row in rows.values())
 
 
@@ -290,6 +304,11 @@ def test_the_commands_take_a_profile_and_learned_caps() -> None:
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["real-engine", "routing", "--caps", "slots,learned"])
     assert (args.caps, args.profile) == (("slots", "learned"), "machine")
+    assert args.policies == ("round_robin", "anticipated_load", "latency_ewma", "token_budget")
+    args = parser.parse_args(["real-engine", "routing", "--policies", "token_budget,round_robin"])
+    assert args.policies == ("token_budget", "round_robin")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["real-engine", "routing", "--policies", "fastest"])
     for step in ("headline", "compare"):
         args = parser.parse_args(["real-engine", step, "--profile", "committed"])
         assert args.profile == "committed"
