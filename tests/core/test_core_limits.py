@@ -119,6 +119,36 @@ def test_slow_start_grows_at_each_first_token_that_proves_a_free_slot() -> None:
     assert limit.cap == 6
 
 
+def test_above_what_first_tokens_proved_an_answer_a_departure_preceded_grows_nothing() -> None:
+    limit = QueueDelayLimit(initial=2.0)
+    for held in range(2, 9):  # first tokens no departure preceded: 8 served at once
+        limit.first_token(0.0, 0.1, held=held, prompt_tokens=0.0, left=0, left_by_s=0.0)
+    assert limit.cap == 9 and limit.sure == 8
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))  # the floor and the step
+    # Sent with 9, its first token after one of ours left: it may have had the slot that
+    # left, however short its wait looked. No proof of a ninth slot: no growth.
+    after = Answered(1.0, 3.0, 100, 0.1, 9, 0.01, 100, left=1, left_by_s=0.05)
+    assert limit.answered(after) is None and limit.cap == 9
+    # A first token at 9 that no departure preceded is the proof: then it grows.
+    verdict = limit.first_token(2.0, 2.1, held=9, prompt_tokens=0.0, left=0, left_by_s=0.0)
+    assert verdict is not None and verdict[0] == "limit.probe" and limit.cap == 10
+
+
+def test_the_scatter_allowance_learns_only_from_answers_that_had_a_slot() -> None:
+    """Waits that may have been a queue's (a departure preceded the first token, more in
+    flight than was proved served) must not widen the allowance that hides a queue."""
+    limit = QueueDelayLimit(initial=16.0)
+    limit.answered(answer(0.0, 0.02, 1.0, 100, held=4))  # the floor: 20 ms
+    for i in range(20):  # about 13 steps each: under the threshold (4 + 5 x a prior of 4)
+        maybe = Answered(1.0 + i, 3.0 + i, 100, 0.3, 9, 0.01, 100, left=2, left_by_s=0.28)
+        assert limit.answered(maybe) is None
+    # About 40 steps after a departure: a queue. Had the 20 above widened the allowance
+    # to some 4 + 5 x 11 steps, it would pass as scatter.
+    queued = Answered(30.0, 32.0, 100, 0.9, 9, 0.01, 100, left=3, left_by_s=0.85)
+    verdict = limit.answered(queued)
+    assert verdict is not None and verdict[0] == "limit.queued" and limit.cap == 8
+
+
 def test_a_streamed_endpoint_starts_low_and_an_unstreamed_one_at_eight() -> None:
     limit = QueueDelayLimit()
     verdict = limit.streamed(held=1)  # first tokens will show a slot within a prefill

@@ -33,10 +33,14 @@ by a sizeable part of a whole answer above it.
    acted on then), and when it ends.
 2. *Queued.* A wait above a threshold means the endpoint held more than it serves at
    once when that request was sent. The threshold is ``tolerance`` steps, plus
-   ``spread`` times the mean wait of the streamed answers read as unqueued (how
-   much prefill and batching scatter at this endpoint; it starts from a prior of
-   ``tolerance`` worth four readings), plus ``token_slack`` steps a token for an
-   unstreamed answer (its step is the fit's average). A request sent alone (one in
+   ``spread`` times the mean wait of the streamed answers that certainly had a slot
+   (how much prefill and batching scatter at this endpoint; it starts from a prior
+   of ``tolerance`` worth four readings). Certainly: sent alone, or with no more in
+   flight than first tokens proved served (rule 7), or no request of ours left
+   before its first token. A wait that may have been a queue's, however short, would
+   widen the allowance that is there to tell a queue from scatter, and so hide the
+   queue it grows with. Plus ``token_slack`` steps a token for an unstreamed
+   answer (its step is the fit's average). A request sent alone (one in
    flight) waited for nothing of this client's; nor did a streamed one whose first
    token came before any request of this client left the endpoint (``left``: a slot
    frees only when one leaves). Its wait was scatter (another request's prefill,
@@ -74,9 +78,13 @@ by a sizeable part of a whole answer above it.
    queue a whole answer before the first departure could, which is what a server
    smaller than the starting limit costs.
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
-   in flight as the limit allows), adds to it: one (slow start: the limit doubles
-   each round) until the first queue or throttle, then ``1 / limit`` (one a round),
-   up to the ceiling, so that capacity the server gains is found. In slow start a
+   in flight as the limit allows), adds to it, unless it was streamed, sent with
+   more in flight than first tokens proved served, and one of ours left before its
+   first token: it may have had the slot that left (a short wait for a slot
+   is no proof of one more), so the limit rises above what was proved only on
+   proof, a first token that no departure preceded. It adds one (slow start: the
+   limit doubles each round) until the first queue or throttle, then ``1 / limit``
+   (one a round), up to the ceiling, so that capacity the server gains is found. In slow start a
    streamed answer's first token that no departure preceded adds one at once (it
    had a slot: the endpoint serves at least what it held), so slow start runs at
    the pace of first tokens, not of whole answers. In slow start an
@@ -230,12 +238,16 @@ class QueueDelayLimit(ConcurrencyLimit):
         if (waited <= threshold or held <= 1  # alone, it waited for nothing of ours
                 or answer.left == 0):  # fmt: skip
             # nothing of ours left before its first token: no slot of ours freed for it
-            if streamed:  # a plain mean of the first twenty, then a moving one
+            if streamed and (held <= 1 or answer.left == 0 or held <= self._proven):
+                # it certainly had a slot: its wait is scatter (a plain mean of the
+                # first twenty, then a moving one)
                 readings = self._readings = self._readings + 1
                 gain = 1.0 / readings
                 self._dev += (gain if gain > 0.05 else 0.05) * (scatter - self._dev)
             if held < int(limit):  # not binding: nothing to probe (rule 3)
                 return None
+            if streamed and answer.left and held > self._proven:
+                return None  # above what first tokens proved, a probe needs a proof (rule 3)
             return self._grow(held, answer.now, waited)
         return self._queued(answer.sent_at, answer.now, held, waited, threshold,
                             wait_end, answer.left)  # fmt: skip
