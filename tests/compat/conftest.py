@@ -37,6 +37,9 @@ import pytest
 #: Where the fake provider lives; nothing listens there.
 BASE_URL = "http://fake-provider.test/v1"
 
+#: httpcore's words (httpx's and httpx2's) for a connection closed before any answer.
+UNANSWERED = "Server disconnected without sending a response."
+
 #: openai 3.x switched from httpx to httpx2.
 USES_HTTPX2 = int(openai.__version__.split(".")[0]) >= 3
 
@@ -51,6 +54,9 @@ class Reply:
     """One scripted answer: a status, headers and a JSON or server-sent-events body.
 
     ``drop=True`` answers nothing: the transport raises a connection error.
+    ``closed=True`` answers nothing either: the connection closes before any byte of
+    the answer (httpx's ``RemoteProtocolError``, what a kept-alive connection the
+    server closed idle raises).
     """
 
     status: int = 200
@@ -58,6 +64,7 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     events: Sequence[Mapping[str, Any]] | None = None
     drop: bool = False
+    closed: bool = False
 
     def encode(self) -> tuple[dict[str, str], bytes]:
         """Headers and body bytes of this reply."""
@@ -176,6 +183,8 @@ class FakeProvider:
             reply = self.answer(request.method, request.url.path, request.content)
             if reply.drop:
                 raise httpx2.ConnectError("fake provider: connection refused", request=request)
+            if reply.closed:
+                raise httpx2.RemoteProtocolError(UNANSWERED, request=request)
             headers, content = reply.encode()
             return httpx2.Response(reply.status, headers=headers, content=content)
 
@@ -192,6 +201,8 @@ class FakeProvider:
             reply = self.answer(request.method, request.url.path, request.content)
             if reply.drop:
                 raise httpx.ConnectError("fake provider: connection refused", request=request)
+            if reply.closed:
+                raise httpx.RemoteProtocolError(UNANSWERED, request=request)
             headers, content = reply.encode()
             return httpx.Response(reply.status, headers=headers, content=content)
 

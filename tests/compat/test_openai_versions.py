@@ -106,6 +106,20 @@ async def test_a_dropped_connection_is_retried(provider: FakeProvider) -> None:
     assert len(provider.seen) == 2
 
 
+async def test_a_connection_closed_unanswered_is_sent_again_and_is_no_failure(
+    provider: FakeProvider,
+) -> None:
+    provider.script(Reply(closed=True), chat_completion("resent"))
+    async with Scheduler(
+        provider.client, config=scheduler_config("final_adrr_olc", retry=RETRY)
+    ) as scheduler:
+        response = await scheduler.submit(model="fake-1", messages=MESSAGES, max_tokens=5)
+        stats = scheduler.statistics()
+    assert response.choices[0].message.content == "resent"
+    assert len(provider.seen) == 2
+    assert stats.counters.resent == 1 and stats.counters.retries == 0
+
+
 async def test_a_stream_hides_the_usage_chunk_semisched_added(provider: FakeProvider) -> None:
     provider.script(chat_stream(["one ", "two ", "three"], with_usage=True))
     async with Scheduler(provider.client) as scheduler:
