@@ -5,7 +5,8 @@ A hypothesis ``RuleBasedStateMachine`` drives a real :class:`~semisched.Schedule
 time (:mod:`virtual_loop`), against a fake provider the test answers call by
 call. Its rules interleave submits, caller cancels at every await point (queued,
 while the shared state reserves, in flight, in the same instant as the answer
-or the failure, mid-stream), deadlines, retries (500, 429, connection errors),
+or the failure, mid-stream), deadlines, retries (500, 429, connection errors), a
+connection closed unanswered (sent again at once, the resend racing the rest),
 shared-state refusals, endpoint removal and close. After every rule it checks
 what a user would state:
 
@@ -73,8 +74,16 @@ def _status_error(status: int, headers: dict[str, str] | None = None) -> Excepti
     return openai.APIStatusError(f"status {status}", response=response, body=None)
 
 
+def _closed_unanswered() -> Exception:
+    """A kept-alive connection the server closed as the request went out: resent at once."""
+    error = openai.APIConnectionError(request=httpx2.Request("POST", _URL))
+    error.__cause__ = httpx2.RemoteProtocolError("Server disconnected without sending a response.")
+    return error
+
+
 FAILURES = {
     "500": lambda: _status_error(500),
+    "closed": _closed_unanswered,
     "429": lambda: _status_error(429, {"retry-after": "2"}),
     "connection": lambda: openai.APIConnectionError(request=httpx2.Request("POST", _URL)),
     "400": lambda: _status_error(400),
