@@ -295,8 +295,10 @@ class Gateway:
         """``GET /semisched/status``: `semisched.gateway.status.status_document`."""
         if self.scheduler is None:
             return JSONResponse({"serving": False}, 503)
+        resent = {name: client.resent for name, client in self.clients.items()}
         document = status_document(self.scheduler.statistics(), self.tracker.table(),
-                                   draining=self.draining, cancelled=self.cancelled)  # fmt: skip
+                                   draining=self.draining, cancelled=self.cancelled,
+                                   resent=resent)  # fmt: skip
         return JSONResponse(document)
 
 

@@ -8,7 +8,8 @@ One read of the scheduler's statistics, shaped for an operator:
  "queued_by_class": {...}, "inflight": 5, "deferred": 0, "severity": 0.12,
  "cancelled": {"queued": 0, "in_flight": 1},
  "endpoints": [{"name", "state", "circuit", "circuit_reason", "inflight", "sent",
-                "completed", "failed_attempts", "throttled", "consecutive_failures",
+                "completed", "failed_attempts", "throttled", "resent",
+                "consecutive_failures",
                 "limit", "limit_policy", "last_limit_change": {"at", "old", "new",
                 "rule", "reason"} | null, "budget": {...} | null}, ...],
  "budget": {...} | null,
@@ -20,6 +21,11 @@ One read of the scheduler's statistics, shaped for an operator:
            "caps"} | null}
 ```
 
+An endpoint's ``resent`` counts requests its upstream connections sent once more
+because a reused connection closed before any byte of the answer
+(`semisched.gateway.wire` rule 5): not failures, so ``failed_attempts`` leaves
+them out.
+
 `fleet_health` is ``GET /readyz``'s view of the same endpoints: whether
 any of them can take a request now, and which are failing.
 
@@ -28,6 +34,7 @@ What this module is not: it reads nothing itself; the caller gives the statistic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -64,14 +71,18 @@ def status_document(
     *,
     draining: bool,
     cancelled: dict[str, int],
+    resent: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The status document (module docstring) from one ``statistics()`` snapshot."""
+    """The status document (module docstring) from one ``statistics()`` snapshot;
+    ``resent``: each endpoint's upstream resends (0 for one not named)."""
     engine = stats.engine
+    resent = resent or {}
     endpoints = [
         {"name": e.name, "state": e.state, "circuit": e.circuit,
          "circuit_reason": e.circuit_reason, "inflight": e.inflight, "sent": e.sent,
          "completed": e.completed, "failed_attempts": e.failed_attempts,
-         "throttled": e.throttled, "consecutive_failures": e.consecutive_failures,
+         "throttled": e.throttled, "resent": resent.get(e.name, 0),
+         "consecutive_failures": e.consecutive_failures,
          "limit": e.limit, "limit_policy": e.limit_policy,
          "last_limit_change": _change(e.last_limit_change), "budget": _budget(e.budget)}
         for e in engine.endpoints

@@ -272,6 +272,14 @@ class UpstreamClient:
         through = " (through a proxy)" if isinstance(self._wire, ProxyWire) else ""
         return f"<UpstreamClient {self.name!r}{through}>"
 
+    @property
+    def resent(self) -> int:
+        """Requests sent once more because a reused connection closed before any byte of
+        the answer (`semisched.gateway.wire` rule 5; 0 through a proxy, whose client
+        keeps its own connections)."""
+        wire = self._wire
+        return wire.resent if isinstance(wire, Wire) else 0
+
     async def post(self, path: str, params: Mapping[str, Any]) -> _Parsed:
         """POST ``params`` to ``path``: the answer (or the open stream) and its headers.
 

@@ -177,6 +177,7 @@ def test_the_side_routes(stack: Stack) -> None:
     status = stack.get("/semisched/status").json()
     assert [e["name"] for e in status["endpoints"]] == ["mock"]
     assert status["endpoints"][0]["circuit"] == "closed"
+    assert status["endpoints"][0]["resent"] == 0  # the mock never closes a connection early
     assert status["budget"]["limit_tokens"] == 5000
     assert {t["name"] for t in status["tenants"]} == {"web", "batch"}
 

@@ -216,3 +216,25 @@ def test_a_resent_request_closed_again_is_a_wire_error() -> None:
 
     upstream = run(lambda request: next(answers), body)
     assert len(upstream.requests) == 3  # the first, and the second twice: never a third
+
+
+def test_the_gateways_upstream_client_counts_the_resends_its_status_shows() -> None:
+    """``UpstreamClient.resent`` (each endpoint's ``resent`` in the status document)."""
+    from semisched.gateway.upstream import UpstreamClient
+
+    answers = iter([OK, DROP, OK])
+
+    async def main() -> tuple[int, int]:
+        upstream = Upstream(lambda request: next(answers))
+        server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = UpstreamClient(f"http://127.0.0.1:{port}/v1", "k", name="local")
+        try:
+            for _ in range(2):
+                await client.post("chat/completions", {"model": "m", "messages": []})
+            return client.resent, upstream.connections
+        finally:
+            await client.aclose()
+            server.close()
+
+    assert asyncio.run(main()) == (1, 2)
