@@ -105,4 +105,5 @@ def snapshot(parts: Parts, class_names: Sequence[str]) -> EngineStats:
         endpoints=fleet.statistics(now),
         tenants=tuple(tenancy.ledger.stats(lane, now) for lane in lanes),
         decisions=parts.explain.counts(),
+        limit_changes=tuple(fleet.limits.changes),
     )

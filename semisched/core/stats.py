@@ -266,6 +266,9 @@ class EngineStats:
         tenants: Per tenant, in declared order.
         decisions: How often each explained decision's rule fired
             (`semisched.core.explain`).
+        limit_changes: The latest changes of the endpoints' concurrency limits, oldest
+            first, each explained (at most the last 256; each endpoint's last one and
+            its counts by rule are in ``endpoints``).
     """
 
     now: float
@@ -288,6 +291,7 @@ class EngineStats:
     endpoints: tuple[EndpointStats, ...] = ()
     tenants: tuple[TenantStats, ...] = ()
     decisions: DecisionCounts = field(default_factory=DecisionCounts)
+    limit_changes: tuple[LimitChange, ...] = ()
 
     def tenant(self, name: str) -> TenantStats:
         """The statistics of tenant ``name``.

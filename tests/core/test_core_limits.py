@@ -286,12 +286,18 @@ def test_a_ceiling_of_one_request_leaves_the_limit_unfed(ceiling: int) -> None:
     assert not any(isinstance(a, Wake) for a in actions)  # no first token to check
     engine.first_token("r0", 0.1)
     engine.failed("r0", 0.2, FailureKind.RATE_LIMITED, retry_after=0.5)
-    e = engine.statistics().endpoints[0]
+    stats = engine.statistics()
+    e = stats.endpoints[0]
     if ceiling == 1:
         assert (e.limit, e.limit_changes) == (8, {})
+        assert stats.limit_changes == ()
     else:
         assert e.limit_changes.get("limit.start") == 1
         assert e.limit_changes.get("limit.throttled") == 1
+        # every change, oldest first, explained: the statistics' log of them
+        assert [(c.endpoint, c.rule) for c in stats.limit_changes] == [
+            ("a", "limit.start"), ("a", "limit.throttled")]  # fmt: skip
+        assert stats.limit_changes[-1] == e.last_limit_change
 
 
 def test_the_knee_holds_then_probes_resume_one_a_round() -> None:

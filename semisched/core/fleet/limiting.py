@@ -8,7 +8,7 @@ to the endpoint's policy,
 and when the policy's cap moves, sets the endpoint's cap (its room follows) and keeps
 the change as an explained decision ([`LimitChange`][semisched.core.fleet.limits.LimitChange]):
 the last one and a count per rule on the endpoint (its statistics), and the recent
-ones in `Limits.changes` for a shell to read. It also keeps the fleet's
+ones in `Limits.changes` (``statistics().limit_changes``). It also keeps the fleet's
 *capacity*, the sum of its active endpoints' caps (``None`` while one has none).
 
 A limit is fed only where it can move and bind: when no endpoint's limit learns
