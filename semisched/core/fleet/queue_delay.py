@@ -80,17 +80,16 @@ by a sizeable part of a whole answer above it.
 3. *Probe.* An answer that did not queue, sent while the limit was binding (as many
    in flight as the limit allows), adds to it, unless it was streamed, sent with
    more in flight than first tokens proved served, and one of ours left before its
-   first token: it may have had the slot that left (a short wait for a slot
-   is no proof of one more), so the limit rises above what was proved only on
-   proof, a first token that no departure preceded. It adds one (slow start: the
-   limit doubles each round) until the first queue or throttle, then ``1 / limit``
-   (one a round), up to the ceiling, so that capacity the server gains is found. In slow start a
-   streamed answer's first token that no departure preceded adds one at once (it
-   had a slot: the endpoint serves at least what it held), so slow start runs at
-   the pace of first tokens, not of whole answers. In slow start an
-   answer with nothing to read (one not streamed, before the fit has matured; the
-   first of its size) counts as not queued, unless a request left before its first
-   token.
+   first token: it may have had the slot that left (a short wait for a slot is no
+   proof of one more), so the limit rises above what was proved only on proof, a
+   first token that no departure preceded. It adds one (slow start: the limit
+   doubles each round) until the first queue or throttle, then ``1 / limit`` (one a
+   round), up to the ceiling, so that capacity the server gains is found. In slow
+   start a streamed answer's first token that no departure preceded adds one at once
+   (it had a slot: the endpoint serves at least what it held), so slow start runs at
+   the pace of first tokens, not of whole answers. In slow start an answer with
+   nothing to read (one not streamed, before the fit has matured; the first of its
+   size) counts as not queued, unless a request left before its first token.
 4. *Throttled.* A 429 takes one off the limit and makes that the *ceiling* for
    ``throttle_s`` seconds (a provider whose latency is flat up to a concurrency cap
    it enforces with 429s is not probed into them again). The other 429s of that
@@ -238,7 +237,8 @@ class QueueDelayLimit(ConcurrencyLimit):
         if (waited <= threshold or held <= 1  # alone, it waited for nothing of ours
                 or answer.left == 0):  # fmt: skip
             # nothing of ours left before its first token: no slot of ours freed for it
-            if streamed and (held <= 1 or answer.left == 0 or held <= self._proven):
+            proven = held <= self._proven  # first tokens proved it had a slot (rule 7)
+            if streamed and (held <= 1 or answer.left == 0 or proven):
                 # it certainly had a slot: its wait is scatter (a plain mean of the
                 # first twenty, then a moving one)
                 readings = self._readings = self._readings + 1
@@ -246,7 +246,7 @@ class QueueDelayLimit(ConcurrencyLimit):
                 self._dev += (gain if gain > 0.05 else 0.05) * (scatter - self._dev)
             if held < int(limit):  # not binding: nothing to probe (rule 3)
                 return None
-            if streamed and answer.left and held > self._proven:
+            if streamed and answer.left and not proven:
                 return None  # above what first tokens proved, a probe needs a proof (rule 3)
             return self._grow(held, answer.now, waited)
         return self._queued(answer.sent_at, answer.now, held, waited, threshold,
