@@ -60,10 +60,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.live import replay_jobs
 from bench.report import write_csv
-from bench.routing_live import inline_platform_lookup
 from bench.workloads import generate, regime
 from mockprovider.app import MockConfig, create_app
 from mockprovider.physics import PhysicsParams
+from mockprovider.virtual import inline_platform_lookup
 from predictors.priors import information_source
 from semisched import RuntimeOptions, Scheduler
 from semisched.core.config import BudgetConfig, RoutingConfig, SchedulerConfig, preset

@@ -41,7 +41,7 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,7 @@ import numpy as np
 
 from bench.experiments import ProgressReporter
 from bench.report import write_csv
+from mockprovider.virtual import inline_platform_lookup
 from semisched import RoutingConfig, RuntimeOptions, preset
 from semisched.core.request import Prior
 from semisched.priors.sources import NEUTRAL_P50, NEUTRAL_P90, Heuristic, PriorQuery, PriorSource
@@ -192,7 +193,8 @@ def overload_run(condition: str, workload: str, seed: int) -> dict[str, object]:
 
     started = time.perf_counter()
     clock = trio.testing.MockClock(autojump_threshold=0)
-    row = trio.run(_run, condition, workload, seed, clock=clock)
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        row = trio.run(_run, condition, workload, seed, clock=clock)
     row["wall_s"] = time.perf_counter() - started
     return row
 
@@ -201,14 +203,10 @@ async def _run(condition: str, workload: str, seed: int) -> dict[str, object]:
     import anyio
     import httpx2
     import openai
-    from openai import _base_client
 
     from mockprovider.app import MockConfig, create_app
     from semisched import DeadlineExceeded, RequestRejected, Scheduler
 
-    # openai detects the platform in a worker thread on a client's first call; an
-    # autojumping clock would run ahead meanwhile (see examples/virtual_time.py).
-    _base_client.asyncify = _inline  # type: ignore[attr-defined]
     source, calibrate = _source(condition, workload)
     calls = _calls(workload, seed)
     if isinstance(source, _InlineLearned):
@@ -280,13 +278,6 @@ def _one_thread_each() -> None:
     except ImportError:
         return
     torch.set_num_threads(1)
-
-
-def _inline(function: Callable[..., Any]) -> Callable[..., Any]:
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs)
-
-    return call
 
 
 METRICS: tuple[str, ...] = ("completed", "rejected", "deadline_exceeded", "deferrals",

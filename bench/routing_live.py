@@ -40,13 +40,11 @@ breaks ties by a fixed sequence) and from its own previous run.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
@@ -66,6 +64,7 @@ from bench.routing import (
 )
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import Endpoint, RuntimeOptions, Scheduler
 from semisched.core.config import SchedulerConfig
 from semisched.core.stats import EngineStats
@@ -75,7 +74,6 @@ from semisched.sim.simulator import SimEndpoint, SimJob, Simulator
 __all__ = [
     "ID_HEADER",
     "Recorder",
-    "inline_platform_lookup",
     "live_row",
     "routing_live_check",
     "sim_row",
@@ -228,31 +226,6 @@ class Recorder(httpx2.AsyncBaseTransport):
         rid = request.headers.get(ID_HEADER, "")
         self.attempts.append(_Attempt(rid, endpoint, sent, response.status_code))
         return response
-
-
-def _inline(function: Callable[..., Any]) -> Callable[..., Any]:
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs)
-
-    return call
-
-
-@contextlib.contextmanager
-def inline_platform_lookup() -> Iterator[None]:
-    """Run openai's platform lookup inline for the duration.
-
-    An openai client looks up the platform in a worker thread on its first request; under
-    an autojumping clock the loop skips ahead meanwhile (to the next arrival), which would
-    delay each endpoint's first send. ``bench.default_prior`` patches it the same way.
-    """
-    from openai import _base_client
-
-    saved = _base_client.asyncify  # type: ignore[attr-defined]
-    _base_client.asyncify = _inline  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        _base_client.asyncify = saved  # type: ignore[attr-defined]
 
 
 def _sdk_endpoints(fleet: Sequence[SimEndpoint], http: httpx2.AsyncClient) -> list[Endpoint]:

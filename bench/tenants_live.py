@@ -51,7 +51,7 @@ import openai
 from bench.experiments import ProgressReporter
 from bench.live import replay_jobs
 from bench.report import write_csv
-from bench.routing_live import Recorder, inline_platform_lookup
+from bench.routing_live import Recorder
 from bench.tenants import (
     PHYSICS,
     SCENARIOS,
@@ -64,6 +64,7 @@ from bench.tenants import (
     tenants_config,
 )
 from mockprovider.app import MockConfig, create_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import RuntimeOptions, Scheduler
 from semisched.core.stats import EngineStats
 from semisched.core.tenants.config import TenantSpec

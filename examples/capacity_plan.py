@@ -37,6 +37,7 @@ import trio.testing
 
 from mockprovider.fleet import create_fleet_app
 from mockprovider.fleet import fleet_from_dict as mock_fleet
+from mockprovider.virtual import inline_platform_lookup
 from semisched import RuntimeOptions, Scheduler, SemischedError
 from semisched.fleet.fleetfile import build_endpoints
 from semisched.fleet.fleetfile import fleet_from_dict as client_fleet
@@ -160,8 +161,9 @@ if __name__ == "__main__":
                 handle.write(json.dumps(record) + "\n")
         print(f"wrote {sys.argv[2]}")
     else:
-        anyio.run(
-            main,
-            backend="trio",
-            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-        )
+        with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+            anyio.run(
+                main,
+                backend="trio",
+                backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+            )

@@ -29,6 +29,7 @@ from fleet_routing import client  # the openai client of one fleet endpoint
 
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import Endpoint, Scheduler
 from semisched.core.config import RoutingConfig
 from semisched.runtime.calls import scheduler_config
@@ -92,7 +93,7 @@ async def run(band: float) -> None:
         ) as scheduler:
             hello = [{"role": "user", "content": "warm-up."}]  # 8 bytes, 2 tokens
 
-            async def warm_up(cap: int) -> None:  # each client looks up its platform once
+            async def warm_up(cap: int) -> None:  # each endpoint answers once before the rest
                 await scheduler.submit(model="mock-1", messages=hello, max_tokens=cap,
                                        extra_headers={"x-mock-output-tokens": "1"})  # fmt: skip
 
@@ -139,9 +140,10 @@ async def main() -> None:
 
 if __name__ == "__main__":
     wall = time.perf_counter()
-    anyio.run(
-        main,
-        backend="trio",
-        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-    )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        anyio.run(
+            main,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )
     print(f"wall time {time.perf_counter() - wall:.2f} s")

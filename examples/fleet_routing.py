@@ -32,6 +32,7 @@ import trio.testing
 from mockprovider.app import MockConfig
 from mockprovider.fleet import FleetConfig, FleetEndpoint, create_fleet_app
 from mockprovider.physics import profile
+from mockprovider.virtual import inline_platform_lookup
 from semisched import Endpoint, RuntimeOptions, Scheduler, SemischedError
 from semisched.runtime.calls import scheduler_config
 
@@ -71,7 +72,7 @@ async def main() -> None:
             options=RuntimeOptions(seed=0),
         ) as scheduler:
 
-            async def warm_up() -> None:  # each endpoint's client looks up the platform once
+            async def warm_up() -> None:  # each endpoint answers once before the rest
                 hello = [{"role": "user", "content": "warm-up"}]
                 await scheduler.submit(model="mock-1", messages=hello, max_tokens=1)
 
@@ -112,9 +113,10 @@ async def main() -> None:
 
 if __name__ == "__main__":
     wall = time.perf_counter()
-    anyio.run(
-        main,
-        backend="trio",
-        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-    )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        anyio.run(
+            main,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )
     print(f"wall time {time.perf_counter() - wall:.2f} s")

@@ -24,6 +24,7 @@ import trio.testing
 
 from mockprovider.app import MockConfig, create_app
 from mockprovider.physics import PhysicsParams
+from mockprovider.virtual import inline_platform_lookup
 from semisched import Endpoint, Scheduler, SemischedError
 
 SLOTS = {"small": 4, "large": 12}
@@ -72,5 +73,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, backend="trio",
-              backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)})  # fmt: skip
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        anyio.run(main, backend="trio", backend_options={"clock": clock})

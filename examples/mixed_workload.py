@@ -21,6 +21,7 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import Scheduler, SemischedError
 
 
@@ -38,7 +39,7 @@ async def main() -> None:
         Scheduler(client, config="final_adrr_olc", priors="heuristic") as scheduler,
     ):
         llm = scheduler.client  # the one-line change: use this where you used `client`
-        warm_up = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
+        warm_up = [{"role": "user", "content": "warm-up"}]  # one call first
         await llm.chat.completions.create(model="mock-1", messages=warm_up, max_tokens=1)
 
         async def ask(kind: str, i: int, tokens: int) -> None:
@@ -75,8 +76,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(
-        main,
-        backend="trio",
-        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-    )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        anyio.run(
+            main,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )

@@ -39,6 +39,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mockprovider.app import MockConfig, create_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import RequestRejected, RuntimeOptions, Scheduler, SemischedError
 from semisched.core.explain import RULES
 
@@ -98,7 +99,7 @@ async def run(registry: CollectorRegistry, provider: Any) -> RequestRejected | N
             options=RuntimeOptions(seed=0),
         )
         async with scheduler:
-            hello = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
+            hello = [{"role": "user", "content": "warm-up"}]  # one call first
             await scheduler.submit(model="mock-1", messages=hello, max_tokens=1)
             start = anyio.current_time()
 
@@ -157,13 +158,14 @@ def main() -> None:
     registry = CollectorRegistry()
     provider, exporter = tracing()
     print("decisions, as logged (logger semisched.decisions, DEBUG):")
-    rejection = anyio.run(
-        run,
-        registry,
-        provider,
-        backend="trio",
-        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-    )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        rejection = anyio.run(
+            run,
+            registry,
+            provider,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )
     print(f"  ... {sum(printer.seen.values())} decisions logged in all")
     print("metrics, as Prometheus scrapes them:")
     show_metrics(registry)

@@ -30,6 +30,7 @@ import httpx2
 import openai
 import trio.testing
 
+from mockprovider.virtual import inline_platform_lookup
 from semisched import ClassSpec, Scheduler, TenantConfig, TenantSpec
 from semisched.core import SchedulerConfig, preset
 
@@ -110,4 +111,5 @@ async def main() -> None:
 
 if __name__ == "__main__":
     clock = trio.testing.MockClock(autojump_threshold=0.01)
-    anyio.run(main, backend="trio", backend_options={"clock": clock})
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        anyio.run(main, backend="trio", backend_options={"clock": clock})

@@ -31,6 +31,7 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import (
     RuntimeOptions,
     Scheduler,
@@ -73,7 +74,7 @@ async def run(policy: str) -> None:
             config=scheduler_config("final_adrr_olc", tenants=tenants),
             options=RuntimeOptions(seed=0),
         ) as scheduler:
-            hello = [{"role": "user", "content": "warm-up"}]  # openai's platform lookup
+            hello = [{"role": "user", "content": "warm-up"}]  # one call first
             await scheduler.submit(model="mock-1", messages=hello, max_tokens=1, tenant="search")
             start = anyio.current_time()
 
@@ -119,13 +120,14 @@ def percentile(values: list[float], q: float) -> str:
 
 
 def main() -> None:
-    for policy in ("fifo", "fair_share"):
-        anyio.run(
-            run,
-            policy,
-            backend="trio",
-            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-        )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        for policy in ("fifo", "fair_share"):
+            anyio.run(
+                run,
+                policy,
+                backend="trio",
+                backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+            )
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ second between runs; the outcomes repeat. Assert on outcomes, not on the last
 decimal of a time. The scheduler is told the provider's 60 requests a minute
 (``BudgetConfig(rpm=60)``), so it paces its sends instead of retrying 429s.
 
-One detail: an openai client looks up the platform in a worker thread on its first
-request, and an autojumping clock may skip ahead while that thread runs (to the
-first deadline, say). The scheduler calls a copy of your client with its retries
-turned off, so make one throw-away call through the scheduler, without a
-deadline, before the timed part. And name an inline prior source (here
+Two details, both about worker threads, which race an autojumping clock (the
+loop is idle while a thread runs, so the clock jumps to the next timer). An
+openai client looks up the platform in a worker thread on its first request, and
+so does each copy the scheduler makes of it (your client with its retries turned
+off): run inside ``mockprovider.virtual.inline_platform_lookup()``, which makes
+that lookup on the loop. And name an inline prior source (here
 ``priors="heuristic"``): the default with the ``ml`` extra installed is the
-learned model, which answers from a worker thread, and a thread races an
-autojumping clock just the same.
+learned model, which answers from a worker thread.
 
     python examples/virtual_time.py
 """
@@ -37,6 +37,7 @@ import openai
 import trio.testing
 
 from mockprovider.app import MockConfig, create_app
+from mockprovider.virtual import inline_platform_lookup
 from semisched import RuntimeOptions, Scheduler, SemischedError
 from semisched.core import BudgetConfig, preset
 
@@ -51,7 +52,7 @@ async def main() -> None:
         async with Scheduler(
             client, config=config, priors="heuristic", options=RuntimeOptions(seed=0)
         ) as scheduler:
-            warm_up = {"role": "user", "content": "warm-up"}  # openai's platform lookup
+            warm_up = {"role": "user", "content": "warm-up"}  # one call first
             await scheduler.submit(model="mock-1", messages=[warm_up], max_completion_tokens=1)
             start = anyio.current_time()
 
@@ -80,9 +81,10 @@ async def main() -> None:
 
 if __name__ == "__main__":
     wall = time.perf_counter()
-    anyio.run(
-        main,
-        backend="trio",
-        backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-    )
+    with inline_platform_lookup():  # openai's platform lookup on the loop, not in a thread
+        anyio.run(
+            main,
+            backend="trio",
+            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+        )
     print(f"wall time {time.perf_counter() - wall:.2f} s")
