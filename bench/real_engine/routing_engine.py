@@ -50,6 +50,9 @@ its limit changed (``changes_<name>``: the count of each rule's changes, such as
 the engine and, as ``sim_*``, in the simulator),
 ``routing.md`` (medians over seeds, engine / sim) and ``routing_run.json`` (the run's
 machine load, fleet and profile).
+
+Each seed runs every caps and policy back to back, the seeds at odd positions backwards
+(`run_order`), so that a drift of the machine within a seed's runs favours no condition.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ __all__ = [
     "routing_markdown",
     "routing_row",
     "routing_summary",
+    "run_order",
     "simulated_row",
 ]
 
@@ -314,9 +318,9 @@ def routing_main(
     rows: list[dict[str, object]] = []
     started, before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     with _servers(FLEET) as urls:
-        for seed in seeds:
-            _one_seed(urls, chosen.physics, seed, load=load, requests=requests, caps=caps,
-                      policies=policies, rows=rows, out=out)  # fmt: skip
+        for position, seed in enumerate(seeds):
+            _one_seed(urls, chosen.physics, seed, load=load, requests=requests,
+                      order=run_order(caps, policies, position), rows=rows, out=out)  # fmt: skip
     run = {"wall_s": round(time.perf_counter() - started, 1), "load_average_before": before,
            "load_average_after": [round(x, 2) for x in os.getloadavg()],
            "cores": os.cpu_count(), "fleet": dict(FLEET), "pools": dict(POOLS),
@@ -332,10 +336,10 @@ def routing_main(
 
 def _one_seed(
     urls: Mapping[str, str], physics: Any, seed: int, *, load: str, requests: int,
-    caps: Sequence[str], policies: Sequence[str], rows: list[dict[str, object]], out: Path,
+    order: Sequence[tuple[str, str]], rows: list[dict[str, object]], out: Path,
 ) -> None:  # fmt: skip
-    """Every caps and policy on one seed's workload, engine and sim; the rows appended, the
-    csv rewritten after each run."""
+    """Each ``(caps, policy)`` of ``order`` on one seed's workload, engine and sim; the rows
+    appended, the csv rewritten after each run."""
     import anyio
     from tokenizers import Tokenizer
 
@@ -359,7 +363,7 @@ def _one_seed(
     jobs, rate = engine_jobs(physics, source, load=load, requests=requests, seed=seed,
                              vocab=vocab, capacity=capacity)  # fmt: skip
     work = offered_work_s(physics, jobs)
-    for cap, policy in ((c, p) for c in caps for p in policies):
+    for cap, policy in order:
         t0 = time.perf_counter()
         slots, config = endpoint_caps(cap), routing_config(policy, cap)
         records, stats = anyio.run(partial(engine_run, stream=True), urls, jobs, config, seed,
@@ -375,6 +379,17 @@ def _one_seed(
         rows.append(row)
         print(f"seed {seed} caps {cap} {policy}: {row['wall_s']} s", flush=True)
         write_rows(out / "routing.csv", rows)
+
+
+def run_order(
+    caps: Sequence[str], policies: Sequence[str], position: int
+) -> list[tuple[str, str]]:
+    """Every ``(caps, policy)`` of one seed, in the order they run: the seed at an odd
+    ``position`` in the run takes them backwards, so that no condition always runs first
+    on a seed's workload (a machine that warms up or drifts during a seed's runs then
+    favours none of them)."""
+    order = [(cap, policy) for cap in caps for policy in policies]
+    return order[::-1] if position % 2 else order
 
 
 def routing_row(records: Sequence[Any], stats: Any, **keys: object) -> dict[str, object]:

@@ -42,6 +42,7 @@ from bench.real_engine.routing_engine import (
     routing_config,
     routing_markdown,
     routing_summary,
+    run_order,
     simulated_row,
 )
 from bench.workloads import DEADLINES_S
@@ -312,3 +313,14 @@ def test_the_guide_shows_the_generated_report_once_it_exists(tmp_path) -> None:
     (folder / "headline.md").write_text(headline_markdown(rows), encoding="utf-8")
     shown = render_readme(page, tmp_path)
     assert "| high | 3.00 | 2.00 |" in shown and "Not run yet" not in shown
+
+
+def test_no_condition_always_runs_first_on_a_seeds_workload() -> None:
+    caps, policies = ("slots", "learned"), ("round_robin", "token_budget")
+    first, second = run_order(caps, policies, 0), run_order(caps, policies, 1)
+    every = {(c, p) for c in caps for p in policies}
+    assert set(first) == set(second) == every and len(first) == len(every)  # each once
+    assert first[0] == ("slots", "round_robin") and second[0] == ("learned", "token_budget")
+    for condition in every:  # over two seeds, each stands as early as late on average
+        assert first.index(condition) + second.index(condition) == len(every) - 1
+    assert run_order(caps, policies, 2) == first
