@@ -12,7 +12,8 @@ and run on asyncio; a folder whose every test needs real time overrides
 **openai's platform lookup.** On a client's first request openai detects the
 platform in a worker thread (``asyncify(get_platform)``), and an autojumping
 ``MockClock`` may jump to the next timer while that thread runs, so the first
-attempt would leave late. Every async test runs that detection inline instead.
+attempt would leave late. Every async test runs that detection inline instead
+(`mockprovider.virtual.inline_platform_lookup`).
 
 **Priors.** With the ``ml`` extra installed (the test extra installs it),
 ``Scheduler``'s default prior source is the learned length model
@@ -29,7 +30,7 @@ modules import them from there, never from a ``conftest``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,19 +48,15 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _platform_inline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def _platform_inline(request: pytest.FixtureRequest) -> Iterator[None]:
     """Detect openai's platform on the loop, not in a thread (module docstring)."""
     if "anyio_backend" not in request.fixturenames:
-        return  # not an async test: leave openai unimported
-    from openai import _base_client
+        yield  # not an async test: leave openai unimported
+        return
+    from mockprovider.virtual import inline_platform_lookup
 
-    def inline(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(_base_client, "asyncify", inline)
+    with inline_platform_lookup():
+        yield
 
 
 @pytest.fixture(autouse=True)
