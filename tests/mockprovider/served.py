@@ -8,7 +8,6 @@ by hand for the expected times. Not a test module (no ``test_`` prefix).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -142,9 +141,4 @@ async def serve(config: MockConfig, api_key: str = "k") -> AsyncIterator[Mock]:
         client = openai.AsyncOpenAI(
             base_url="http://mock/v1", api_key=api_key, http_client=http, max_retries=0
         )
-        # openai's first call looks its platform up in a worker thread, and an autojumping
-        # clock would jump to a pending deadline meanwhile: warm it up on a route that counts
-        # nothing and does not start the mock's clock.
-        with contextlib.suppress(openai.NotFoundError):
-            await client.get("/mock/warm-up", cast_to=httpx2.Response)
         yield Mock(app, http, client)
