@@ -4,7 +4,8 @@ The engine asks `AdmissionLayer.judge` when a request arrives and each time it
 comes back from a deferral (engine rule 6). The layer reads the current severity,
 lets the tenant policy say how the request's tenant is judged (its standing: the
 severity it is judged at and the ladder levels added to its bucket's), asks the
-overload controller (`semisched.core.overload`) and answers with a value:
+overload controller (`semisched.core.overload`) and answers with a value (without
+overload control, a controller that sheds nothing, it reads nothing and admits):
 
 - ``None``: admitted, the request joins its class queue;
 - `Defer`: held back until a time before its deadline;
@@ -53,7 +54,9 @@ class AdmissionLayer:
         explain: The engine's explainer (it counts decisions by rule).
     """
 
-    __slots__ = ("_explain", "_severity", "_signals", "_tenants", "_view", "overload")
+    __slots__ = (
+        "_explain", "_severity", "_signals", "_tenants", "_view", "overload", "sheds",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -65,6 +68,8 @@ class AdmissionLayer:
         explain: Explainer,
     ) -> None:
         self.overload = overload
+        #: Whether any request can be shed; without, `judge` admits reading nothing.
+        self.sheds = overload.sheds
         self._tenants = tenants
         self._view = view
         self._severity = severity
@@ -73,6 +78,8 @@ class AdmissionLayer:
 
     def judge(self, entry: Entry, now: float) -> Defer | Reject | None:
         """Admit ``entry`` (``None``), defer it or reject it, at ``now``."""
+        if not self.sheds:
+            return None
         request = entry.request
         lane = entry.lane
         assert lane is not None

@@ -71,7 +71,7 @@ def assemble(
     explain = Explainer(pressure.snapshot)  # explained decisions, counted by rule
     retrying = Retrying(config, fleet, tally, jitter)
     admission = AdmissionLayer(OverloadController(config.overload), tenancy.policy, tenancy,
-                               pressure.current, fleet.signals, explain)  # fmt: skip
+                               pressure.refresh, fleet.signals, explain)  # fmt: skip
     decide = Decider(book, tenancy, fleet, pressure, admission, explain, retrying, tally)
     return Parts(tally, book, fleet, order, pressure, tenancy, explain, retrying, admission,
                  decide)  # fmt: skip
@@ -99,7 +99,7 @@ def snapshot(parts: Parts, class_names: Sequence[str]) -> EngineStats:
         rejects_by_bucket=decide.rejects(),
         defers_by_bucket=decide.defers(),
         allocation_state=tenancy.alloc.state(),
-        request_tokens=pressure.request_tokens,
+        request_tokens=pressure.request_cost(),
         budget=fleet.budgets.snapshot(now),
         held=decide.held,
         endpoints=fleet.statistics(now),

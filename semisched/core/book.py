@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from semisched.core.actions import Wake
 from semisched.core.queue import Entry, EntryState
-from semisched.core.states import Event, advance
+from semisched.core.states import MOVES, Event, advance, illegal
 
 __all__ = ["DEADLINE", "OVERDUE", "WAKE", "Book"]
 
@@ -31,6 +31,7 @@ OVERDUE = 2
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT = EntryState.INFLIGHT
 _SEND, _DEFER = Event.SEND, Event.DEFER
+_SENT = MOVES[_SEND]
 
 Timer = tuple[float, int, int, Entry]
 
@@ -100,16 +101,11 @@ class Book:
             raise ValueError(f"now={now!r} must not be earlier than the last now={self.now!r}")
         self.now = now
 
-    def next_seq(self) -> int:
-        """A number larger than every one given before (arrival order, timer ties)."""
-        self._seq += 1
-        return self._seq
-
     # -- timers ---------------------------------------------------------------------------
 
     def push_timer(self, at: float, kind: int, entry: Entry) -> None:
         """Fire ``kind`` (`WAKE` or `DEADLINE`) for ``entry`` at ``at``."""
-        self._seq += 1  # next_seq(), inlined: one timer per arrival and per deferral
+        self._seq += 1  # timer ties and enqueue order share one count
         heapq.heappush(self.timers, (at, self._seq, kind, entry))
 
     @staticmethod
@@ -151,7 +147,13 @@ class Book:
     def wake(self, now: float) -> Wake | None:
         """The `Wake` to report: when the earliest timer moved earlier than the one
         last reported, or that one has passed (engine rule 7)."""
-        wake = self.next_wakeup()
+        timers = self.timers  # next_wakeup(), inlined: every event ends here
+        while timers and not self.live(timers[0]):
+            heapq.heappop(timers)
+        wake = timers[0][0] if timers else None
+        send = self.send_wake
+        if send is not None and (wake is None or send < wake):
+            wake = send
         last = self._reported_wake
         if wake is not None and (last is None or wake < last or last <= now):
             self._reported_wake = wake
@@ -163,7 +165,10 @@ class Book:
     def enqueue(self, entry: Entry, event: int) -> None:
         """``entry`` joins its lane's class queue by ``event`` (ENQUEUE, WAKE, REFUSED)."""
         lane = entry.lane
-        advance(entry, event)
+        try:  # advance(), inlined: every request's moves
+            entry.state = MOVES[event][entry.state]
+        except (IndexError, KeyError):
+            raise illegal(entry, event) from None
         self._seq += 1
         entry.seq = self._seq
         lane.add(entry)
@@ -194,7 +199,10 @@ class Book:
 
     def sent(self, entry: Entry, now: float) -> None:
         """``entry``, out of its queue, goes in flight at ``now``."""
-        advance(entry, _SEND)
+        try:  # advance(), inlined
+            entry.state = _SENT[entry.state]
+        except KeyError:
+            raise illegal(entry, _SEND) from None
         entry.attempts += 1
         entry.sent_at = now
         self.inflight += 1
@@ -220,7 +228,10 @@ class Book:
 
     def terminal(self, entry: Entry, event: int) -> None:
         """``entry`` ends by ``event`` (its outcome) and leaves the book."""
-        advance(entry, event)
+        try:  # advance(), inlined
+            entry.state = MOVES[event][entry.state]
+        except (IndexError, KeyError):
+            raise illegal(entry, event) from None
         self.entries.pop(entry.request.id, None)
 
     # -- what may be sent ---------------------------------------------------------------

@@ -35,6 +35,7 @@ _REJECT_D, _EXPIRE = Decision.REJECT, Decision.EXPIRE
 _QUEUED, _DEFERRED = EntryState.QUEUED, EntryState.DEFERRED
 _INFLIGHT = EntryState.INFLIGHT
 _ENQUEUE, _WAKE, _EXPIRE_E = Event.ENQUEUE, Event.WAKE, Event.EXPIRE
+_COMPLETE = Event.COMPLETE
 
 
 class Decider:
@@ -102,7 +103,8 @@ class Decider:
             entry.skip_admission = False
             self._book.enqueue(entry, event)
             return
-        shed = self._admission.judge(entry, now)
+        admission = self._admission
+        shed = admission.judge(entry, now) if admission.sheds else None
         if shed is None:
             self._counters.admitted += 1
             self._book.enqueue(entry, event)
@@ -120,7 +122,9 @@ class Decider:
 
     def after_release(self, now: float, actions: list[Action]) -> list[Action]:
         """Run due timers, dispatch and report the wake."""
-        self.run_timers(now, actions)
+        timers = self._book.timers
+        if timers and timers[0][0] <= now:  # one due (most events find none)
+            self.run_timers(now, actions)
         self.dispatch(now, actions)
         wake = self._book.wake(now)  # finish(), inlined: every event ends here
         if wake is not None:
@@ -197,22 +201,19 @@ class Decider:
         actions: list[Action],
     ) -> None:  # fmt: skip
         """``entry``, the head of its lane's ``klass``, is sent to ``endpoint`` at ``now``."""
-        self._mark_sent(entry, klass, now)
+        # Charge before dequeuing: a class emptied by this send then forfeits
+        # its remaining deficit (on_idle) instead of carrying the charge.
+        entry.lane.alloc.on_send(klass, entry.cost)
+        book = self._book
+        book.dequeue(entry)
+        book.sent(entry, now)
+        self._ledger.sent(entry, klass, now)
+        self._counters.sent += 1
         due = self._fleet.on_send(endpoint, entry, now)
         if due is not None:  # its first token is awaited: checked for lateness then
             entry.overdue_at = due
             self._book.push_timer(due, OVERDUE, entry)
         actions.append(Send(entry.request, entry.attempts, entry.cost, endpoint.name))
-
-    def _mark_sent(self, entry: Entry, klass: str, now: float) -> None:
-        """``entry``, the head of its lane's ``klass``, goes in flight at ``now``."""
-        # Charge before dequeuing: a class emptied by this send then forfeits
-        # its remaining deficit (on_idle) instead of carrying the charge.
-        entry.lane.alloc.on_send(klass, entry.cost)
-        self._book.dequeue(entry)
-        self._book.sent(entry, now)
-        self._ledger.sent(entry, klass, now)
-        self._counters.sent += 1
 
     def overdue(self, entry: Entry, now: float) -> None:
         """``entry``'s first token was due by ``now`` (its learning limit reads a late one),
@@ -254,8 +255,10 @@ class Decider:
         has passed, else judged by admission; then the free opportunities are filled."""
         self._counters.submitted += 1
         actions: list[Action] = []
-        self.run_timers(now, actions)
         request, book = entry.request, self._book
+        timers = book.timers
+        if timers and timers[0][0] <= now:  # one due (most arrivals find none)
+            self.run_timers(now, actions)
         deadline = request.deadline
         if deadline is not None and deadline <= now:
             book.terminal(entry, _EXPIRE_E)
@@ -269,7 +272,35 @@ class Decider:
                 book.push_timer(deadline, DEADLINE, entry)
             self.admit(entry, now, actions)
         self.dispatch(now, actions)
-        return self.finish(now, actions)
+        wake = book.wake(now)  # finish(), inlined: every arrival ends here
+        if wake is not None:
+            actions.append(wake)
+        return actions
+
+    def completed(
+        self, request_id: str, now: float, tokens: int, charged_tokens: float | None,
+        input_weight: float,
+    ) -> list[Action]:  # fmt: skip
+        """The provider answered ``request_id`` at ``now`` with ``tokens``: it leaves
+        flight, its endpoint and its tenant count the answer, and its opportunity is
+        filled."""
+        book = self._book
+        entry = book.take(request_id)  # take(), inlined: the hot path
+        fleet = self._fleet
+        fleet.release(entry, now)
+        book.terminal(entry, _COMPLETE)
+        fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
+        self._ledger.completed(entry, tokens, input_weight, charged_tokens, now)
+        self._counters.completed += 1
+        actions: list[Action] = []  # after_release(), inlined: the hot path
+        timers = book.timers
+        if timers and timers[0][0] <= now:
+            self.run_timers(now, actions)
+        self.dispatch(now, actions)
+        wake = book.wake(now)
+        if wake is not None:
+            actions.append(wake)
+        return actions
 
     def failed(
         self, request_id: str, now: float, kind: FailureKind, retry_after: float | None

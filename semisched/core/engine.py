@@ -77,14 +77,12 @@ from semisched.core.assembly import assemble, snapshot
 from semisched.core.budget import ProviderLimits, rate_tokens
 from semisched.core.checks import check_instance, check_number, check_str, token_count
 from semisched.core.config import SchedulerConfig
-from semisched.core.explain import Decision
 from semisched.core.fleet.endpoint import EndpointSpec
 from semisched.core.fleet.fleet import DEFAULT_ENDPOINT
 from semisched.core.lifecycle import FailureKind, JitterSource
 from semisched.core.queue import Entry, EntryState
 from semisched.core.request import Request
 from semisched.core.signals import SignalSnapshot
-from semisched.core.states import Event
 from semisched.core.stats import EngineStats
 
 __all__ = [
@@ -102,8 +100,7 @@ __all__ = [
 ]
 
 
-_EXPIRE, _INFLIGHT = Decision.EXPIRE, EntryState.INFLIGHT
-_COMPLETE, _EXPIRE_E = Event.COMPLETE, Event.EXPIRE
+_INFLIGHT = EntryState.INFLIGHT
 
 
 class Engine:
@@ -140,6 +137,7 @@ class Engine:
         # tail signal comes from the endpoints' own Signals (Fleet.pressure).
         self._signals = parts.fleet.signals
         self._ledger = parts.tenancy.ledger
+        self._lane_of = parts.tenancy.lane_of
         # The standard score of the quantile the ordering tests deadlines with.
         self._feasibility_z = NormalDist().inv_cdf(cfg.ordering.feasibility_quantile)
         self._class_names = tuple(c.name for c in cfg.classes)
@@ -166,10 +164,13 @@ class Engine:
         book = self._book
         if request.id in book.entries:
             raise ValueError(f"id={request.id!r} is already pending")
-        lane = self._tenancy.lane(request.tenant)
+        lane = self._lane_of.get(request.tenant)
+        if lane is None:  # a tenant name not seen before (an undeclared one raises)
+            lane = self._tenancy.lane(request.tenant)
         book.advance(now)
         prior, weighted = request.prior, self._input_weight * request.input_tokens
-        entry = Entry(request, prior.p50 + weighted, prior.p90 + weighted, book.next_seq())
+        # Its sequence number is given when it joins its queue (`Book.enqueue`).
+        entry = Entry(request, prior.p50 + weighted, prior.p90 + weighted, 0)
         entry.lane = lane
         entry.charge = rate_tokens(request)
         entry.hopeful = prior.quantile(self._feasibility_z)
@@ -200,12 +201,7 @@ class Engine:
         if tokens < 0:
             raise ValueError(f"output_tokens={output_tokens!r} must be an int >= 0")
         self._book.advance(now)
-        entry = self._decide.take(request_id)
-        self._book.terminal(entry, _COMPLETE)
-        self._fleet.on_completed(entry.endpoint, entry, now, tokens, charged_tokens)
-        self._ledger.completed(entry, tokens, self._input_weight, charged_tokens, now)
-        self._counters.completed += 1
-        return self._decide.after_release(now, [])
+        return self._decide.completed(request_id, now, tokens, charged_tokens, self._input_weight)
 
     def failed(
         self,

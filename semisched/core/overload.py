@@ -139,6 +139,12 @@ class OverloadController:
         self.cfg = cfg
         self.rules = tuple((float(getattr(cfg, f)), lvl, v, rule) for f, lvl, v, rule in RULES)
 
+    @property
+    def sheds(self) -> bool:
+        """Whether any request can be shed: ``False`` when no bucket has a level (the
+        ``none`` policy), so that every request is admitted at any severity."""
+        return bool(self.levels)
+
     def decide(
         self, bucket: Bucket, severity: float, now: float, defers: int, offset: int | None = 0
     ) -> Admission:

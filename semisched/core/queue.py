@@ -142,8 +142,9 @@ class ClassQueue:
     def _band(self, cost: float) -> int:
         return int(math.log(cost if cost > 1.0 else 1.0) / self._log_ratio)
 
-    def add(self, entry: Entry) -> None:
-        """Append ``entry`` (rule 1: it must not already be queued)."""
+    def add(self, entry: Entry) -> bool:
+        """Append ``entry`` (rule 1: it must not already be queued); ``True`` when it is
+        the only live entry now (the queue was empty)."""
         if entry.queued:
             raise ValueError(f"entry {entry.request.id!r} is already queued")
         entry.queued = True
@@ -156,9 +157,11 @@ class ClassQueue:
             heapq.heappush(self._deadlines, (entry.request.deadline, entry.seq, entry))
         self._n += 1
         self.tokens += entry.cost
+        return self._n == 1
 
-    def remove(self, entry: Entry) -> None:
-        """Mark ``entry`` as gone; storage is reclaimed lazily (rule 2)."""
+    def remove(self, entry: Entry) -> bool:
+        """Mark ``entry`` as gone; storage is reclaimed lazily (rule 2). ``True`` when the
+        queue is empty now."""
         if not entry.queued:
             raise ValueError(f"entry {entry.request.id!r} is not queued")
         entry.queued = False
@@ -168,6 +171,8 @@ class ClassQueue:
             self._bands.clear()
             self._deadlines.clear()
             self.tokens = 0.0
+            return True
+        return False
 
     def heads(self) -> list[Entry]:
         """The longest-queued live entry of every non-empty band (a new list)."""

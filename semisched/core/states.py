@@ -42,7 +42,9 @@ from semisched.core.queue import EntryState
 if TYPE_CHECKING:
     from semisched.core.queue import Entry
 
-__all__ = ["EVENT_NAMES", "TRANSITIONS", "Event", "IllegalTransition", "advance"]
+__all__ = [
+    "EVENT_NAMES", "MOVES", "TRANSITIONS", "Event", "IllegalTransition", "advance", "illegal",
+]  # fmt: skip
 
 
 class Event:
@@ -94,8 +96,9 @@ _TABLE: dict[tuple[str, int], str] = {
 #: The whole table, read-only: ``(state, event) -> state``.
 TRANSITIONS = MappingProxyType(_TABLE)
 
-#: The same table by event: ``_MOVES[event][state] -> state`` (no key tuple per move).
-_MOVES: tuple[dict[str, str], ...] = tuple(
+#: The same table by event: ``MOVES[event][state] -> state`` (no key tuple per move; the
+#: book's hot moves read it inline, `illegal` when it holds no move). Read-only.
+MOVES: tuple[dict[str, str], ...] = tuple(
     {state: after for (state, on), after in _TABLE.items() if on == event}
     for event in range(len(EVENT_NAMES))
 )
@@ -125,6 +128,11 @@ def advance(entry: Entry, event: int) -> None:
         IllegalTransition: The table holds no such move.
     """
     try:
-        entry.state = _MOVES[event][entry.state]
+        entry.state = MOVES[event][entry.state]
     except (IndexError, KeyError):
-        raise IllegalTransition(entry.request.id, entry.state, event) from None
+        raise illegal(entry, event) from None
+
+
+def illegal(entry: Entry, event: int) -> IllegalTransition:
+    """The error of a move by ``event`` that the table does not hold from ``entry``'s state."""
+    return IllegalTransition(entry.request.id, entry.state, event)

@@ -30,8 +30,8 @@ class Pressure:
     """The load the policies see (module docstring): a
     `LaneHost`.
 
-    ``severity`` is the value computed at the start of the current decision
-    (`refresh`); `current` computes it afresh.
+    ``severity`` and ``request_tokens`` are the values of the current decision: `refresh`
+    reads them at its start, and the lanes read them until the next one.
     """
 
     __slots__ = (
@@ -43,6 +43,7 @@ class Pressure:
         "_request_tokens",
         "_signals",
         "_weights",
+        "request_tokens",
         "severity",
     )  # fmt: skip
 
@@ -58,6 +59,7 @@ class Pressure:
         self._estimate = fleet.signals.estimate_latency
         self._order = order
         self.severity = 0.0
+        self.request_tokens = self.request_cost()
 
     @property
     def max_inflight(self) -> int | None:
@@ -65,9 +67,8 @@ class Pressure:
         (learned or set), at most ``config.max_inflight``; ``None``: no limit."""
         return self._fleet.in_force
 
-    @property
-    def request_tokens(self) -> float:
-        """What one request costs in allocation besides its tokens: the configured
+    def request_cost(self) -> float:
+        """What one request costs in allocation besides its tokens, now: the configured
         ``AllocationConfig.request_tokens``, or the fleet's learned one."""
         fixed = self._request_tokens
         return self._fleet.request_tokens if fixed is None else fixed
@@ -76,30 +77,31 @@ class Pressure:
         """The ordering policy's pick in ``queue`` now."""
         return self._order.choose(queue, self._book.now, self._estimate)
 
-    def current(self) -> float:
-        """The overload severity now (engine rule 6; the fleet's pressure, rule 5).
+    def refresh(self) -> float:
+        """The overload severity now (engine rule 6; the fleet's pressure, rule 5), and
+        the request cost now: what the lanes read (``severity``, ``request_tokens``)
+        until the next refresh. Returns the severity.
 
         An endpoint alone in the fleet whose circuit is closed is read through the
         fleet's own signals (they are its signals) and no fleet pressure: its load
         over its cap is never above the load the severity reads, and its tail is
         the signals' own.
         """
-        book = self._book
-        alone = self._fleet.alone
+        book, fleet = self._book, self._fleet
+        fixed = self._request_tokens
+        self.request_tokens = fleet.request_tokens if fixed is None else fixed
+        alone = fleet.alone
         if alone is not None and alone.circuit is _CLOSED:
-            return self._signals.severity(
-                book.inflight, self._fleet.in_force, book.queued_tokens, self._weights
+            severity = self._signals.severity(
+                book.inflight, fleet.in_force, book.queued_tokens, self._weights
             )
-        tail, load = self._fleet.pressure(book.now)
-        # positional: the hot path of admission and dispatch
-        return self._signals.severity(
-            book.inflight, self._fleet.in_force, book.queued_tokens, self._weights, tail, load
-        )
-
-    def refresh(self) -> float:
-        """Compute the severity the current decision reads (`current`), and
-        return it."""
-        self.severity = severity = self.current()
+        else:
+            tail, load = fleet.pressure(book.now)
+            # positional: the hot path of admission and dispatch
+            severity = self._signals.severity(
+                book.inflight, fleet.in_force, book.queued_tokens, self._weights, tail, load
+            )
+        self.severity = severity
         return severity
 
     def snapshot(self) -> SignalSnapshot:

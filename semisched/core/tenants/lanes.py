@@ -234,21 +234,19 @@ class TenantLane:
     def add(self, entry: Entry) -> None:
         """Queue ``entry`` in its class."""
         klass = entry.request.klass
-        queue = self.queues[klass]
-        queue.add(entry)
+        first = self.queues[klass].add(entry)
         self.queued += 1
         self._heads.pop(klass, None)
-        if len(queue) == 1:
+        if first:
             self._backlog = tuple([n for n, q in self.queues.items() if q])
 
     def remove(self, entry: Entry) -> bool:
         """Take ``entry`` out of its class queue; ``True`` when that queue emptied."""
         klass = entry.request.klass
-        queue = self.queues[klass]
-        queue.remove(entry)
+        emptied = self.queues[klass].remove(entry)
         self.queued -= 1
         self._heads.pop(klass, None)
-        if queue:
+        if not emptied:
             return False
         self._backlog = tuple([n for n, q in self.queues.items() if q])
         self.alloc.on_idle(klass)

@@ -60,7 +60,8 @@ class Tenancy:
         ledger = SoloLedger if len(lanes) == 1 else TenantLedger  # one tenant: no usage
         self.ledger = ledger(lanes, config.tenants.half_life_s)
         self.lanes = self.ledger.lanes
-        self._lane_of: dict[str | None, TenantLane] = {}  # request tenant -> lane, memoised
+        #: The lane of each tenant name requests gave so far (memoised by `lane`).
+        self.lane_of: dict[str | None, TenantLane] = {}
         #: The first tenant's allocation policy (what ``statistics()`` shows).
         self.alloc: AllocationPolicy = lanes[0].alloc
         #: Lanes with queued requests, in declared order.
@@ -92,11 +93,11 @@ class Tenancy:
         Raises:
             ValueError: ``tenant`` is not declared (and there is no default tenant).
         """
-        lane = self._lane_of.get(tenant)
+        lane = self.lane_of.get(tenant)
         if lane is None:  # first sight of this name (declared ones only: others raise)
             found = self.ledger.by_name.get(self._config.tenants.tenant_for(tenant))
             assert found is not None
-            lane = self._lane_of[tenant] = found
+            lane = self.lane_of[tenant] = found
         return lane
 
     def renew(self) -> None:
