@@ -1,8 +1,10 @@
 """The real engine's blocks of the generated docs (`bench.docs`), from
 ``docs/results/real-engine/``: the fitted profile and each mock-against-engine comparison
 (``real-engine``), the headline's and routing's reports as their commands wrote them
-(``real-engine-headline``, ``real-engine-routing``) and the README's summaries of their
-rows (``real-engine-summary``, ``real-engine-routing-summary``)."""
+(``real-engine-headline``, ``real-engine-routing``), the README's summaries of their
+rows (``real-engine-summary``, ``real-engine-routing-summary``) and learned against
+told over several routing runs, seed by seed (``real-engine-pooled``, and its pooled
+rows for the README: ``real-engine-pooled-summary``)."""
 
 from __future__ import annotations
 
@@ -100,6 +102,18 @@ def _summary(
     return render
 
 
+def _pooled(root: Path) -> str:
+    from bench.real_engine.pooled import pooled_markdown
+
+    return pooled_markdown(root / DOCS / "real-engine")
+
+
+def _pooled_summary(root: Path) -> str:
+    from bench.real_engine.pooled import pooled_markdown
+
+    return pooled_markdown(root / DOCS / "real-engine", pooled_only=True)
+
+
 def _headline_summary(rows: list[dict[str, str]]) -> str:
     from bench.real_engine.headline_report import summary_markdown
 
@@ -121,4 +135,6 @@ REAL_ENGINE_BLOCKS: dict[str, Callable[[Path], str]] = {
                                             _routing_summary),
     "real-engine-headline": _generated("headline.md", "python -m bench real-engine headline"),
     "real-engine-routing": _generated("routing.md", "python -m bench real-engine routing"),
+    "real-engine-pooled": _pooled,
+    "real-engine-pooled-summary": _pooled_summary,
 }  # fmt: skip
