@@ -50,6 +50,10 @@ class PairStats:
         faster: Pairs where learned was faster (ratio < 1).
         sim_geomean: Geometric mean of the simulator's ratios for the same seeds.
         completed: Whether every request of every learned run completed.
+        load: The median achieved load on the engine (offered work over the time the run
+            took, over the pair's capacity), told and learned runs together; ``nan`` when
+            the runs did not record it.
+        intended: The load the runs were sized for (the largest, if they differ).
     """
 
     run: str
@@ -61,6 +65,8 @@ class PairStats:
     faster: int
     sim_geomean: float
     completed: bool
+    load: float
+    intended: float
 
 
 def _ratios(rows: Sequence[dict[str, str]], policy: str, key: str) -> list[float]:
@@ -76,6 +82,9 @@ def _stats(run: str, policy: str, rows: Sequence[dict[str, str]]) -> PairStats |
         return None
     sim = _ratios(rows, policy, "sim_short_p95_ms")
     learned = [r for r in rows if r["policy"] == policy and r["caps"] == "learned"]
+    loads = [float(r["achieved_load"]) for r in rows
+             if r["policy"] == policy and r.get("achieved_load")]  # fmt: skip
+    intended = [float(r["intended_load"]) for r in rows if r.get("intended_load")]
     return PairStats(
         run=run,
         policy=policy,
@@ -86,6 +95,8 @@ def _stats(run: str, policy: str, rows: Sequence[dict[str, str]]) -> PairStats |
         faster=sum(x < 1.0 for x in engine),
         sim_geomean=math.exp(statistics.fmean(math.log(x) for x in sim)) if sim else math.nan,
         completed=all(float(r["completion_rate"]) == 1.0 for r in learned),
+        load=statistics.median(loads) if loads else math.nan,
+        intended=max(intended, default=math.nan),
     )
 
 
@@ -121,16 +132,19 @@ def pooled_markdown(
     body = [
         (s.run if s.run == "all" else f"`{s.run}`", s.policy, str(s.pairs), f"{s.geomean:.2f}",
          f"{s.median:.2f}", f"{s.within} of {s.pairs}", f"{s.faster} of {s.pairs}",
-         f"{s.sim_geomean:.2f}", "yes" if s.completed else "no")
+         f"{s.sim_geomean:.2f}", "yes" if s.completed else "no",
+         f"{s.load:.2f} of {s.intended:.1f}")
         for s in stats
     ]  # fmt: skip
     header = ("run", "policy", "seed pairs", "learned / told short P95: geometric mean",
               "median pair", "pairs within 10%", "pairs learned faster",
-              "simulator: geometric mean", "every request completed")  # fmt: skip
+              "simulator: geometric mean", "every request completed",
+              "load: achieved (median) of intended")  # fmt: skip
     runs_read = len({s.run for s in pooled_rows(folder, runs)} - {"all"})
     return (
         table(header, body)
         + f"\n\n{runs_read} runs, pooled by seed. Each pair is one seed's two runs, the slots"
         " told and nothing told (each endpoint's limit learned), with the same requests;"
-        " the ratio is learned over told."
+        " the ratio is learned over told. Load: achieved on the engine (offered work over"
+        " the time the run took, over the pair's capacity) of the intended."
     )

@@ -49,3 +49,15 @@ def test_the_tables_rows_and_what_shows_with_no_run(tmp_path: Path) -> None:
     assert "| `a` | rr | 1 | 1.20 |" in whole and "| all | rr | 1 | 1.20 |" in whole
     summary = pooled_markdown(tmp_path, ("a",), pooled_only=True)
     assert "| all | rr |" in summary and "`a`" not in summary
+
+
+def test_the_achieved_load_is_shown_beside_the_intended(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    with (tmp_path / "a" / "routing.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow((*_FIELDS, "achieved_load", "intended_load"))
+        writer.writerow(("rr", "slots", 0, 100.0, 50.0, 1.0, 0.5, 1.1))
+        writer.writerow(("rr", "learned", 0, 100.0, 50.0, 1.0, 0.6, 1.1))
+    (stats,) = [s for s in pooled_rows(tmp_path, ("a",)) if s.run == "a"]
+    assert stats.load == pytest.approx(0.55) and stats.intended == pytest.approx(1.1)
+    assert "| 0.55 of 1.1 |" in pooled_markdown(tmp_path, ("a",))
