@@ -15,6 +15,9 @@ output length as ``max_tokens`` (the mock decodes that many). Conditions:
     ``[tenants] policy = "fair_share"`` over the default layers, the mock's concurrency
     learned (nothing told: the defaults): the waiting happens in the gateway, where the
     tenant layer orders it.
+``fair_share_told``
+    The same, with the mock's slots told (the endpoint's ``max_concurrency``): what telling
+    the concurrency buys over learning it.
 ``pass_through``
     No scheduling: ``direct_naive`` (FIFO, no overload control), every request sent at
     once (``max_inflight`` 4096): the waiting happens in the provider's FIFO, as behind a
@@ -52,6 +55,7 @@ from semisched.core.buckets import Bucket, bucket_for_tokens
 from semisched.core.tenants.config import TenantSpec
 from semisched.gateway.configfile import load_config
 from semisched.gateway.keys import key_hash
+from semisched.sim.model import SimEndpoint
 from semisched.sim.simulator import SimJob, Simulator
 
 __all__ = ["CONDITIONS", "QUIET", "SCENARIOS", "Outcome", "gateway_file", "headers_for",
@@ -64,7 +68,7 @@ SCENARIOS: dict[str, tuple[Load, ...]] = {
     "base": (Load(TenantSpec(name="Q"), QUIET), Load(TenantSpec(name="F"), QUIET)),
     "flood": (Load(TenantSpec(name="Q"), QUIET), Load(TenantSpec(name="F"), 5 * QUIET)),
 }
-CONDITIONS: tuple[str, ...] = ("fair_share", "pass_through")
+CONDITIONS: tuple[str, ...] = ("fair_share", "fair_share_told", "pass_through")
 KEYS = {"Q": "sk-bench-quiet", "F": "sk-bench-flood"}
 SPAN_S = 600.0  # virtual seconds of arrivals: 30 s of wall time at TIME_SCALE
 
@@ -93,13 +97,15 @@ def gateway_file(folder: Path, condition: str, upstream: str) -> Path:
     """
     if condition not in CONDITIONS:
         raise ValueError(f"condition={condition!r} must be one of {list(CONDITIONS)}")
-    fair = condition == "fair_share"
+    fair = condition.startswith("fair_share")
     lines = ["[gateway]", *([] if fair else ["max_inflight = 4096"]),
              f'preset = "{"final_adrr_olc" if fair else "direct_naive"}"', "max_pending = 100000",
              "[tenants]", f'policy = "{"fair_share" if fair else "fifo"}"']  # fmt: skip
     for name, key in KEYS.items():
         lines += ["[[tenant]]", f'name = "{name}"', f'key_sha256 = "{key_hash(key)}"']
     lines += ["[[endpoint]]", 'name = "mock"', f'base_url = "{upstream}"']
+    if condition == "fair_share_told":
+        lines.append(f"max_concurrency = {PHYSICS.slots}")
     path = folder / f"{condition}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -226,9 +232,12 @@ def tenant_rows(*, quick: bool = False, seed: int = 0,
 
 def simulated_p95(path: Path, jobs: Sequence[SimJob]) -> dict[str, float]:
     """Each tenant's short P95 when the simulator runs ``jobs`` through the core with the
-    gateway file's own scheduler config, in wall seconds (the reference: what the core
-    alone does with this traffic, without HTTP, processes or a real clock)."""
-    result = Simulator(load_config(path).scheduler_config(), PHYSICS).run(list(jobs))
+    gateway file's own scheduler config and endpoints (a cap told included) over the
+    mock's physics, in wall seconds (the reference: what the core alone does with this
+    traffic, without HTTP, processes or a real clock)."""
+    config = load_config(path)
+    fleet = [SimEndpoint(spec=e.spec(), physics=PHYSICS) for e in config.fleet.endpoints]
+    result = Simulator(config.scheduler_config(), fleet=fleet).run(list(jobs))
     by_tenant: dict[str, list[float]] = {}
     for row in result.rows:
         if bucket_for_tokens(row.output_tokens) is Bucket.SHORT:

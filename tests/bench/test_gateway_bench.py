@@ -26,7 +26,7 @@ from bench.gateway_tenants import (
     summarize,
 )
 from bench.report import write_csv
-from bench.tenants import load_jobs
+from bench.tenants import PHYSICS, load_jobs
 from semisched.gateway.configfile import load_config
 from semisched.gateway.keys import KeyTable, bearer_key
 
@@ -77,6 +77,11 @@ def test_each_condition_file_holds_its_scheduling(tmp_path: Path) -> None:
     # nothing told of the mock's slots: the defaults learn its concurrency
     assert fair.scheduler_config().max_inflight is None
     assert fair.scheduler_config().routing.concurrency == "learned"
+    told = load_config(gateway_file(tmp_path, "fair_share_told", "http://127.0.0.1:9/v1"))
+    assert told.scheduler_config().tenants.policy == "fair_share"
+    (endpoint,) = told.fleet.endpoints  # the mock's slots told, the rest as fair_share
+    assert endpoint.max_concurrency == PHYSICS.slots
+    assert told.scheduler_config() == fair.scheduler_config()
     assert plain.scheduler_config().tenants.policy == "fifo"
     assert plain.scheduler_config().overload.policy == "none"
     assert plain.scheduler_config().max_inflight == 4096
@@ -111,10 +116,13 @@ def test_a_short_request_not_answered_counts_as_never_in_the_p95() -> None:
 
 
 def test_the_simulated_reference_runs_the_gateway_files_config(tmp_path: Path) -> None:
-    path = gateway_file(tmp_path, "fair_share", "http://127.0.0.1:9/v1")
-    p95 = simulated_p95(path, load_jobs(SCENARIOS["base"], seed=0, span_s=60.0))
+    jobs = load_jobs(SCENARIOS["flood"], seed=0, span_s=60.0)
+    p95 = simulated_p95(gateway_file(tmp_path, "fair_share", "http://127.0.0.1:9/v1"), jobs)
     assert set(p95) == set(KEYS)
     assert all(0 < v < math.inf for v in p95.values())
+    # the cap told reaches the simulated endpoint too: fewer in flight, other tails
+    told = simulated_p95(gateway_file(tmp_path, "fair_share_told", "http://127.0.0.1:9/v1"), jobs)
+    assert told != p95
 
 
 def test_the_replicas_file_gives_each_the_whole_budget_in_wall_seconds(tmp_path: Path) -> None:
