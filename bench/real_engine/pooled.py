@@ -126,7 +126,8 @@ def pooled_markdown(
     folder: Path, runs: Sequence[str] = POOLED_RUNS, *, pooled_only: bool = False
 ) -> str:
     """The table (``pooled_only``: its pooled rows), or a line saying no run is there yet."""
-    stats = [s for s in pooled_rows(folder, runs) if s.run == "all" or not pooled_only]
+    every = pooled_rows(folder, runs)
+    stats = [s for s in every if s.run == "all" or not pooled_only]
     if not stats:
         return "Not run yet: `python -m bench real-engine routing --caps slots,learned`."
     body = [
@@ -140,7 +141,7 @@ def pooled_markdown(
               "median pair", "pairs within 10%", "pairs learned faster",
               "simulator: geometric mean", "every request completed",
               "load: achieved (median) of intended")  # fmt: skip
-    runs_read = len({s.run for s in pooled_rows(folder, runs)} - {"all"})
+    runs_read = len({s.run for s in every} - {"all"})
     return (
         table(header, body)
         + f"\n\n{runs_read} runs, pooled by seed. Each pair is one seed's two runs, the slots"

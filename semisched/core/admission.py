@@ -5,7 +5,8 @@ comes back from a deferral (engine rule 6). The layer reads the current severity
 lets the tenant policy say how the request's tenant is judged (its standing: the
 severity it is judged at and the ladder levels added to its bucket's), asks the
 overload controller (`semisched.core.overload`) and answers with a value (without
-overload control, a controller that sheds nothing, it reads nothing and admits):
+overload control, a controller that sheds nothing, ``sheds`` is false and the engine
+admits without asking, so that no severity is read):
 
 - ``None``: admitted, the request joins its class queue;
 - `Defer`: held back until a time before its deadline;
@@ -68,7 +69,7 @@ class AdmissionLayer:
         explain: Explainer,
     ) -> None:
         self.overload = overload
-        #: Whether any request can be shed; without, `judge` admits reading nothing.
+        #: Whether any request can be shed; the engine asks `judge` only when it can.
         self.sheds = overload.sheds
         self._tenants = tenants
         self._view = view
@@ -78,8 +79,6 @@ class AdmissionLayer:
 
     def judge(self, entry: Entry, now: float) -> Defer | Reject | None:
         """Admit ``entry`` (``None``), defer it or reject it, at ``now``."""
-        if not self.sheds:
-            return None
         request = entry.request
         lane = entry.lane
         assert lane is not None
